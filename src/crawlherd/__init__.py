@@ -1,0 +1,46 @@
+"""crawlherd keeps many crawlers fed, polite and accountable.
+
+The public API is re-exported here; heavier parts (the crawler, fetchers, dispatch service) are
+imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from crawlherd.clock import Clock, FakeClock, SystemClock
+from crawlherd.errors import CrawlherdError, InvalidURLError
+from crawlherd.frontier import Lease, Scheduler, open_scheduler
+from crawlherd.request import Request
+from crawlherd.settings import Settings, load_settings
+from crawlherd.url import canonicalize_url
+
+__version__ = "0.1.0"
+
+# name -> module, imported lazily by __getattr__.
+_LAZY: dict[str, str] = {}
+
+__all__ = [
+    "Clock",
+    "CrawlherdError",
+    "FakeClock",
+    "InvalidURLError",
+    "Lease",
+    "Request",
+    "Scheduler",
+    "Settings",
+    "SystemClock",
+    "canonicalize_url",
+    "load_settings",
+    "open_scheduler",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'crawlherd' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+

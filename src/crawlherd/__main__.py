@@ -1,0 +1,3 @@
+from crawlherd.cli import main
+
+main()

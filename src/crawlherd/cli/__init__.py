@@ -1,0 +1,82 @@
+"""The ``crawlherd`` command. Subcommands live one per module and are imported only when used."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from typing import Any
+
+import click
+
+from crawlherd.errors import CrawlherdError
+
+__all__ = ["main"]
+
+# name -> "module:attribute"; imported lazily so ``crawlherd --help`` stays fast.
+COMMANDS: dict[str, str] = {
+    "crawl": "crawlherd.cli.crawl:crawl",
+    "frontier": "crawlherd.cli.frontier:frontier",
+    "db": "crawlherd.cli.db:db",
+    "targets": "crawlherd.cli.targets:targets",
+    "dispatch": "crawlherd.cli.dispatch:dispatch",
+    "worker": "crawlherd.cli.worker:worker",
+    "run": "crawlherd.cli.run:run",
+    "demo": "crawlherd.cli.demo:demo",
+    "jobs": "crawlherd.cli.jobs:jobs",
+    "items": "crawlherd.cli.items:items",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use; missing modules are simply not listed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if self._load(name) is not None)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._load(cmd_name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, _, attr = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                return None
+            raise
+        command: click.Command = getattr(module, attr)
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CrawlherdError as exc:
+            click.secho(f"error: {exc}", fg="red", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="Settings file (default: ./crawlherd.toml when it exists).")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.version_option(package_name="crawlherd")
+@click.pass_context
+def main(ctx: click.Context, config_file: str | None, verbose: int) -> None:
+    """crawlherd keeps many crawlers fed, polite and accountable.
+
+    \b
+    Try it:   crawlherd demo                 the whole pipeline against a built-in local site
+    Crawl:    crawlherd crawl https://example.com --max-pages 50
+    Pipeline: crawlherd db upgrade; crawlherd targets import targets.toml; crawlherd run
+
+    Settings come from defaults < crawlherd.toml < CRAWLHERD_* environment < flags.
+    """
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ctx.ensure_object(dict)
+    ctx.obj["config_file"] = config_file

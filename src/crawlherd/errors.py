@@ -1,0 +1,142 @@
+"""Every exception crawlherd raises on purpose.
+
+The tree::
+
+    CrawlherdError
+    ├── ConfigurationError          bad settings, unknown backend scheme, bad option value
+    ├── InvalidURLError             a URL that cannot be crawled (also a ValueError)
+    ├── BackendUnavailableError     a service (Redis, PostgreSQL, RabbitMQ, ...) cannot be reached
+    ├── FrontierError
+    │   ├── QueueFullError          the frontier is at max_size and the policy is "raise"
+    │   └── LeaseError              a lease that is unknown, expired or already settled
+    ├── FetchError                  one URL could not be fetched (carries url=, request=)
+    │   ├── FetchTimeoutError
+    │   ├── BodyTooLargeError       body (or its decompressed form) over max_body_size
+    │   ├── TooManyRedirectsError
+    │   ├── ContentTypeError        content type not in the allow-list
+    │   ├── AddressNotAllowedError  private / loopback / link-local target refused by the guard
+    │   ├── RobotsDisallowedError   robots.txt forbids the URL
+    │   ├── RateLimitedError        still 429/503 after max_retries re-fetches
+    │   └── BrowserUnavailableError no Chromium to drive
+    ├── MemoryPressureError         memory stayed above threshold past memory_wait_timeout
+    ├── ScheduleError               a frequency (interval / cron / time zone) that cannot be used
+    ├── TargetsFileError            a targets file refused whole; .problems lists every problem
+    ├── MessageError                a job message that fails validation or has an unknown version
+    └── BrokerError
+        └── PublishError            the broker did not confirm (or returned) a message
+
+Driver exceptions (aiohttp, redis-py, SQLAlchemy, aio-pika) are translated into these at the backend
+boundary, so callers only ever need ``except CrawlherdError``. Messages say what was wrong and, when
+the user can fix it, how.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CrawlherdError(Exception):
+    """Root of every error crawlherd raises on purpose."""
+
+
+class ConfigurationError(CrawlherdError):
+    """A setting, option or backend URL that cannot be used as given."""
+
+
+class InvalidURLError(CrawlherdError, ValueError):
+    """A URL that cannot be crawled: no or unsupported scheme, bad host or port, control characters."""
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class BackendUnavailableError(CrawlherdError):
+    """A service the backend talks to could not be reached or went away mid-operation."""
+
+    def __init__(self, message: str, *, backend: str | None = None) -> None:
+        super().__init__(message)
+        self.backend = backend
+
+
+class FrontierError(CrawlherdError):
+    """A frontier (scheduler) operation that cannot be carried out."""
+
+
+class QueueFullError(FrontierError):
+    """The frontier holds ``max_size`` requests and its full-policy is ``raise``."""
+
+
+class LeaseError(FrontierError):
+    """A lease that the frontier does not know, that expired, or that was already settled."""
+
+
+class FetchError(CrawlherdError):
+    """One URL could not be fetched. ``url`` and ``request`` say which."""
+
+    def __init__(self, message: str, *, url: str | None = None, request: Any = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.request = request
+
+
+class FetchTimeoutError(FetchError):
+    """Connect, read or total timeout."""
+
+
+class BodyTooLargeError(FetchError):
+    """The body, or its decompressed form, is larger than ``max_body_size``."""
+
+
+class TooManyRedirectsError(FetchError):
+    """More redirects than ``max_redirects``."""
+
+
+class ContentTypeError(FetchError):
+    """The response's content type is not in the allow-list."""
+
+
+class AddressNotAllowedError(FetchError):
+    """The target resolves to a private, loopback or link-local address and those are not allowed."""
+
+
+class RobotsDisallowedError(FetchError):
+    """robots.txt forbids this URL for our user agent."""
+
+
+class RateLimitedError(FetchError):
+    """The server kept answering with a rate-limit status after every allowed re-fetch."""
+
+
+class BrowserUnavailableError(FetchError):
+    """No Chromium (or no Playwright) to drive for a target that needs a browser."""
+
+
+class MemoryPressureError(CrawlherdError):
+    """Memory stayed above the threshold for longer than ``memory_wait_timeout``."""
+
+
+class ScheduleError(CrawlherdError):
+    """A frequency (interval, cron expression or time zone) that cannot be used."""
+
+
+class TargetsFileError(CrawlherdError):
+    """A targets file that was refused whole. ``problems`` lists each ``(where, message)``."""
+
+    def __init__(self, path: str, problems: list[tuple[str, str]]) -> None:
+        lines = "\n".join(f"  {where}: {message}" for where, message in problems)
+        super().__init__(f"{path}: {len(problems)} problem(s), nothing imported:\n{lines}")
+        self.path = path
+        self.problems = problems
+
+
+class MessageError(CrawlherdError):
+    """A job message that fails validation, cannot be decoded, or has an unknown schema version."""
+
+
+class BrokerError(CrawlherdError):
+    """A broker operation that failed."""
+
+
+class PublishError(BrokerError):
+    """The broker did not confirm a published message, or returned it as unroutable."""

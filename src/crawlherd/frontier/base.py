@@ -1,0 +1,148 @@
+"""The frontier (scheduler) protocol: a request queue plus a duplicate filter, with leases and
+per-host politeness. Every backend (``memory://``, ``sqlite://``, ``redis://``) implements
+:class:`Scheduler` and passes the same contract suite (``tests/contract/test_frontier_contract.py``).
+
+Semantics every backend keeps:
+
+- **Order**: :meth:`Scheduler.next_request` hands out the highest-priority request whose host may be
+  fetched now; among equal priorities, the one enqueued first.
+- **Duplicates**: a request whose fingerprint was seen is refused (``enqueue_request`` returns False).
+  A fingerprint is recorded only when its request is really queued, so a request refused because the
+  queue was full can be enqueued later.
+- **Politeness**: a host is *ready* when its ``ready_at`` has passed and it has fewer than ``max_in_flight``
+  leases out. Handing out a request of a host moves that host's ``ready_at`` to ``now + delay``.
+  ``block_host(host, until)`` (Retry-After, backoff) pushes ``ready_at`` later. A request of a host that
+  is not ready is never handed out; another host's request is, or None.
+- **Leases**: a handed-out request is *leased*, not gone. ``ack`` settles it; ``retry`` puts it back with
+  a not-before time; ``fail`` drops it as dead (counted). A lease not settled within ``lease_timeout``
+  expires and its request returns to the queue.
+- **Bounded size**: ``max_size`` counts queued requests; when full, the policy ``block`` waits for room
+  and ``raise`` raises :class:`~crawlherd.errors.QueueFullError`. Nothing is ever dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from crawlherd.request import Request
+
+__all__ = ["FrontierStats", "FullPolicy", "Lease", "Scheduler"]
+
+FullPolicy = Literal["block", "raise"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A request handed out by the frontier, held until it is acked, retried or failed.
+
+    ``token`` identifies the lease to the backend; ``expires_at`` is on the frontier's clock.
+    """
+
+    token: str
+    request: Request
+    expires_at: float
+    attempt: int = 1
+
+    @property
+    def host(self) -> str:
+        return self.request.host
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierStats:
+    """A snapshot of the frontier's counters."""
+
+    queued: int
+    in_flight: int
+    duplicates_filtered: int
+    enqueued: int
+    acked: int
+    retries: int
+    failures: int
+    expired_leases: int
+    oldest_queued_age: float | None
+    hosts: dict[str, int] = field(default_factory=dict)  # host -> queued depth
+    dupefilter_unavailable: int = 0  # requests let through unfiltered (policy "allow")
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """A frontier backend. Use it as an async context manager; :meth:`close` releases what it opened."""
+
+    async def __aenter__(self) -> Scheduler: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def enqueue_request(self, request: Request) -> bool:
+        """Queue ``request``. False when it is a duplicate; raises QueueFullError (policy ``raise``)."""
+        ...
+
+    async def enqueue_requests(self, requests: Iterable[Request]) -> int:
+        """Queue many requests at once (one round trip where the backend allows); returns how many
+        were queued (the others were duplicates)."""
+        ...
+
+    async def next_request(self) -> Lease | None:
+        """Lease the best request that may be fetched now, or None when nothing is ready."""
+        ...
+
+    async def next_requests(self, limit: int) -> list[Lease]:
+        """Lease up to ``limit`` ready requests at once, best first."""
+        ...
+
+    async def wait_next(self, timeout: float | None = None) -> Lease | None:
+        """Wait until a request is ready and lease it. None when the frontier is idle (nothing queued
+        nor in flight) or ``timeout`` passed."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[Lease]:
+        """Leases as they become ready, until the frontier is idle."""
+        ...
+
+    async def ack(self, lease: Lease) -> None:
+        """The request is done."""
+        ...
+
+    async def ack_many(self, leases: Iterable[Lease]) -> None:
+        """Several requests are done (one round trip where the backend allows)."""
+        ...
+
+    async def retry(self, lease: Lease, delay: float = 0.0) -> None:
+        """Put the request back, not to be handed out before ``now + delay``."""
+        ...
+
+    async def fail(self, lease: Lease, reason: str) -> None:
+        """The request is dead; it is counted, not retried."""
+        ...
+
+    async def block_host(self, host: str, until: float) -> None:
+        """Hand out nothing of ``host`` before ``until`` (Retry-After, backoff, crawl-delay)."""
+        ...
+
+    async def set_host_policy(
+        self, host: str, *, delay: float | None = None, max_in_flight: int | None = None
+    ) -> None:
+        """Per-host overrides of the minimum delay and in-flight cap."""
+        ...
+
+    async def has_pending_requests(self) -> bool:
+        """True while anything is queued or in flight."""
+        ...
+
+    async def idle(self) -> bool:
+        """True when nothing is queued and nothing is in flight."""
+        ...
+
+    async def size(self) -> int:
+        """Queued requests (not counting in-flight ones)."""
+        ...
+
+    async def stats(self) -> FrontierStats:
+        """Counters: see :class:`FrontierStats`."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the backend opened (connections it created, files). Idempotent."""
+        ...

@@ -1,0 +1,166 @@
+"""The unit of work: :class:`Request`, and its fingerprint."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from crawlherd.errors import InvalidURLError
+from crawlherd.url import canonicalize_url, host_of
+
+__all__ = ["FINGERPRINT_SIZE", "RECORD_VERSION", "Request", "fingerprint"]
+
+#: Bytes in a fingerprint. 64 bits: the chance of any collision among 10 million URLs is about 3e-6.
+FINGERPRINT_SIZE = 8
+#: Version of the dict form (:meth:`Request.to_record`) that persistent backends store.
+RECORD_VERSION = 1
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def fingerprint(method: str, canonical_url: str, body: bytes | None = None) -> bytes:
+    """8-byte BLAKE2b digest of method + canonical URL + body hash."""
+    h = hashlib.blake2b(method.encode("ascii"), digest_size=FINGERPRINT_SIZE)
+    h.update(b" ")
+    h.update(canonical_url.encode("utf-8", "surrogatepass"))
+    if body:
+        h.update(b"\n")
+        h.update(hashlib.blake2b(body, digest_size=16).digest())
+    return h.digest()
+
+
+class Request:
+    """A URL to fetch, with its scheduling attributes.
+
+    ``Request(url, *, method="GET", priority=0, depth=0, meta=None, headers=None, body=None,
+    not_before=None)``. The URL is validated and canonicalised here: a malformed one raises
+    :class:`~crawlherd.errors.InvalidURLError` at construction, never deep inside a fetch.
+
+    ``priority``: higher is fetched first. ``not_before``: a time (the frontier's clock) before which
+    the request is not handed out. ``meta``: free-form, JSON-serialisable data that travels with it.
+    """
+
+    __slots__ = (
+        "_fingerprint",
+        "body",
+        "canonical_url",
+        "depth",
+        "headers",
+        "host",
+        "meta",
+        "method",
+        "not_before",
+        "priority",
+        "url",
+    )
+
+    url: str
+    canonical_url: str
+    host: str
+    method: str
+    priority: int
+    depth: int
+    meta: dict[str, Any]
+    headers: dict[str, str]
+    body: bytes | None
+    not_before: float | None
+    _fingerprint: bytes | None
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        priority: int = 0,
+        depth: int = 0,
+        meta: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: bytes | str | None = None,
+        not_before: float | None = None,
+        strip_tracking: bool | frozenset[str] = False,
+    ) -> None:
+        canonical = canonicalize_url(url, strip_tracking=strip_tracking)
+        if method not in _METHODS:
+            upper = method.upper() if isinstance(method, str) else method
+            if upper not in _METHODS:
+                raise InvalidURLError(f"unsupported HTTP method {method!r} for {url!r}", url=url)
+            method = upper
+        self.url = url.strip(" ")
+        self.canonical_url = canonical
+        self.host = host_of(canonical)
+        self.method = method
+        self.priority = int(priority)
+        self.depth = int(depth)
+        self.meta = dict(meta) if meta else {}
+        self.headers = dict(headers) if headers else {}
+        self.body = body.encode("utf-8") if isinstance(body, str) else body
+        self.not_before = not_before
+        self._fingerprint = None
+
+    @property
+    def fingerprint(self) -> bytes:
+        """The duplicate filter's key: :data:`FINGERPRINT_SIZE` bytes."""
+        fp = self._fingerprint
+        if fp is None:
+            fp = self._fingerprint = fingerprint(self.method, self.canonical_url, self.body)
+        return fp
+
+    def replace(self, **changes: Any) -> Request:
+        """A copy with some attributes changed (the URL is validated again if it changes)."""
+        kwargs: dict[str, Any] = {
+            "method": self.method,
+            "priority": self.priority,
+            "depth": self.depth,
+            "meta": self.meta,
+            "headers": self.headers,
+            "body": self.body,
+            "not_before": self.not_before,
+        }
+        url = changes.pop("url", self.url)
+        kwargs.update(changes)
+        return Request(url, **kwargs)
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-safe dict with a version field, for persistent backends (never pickle)."""
+        rec: dict[str, Any] = {"v": RECORD_VERSION, "url": self.url, "p": self.priority, "d": self.depth}
+        if self.method != "GET":
+            rec["m"] = self.method
+        if self.meta:
+            rec["meta"] = self.meta
+        if self.headers:
+            rec["h"] = self.headers
+        if self.body is not None:
+            rec["b"] = base64.b64encode(self.body).decode("ascii")
+        if self.not_before is not None:
+            rec["nb"] = self.not_before
+        return rec
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any]) -> Request:
+        """Rebuild a request from :meth:`to_record`'s dict; a foreign or corrupt one raises ValueError."""
+        if not isinstance(rec, Mapping) or rec.get("v") != RECORD_VERSION:
+            raise ValueError(f"not a version-{RECORD_VERSION} request record: {rec!r:.200}")
+        body = rec.get("b")
+        return cls(
+            rec["url"],
+            method=rec.get("m", "GET"),
+            priority=rec.get("p", 0),
+            depth=rec.get("d", 0),
+            meta=rec.get("meta"),
+            headers=rec.get("h"),
+            body=base64.b64decode(body) if body is not None else None,
+            not_before=rec.get("nb"),
+        )
+
+    def __repr__(self) -> str:
+        extra = f", priority={self.priority}" if self.priority else ""
+        return f"<Request {self.method} {self.url}{extra}>"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Request):
+            return NotImplemented
+        return self.fingerprint == other.fingerprint and self.priority == other.priority
+
+    def __hash__(self) -> int:
+        return hash(self.fingerprint)

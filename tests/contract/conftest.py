@@ -1,0 +1,59 @@
+"""The frontier backend fixture: every contract test runs against every backend.
+
+A backend joins the suite by adding a ``_open_<name>`` factory and its name to ``BACKENDS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawlherd.clock import FakeClock
+from crawlherd.frontier import Scheduler, open_scheduler
+
+OpenFrontier = Callable[..., Awaitable[Scheduler]]
+
+BACKENDS = ["memory"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def open_frontier(
+    backend: str, clock: FakeClock, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[OpenFrontier]:
+    """``await open_frontier(**options)`` -> an entered Scheduler on the fake clock; closed after the
+    test, and checked to have released what it opened."""
+    opened: list[Scheduler] = []
+
+    async def make(**options: Any) -> Scheduler:
+        options.setdefault("clock", clock)
+        if backend == "memory":
+            url = "memory://"
+        elif backend == "sqlite":
+            url = f"sqlite:///{tmp_path / 'frontier.db'}"
+        elif backend == "redis":
+            redis_url = request.getfixturevalue("redis_url")
+            prefix = request.getfixturevalue("unique_name")
+            url = f"{redis_url}?prefix={prefix}"
+        else:  # pragma: no cover - a typo in BACKENDS
+            raise AssertionError(backend)
+        frontier = await open_scheduler(url, **options).__aenter__()
+        opened.append(frontier)
+        return frontier
+
+    yield make
+    for frontier in opened:
+        await frontier.close()
+        await frontier.close()  # idempotent
