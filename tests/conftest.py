@@ -61,9 +61,9 @@ def amqp_url() -> str:
 
 
 @pytest.fixture
-def unique_name() -> Iterator[str]:
+def unique_name() -> str:
     """A name no other test (or concurrent test run) uses: for key prefixes, queues, schemas."""
-    yield f"t{uuid.uuid4().hex[:12]}"
+    return f"t{uuid.uuid4().hex[:12]}"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -43,4 +43,3 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'crawlherd' has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)
-

@@ -32,16 +32,12 @@ def resolve_backend(url: str, aliases: Mapping[str, str], kind: str, extras: Map
     target = aliases.get(scheme)
     if target is None:
         known = ", ".join(f"{s}://" for s in sorted(aliases))
-        raise ConfigurationError(
-            f"unknown {kind} URL scheme {scheme!r} in {redact_url(url)!r}; known schemes: {known}"
-        )
+        raise ConfigurationError(f"unknown {kind} URL scheme {scheme!r} in {redact_url(url)!r}; known schemes: {known}")
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         extra = extras.get(scheme)
         hint = f" (pip install 'crawlherd[{extra}]')" if extra else ""
-        raise ConfigurationError(
-            f"the {kind} backend for {scheme}:// needs the {exc.name!r} package{hint}"
-        ) from exc
+        raise ConfigurationError(f"the {kind} backend for {scheme}:// needs the {exc.name!r} package{hint}") from exc
     return getattr(module, attr)

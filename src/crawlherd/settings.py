@@ -27,9 +27,7 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     database_url: str = Field("sqlite:///crawlherd.db", description="Config DB (SQLite file or PostgreSQL).")
-    broker_url: str = Field(
-        "", description="Message broker; empty means a table in the config DB file (sqlite)."
-    )
+    broker_url: str = Field("", description="Message broker; empty means a table in the config DB file (sqlite).")
     frontier_url: str = Field("memory://", description="Frontier backend for crawls.")
     user_agent: str = Field("crawlherd/0.1 (+https://github.com/crawlherd/crawlherd)", description="User-Agent.")
     concurrency: int = Field(16, ge=1, le=10_000, description="Requests in flight per process.")
@@ -96,7 +94,5 @@ def load_settings(
     try:
         return Settings(**values)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
         raise ConfigurationError(f"invalid settings: {problems}") from None

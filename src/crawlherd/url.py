@@ -31,7 +31,9 @@ DEFAULT_TRACKING_PARAMS = frozenset(
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # A DNS name (labels of letters, digits, hyphens and underscores) or an IPv4 address.
-_HOST = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*\.?$")
+_HOST = re.compile(
+    r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*\.?$"
+)
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 _QUERY_SAFE = "/?%:@!$&'()*+,;=-._~"
 _NEEDS_QUOTE = re.compile(r"[^A-Za-z0-9/%:@!$&'()*+,;=\-._~?]")

@@ -87,9 +87,7 @@ async def test_full_queue_blocks_until_room(open_frontier: OpenFrontier) -> None
     assert await frontier.size() == 1
 
 
-async def test_per_host_delay_hands_out_other_hosts_meanwhile(
-    open_frontier: OpenFrontier, clock: FakeClock
-) -> None:
+async def test_per_host_delay_hands_out_other_hosts_meanwhile(open_frontier: OpenFrontier, clock: FakeClock) -> None:
     frontier = await open_frontier(delay=10.0)
     await frontier.enqueue_request(Request("http://slow.test/1", priority=9))
     await frontier.enqueue_request(Request("http://slow.test/2", priority=9))
@@ -276,9 +274,7 @@ async def test_wait_next_waits_for_politeness(open_frontier: OpenFrontier, clock
     assert await frontier.wait_next() is None  # idle: nothing queued, nothing in flight
 
 
-async def test_wait_next_wakes_on_enqueue_and_times_out(
-    open_frontier: OpenFrontier, clock: FakeClock
-) -> None:
+async def test_wait_next_wakes_on_enqueue_and_times_out(open_frontier: OpenFrontier, clock: FakeClock) -> None:
     frontier = await open_frontier()
     await frontier.enqueue_request(Request("http://w.test/0"))
     held = await frontier.next_request()  # in flight: the frontier is not idle

@@ -61,8 +61,13 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
-              help="Settings file (default: ./crawlherd.toml when it exists).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Settings file (default: ./crawlherd.toml when it exists).",
+)
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.version_option(package_name="crawlherd")
 @click.pass_context

@@ -121,9 +121,7 @@ class Scheduler(Protocol):
         """Hand out nothing of ``host`` before ``until`` (Retry-After, backoff, crawl-delay)."""
         ...
 
-    async def set_host_policy(
-        self, host: str, *, delay: float | None = None, max_in_flight: int | None = None
-    ) -> None:
+    async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
         """Per-host overrides of the minimum delay and in-flight cap."""
         ...
 

@@ -214,7 +214,9 @@ class BloomFilter:
         return self
 
 
-def make_dupefilter(kind: str = "exact", *, capacity: int = 1_000_000, error_rate: float = 1e-7) -> ExactFilter | BloomFilter:
+def make_dupefilter(
+    kind: str = "exact", *, capacity: int = 1_000_000, error_rate: float = 1e-7
+) -> ExactFilter | BloomFilter:
     """``exact`` or ``bloom``; anything else is a configuration error."""
     from crawlherd.errors import ConfigurationError
 

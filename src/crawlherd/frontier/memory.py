@@ -133,10 +133,10 @@ class MemoryScheduler:
         timers = self._timers
         while timers and timers[0][0] <= now:
             at, name = heapq.heappop(timers)
-            h = self._hosts.get(name)
-            if h is not None and h.timer_at == at:
-                h.timer_at = -1.0
-                self._schedule(h, now)
+            timed = self._hosts.get(name)
+            if timed is not None and timed.timer_at == at:
+                timed.timer_at = -1.0
+                self._schedule(timed, now)
 
     def _push(self, h: _Host, req: Request, now: float) -> None:
         heapq.heappush(h.queue, (-req.priority, next(self._seq), now, req))
@@ -341,9 +341,7 @@ class MemoryScheduler:
         self._schedule(h, self._clock.now())
         self._notify()
 
-    async def set_host_policy(
-        self, host: str, *, delay: float | None = None, max_in_flight: int | None = None
-    ) -> None:
+    async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
         old = self._policies.get(host, HostPolicy())
         policy = HostPolicy(
             delay=old.delay if delay is None else delay,

@@ -66,9 +66,9 @@ class FrontierOptions:
             raise bad("dupefilter_unavailable", "use 'fail' or 'allow'")
 
     @classmethod
-    def build(cls, url: str, options: Mapping[str, Any], *, extra: tuple[str, ...] = ()) -> tuple[
-        FrontierOptions, dict[str, Any]
-    ]:
+    def build(
+        cls, url: str, options: Mapping[str, Any], *, extra: tuple[str, ...] = ()
+    ) -> tuple[FrontierOptions, dict[str, Any]]:
         """Split the URL's query parameters and ``options`` into the common options and the backend's
         own (names listed in ``extra``). Unknown names raise ConfigurationError."""
         known = {f.name: f for f in fields(cls)}

@@ -1,0 +1,28 @@
+"""Message brokers, chosen by URL: ``sqlite:///path`` (default: a table in the config DB file),
+``redis://`` (Streams), ``amqp://`` (RabbitMQ through aio-pika), ``memory://`` (in-process reference)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crawlherd._registry import resolve_backend
+from crawlherd.brokers.base import Broker, DeadLetter, Delivery
+
+__all__ = ["BROKER_ALIASES", "Broker", "DeadLetter", "Delivery", "open_broker"]
+
+BROKER_ALIASES: dict[str, str] = {
+    "memory": "crawlherd.brokers.memory:MemoryBroker",
+    "sqlite": "crawlherd.brokers.sqlite:SQLiteBroker",
+    "redis": "crawlherd.brokers.redis:RedisBroker",
+    "rediss": "crawlherd.brokers.redis:RedisBroker",
+    "amqp": "crawlherd.brokers.amqp:AMQPBroker",
+    "amqps": "crawlherd.brokers.amqp:AMQPBroker",
+}
+_EXTRAS = {"redis": "redis", "rediss": "redis", "amqp": "amqp", "amqps": "amqp"}
+
+
+def open_broker(url: str, **options: Any) -> Broker:
+    """A broker for ``url``; use it as ``async with open_broker(url) as broker: ...``."""
+    cls = resolve_backend(url, BROKER_ALIASES, "broker", _EXTRAS)
+    broker: Broker = cls.from_url(url, **options)
+    return broker

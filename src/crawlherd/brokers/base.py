@@ -1,0 +1,110 @@
+"""The broker protocol: how job messages travel from the dispatcher service to the workers.
+
+One protocol for every broker (``sqlite://``, ``redis://`` Streams, ``amqp://`` RabbitMQ, and the
+in-memory reference) and one contract suite (``tests/contract/test_broker_contract.py``).
+
+Guarantees every broker keeps:
+
+- ``publish`` returns only after the broker has **confirmed** it holds the message durably (SQLite
+  commit, Redis reply to XADD, RabbitMQ publisher confirm); otherwise it raises
+  :class:`~crawlherd.errors.PublishError` or :class:`~crawlherd.errors.BackendUnavailableError`.
+  Delivery is **at least once**; ``key`` (the idempotency key ``target_id:slot_at``) travels with the
+  message so that consumers drop duplicates.
+- A delivery is settled by exactly one of ``ack``, ``nack``, ``retry`` or ``dead_letter``. A delivery
+  that is never settled (the consumer died) is delivered again: after ``visibility_timeout`` (SQLite),
+  by XAUTOCLAIM after ``claim_idle`` (Redis), when the channel closes (RabbitMQ).
+- ``retry(delivery, delay=..., body=...)`` publishes the (possibly updated) body again, not to be
+  delivered before ``delay`` seconds, then acks the original: never both lost and never both live.
+- ``dead_letter`` moves the message to the broker's dead-letter store (table rows, a ``:dead`` stream,
+  a dead-letter exchange) with the reason; ``dead_letters()`` lists them and ``requeue_dead()`` sends
+  them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Broker", "DeadLetter", "Delivery"]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message handed to a consumer.
+
+    ``body``: the bytes that were published. ``key``: the idempotency key given at publish.
+    ``delivery_id``: the broker's own handle (row id, stream entry id, delivery tag).
+    ``redelivered``: True when the broker knows it delivered this message before.
+    """
+
+    body: bytes
+    key: str
+    delivery_id: str
+    redelivered: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
+    raw: Any = field(default=None, repr=False, compare=False)  # the driver's own message object
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message in the dead-letter store."""
+
+    body: bytes
+    key: str
+    reason: str
+    dead_id: str
+    dead_at: float | None = None
+
+
+@runtime_checkable
+class Broker(Protocol):
+    """A message broker backend; an async context manager. ``close`` releases only what it opened."""
+
+    async def __aenter__(self) -> Broker: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def publish(
+        self, body: bytes, *, key: str, headers: Mapping[str, str] | None = None, delay: float = 0.0
+    ) -> None:
+        """Publish ``body`` and return once the broker confirmed it (see the module docstring).
+        ``delay``: not delivered before that many seconds."""
+        ...
+
+    def consume(self, *, prefetch: int = 10) -> AsyncIterator[Delivery]:
+        """Deliveries as they arrive, at most ``prefetch`` unsettled at a time. Runs until cancelled
+        or the broker is closed."""
+        ...
+
+    async def ack(self, delivery: Delivery) -> None:
+        """Done: the message is gone for good."""
+        ...
+
+    async def nack(self, delivery: Delivery, *, requeue: bool = True) -> None:
+        """Not done: back to the queue at once (``requeue``), or to the dead-letter store."""
+        ...
+
+    async def retry(self, delivery: Delivery, *, delay: float, body: bytes | None = None) -> None:
+        """Publish again (``body`` replaces the old one when given) after ``delay`` s, then ack."""
+        ...
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        """Move the message to the dead-letter store with ``reason``."""
+        ...
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """The oldest dead letters, at most ``limit``."""
+        ...
+
+    async def requeue_dead(self, dead_id: str | None = None) -> int:
+        """Send one dead letter (or all when None) back to the queue; returns how many."""
+        ...
+
+    async def pending(self) -> int:
+        """Messages waiting to be delivered (not counting delayed or unsettled ones) -- for stats."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the broker opened. Idempotent."""
+        ...
