@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
