@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import itertools
 import heapq
+import itertools
 import json
 import random
 import resource
