@@ -22,6 +22,7 @@ The tree::
     ├── ScheduleError               a frequency (interval / cron / time zone) that cannot be used
     ├── TargetsFileError            a targets file refused whole; .problems lists every problem
     ├── MessageError                a job message that fails validation or has an unknown version
+    ├── JobError                    a job that could not be completed (its listing could not be read)
     └── BrokerError
         └── PublishError            the broker did not confirm (or returned) a message
 
@@ -132,6 +133,10 @@ class TargetsFileError(CrawlherdError):
 
 class MessageError(CrawlherdError):
     """A job message that fails validation, cannot be decoded, or has an unknown schema version."""
+
+
+class JobError(CrawlherdError):
+    """A scrape job that could not be completed; the worker retries it, then dead-letters it."""
 
 
 class BrokerError(CrawlherdError):

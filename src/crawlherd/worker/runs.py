@@ -1,0 +1,120 @@
+"""The ``job_runs`` table: one row per (target, slot), written by the workers.
+
+Status moves ``queued -> running -> succeeded``, or ``running -> failed`` (a retry is scheduled) and
+finally ``dead``. The unique key (target_id, slot_at) is what makes workers idempotent: a job whose
+run already succeeded is acked and skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd.db.models import DispatchOutbox, JobRun
+from crawlherd.messages import JobMessage
+
+__all__ = ["DeadRun", "RunStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadRun:
+    """A dead job, as ``crawlherd jobs dead`` lists it."""
+
+    id: int
+    target_id: int
+    slot_at: datetime
+    attempts: int
+    error: str | None
+    finished_at: datetime | None
+
+
+class RunStore:
+    """Reads and writes ``job_runs``. ``engine`` is owned by the caller."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+
+    async def status(self, job: JobMessage) -> str | None:
+        """The recorded status of ``job``'s run, or None when it never started."""
+        async with self.engine.connect() as conn:
+            row = await conn.execute(
+                select(JobRun.status).where(JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at)
+            )
+            return row.scalar_one_or_none()
+
+    async def start(self, job: JobMessage, *, worker: str) -> None:
+        now = datetime.now(UTC)
+        values: dict[str, Any] = {
+            "target_id": job.target_id,
+            "slot_at": job.slot_at,
+            "job_id": job.job_id,
+            "status": "running",
+            "attempts": job.attempt_count + 1,
+            "started_at": now,
+            "finished_at": None,
+            "worker": worker,
+            "error": None,
+            "created_at": now,
+            "updated_at": now,
+        }
+        stmt = self._insert(JobRun).values(values)
+        changed = {k: stmt.excluded[k] for k in ("status", "attempts", "started_at", "finished_at", "worker", "error",
+                                                 "updated_at")}
+        async with self.engine.begin() as conn:
+            await conn.execute(stmt.on_conflict_do_update(index_elements=["target_id", "slot_at"], set_=changed))
+
+    async def finish(self, job: JobMessage, *, status: str, error: str | None = None, pages: int = 0,
+                     items_new: int = 0, items_updated: int = 0) -> None:
+        now = datetime.now(UTC)
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(JobRun)
+                .where(JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at)
+                .values(status=status, error=error, pages=pages, items_new=items_new, items_updated=items_updated,
+                        finished_at=now, updated_at=now)
+            )
+
+    async def dead(self, limit: int = 100) -> list[DeadRun]:
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(
+                select(JobRun.id, JobRun.target_id, JobRun.slot_at, JobRun.attempts, JobRun.error,
+                       JobRun.finished_at)
+                .where(JobRun.status == "dead")
+                .order_by(JobRun.finished_at, JobRun.id)
+                .limit(limit)
+            )
+            return [DeadRun(*row) for row in rows]
+
+    async def requeue(self, run_id: int) -> tuple[str, bytes] | None:
+        """Mark dead run ``run_id`` queued again; its original job message (attempt 0) and key, taken
+        from the outbox, for the caller to publish. None when there is no such dead run."""
+        async with self.engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    select(DispatchOutbox.key, DispatchOutbox.body)
+                    .join(JobRun, (JobRun.target_id == DispatchOutbox.target_id)
+                          & (JobRun.slot_at == DispatchOutbox.slot_at))
+                    .where(JobRun.id == run_id, JobRun.status == "dead")
+                )
+            ).first()
+            if row is None:
+                return None
+            await conn.execute(
+                update(JobRun).where(JobRun.id == run_id)
+                .values(status="queued", error=None, updated_at=datetime.now(UTC))
+            )
+            return row[0], row[1].encode("utf-8")
+
+    async def counts(self) -> dict[str, int]:
+        """Runs by status."""
+        from sqlalchemy import func
+
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(select(JobRun.status, func.count()).group_by(JobRun.status))
+            return {status: n for status, n in rows}

@@ -1,0 +1,260 @@
+"""The worker: consumes job messages and crawls them through the engine.
+
+For each delivery: decode and validate the message (an invalid one is dead-lettered with the
+reason) -> skip it when its run already succeeded (idempotency: the same target and slot) -> record
+the run as ``running`` -> crawl the job -> upsert its items -> record ``succeeded`` -> ack.
+A job that fails is published again with ``attempt_count + 1`` after an exponential back-off; after
+``max_attempts`` it is ``dead`` (in ``job_runs`` and in the broker's dead-letter store).
+
+Shutdown (``stop`` set, SIGTERM, Ctrl+C): no new deliveries are taken; jobs in flight get
+``shutdown_timeout`` seconds to finish; the rest are cancelled and their deliveries requeued, so a
+restart loses no job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd.brokers.base import Broker, Delivery
+from crawlherd.crawler import Crawler
+from crawlherd.errors import ConfigurationError, CrawlherdError, MessageError
+from crawlherd.fetch.base import FetchLimits
+from crawlherd.messages import JobMessage, decode_job, encode_job
+from crawlherd.sinks.sql import SQLItemSink
+from crawlherd.worker.jobcrawl import RateLimiters, crawl_job
+from crawlherd.worker.runs import RunStore
+
+__all__ = ["Worker", "WorkerStats"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerStats:
+    """Counters since the worker started."""
+
+    received: int = 0
+    succeeded: int = 0
+    skipped: int = 0
+    retried: int = 0
+    dead: int = 0
+    invalid: int = 0
+    requeued: int = 0
+    pages: int = 0
+    items_new: int = 0
+    items_updated: int = 0
+    in_flight: int = 0
+    last_errors: list[str] = field(default_factory=list)
+
+
+class Worker:
+    """Consumes ``broker`` and crawls each job. ``engine`` (config DB) and ``broker`` are the caller's.
+
+    Options: ``concurrency`` jobs at once (also the broker prefetch); ``dispatcher`` (``semaphore`` or
+    ``memory-adaptive``) for detail pages; ``max_attempts`` before a job is dead; ``backoff`` and
+    ``max_backoff`` seconds (doubling per attempt, with jitter); ``limits`` for the fetchers;
+    ``shutdown_timeout`` for jobs in flight at shutdown; ``browser_factory`` makes the browser fetcher
+    for targets that need one (default: Playwright with the system Chromium).
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        broker: Broker,
+        *,
+        concurrency: int = 4,
+        dispatcher: str = "semaphore",
+        max_attempts: int = 3,
+        backoff: float = 5.0,
+        max_backoff: float = 600.0,
+        limits: FetchLimits | None = None,
+        shutdown_timeout: float = 30.0,
+        name: str | None = None,
+        browser_factory: Callable[[FetchLimits], Crawler] | None = None,
+    ) -> None:
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigurationError(f"worker concurrency must be an integer >= 1, got {concurrency!r}")
+        if dispatcher not in ("semaphore", "memory-adaptive"):
+            raise ConfigurationError(f"unknown dispatcher {dispatcher!r}: use 'semaphore' or 'memory-adaptive'")
+        if not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        if backoff < 0 or max_backoff < backoff:
+            raise ConfigurationError(f"need 0 <= backoff <= max_backoff, got {backoff!r} and {max_backoff!r}")
+        self.engine = engine
+        self.broker = broker
+        self.concurrency = concurrency
+        self.dispatcher = dispatcher
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.limits = limits or FetchLimits()
+        self.shutdown_timeout = shutdown_timeout
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.stats = WorkerStats()
+        self.runs = RunStore(engine)
+        self.sink = SQLItemSink(engine)
+        self._limiters = RateLimiters()
+        self._browser_factory = browser_factory or _default_browser
+        self._http: Crawler | None = None
+        self._browser: Crawler | None = None
+        self._browser_lock = asyncio.Lock()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Worker:
+        self._http = await Crawler(limits=self.limits).__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for crawler in (self._http, self._browser):
+            if crawler is not None:
+                await crawler.close()
+        self._http = self._browser = None
+
+    async def run(self, stop: asyncio.Event | None = None) -> WorkerStats:
+        """Consume until ``stop`` is set (or forever), then shut down as the module docstring says."""
+        stop = stop or asyncio.Event()
+        if self._http is None:
+            await self.__aenter__()
+        tasks: set[asyncio.Task[None]] = set()
+        slots = asyncio.Semaphore(self.concurrency)
+
+        async def consume() -> None:
+            async for delivery in self.broker.consume(prefetch=self.concurrency):
+                await slots.acquire()
+                task = asyncio.create_task(self._guarded(delivery, slots), name=f"job:{delivery.key}")
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+
+        consumer = asyncio.create_task(consume(), name="worker-consume")
+        stopper = asyncio.create_task(stop.wait(), name="worker-stop")
+        try:
+            done, _ = await asyncio.wait({consumer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if consumer in done:
+                consumer.result()  # a broker failure surfaces here
+        finally:
+            for t in (consumer, stopper):
+                t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
+            if tasks:
+                log.info("worker %s: waiting up to %.0fs for %d job(s) in flight", self.name,
+                         self.shutdown_timeout, len(tasks))
+                _, pending = await asyncio.wait(set(tasks), timeout=self.shutdown_timeout)
+                for t in pending:
+                    t.cancel()  # their deliveries are requeued by _guarded
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
+        return self.stats
+
+    # -- one delivery -----------------------------------------------------------------------------
+
+    async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
+        self.stats.in_flight += 1
+        try:
+            await self.handle(delivery)
+        except asyncio.CancelledError:
+            self.stats.requeued += 1
+            with contextlib.suppress(CrawlherdError):
+                await asyncio.shield(self.broker.nack(delivery, requeue=True))
+            raise
+        except Exception as exc:  # a bug or a service failure: requeue, never lose the job
+            log.exception("worker %s: job %s failed unexpectedly; requeued", self.name, delivery.key)
+            self._remember(f"{delivery.key}: {exc}")
+            with contextlib.suppress(CrawlherdError):
+                await self.broker.nack(delivery, requeue=True)
+        finally:
+            self.stats.in_flight -= 1
+            slots.release()
+
+    async def handle(self, delivery: Delivery) -> None:
+        """Process one delivery to the end: acked, retried, dead-lettered or skipped."""
+        self.stats.received += 1
+        try:
+            job = decode_job(delivery.body)
+        except MessageError as exc:
+            self.stats.invalid += 1
+            self._remember(f"invalid message {delivery.key!r}: {exc}")
+            log.warning("worker %s: dead-lettering invalid message %r: %s", self.name, delivery.key, exc)
+            await self.broker.dead_letter(delivery, f"invalid job message: {exc}")
+            return
+        status = await self.runs.status(job)
+        if status in ("succeeded", "dead"):
+            self.stats.skipped += 1
+            log.info("worker %s: job %s already %s; skipped", self.name, job.idempotency_key, status)
+            await self.broker.ack(delivery)
+            return
+        await self.runs.start(job, worker=self.name)
+        try:
+            crawler = await self._crawler_for(job)
+            outcome = await crawl_job(job, crawler=crawler, sink=self.sink, limiters=self._limiters,
+                                      dispatcher_kind=self.dispatcher)
+            counts = await self.sink.upsert(list(outcome.items.values()), website_id=job.website_id,
+                                            target_id=job.target_id, seen_at=datetime.now(UTC))
+        except CrawlherdError as exc:
+            await self._failed(delivery, job, str(exc))
+            return
+        error = "; ".join(outcome.errors[:5]) or None
+        await self.runs.finish(job, status="succeeded", error=error, pages=outcome.pages + outcome.detail_pages,
+                               items_new=counts.new, items_updated=counts.updated)
+        await self.broker.ack(delivery)
+        self.stats.succeeded += 1
+        self.stats.pages += outcome.pages + outcome.detail_pages
+        self.stats.items_new += counts.new
+        self.stats.items_updated += counts.updated
+        log.info("worker %s: job %s done: %d pages, %d new and %d updated items", self.name,
+                 job.idempotency_key, outcome.pages + outcome.detail_pages, counts.new, counts.updated)
+
+    async def _failed(self, delivery: Delivery, job: JobMessage, reason: str) -> None:
+        attempts = job.attempt_count + 1
+        self._remember(f"{job.idempotency_key} attempt {attempts}: {reason}")
+        if attempts >= self.max_attempts:
+            await self.runs.finish(job, status="dead", error=reason)
+            await self.broker.dead_letter(delivery, f"attempt {attempts} of {self.max_attempts}: {reason}")
+            self.stats.dead += 1
+            log.error("worker %s: job %s is dead after %d attempts: %s", self.name, job.idempotency_key,
+                      attempts, reason)
+            return
+        delay = self.retry_delay(attempts)
+        await self.runs.finish(job, status="failed", error=reason)
+        body = encode_job(job.model_copy(update={"attempt_count": attempts}))
+        await self.broker.retry(delivery, delay=delay, body=body)
+        self.stats.retried += 1
+        log.warning("worker %s: job %s failed (attempt %d of %d), retrying in %.1fs: %s", self.name,
+                    job.idempotency_key, attempts, self.max_attempts, delay, reason)
+
+    def retry_delay(self, attempts: int) -> float:
+        """Exponential back-off with jitter: ``backoff * 2**(attempts-1)`` times 0.8-1.2, capped."""
+        base = min(self.max_backoff, self.backoff * 2 ** (attempts - 1))
+        return min(self.max_backoff, base * random.uniform(0.8, 1.2))
+
+    async def _crawler_for(self, job: JobMessage) -> Crawler:
+        if not job.requires_playwright:
+            assert self._http is not None
+            return self._http
+        async with self._browser_lock:
+            if self._browser is None:  # started on first need; BrowserUnavailableError fails the job
+                self._browser = await self._browser_factory(self.limits).__aenter__()
+            return self._browser
+
+    def _remember(self, message: str) -> None:
+        self.stats.last_errors = [*self.stats.last_errors[-9:], message]
+
+
+def _default_browser(limits: FetchLimits) -> Crawler:
+    from crawlherd.fetch.browser import BrowserFetcher
+
+    return Crawler(fetcher=BrowserFetcher(limits=limits))
