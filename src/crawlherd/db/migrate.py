@@ -49,7 +49,7 @@ async def upgrade(engine_or_url: AsyncEngine | str, revision: str = "head") -> s
         return await current_revision(engine) or ""
     except (OperationalError, DBAPIError, OSError) as exc:
         raise BackendUnavailableError(
-            f"cannot migrate the config DB {redact_url(str(engine.url.render_as_string(hide_password=True)))}: "
+            f"cannot migrate the config DB {redact_url(engine.url.render_as_string(hide_password=True))}: "
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
             backend="database",
         ) from exc
@@ -64,5 +64,11 @@ async def current_revision(engine: AsyncEngine) -> str | None:
     def _current(sync_conn: Connection) -> str | None:
         return MigrationContext.configure(sync_conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
-    async with engine.connect() as conn:
-        return await conn.run_sync(_current)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(_current)
+    except (OperationalError, DBAPIError, OSError) as exc:
+        raise BackendUnavailableError(
+            f"cannot read the config DB {engine.url.render_as_string(hide_password=True)}: {type(exc).__name__}",
+            backend="database",
+        ) from exc

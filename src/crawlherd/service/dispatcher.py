@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -410,8 +410,15 @@ class Dispatcher:
         relay = await self.relay_all()
         return tick, relay
 
-    async def run(self, *, interval: float = 1.0, stop: asyncio.Event | None = None) -> None:
-        """Run until ``stop`` is set: a cycle every ``interval`` seconds (at once when work is left).
+    async def run(
+        self,
+        *,
+        interval: float = 1.0,
+        stop: asyncio.Event | None = None,
+        on_cycle: Callable[[TickResult, RelayResult], None] | None = None,
+    ) -> None:
+        """Run until ``stop`` is set: a cycle every ``interval`` seconds. ``on_cycle`` sees each
+        cycle that did something.
 
         A database or broker outage is logged and retried with backoff; the loop never dies of it.
         """
@@ -424,6 +431,8 @@ class Dispatcher:
             try:
                 tick, relay = await self.run_once()
                 failures = 0
+                if (tick.slots or relay.leased) and on_cycle is not None:
+                    on_cycle(tick, relay)
                 if tick.slots or relay.leased:
                     log.info(
                         "dispatched %d slot(s) of %d target(s); published %d, failed %d",

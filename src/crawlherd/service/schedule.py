@@ -2,9 +2,10 @@
 
 Slots are the nominal times a target should run; every slot is a timezone-aware UTC datetime.
 
-**Interval** schedules count *elapsed* time: slots are ``anchor + k * every`` (k any integer). Daylight
-saving time does not move them in UTC, so an ``every = "24h"`` target runs at 07:00 local time in
-winter and at 08:00 in summer (use cron for wall-clock times).
+**Interval** schedules count *elapsed* time: slots are ``anchor + k * every`` (k any integer; the
+anchor defaults to local midnight on 2000-01-01 in the target's time zone). Daylight saving time does
+not move them in UTC, so an ``every = "24h"`` target runs at 00:00 local time in winter and at 01:00
+in summer (use cron for wall-clock times).
 
 **Cron** schedules are evaluated on the *wall clock* of their time zone (croniter on naive local
 times), then converted to UTC:
@@ -43,6 +44,7 @@ __all__ = [
     "MisfirePolicy",
     "Schedule",
     "SlotPlan",
+    "format_duration",
     "jitter_for",
     "make_schedule",
     "parse_duration",
@@ -246,6 +248,20 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.I)
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+def format_duration(seconds: float) -> str:
+    """``21600`` -> ``"6h"``, ``5400`` -> ``"1h30m"``, ``0.25`` -> ``"250ms"``."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    parts, rest = [], seconds
+    for unit in ("w", "d", "h", "m"):
+        count, rest = divmod(rest, _UNIT[unit])
+        if count:
+            parts.append(f"{int(count)}{unit}")
+    if rest:
+        parts.append(f"{rest:g}s")
+    return "".join(parts)
+
+
 def parse_duration(value: str | float | int) -> timedelta:
     """``"90s"``, ``"15m"``, ``"1h30m"``, ``"2d"``, ``"250ms"`` or a number of seconds."""
     if isinstance(value, bool):
@@ -278,8 +294,10 @@ def make_schedule(
     if kind == "interval":
         if interval_seconds is None:
             raise ScheduleError("interval schedule without interval_seconds")
-        _zone(timezone)
-        return IntervalSchedule(timedelta(seconds=interval_seconds), anchor_at or EPOCH)
+        # Without an explicit anchor, slots count from local midnight, 2000-01-01, in the target's zone:
+        # "every 6h" in Europe/Berlin runs at 00:00, 06:00, ... CET.
+        anchor = anchor_at or datetime(2000, 1, 1, tzinfo=_zone(timezone))
+        return IntervalSchedule(timedelta(seconds=interval_seconds), anchor)
     if kind == "cron":
         if not cron:
             raise ScheduleError("cron schedule without an expression")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,6 +32,7 @@ from crawlherd.db.models import ScrapeTarget, Website
 from crawlherd.errors import BackendUnavailableError, CrawlherdError, ScheduleError, TargetsFileError
 from crawlherd.service.schedule import (
     Schedule,
+    format_duration,
     jitter_for,
     make_schedule,
     parse_duration,
@@ -52,6 +53,7 @@ __all__ = [
     "set_active",
 ]
 
+_ONE_SCHEDULE = "give exactly one of 'every' (an interval such as '6h') or 'cron' ('30 7 * * 1-5')"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 
 
@@ -180,6 +182,25 @@ class TargetSpec(BaseModel):
             raise ValueError("locations are listed twice")
         return cleaned
 
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                make_schedule(kind="cron", cron=value)
+            except ScheduleError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        try:
+            make_schedule(kind="cron", cron="0 0 * * *", timezone=value)
+        except ScheduleError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
     @field_validator("start_at")
     @classmethod
     def _start(cls, value: datetime | None) -> datetime | None:
@@ -190,7 +211,7 @@ class TargetSpec(BaseModel):
     @model_validator(mode="after")
     def _schedule(self) -> TargetSpec:
         if (self.every is None) == (self.cron is None):
-            raise ValueError("give exactly one of 'every' (an interval such as '6h') or 'cron' ('30 7 * * 1-5')")
+            raise ValueError(_ONE_SCHEDULE)
         if self.every is not None and self.every < 1:
             raise ValueError("'every' must be at least 1s")
         try:
@@ -262,8 +283,17 @@ def _where(path: Sequence[Any], lines: Mapping[tuple[Any, ...], int]) -> str:
     return key
 
 
-def parse_targets(text: str, *, path: str = "<targets>", fmt: Literal["toml", "yaml"] | None = None) -> TargetsFile:
-    """Validate a targets document; raise :class:`TargetsFileError` listing every problem."""
+def parse_targets(
+    text: str,
+    *,
+    path: str = "<targets>",
+    fmt: Literal["toml", "yaml"] | None = None,
+    known_websites: Set[str] = frozenset(),
+) -> TargetsFile:
+    """Validate a targets document; raise :class:`TargetsFileError` listing every problem.
+
+    A target may name a website defined in the file or one of ``known_websites`` (those already in
+    the database)."""
     fmt = fmt or ("yaml" if path.lower().endswith((".yaml", ".yml")) else "toml")
     lines: dict[tuple[Any, ...], int] = {}
     try:
@@ -306,6 +336,18 @@ def parse_targets(text: str, *, path: str = "<targets>", fmt: Literal["toml", "y
                 for err in exc.errors():
                     loc = [section, index, *err["loc"]]
                     problems.append((_where(loc, lines), _message(err)))
+                if section == "targets" and ("every" in item) == ("cron" in item):
+                    # The whole-entry check did not run because a field failed: report it anyway.
+                    problems.append((_where([section, index], lines), _ONE_SCHEDULE))
+            if section == "targets" and isinstance(item.get("website"), str):
+                defined = {w.get("name") for w in data.get("websites", []) if isinstance(w, dict)}
+                if item["website"] not in defined and item["website"] not in known_websites:
+                    problems.append(
+                        (
+                            _where([section, index, "website"], lines),
+                            f"no website named {item['website']!r} in this file or in the database",
+                        )
+                    )
     if not data.get("targets") and not data.get("websites"):
         problems.append(("(file)", "nothing to import: no websites and no targets"))
     seen: dict[str, int] = {}
@@ -341,7 +383,7 @@ def _message(err: Mapping[str, Any]) -> str:
     return msg
 
 
-def load_targets_file(path: str | Path) -> TargetsFile:
+def load_targets_file(path: str | Path, *, known_websites: Set[str] = frozenset()) -> TargetsFile:
     """Read and validate a ``.toml``, ``.yaml`` or ``.yml`` targets file."""
     p = Path(path)
     if p.suffix.lower() not in (".toml", ".yaml", ".yml"):
@@ -350,7 +392,7 @@ def load_targets_file(path: str | Path) -> TargetsFile:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TargetsFileError(str(p), [("(file)", f"cannot read it: {exc}")]) from None
-    return parse_targets(text, path=str(p))
+    return parse_targets(text, path=str(p), known_websites=known_websites)
 
 
 # -- import ---------------------------------------------------------------------------------------
@@ -374,14 +416,18 @@ def _first_run(schedule: Schedule, now: datetime, jitter: timedelta) -> datetime
 
 async def import_targets(engine: AsyncEngine, source: TargetsFile | str | Path) -> ImportResult:
     """Write a targets file into the config DB in one transaction (all or nothing)."""
-    spec = source if isinstance(source, TargetsFile) else load_targets_file(source)
     try:
         async with engine.begin() as conn:
+            if isinstance(source, TargetsFile):
+                spec = source
+            else:
+                names = set((await conn.execute(select(Website.name))).scalars())
+                spec = load_targets_file(source, known_websites=names)
             return await _import(conn, spec)
     except CrawlherdError:
         raise
     except SQLAlchemyError as exc:
-        raise TargetsFileError(spec.path, [("(database)", f"nothing imported: {_short(exc)}")]) from exc
+        raise TargetsFileError(str(source), [("(database)", f"nothing imported: {_short(exc)}")]) from exc
     except OSError as exc:
         raise BackendUnavailableError(f"config DB unavailable: {exc}", backend="database") from exc
 
@@ -507,7 +553,11 @@ class TargetInfo:
 
 
 def _info(target: Any, website: str) -> TargetInfo:
-    schedule = f"every {target.interval_seconds:g}s" if target.schedule_kind == "interval" else f"cron {target.cron}"
+    schedule = (
+        f"every {format_duration(target.interval_seconds)}"
+        if target.schedule_kind == "interval"
+        else f"cron {target.cron}"
+    )
     misfire = target.misfire_policy + (f"({target.backfill_limit})" if target.misfire_policy == "backfill" else "")
     details = {c: getattr(target, c) for c in ("anchor_at", "misfire_grace_seconds", "created_at", "updated_at")}
     return TargetInfo(
