@@ -1,0 +1,96 @@
+"""``crawlherd dispatch``: the dispatcher service (due targets -> outbox -> broker)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+
+import click
+
+from crawlherd._redact import redact_url
+from crawlherd.brokers import open_broker
+from crawlherd.cli._service import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.service.dispatcher import Dispatcher, RelayResult, TickResult
+
+__all__ = ["dispatch"]
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="Dispatch what is due, relay what is pending, then exit.")
+@click.option(
+    "--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, help="Seconds between cycles."
+)
+@database_option
+@click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True, help="Targets per tick.")
+@click.option(
+    "--lease", type=click.FloatRange(min=0.1), default=60.0, show_default=True, help="Outbox lease (seconds)."
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+@click.pass_context
+def dispatch(
+    ctx: click.Context,
+    once: bool,
+    interval: float,
+    database_url: str | None,
+    broker_url: str | None,
+    batch_size: int,
+    lease: float,
+    quiet: bool,
+) -> None:
+    """Publish one job per scrape target per slot. Run as many as you like: they share the work.
+
+    Stops cleanly on SIGTERM or Ctrl+C (a second Ctrl+C aborts; leased rows are then published again
+    by another dispatcher once their lease runs out).
+    """
+    settings = settings_from(ctx, database_url=database_url, broker_url=broker_url)
+    broker_target = settings.effective_broker_url
+
+    def progress(tick: TickResult, relay: RelayResult) -> None:
+        if not quiet:
+            stamp = time.strftime("%H:%M:%S")
+            click.echo(
+                f"{stamp} dispatch: {tick.inserted} job(s) from {tick.targets} due target(s); "
+                f"published {relay.published}, failed {relay.failed}"
+            )
+
+    async def main() -> None:
+        engine = engine_for(settings)
+        try:
+            await ensure_migrated(engine)
+            async with open_broker(broker_target) as broker:
+                dispatcher = Dispatcher(engine, broker, batch_size=batch_size, lease=lease)
+                if not quiet:
+                    click.echo(
+                        f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "
+                        f"{redact_url(broker_target)}" + (" (once)" if once else f" every {interval:g}s")
+                    )
+                if once:
+                    tick, relay = await dispatcher.run_once()
+                    progress(tick, relay)
+                    return
+                stop = asyncio.Event()
+                loop = asyncio.get_running_loop()
+                task = asyncio.current_task()
+
+                def on_signal() -> None:
+                    if stop.is_set() and task is not None:
+                        task.cancel()  # second signal: abort now
+                    stop.set()
+
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.add_signal_handler(sig, on_signal)
+                try:
+                    await dispatcher.run(interval=interval, stop=stop, on_cycle=progress)
+                finally:
+                    for sig in (signal.SIGTERM, signal.SIGINT):
+                        loop.remove_signal_handler(sig)
+                if not quiet:
+                    click.echo("dispatcher stopped")
+        finally:
+            await engine.dispose()
+
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(main())

@@ -1,0 +1,74 @@
+"""Run the Alembic migrations shipped in :mod:`crawlherd.db.migrations` programmatically (no
+``alembic.ini`` needed); the same migrations serve SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd._redact import redact_url
+from crawlherd.db.engine import create_engine
+from crawlherd.errors import BackendUnavailableError
+
+__all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
+
+VERSION_TABLE = "crawlherd_alembic_version"
+
+
+def alembic_config() -> Config:
+    """An Alembic config pointing at the packaged migrations."""
+    cfg = Config()
+    cfg.set_main_option("script_location", "crawlherd.db:migrations")
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest migration shipped with this crawlherd."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+async def upgrade(engine_or_url: AsyncEngine | str, revision: str = "head") -> str:
+    """Bring the config DB up to ``revision`` (default: the newest); returns the revision now current."""
+    engine = create_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
+    cfg = alembic_config()
+
+    def _run(sync_conn: Connection) -> None:
+        cfg.attributes["connection"] = sync_conn
+        command.upgrade(cfg, revision)
+
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_run)
+        return await current_revision(engine) or ""
+    except (OperationalError, DBAPIError, OSError) as exc:
+        raise BackendUnavailableError(
+            f"cannot migrate the config DB {redact_url(engine.url.render_as_string(hide_password=True))}: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            backend="database",
+        ) from exc
+    finally:
+        if isinstance(engine_or_url, str):
+            await engine.dispose()
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    """The revision the config DB is at, or None when it was never migrated."""
+
+    def _current(sync_conn: Connection) -> str | None:
+        return MigrationContext.configure(sync_conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(_current)
+    except (OperationalError, DBAPIError, OSError) as exc:
+        raise BackendUnavailableError(
+            f"cannot read the config DB {engine.url.render_as_string(hide_password=True)}: {type(exc).__name__}",
+            backend="database",
+        ) from exc

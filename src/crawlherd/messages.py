@@ -1,0 +1,160 @@
+"""The job message: what the dispatcher service publishes and the workers consume.
+
+Schema version 1 (``docs/job-message.md``). Both ends validate: :func:`encode_job` refuses to publish
+an invalid message, :func:`decode_job` refuses (with :class:`~crawlherd.errors.MessageError`) a body
+that is not JSON, not an object, of an unknown ``schema_version`` or invalid -- the worker
+dead-letters those. Unknown fields are refused too: adding a field means a new schema version.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
+
+from crawlherd.errors import MessageError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SUPPORTED_VERSIONS",
+    "JobMessage",
+    "decode_job",
+    "encode_job",
+    "format_slot",
+    "idempotency_key",
+    "job_id_for",
+]
+
+SCHEMA_VERSION = 1
+SUPPORTED_VERSIONS = frozenset({1})
+_JOB_NAMESPACE = uuid.UUID("6f1c2a8e-5b0e-4a4e-9d7c-63726177686c")
+
+
+def format_slot(slot_at: datetime) -> str:
+    """A slot as it appears in keys and messages: UTC ISO-8601 with ``Z``, microseconds only if any."""
+    if slot_at.tzinfo is None:
+        raise MessageError(f"slot {slot_at!r} is naive: slots are aware UTC datetimes")
+    slot_at = slot_at.astimezone(UTC)
+    spec = "microseconds" if slot_at.microsecond else "seconds"
+    return slot_at.replace(tzinfo=None).isoformat(timespec=spec) + "Z"
+
+
+def idempotency_key(target_id: int, slot_at: datetime) -> str:
+    """``"<target_id>:<slot>"``: the same for every publish of one (target, slot)."""
+    return f"{target_id}:{format_slot(slot_at)}"
+
+
+def job_id_for(target_id: int, slot_at: datetime) -> str:
+    """A UUID derived from the idempotency key, so a republished job keeps its id."""
+    return str(uuid.uuid5(_JOB_NAMESPACE, idempotency_key(target_id, slot_at)))
+
+
+class JobMessage(BaseModel):
+    """One scrape job: crawl ``search_url`` for one target at one slot.
+
+    ``attempt_count`` is the number of earlier attempts (0 when the dispatcher publishes it; a worker
+    re-publishing a failed job adds one). ``metadata`` carries the site-specific settings the worker
+    needs (extraction rules, politeness, pagination settings).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+    schema_version: Literal[1] = 1
+    job_id: str
+    idempotency_key: str
+    target_id: int = Field(ge=1)
+    slot_at: datetime
+    website_id: int = Field(ge=1)
+    website_name: str = Field(min_length=1, max_length=200)
+    search_url: str = Field(min_length=1)
+    requires_playwright: bool = False
+    pagination_type: Literal["none", "next_link", "page_param"] = "none"
+    keywords_used: str
+    location_used: str | None = None
+    attempt_count: int = Field(default=0, ge=0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+
+    @field_validator("slot_at", "created_at")
+    @classmethod
+    def _aware_utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("must carry a time zone (UTC, e.g. 2026-01-01T07:00:00Z)")
+        return value.astimezone(UTC)
+
+    @field_validator("search_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.lower().startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("job_id")
+    @classmethod
+    def _uuid(cls, value: str) -> str:
+        try:
+            return str(uuid.UUID(value))
+        except ValueError:
+            raise ValueError("must be a UUID") from None
+
+    @field_serializer("slot_at")
+    def _slot_z(self, value: datetime) -> str:
+        return format_slot(value)
+
+    @model_validator(mode="after")
+    def _key_matches(self) -> JobMessage:
+        expected = idempotency_key(self.target_id, self.slot_at)
+        if self.idempotency_key != expected:
+            raise ValueError(
+                f"idempotency_key {self.idempotency_key!r} does not match target_id:slot_at ({expected!r})"
+            )
+        return self
+
+    @classmethod
+    def for_slot(cls, *, target_id: int, slot_at: datetime, created_at: datetime, **fields: Any) -> JobMessage:
+        """A message for (target, slot) with its derived ``job_id`` and ``idempotency_key``."""
+        return cls(
+            job_id=job_id_for(target_id, slot_at),
+            idempotency_key=idempotency_key(target_id, slot_at),
+            target_id=target_id,
+            slot_at=slot_at,
+            created_at=created_at,
+            **fields,
+        )
+
+
+def encode_job(message: JobMessage) -> bytes:
+    """The wire form (compact UTF-8 JSON). A :class:`JobMessage` is validated when it is built and is
+    frozen, so what is encoded is valid; anything else is refused."""
+    if not isinstance(message, JobMessage):
+        raise MessageError(f"refusing to publish {type(message).__name__}: expected a JobMessage")
+    return message.model_dump_json().encode()
+
+
+def decode_job(body: bytes | str) -> JobMessage:
+    """Parse and validate a job message; :class:`MessageError` says exactly what is wrong."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MessageError(f"job message is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise MessageError(f"job message must be a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if version is None:
+        raise MessageError("job message has no schema_version")
+    if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
+        raise MessageError(
+            f"unknown job message schema_version {version!r}; this crawlherd understands "
+            f"{', '.join(str(v) for v in sorted(SUPPORTED_VERSIONS))}"
+        )
+    try:
+        return JobMessage.model_validate(data)
+    except ValidationError as exc:
+        raise MessageError(f"invalid job message: {_problems(exc)}") from None
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or 'message'}: {err['msg']}" for err in exc.errors())
