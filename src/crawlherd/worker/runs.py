@@ -111,6 +111,11 @@ class RunStore:
             )
             return row[0], row[1].encode("utf-8")
 
+    async def mark_dead_again(self, run_id: int) -> None:
+        """Undo :meth:`requeue` when the job could not be published."""
+        async with self.engine.begin() as conn:
+            await conn.execute(update(JobRun).where(JobRun.id == run_id).values(status="dead"))
+
     async def counts(self) -> dict[str, int]:
         """Runs by status."""
         from sqlalchemy import func

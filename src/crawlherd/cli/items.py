@@ -1,0 +1,44 @@
+"""``crawlherd items``: the scraped items."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+
+from crawlherd.cli._service import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.sinks.export import FORMATS, export_items
+
+__all__ = ["items"]
+
+
+@click.group()
+def items() -> None:
+    """Export the scraped items."""
+
+
+@items.command()
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-",
+              help="File to write (default: standard output).")
+@click.option("--website", default=None, help="Only this website's items.")
+@database_option
+@click.pass_context
+def export(ctx: click.Context, fmt: str, output: str, website: str | None, database_url: str | None) -> None:
+    """Write every item as JSON Lines or CSV (one row per item, fields as columns)."""
+    settings = settings_from(ctx, database_url=database_url)
+
+    async def main() -> int:
+        engine = engine_for(settings)
+        try:
+            await ensure_migrated(engine)
+            if output == "-":
+                return await export_items(engine, sys.stdout, fmt=fmt, website=website)
+            with open(output, "w", encoding="utf-8", newline="") as out:
+                return await export_items(engine, out, fmt=fmt, website=website)
+        finally:
+            await engine.dispose()
+
+    n = asyncio.run(main())
+    click.echo(f"{n} item(s) exported", err=True)

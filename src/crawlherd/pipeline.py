@@ -1,0 +1,90 @@
+"""The whole pipeline in one process: dispatcher (tick + relay) and worker side by side, on one
+config DB and one broker. ``crawlherd run`` and ``crawlherd demo`` are built on it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd.brokers.base import Broker
+from crawlherd.db.models import DispatchOutbox, JobRun
+from crawlherd.service.dispatcher import Dispatcher
+from crawlherd.worker.worker import Worker
+
+__all__ = ["PipelineProgress", "progress_of", "run_pipeline"]
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineProgress:
+    """Where the pipeline stands: jobs written to the outbox, published, and runs by status."""
+
+    jobs: int
+    published: int
+    succeeded: int
+    failed: int
+    dead: int
+    running: int
+
+    @property
+    def settled(self) -> int:
+        return self.succeeded + self.dead
+
+    @property
+    def idle(self) -> bool:
+        """Every job dispatched so far has succeeded or is dead."""
+        return self.jobs > 0 and self.published == self.jobs and self.settled >= self.jobs
+
+
+async def progress_of(engine: AsyncEngine) -> PipelineProgress:
+    """Read the pipeline's progress from the config DB."""
+    async with engine.connect() as conn:
+        outbox = (
+            await conn.execute(
+                select(func.count(), func.count(DispatchOutbox.published_at)).select_from(DispatchOutbox)
+            )
+        ).one()
+        runs = dict(
+            (await conn.execute(select(JobRun.status, func.count()).group_by(JobRun.status))).all()  # type: ignore[arg-type]
+        )
+    return PipelineProgress(
+        jobs=outbox[0],
+        published=outbox[1],
+        succeeded=runs.get("succeeded", 0),
+        failed=runs.get("failed", 0),
+        dead=runs.get("dead", 0),
+        running=runs.get("running", 0),
+    )
+
+
+async def run_pipeline(
+    engine: AsyncEngine,
+    broker: Broker,
+    worker: Worker,
+    *,
+    stop: asyncio.Event,
+    interval: float = 1.0,
+    until_idle: bool = False,
+    on_progress: Callable[[PipelineProgress], None] | None = None,
+    progress_every: float = 0.5,
+) -> PipelineProgress:
+    """Run dispatcher and worker until ``stop`` is set -- or, with ``until_idle``, until every job
+    dispatched so far is settled (succeeded or dead)."""
+    dispatcher = Dispatcher(engine, broker)
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(dispatcher.run(interval=interval, stop=stop), name="pipeline-dispatcher")
+        tg.create_task(worker.run(stop), name="pipeline-worker")
+        progress = await progress_of(engine)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), progress_every)
+            progress = await progress_of(engine)
+            if on_progress is not None:
+                on_progress(progress)
+            if until_idle and progress.idle and worker.stats.in_flight == 0:
+                stop.set()
+    return await progress_of(engine)
