@@ -19,7 +19,16 @@ from crawlherd.url import canonicalize_url
 __version__ = "0.1.0"
 
 # name -> module, imported lazily by __getattr__.
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "Crawler": "crawlherd.crawler",
+    "CrawlerRunConfig": "crawlherd.crawler",
+    "CrawlResult": "crawlherd.result",
+    "CrawlerMonitor": "crawlherd.dispatch.monitor",
+    "HttpFetcher": "crawlherd.fetch.http",
+    "MemoryAdaptiveDispatcher": "crawlherd.dispatch.memory_adaptive",
+    "RateLimiter": "crawlherd.dispatch.rate_limiter",
+    "SemaphoreDispatcher": "crawlherd.dispatch.semaphore",
+}
 
 __all__ = [
     "Clock",

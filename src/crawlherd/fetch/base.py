@@ -3,6 +3,10 @@
 Every fetcher (``HttpFetcher`` on aiohttp, ``BrowserFetcher`` on Playwright + system Chromium)
 enforces the same :class:`FetchLimits`: timeouts, maximum body size, maximum redirects, a content-type
 allow-list and the address guard (:mod:`crawlherd.fetch.guard`).
+
+Per-request overrides travel in ``Request.meta`` (JSON-safe, so they survive a persistent frontier):
+``"crawlherd.timeouts": {"connect": s, "read": s, "total": s}`` and ``"crawlherd.screenshot": True``
+(browser fetchers). ``Request.headers`` are sent on top of the fetcher's own.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from crawlherd.errors import ConfigurationError
 from crawlherd.request import Request
 
 __all__ = ["DEFAULT_CONTENT_TYPES", "FetchLimits", "Fetcher", "Response"]
@@ -37,6 +42,23 @@ class FetchLimits:
     allowed_content_types: tuple[str, ...] = DEFAULT_CONTENT_TYPES
     allow_private_addresses: bool = False
     user_agent: str = "crawlherd/0.1"
+    #: Private networks let through even when ``allow_private_addresses`` is False ("127.0.0.1/32").
+    allowed_networks: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout", "read_timeout", "total_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigurationError(f"FetchLimits.{name}={getattr(self, name)!r}: must be > 0 seconds")
+        if self.max_body_size < 1:
+            raise ConfigurationError(f"FetchLimits.max_body_size={self.max_body_size!r}: must be >= 1 byte")
+        if self.max_redirects < 0:
+            raise ConfigurationError(f"FetchLimits.max_redirects={self.max_redirects!r}: must be >= 0")
+        from crawlherd.fetch.guard import parse_networks
+
+        try:
+            parse_networks(self.allowed_networks)
+        except ValueError as exc:
+            raise ConfigurationError(f"FetchLimits.allowed_networks: {exc}") from None
 
 
 @dataclass(slots=True)

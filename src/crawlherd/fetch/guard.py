@@ -1,26 +1,73 @@
 """The address guard: refuse private, loopback, link-local (and other non-global) targets unless
-they are allowed. Checked on every hop of a redirect chain, on the resolved addresses."""
+they are allowed. Checked on every hop of a redirect chain, on the resolved addresses.
+
+``HttpFetcher`` applies it twice over: an IP-literal host is checked before each hop's connection,
+and a host name is checked on the addresses its resolver returns -- the very addresses the connection
+then uses, so a DNS answer cannot change between the check and the connect (no rebinding window).
+``allowed_networks`` lets selected private networks through (``("127.0.0.1/32",)`` for a local demo)
+while every other private address stays refused.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
 import socket
+from collections.abc import Iterable
+from functools import lru_cache
 
 from crawlherd.errors import AddressNotAllowedError
 
-__all__ = ["check_address", "is_public_address"]
+__all__ = ["address_allowed", "check_address", "is_public_address", "parse_networks", "refusal"]
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@lru_cache(maxsize=4096)
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
 
 
 def is_public_address(address: str) -> bool:
     """True for a globally routable address."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    ip = _ip(address)
     return ip.is_global and not ip.is_multicast
 
 
-async def check_address(host: str, port: int, *, url: str, allow_private: bool) -> None:
+def parse_networks(networks: Iterable[str]) -> tuple[Network, ...]:
+    """``("127.0.0.1/32", "10.0.0.0/8")`` as network objects; a bad one raises ValueError naming it."""
+    out: list[Network] = []
+    for net in networks:
+        try:
+            out.append(ipaddress.ip_network(net, strict=False))
+        except ValueError as exc:
+            raise ValueError(f"allowed network {net!r} is not an IP network ({exc})") from None
+    return tuple(out)
+
+
+def address_allowed(address: str, networks: tuple[Network, ...] = ()) -> bool:
+    """True when ``address`` is public or inside one of ``networks``."""
+    if is_public_address(address):
+        return True
+    ip = _ip(address)
+    return any(ip.version == net.version and ip in net for net in networks)
+
+
+def refusal(url: str, host: str, address: str) -> AddressNotAllowedError:
+    """The error the guard raises, with a message that says how to allow the address."""
+    return AddressNotAllowedError(
+        f"{url}: {host} resolves to {address}, a private/loopback/link-local address; "
+        "pass allow_private_addresses=True (or --allow-private) to crawl it",
+        url=url,
+    )
+
+
+async def check_address(
+    host: str, port: int, *, url: str, allow_private: bool, allowed_networks: tuple[Network, ...] = ()
+) -> None:
     """Raise AddressNotAllowedError when ``host`` resolves to a non-public address and those are not
     allowed. Does nothing when they are allowed."""
     if allow_private:
@@ -32,9 +79,5 @@ async def check_address(host: str, port: int, *, url: str, allow_private: bool) 
         return  # unresolvable: the fetch itself will fail with a clear connection error
     for info in infos:
         address = str(info[4][0])
-        if not is_public_address(address):
-            raise AddressNotAllowedError(
-                f"{url}: {host} resolves to {address}, a private/loopback/link-local address; "
-                "pass allow_private_addresses=True (or --allow-private) to crawl it",
-                url=url,
-            )
+        if not address_allowed(address, allowed_networks):
+            raise refusal(url, host, address)

@@ -1,0 +1,197 @@
+"""The dispatcher protocol: run the frontier's requests with bounded concurrency and hand back exactly
+one :class:`~crawlherd.result.CrawlResult` per request, in completion order.
+
+A dispatcher pulls leases from a :class:`~crawlherd.frontier.Scheduler`, calls the crawler's
+``process(request)`` (which never raises for a failed fetch: it returns a failed result) and settles
+each lease: ``ack`` for a success, ``fail`` for a failure, ``retry`` when the URL must be fetched again
+(rate limited, or pulled back under memory pressure) -- so everything goes back *through the
+frontier*, and nothing is returned twice or dropped. With a :class:`RateLimiter` attached, a
+rate-limited answer is re-fetched up to ``max_retries`` times (the frontier holds the URL back and
+blocks the host for the back-off); with a :class:`CrawlerMonitor` attached, every step is counted.
+
+Closing the iterator :meth:`Dispatcher.run` returns cancels the work in flight; the leases of that
+work are put back into the frontier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from crawlherd.clock import Clock, SystemClock
+from crawlherd.dispatch.monitor import ProcessMemory
+from crawlherd.dispatch.rate_limiter import parse_retry_after
+from crawlherd.frontier.base import Lease, Scheduler
+from crawlherd.request import Request
+from crawlherd.result import CrawlResult, DispatchInfo
+
+if TYPE_CHECKING:
+    from crawlherd.dispatch.monitor import CrawlerMonitor
+    from crawlherd.dispatch.rate_limiter import RateLimiter
+
+__all__ = ["BaseDispatcher", "Dispatcher", "ProcessFn"]
+
+#: The crawler's work for one request. Must not raise for a failed fetch (return a failed result).
+ProcessFn = Callable[[Request], Awaitable[CrawlResult]]
+
+_DONE = object()
+
+
+@runtime_checkable
+class Dispatcher(Protocol):
+    """Runs the requests of a frontier under some concurrency policy."""
+
+    rate_limiter: RateLimiter | None
+    monitor: CrawlerMonitor | None
+
+    def run(self, frontier: Scheduler, process: ProcessFn, *, clock: Clock | None = None) -> AsyncIterator[CrawlResult]:
+        """Results as they complete, until the frontier is idle. Closing the iterator early cancels
+        the work in flight (its leases go back to the frontier). A fatal condition (memory pressure
+        past its timeout, a frontier backend that went away) ends the iteration with its error."""
+        ...
+
+
+class _RunState:
+    __slots__ = ("clock", "frontier", "process", "requeues", "retries", "task_ids")
+
+    def __init__(self, frontier: Scheduler, process: ProcessFn, clock: Clock) -> None:
+        self.frontier = frontier
+        self.process = process
+        self.clock = clock
+        self.retries: dict[bytes, int] = {}
+        self.requeues: dict[bytes, int] = {}
+        self.task_ids = itertools.count(1)
+
+
+class BaseDispatcher:
+    """What every dispatcher shares: running one lease (rate limiting, re-fetches, settling,
+    monitoring) and the result channel. Subclasses implement :meth:`_drive`."""
+
+    def __init__(self, *, rate_limiter: RateLimiter | None = None, monitor: CrawlerMonitor | None = None) -> None:
+        self.rate_limiter = rate_limiter
+        self.monitor = monitor
+        self._memory = monitor.memory if monitor is not None else ProcessMemory()
+
+    async def run(
+        self, frontier: Scheduler, process: ProcessFn, *, clock: Clock | None = None
+    ) -> AsyncIterator[CrawlResult]:
+        state = _RunState(frontier, process, clock or SystemClock())
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        monitor = self.monitor
+        if monitor is not None:
+            monitor.start()
+        driver = asyncio.get_running_loop().create_task(self._drive_then_done(state, queue), name="crawlherd-dispatch")
+        try:
+            while True:
+                item = await queue.get()
+                if item is _DONE:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
+            await driver
+        finally:
+            if not driver.done():
+                driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await driver
+            if monitor is not None:
+                await monitor.stop()
+
+    async def _drive_then_done(self, state: _RunState, queue: asyncio.Queue[object]) -> None:
+        try:
+            await self._drive(state, queue.put_nowait)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, who re-raises it
+            while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]
+            queue.put_nowait(exc)
+            return
+        queue.put_nowait(_DONE)
+
+    async def _drive(self, state: _RunState, emit: Callable[[object], None]) -> None:
+        raise NotImplementedError
+
+    async def _give_back(self, state: _RunState, lease: Lease) -> None:
+        """Put a lease whose work was cancelled back into the frontier (best effort, bounded)."""
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(state.frontier.retry(lease), 5.0)
+
+    async def _handle(self, state: _RunState, lease: Lease) -> CrawlResult | None:
+        """Run one lease; the result to emit, or None when the URL went back to the frontier."""
+        request = lease.request
+        host = request.host
+        clock = state.clock
+        rl = self.rate_limiter
+        monitor = self.monitor
+        if rl is not None:
+            wait = rl.reserve(host)
+            if wait > 0:
+                await clock.sleep(wait)
+        memory = self._memory
+        mem_start = memory.rss()
+        info = DispatchInfo(next(state.task_ids), clock.now(), memory_at_start=mem_start)
+        if monitor is not None:
+            monitor.task_started()
+        try:
+            result = await state.process(request)
+        except asyncio.CancelledError:
+            if monitor is not None:
+                monitor.in_flight -= 1
+                monitor.queued += 1
+            raise
+        except Exception as exc:  # noqa: BLE001 - one URL never aborts the batch
+            result = CrawlResult(
+                url=request.url,
+                success=False,
+                error_message=f"{type(exc).__name__}: {exc}",
+                error_type=type(exc).__name__,
+                request=request,
+                depth=request.depth,
+            )
+        frontier = state.frontier
+        status = result.status_code
+        if status is not None and status >= 400:
+            headers = result.headers
+            if rl is not None and status in rl.rate_limit_codes:
+                fp = request.fingerprint
+                attempt = state.retries.get(fp, 0)
+                now = clock.now()
+                retry_after = parse_retry_after(headers.get("retry-after"), now)
+                decision = rl.on_rate_limited(host, status, retry_after, attempt)
+                if decision.retry:
+                    state.retries[fp] = attempt + 1
+                    await frontier.block_host(host, now + decision.delay)
+                    await frontier.retry(lease, decision.delay)
+                    if monitor is not None:
+                        monitor.task_retried()
+                    return None
+                result.success = False
+                result.error_type = "RateLimitedError"
+                result.error_message = decision.reason
+            elif status in (429, 503) and "retry-after" in headers:
+                now = clock.now()
+                retry_after = parse_retry_after(headers["retry-after"], now)
+                if retry_after:
+                    await frontier.block_host(host, now + retry_after)
+        elif rl is not None:
+            rl.on_success(host)
+        info.end_time = clock.now()
+        info.memory_at_end = mem_end = memory.rss()
+        info.peak_memory = mem_end if mem_end > mem_start else mem_start
+        if state.retries:
+            info.retries = state.retries.pop(request.fingerprint, 0)
+        if state.requeues:
+            info.requeues = state.requeues.pop(request.fingerprint, 0)
+        result.dispatch = info
+        if result.success:
+            await frontier.ack(lease)
+        else:
+            await frontier.fail(lease, result.error_message or f"HTTP {status}")
+        if monitor is not None:
+            monitor.task_finished(result)
+        return result

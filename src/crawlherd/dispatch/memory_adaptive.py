@@ -1,0 +1,280 @@
+"""``MemoryAdaptiveDispatcher``: as many requests in flight as memory allows.
+
+Memory is read as a percentage of the **container's limit** when there is one (cgroup v2
+``memory.max``/``memory.current``, then cgroup v1 ``memory.limit_in_bytes``/``memory.usage_in_bytes``),
+else of the machine's memory (psutil). The reading is injectable (``memory_reader``) so tests drive it
+without allocating.
+
+States, with hysteresis:
+
+- **normal**: up to ``max_session_permit`` requests in flight;
+- **pressure** (reading >= ``memory_threshold_percent``): no new request starts until the reading
+  falls below ``recovery_threshold_percent``;
+- **critical** (reading >= ``critical_threshold_percent``): in addition, the requests in flight --
+  all but the oldest, so the crawl still moves -- are cancelled and their URLs go back to the
+  frontier (``retry``); each is fetched again later and still yields exactly one result.
+
+Staying out of *normal* for longer than ``memory_wait_timeout`` ends the run with
+:class:`~crawlherd.errors.MemoryPressureError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import psutil
+
+from crawlherd.clock import Clock
+from crawlherd.dispatch.base import BaseDispatcher, _RunState
+from crawlherd.errors import ConfigurationError, MemoryPressureError
+from crawlherd.frontier.base import Lease
+
+if TYPE_CHECKING:
+    from crawlherd.dispatch.monitor import CrawlerMonitor
+    from crawlherd.dispatch.rate_limiter import RateLimiter
+
+__all__ = ["MemoryAdaptiveDispatcher", "SystemMemory"]
+
+State = Literal["normal", "pressure", "critical"]
+
+
+class SystemMemory:
+    """Memory in use, in percent of the container's limit (cgroup v2, then v1) or else of the
+    machine. ``SystemMemory(cgroup_root="/sys/fs/cgroup")``; call it for a reading."""
+
+    def __init__(self, cgroup_root: str | Path = "/sys/fs/cgroup") -> None:
+        self.root = Path(cgroup_root)
+        self.source, self._files = self._detect()
+
+    def _detect(self) -> tuple[str, tuple[Path, Path] | None]:
+        total = psutil.virtual_memory().total
+        v2 = (self.root / "memory.max", self.root / "memory.current")
+        v1 = (self.root / "memory" / "memory.limit_in_bytes", self.root / "memory" / "memory.usage_in_bytes")
+        for name, files in (("cgroup v2", v2), ("cgroup v1", v1)):
+            limit = _read_int(files[0])
+            # "max" (v2) or a huge number (v1: no limit set) means the machine's memory is the limit.
+            if limit is not None and 0 < limit < total and _read_int(files[1]) is not None:
+                return name, files
+        return "machine", None
+
+    @property
+    def limit(self) -> int:
+        """The limit readings are a percentage of, in bytes."""
+        if self._files is not None:
+            value = _read_int(self._files[0])
+            if value:
+                return value
+        return int(psutil.virtual_memory().total)
+
+    def __call__(self) -> float:
+        if self._files is not None:
+            limit = _read_int(self._files[0])
+            used = _read_int(self._files[1])
+            if limit and used is not None:
+                return 100.0 * used / limit
+        return float(psutil.virtual_memory().percent)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+class MemoryAdaptiveDispatcher(BaseDispatcher):
+    """``MemoryAdaptiveDispatcher(memory_threshold_percent=90, critical_threshold_percent=95,
+    recovery_threshold_percent=85, check_interval=1.0, max_session_permit=20, memory_wait_timeout=600,
+    rate_limiter=None, monitor=None, *, memory_reader=None)``. See the module docstring."""
+
+    def __init__(
+        self,
+        memory_threshold_percent: float = 90.0,
+        critical_threshold_percent: float = 95.0,
+        recovery_threshold_percent: float = 85.0,
+        check_interval: float = 1.0,
+        max_session_permit: int = 20,
+        memory_wait_timeout: float = 600.0,
+        rate_limiter: RateLimiter | None = None,
+        monitor: CrawlerMonitor | None = None,
+        *,
+        memory_reader: Callable[[], float] | None = None,
+    ) -> None:
+        if not 0 < recovery_threshold_percent < memory_threshold_percent <= critical_threshold_percent <= 100:
+            raise ConfigurationError(
+                "MemoryAdaptiveDispatcher thresholds need 0 < recovery < threshold <= critical <= 100; got "
+                f"recovery={recovery_threshold_percent}, threshold={memory_threshold_percent}, "
+                f"critical={critical_threshold_percent}"
+            )
+        if check_interval <= 0:
+            raise ConfigurationError(f"check_interval={check_interval!r}: must be > 0 seconds")
+        if not isinstance(max_session_permit, int) or max_session_permit < 1:
+            raise ConfigurationError(f"max_session_permit={max_session_permit!r}: must be an int >= 1")
+        if memory_wait_timeout <= 0:
+            raise ConfigurationError(f"memory_wait_timeout={memory_wait_timeout!r}: must be > 0 seconds")
+        super().__init__(rate_limiter=rate_limiter, monitor=monitor)
+        self.memory_threshold_percent = memory_threshold_percent
+        self.critical_threshold_percent = critical_threshold_percent
+        self.recovery_threshold_percent = recovery_threshold_percent
+        self.check_interval = check_interval
+        self.max_session_permit = max_session_permit
+        self.memory_wait_timeout = memory_wait_timeout
+        self.memory_reader: Callable[[], float] = memory_reader or SystemMemory()
+        if monitor is not None and monitor.concurrency is None:
+            monitor.concurrency = max_session_permit
+        self.state: State = "normal"
+        self.last_reading: float | None = None
+        self.requeued = 0
+        self._pressure_since: float | None = None
+        self._inflight: dict[asyncio.Task[object], Lease] = {}
+        self._cancelling: set[asyncio.Task[object]] = set()
+        self._givebacks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._error: MemoryPressureError | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"MemoryAdaptiveDispatcher(memory_threshold_percent={self.memory_threshold_percent}, "
+            f"critical_threshold_percent={self.critical_threshold_percent}, "
+            f"recovery_threshold_percent={self.recovery_threshold_percent}, "
+            f"max_session_permit={self.max_session_permit}, state={self.state!r})"
+        )
+
+    # -- memory -------------------------------------------------------------------------------------
+
+    def check_memory(self, now: float) -> State:
+        """Take a reading and move between states; at critical, pull work in flight back."""
+        pct = float(self.memory_reader())
+        self.last_reading = pct
+        old = self.state
+        if pct >= self.critical_threshold_percent:
+            new: State = "critical"
+        elif pct >= self.memory_threshold_percent:
+            new = "pressure"
+        elif pct < self.recovery_threshold_percent:
+            new = "normal"
+        else:
+            new = "normal" if old == "normal" else "pressure"  # hysteresis: stay held until recovery
+        self.state = new
+        if new == "normal":
+            self._pressure_since = None
+        elif self._pressure_since is None:
+            self._pressure_since = now
+        elif now - self._pressure_since > self.memory_wait_timeout:
+            self._error = MemoryPressureError(
+                f"memory stayed at or above {self.memory_threshold_percent}% (now {pct:.1f}% of "
+                f"{getattr(self.memory_reader, 'source', 'the limit')}) for more than "
+                f"memory_wait_timeout={self.memory_wait_timeout:g} s; the run was stopped. Lower the "
+                "concurrency (max_session_permit), raise the container's memory limit, or raise the thresholds."
+            )
+        if new == "critical":
+            self._pull_back()
+        if new != old or self._error is not None:
+            self._wake.set()
+        return new
+
+    def _pull_back(self) -> None:
+        tasks = [t for t in self._inflight if t not in self._cancelling and not t.done()]
+        for task in tasks[1:]:  # keep the oldest: the crawl always moves
+            self._cancelling.add(task)
+            task.cancel()
+
+    async def _watch(self, clock: Clock, main: asyncio.Task[object]) -> None:
+        while True:
+            self.check_memory(clock.now())
+            if self._error is not None:
+                main.cancel()  # the driver may be waiting on the frontier: wake it with the error
+                return
+            await clock.sleep(self.check_interval)
+
+    # -- driving ------------------------------------------------------------------------------------
+
+    async def _permit(self) -> None:
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self.state == "normal" and len(self._inflight) < self.max_session_permit:
+                return
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _drive(self, state: _RunState, emit: Callable[[object], None]) -> None:
+        self.state = "normal"
+        self._error = None
+        self._pressure_since = None
+        self._wake = asyncio.Event()
+        clock = state.clock
+        loop = asyncio.get_running_loop()
+        main = asyncio.current_task()
+        assert main is not None
+        watcher = loop.create_task(self._watch(clock, main), name="crawlherd-memory-watch")
+        try:
+            while True:
+                await self._permit()
+                lease = await state.frontier.wait_next()
+                if lease is None:
+                    if not self._inflight:
+                        break
+                    self._wake.clear()
+                    await self._wake.wait()  # something in flight may still go back to the frontier
+                    continue
+                if self.state != "normal":
+                    await state.frontier.retry(lease)  # memory rose while we waited: not now
+                    continue
+                name = f"crawlherd-fetch-{lease.token}"
+                task: asyncio.Task[object] = loop.create_task(self._handle(state, lease), name=name)
+                self._inflight[task] = lease
+                task.add_done_callback(lambda t, s=state, e=emit: self._finished(t, s, e))  # type: ignore[misc]
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            pending = list(self._inflight)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+            if self._givebacks:
+                await asyncio.wait(list(self._givebacks))
+            if self._error is not None and main.cancelling():
+                main.uncancel()
+                raise self._error from None
+
+    def _finished(self, task: asyncio.Task[object], state: _RunState, emit: Callable[[object], None]) -> None:
+        lease = self._inflight[task]
+        self._wake.set()
+        if task.cancelled():
+            # Pulled back under memory pressure, or the run is closing: the URL goes back to the frontier.
+            requeue = task in self._cancelling
+            self._cancelling.discard(task)
+            if requeue:
+                fp = lease.request.fingerprint
+                state.requeues[fp] = state.requeues.get(fp, 0) + 1
+                self.requeued += 1
+                if self.monitor is not None:
+                    self.monitor.task_requeued()
+            done = asyncio.get_running_loop().create_task(self._give_back(state, lease), name="crawlherd-requeue")
+            self._givebacks.add(done)
+            done.add_done_callback(lambda _t: self._gave_back(done, task))
+            return
+        self._release(task)
+        exc = task.exception()
+        if exc is not None:
+            emit(exc)
+            return
+        result = task.result()
+        if result is not None:
+            emit(result)
+
+    def _gave_back(self, done: asyncio.Task[None], task: asyncio.Task[object]) -> None:
+        self._givebacks.discard(done)
+        self._release(task)
+
+    def _release(self, task: asyncio.Task[object]) -> None:
+        self._inflight.pop(task, None)
+        self._wake.set()

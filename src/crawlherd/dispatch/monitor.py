@@ -1,0 +1,238 @@
+"""``CrawlerMonitor``: counters a dispatcher feeds as it runs, a statistics snapshot, and a live
+terminal view (rich) that is shown only when the output is a terminal.
+
+The hot-path hooks (:meth:`task_started`, :meth:`task_finished`) only bump counters; the view is
+redrawn from a timer, never per page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from typing import Any
+
+import psutil
+
+from crawlherd.result import CrawlResult
+
+__all__ = ["CrawlerMonitor", "ProcessMemory"]
+
+
+class ProcessMemory:
+    """This process's resident memory in bytes, read at most every ``interval`` seconds (a psutil
+    read costs tens of microseconds; the dispatcher asks twice per page)."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        self._process = psutil.Process()
+        self._interval = interval
+        self._at = -1e18
+        self._value = 0
+        self.peak = 0
+
+    def rss(self) -> int:
+        now = time.monotonic()
+        if now - self._at >= self._interval:
+            self._at = now
+            self._value = self._process.memory_info().rss
+            if self._value > self.peak:
+                self.peak = self._value
+        return self._value
+
+
+class CrawlerMonitor:
+    """``CrawlerMonitor(*, enable_ui=None, refresh_per_second=4, console=None, concurrency=None)``.
+
+    Attach it to a dispatcher (``SemaphoreDispatcher(monitor=CrawlerMonitor())``). ``enable_ui``: None
+    shows the live view only when stdout is a terminal; True/False force it. Statistics are available
+    at any time through :meth:`get_statistics`.
+    """
+
+    def __init__(
+        self,
+        *,
+        enable_ui: bool | None = None,
+        refresh_per_second: float = 4.0,
+        console: Any = None,
+        concurrency: int | None = None,
+        memory: ProcessMemory | None = None,
+    ) -> None:
+        if refresh_per_second <= 0:
+            raise ValueError(f"refresh_per_second={refresh_per_second!r}: must be > 0")
+        self._enable_ui = enable_ui
+        self._refresh = refresh_per_second
+        self._console = console
+        self.concurrency = concurrency
+        self.memory = memory or ProcessMemory()
+        self.completed = 0
+        self.failed = 0
+        self.retried = 0
+        self.requeued = 0
+        self.in_flight = 0
+        self.queued = 0
+        self.status_counts: Counter[int | str] = Counter()
+        self.domain_counts: Counter[str] = Counter()
+        self._duration_sum = 0.0
+        self._mem_sum = 0
+        self._mem_n = 0
+        self._mem_peak = 0
+        self._started_at: float | None = None
+        self._stopped_at: float | None = None
+        self._live: Any = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    # -- hooks the dispatcher calls --------------------------------------------------------------
+
+    def add_queued(self, n: int = 1) -> None:
+        """``n`` more URLs are waiting."""
+        self.queued += n
+
+    def task_started(self) -> None:
+        if self._started_at is None:
+            self._started_at = time.perf_counter()
+        self.queued -= 1
+        self.in_flight += 1
+
+    def task_finished(self, result: CrawlResult) -> None:
+        self.in_flight -= 1
+        if result.success:
+            self.completed += 1
+        else:
+            self.failed += 1
+        self.status_counts[result.status_code if result.status_code is not None else "error"] += 1
+        req = result.request
+        if req is not None:
+            self.domain_counts[req.host] += 1
+        info = result.dispatch
+        if info is not None:
+            self._duration_sum += info.end_time - info.start_time
+            mem = info.memory_at_end
+            if mem:
+                self._mem_sum += mem
+                self._mem_n += 1
+                if info.peak_memory > self._mem_peak:
+                    self._mem_peak = info.peak_memory
+
+    def task_retried(self) -> None:
+        """A URL went back to the queue for a re-fetch (rate limited)."""
+        self.in_flight -= 1
+        self.queued += 1
+        self.retried += 1
+
+    def task_requeued(self) -> None:
+        """A URL in flight went back to the queue (memory pressure); in_flight and queued were
+        already adjusted when its work was cancelled."""
+        self.requeued += 1
+
+    def record_memory(self, rss: int) -> None:
+        self._mem_sum += rss
+        self._mem_n += 1
+        if rss > self._mem_peak:
+            self._mem_peak = rss
+
+    # -- statistics ---------------------------------------------------------------------------------
+
+    def get_statistics(self) -> dict[str, Any]:
+        """A snapshot: completed, failed, retried, requeued, in_flight, queued, total, elapsed,
+        pages_per_second, status_counts, domain_counts, avg_memory, peak_memory (bytes), avg_duration
+        and eta_seconds (None until it can be estimated)."""
+        start = self._started_at
+        end = self._stopped_at or time.perf_counter()
+        elapsed = 0.0 if start is None else end - start
+        done = self.completed + self.failed
+        rate = done / elapsed if elapsed > 0 else 0.0
+        avg_duration = self._duration_sum / done if done else None
+        remaining = max(0, self.queued) + self.in_flight
+        eta: float | None = None
+        if remaining == 0:
+            eta = 0.0 if done else None
+        elif rate > 0 and elapsed >= 1.0:
+            eta = remaining / rate  # observed throughput already reflects the concurrency
+        elif avg_duration is not None:
+            lanes = max(1, self.concurrency or self.in_flight or 1)
+            eta = avg_duration * remaining / min(lanes, remaining)
+        return {
+            "completed": self.completed,
+            "failed": self.failed,
+            "retried": self.retried,
+            "requeued": self.requeued,
+            "in_flight": self.in_flight,
+            "queued": max(0, self.queued),
+            "total": done + remaining,
+            "elapsed": elapsed,
+            "pages_per_second": rate,
+            "status_counts": dict(self.status_counts),
+            "domain_counts": dict(self.domain_counts),
+            "avg_memory": self._mem_sum // self._mem_n if self._mem_n else 0,
+            "peak_memory": max(self._mem_peak, self.memory.peak),
+            "avg_duration": avg_duration,
+            "eta_seconds": eta,
+        }
+
+    # -- live view ----------------------------------------------------------------------------------
+
+    def _ui_wanted(self) -> bool:
+        if self._enable_ui is not None:
+            return self._enable_ui
+        from rich.console import Console
+
+        console = self._console or Console(stderr=True)
+        return bool(console.is_terminal)
+
+    def start(self) -> None:
+        """Start the clock and, when wanted, the live view (call inside a running event loop)."""
+        if self._started_at is None:
+            self._started_at = time.perf_counter()
+        self._stopped_at = None
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="crawlherd-monitor")
+
+    async def _tick(self) -> None:
+        live = None
+        if self._ui_wanted():
+            from rich.console import Console
+            from rich.live import Live
+
+            console = self._console or Console(stderr=True)
+            live = self._live = Live(self.render(), console=console, refresh_per_second=self._refresh, transient=False)
+            live.start()
+        try:
+            while True:
+                await asyncio.sleep(1.0 / self._refresh)
+                self.record_memory(self.memory.rss())
+                if live is not None:
+                    live.update(self.render())
+        finally:
+            if live is not None:
+                live.update(self.render())
+                live.stop()
+                self._live = None
+
+    async def stop(self) -> None:
+        """Stop the clock and the live view."""
+        self._stopped_at = time.perf_counter()
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+
+    def render(self) -> Any:
+        """The live view: a rich renderable."""
+        from rich.table import Table
+
+        s = self.get_statistics()
+        table = Table(title="crawlherd", show_header=False, expand=False)
+        table.add_column(justify="right", style="bold")
+        table.add_column()
+        eta = s["eta_seconds"]
+        table.add_row("completed", f"{s['completed']}  failed {s['failed']}  retried {s['retried']}")
+        table.add_row("in flight", f"{s['in_flight']}  queued {s['queued']}")
+        table.add_row("pages/s", f"{s['pages_per_second']:.1f}  ETA {'-' if eta is None else f'{eta:.0f} s'}")
+        table.add_row("memory", f"avg {s['avg_memory'] / 2**20:.0f} MiB  peak {s['peak_memory'] / 2**20:.0f} MiB")
+        statuses = sorted(s["status_counts"].items(), key=lambda kv: -kv[1])[:6]
+        table.add_row("status", "  ".join(f"{k}:{v}" for k, v in statuses) or "-")
+        domains = sorted(s["domain_counts"].items(), key=lambda kv: -kv[1])[:5]
+        table.add_row("domains", "  ".join(f"{k}:{v}" for k, v in domains) or "-")
+        return table

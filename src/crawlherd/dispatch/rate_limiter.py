@@ -1,0 +1,192 @@
+"""``RateLimiter``: per-domain spacing and back-off.
+
+Every domain has a *next slot* time. :meth:`RateLimiter.reserve` hands the caller the next slot and
+moves it on by the domain's current delay in the same step (no ``await`` in between), so however many
+tasks wait on one domain they are spaced by the delay: no burst. A rate-limit answer (429/503 by
+default) raises the domain's delay -- to ``Retry-After`` when the server sent one (seconds or an
+HTTP date), else exponentially (``delay * 2``, with jitter) -- capped at ``max_delay``; each success
+decays it back towards ``base_delay``. The dispatcher re-fetches a rate-limited URL up to
+``max_retries`` times before its result is reported as failed, with the reason.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+
+from crawlherd.clock import Clock, SystemClock
+from crawlherd.errors import ConfigurationError
+
+__all__ = ["RateLimitDecision", "RateLimiter", "parse_retry_after"]
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value: delta-seconds or an HTTP date (None when absent
+    or unreadable; a date in the past means 0)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitDecision:
+    """What to do with a rate-limited response: ``retry`` after ``delay`` seconds, or give up
+    (``retry`` False) for ``reason``."""
+
+    retry: bool
+    delay: float
+    reason: str
+
+
+class _Domain:
+    __slots__ = ("delay", "fails", "next_at")
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.next_at = 0.0
+        self.fails = 0
+
+
+class RateLimiter:
+    """Per-domain rate limiting: ``RateLimiter(base_delay=(1.0, 3.0), max_delay=60, max_retries=3,
+    rate_limit_codes=(429, 503), *, clock=None, decay=0.75, jitter=0.25, rng=None)``.
+
+    ``base_delay``: the spacing between two requests to one domain, drawn uniformly from the range
+    for each request. ``max_delay``: the largest back-off; a ``Retry-After`` longer than this makes
+    the URL fail at once (we will not come back earlier than the server asked). ``decay``: the factor
+    a success applies to a raised delay. ``jitter``: back-off is multiplied by ``1 ± jitter``.
+    """
+
+    def __init__(
+        self,
+        base_delay: tuple[float, float] = (1.0, 3.0),
+        max_delay: float = 60.0,
+        max_retries: int = 3,
+        rate_limit_codes: tuple[int, ...] = (429, 503),
+        *,
+        clock: Clock | None = None,
+        decay: float = 0.75,
+        jitter: float = 0.25,
+        rng: random.Random | None = None,
+        max_domains: int = 100_000,
+    ) -> None:
+        lo, hi = base_delay
+        if not 0 <= lo <= hi:
+            raise ConfigurationError(f"RateLimiter base_delay={base_delay!r}: need 0 <= low <= high seconds")
+        if max_delay < hi:
+            raise ConfigurationError(f"RateLimiter max_delay={max_delay!r}: must be >= base_delay's high {hi}")
+        if max_retries < 0:
+            raise ConfigurationError(f"RateLimiter max_retries={max_retries!r}: must be >= 0")
+        if not 0 < decay <= 1:
+            raise ConfigurationError(f"RateLimiter decay={decay!r}: must be in (0, 1]")
+        if not 0 <= jitter < 1:
+            raise ConfigurationError(f"RateLimiter jitter={jitter!r}: must be in [0, 1)")
+        self.base_delay = (float(lo), float(hi))
+        self.max_delay = float(max_delay)
+        self.max_retries = max_retries
+        self.rate_limit_codes = frozenset(rate_limit_codes)
+        self.clock: Clock = clock or SystemClock()
+        self._decay = decay
+        self._jitter = jitter
+        self._rng = rng or random.Random()
+        self._max_domains = max_domains
+        self._domains: dict[str, _Domain] = {}
+        self._zero = hi == 0.0
+
+    def __repr__(self) -> str:
+        return (
+            f"RateLimiter(base_delay={self.base_delay}, max_delay={self.max_delay}, "
+            f"max_retries={self.max_retries}, rate_limit_codes={tuple(sorted(self.rate_limit_codes))})"
+        )
+
+    def _base(self) -> float:
+        lo, hi = self.base_delay
+        return lo if lo == hi else self._rng.uniform(lo, hi)
+
+    def _domain(self, domain: str) -> _Domain:
+        d = self._domains.get(domain)
+        if d is None:
+            if len(self._domains) >= self._max_domains:
+                self._gc()
+            d = self._domains[domain] = _Domain(self._base())
+        return d
+
+    def _gc(self) -> None:
+        """Forget domains whose slot has passed and that are not backing off (their state is default)."""
+        now = self.clock.now()
+        for name in [n for n, d in self._domains.items() if d.next_at <= now and not d.fails]:
+            del self._domains[name]
+
+    def reserve(self, domain: str) -> float:
+        """Take the next slot of ``domain``; returns the seconds to wait before fetching (0: now)."""
+        d = self._domains.get(domain)
+        if d is None:
+            d = self._domain(domain)
+        raised = d.delay > self.base_delay[1]
+        if self._zero and not raised:
+            # No spacing configured: only a back-off window that is still open makes anyone wait.
+            if d.next_at == 0.0:
+                return 0.0
+            now = self.clock.now()
+            if d.next_at <= now:
+                d.next_at = 0.0
+                return 0.0
+            return d.next_at - now
+        now = self.clock.now()
+        slot = d.next_at if d.next_at > now else now
+        d.next_at = slot + (d.delay if raised else self._base())
+        return slot - now
+
+    def delay_of(self, domain: str) -> float:
+        """The current delay of ``domain`` (its base delay until a rate-limit answer raised it)."""
+        d = self._domains.get(domain)
+        return self.base_delay[0] if d is None else d.delay
+
+    def on_success(self, domain: str) -> None:
+        """A non-rate-limited answer: decay a raised delay back towards the base."""
+        d = self._domains.get(domain)
+        if d is None:
+            return
+        d.fails = 0
+        hi = self.base_delay[1]
+        if d.delay > hi:
+            d.delay *= self._decay
+            if d.delay <= hi + 0.05:
+                d.delay = self._base()
+
+    def on_rate_limited(self, domain: str, status: int, retry_after: float | None, attempt: int) -> RateLimitDecision:
+        """A rate-limit answer to the ``attempt``-th re-fetch (0: the first fetch). Raises the
+        domain's delay and says whether to re-fetch, after how long, or why not."""
+        d = self._domain(domain)
+        d.fails += 1
+        now = self.clock.now()
+        if retry_after is not None:
+            if retry_after > self.max_delay:
+                return RateLimitDecision(
+                    False,
+                    retry_after,
+                    f"HTTP {status}: Retry-After {retry_after:.0f} s is longer than max_delay={self.max_delay:g} s",
+                )
+            delay = max(retry_after, self.base_delay[0])
+        else:
+            grown = max(d.delay, self.base_delay[1], 0.5) * 2
+            delay = min(self.max_delay, grown * self._rng.uniform(1 - self._jitter, 1 + self._jitter))
+        d.delay = delay
+        if d.next_at < now + delay:
+            d.next_at = now + delay
+        if attempt >= self.max_retries:
+            hint = f", last Retry-After {retry_after:.0f} s" if retry_after is not None else ""
+            return RateLimitDecision(
+                False, delay, f"HTTP {status}: still rate limited after {self.max_retries} re-fetches{hint}"
+            )
+        return RateLimitDecision(True, delay, f"HTTP {status}")

@@ -1,0 +1,329 @@
+"""``HttpFetcher``: the default fetcher, on aiohttp with one shared connection pool.
+
+Every fetch keeps to :class:`~crawlherd.fetch.base.FetchLimits`:
+
+- connect / read / total timeouts (``aiohttp.ClientTimeout``; per request via
+  ``meta["crawlherd.timeouts"]``);
+- the body is streamed and the fetch aborted as soon as it passes ``max_body_size``; a declared
+  ``Content-Length`` over the limit is refused before reading anything;
+- decompression is done here, not by aiohttp, so the *decompressed* bytes are counted against the same
+  limit and a gzip bomb is stopped after ``max_body_size`` bytes of output;
+- redirects are followed by hand, at most ``max_redirects``, and the address guard runs on every hop;
+- the content type of a final non-error response must be in ``allowed_content_types``.
+
+aiohttp and OS errors come out as :class:`~crawlherd.errors.FetchError` subclasses.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import zlib
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urljoin
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+
+from crawlherd.errors import (
+    AddressNotAllowedError,
+    BodyTooLargeError,
+    ContentTypeError,
+    FetchError,
+    FetchTimeoutError,
+    TooManyRedirectsError,
+)
+from crawlherd.fetch.base import FetchLimits, Response
+from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
+from crawlherd.request import Request
+
+__all__ = ["HttpFetcher"]
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_IPV4_CHARS = frozenset("0123456789.")
+
+
+class _GuardedResolver(AbstractResolver):
+    """Resolves through aiohttp's default resolver and refuses non-public answers."""
+
+    def __init__(self, networks: tuple[Network, ...]) -> None:
+        self._inner = DefaultResolver()
+        self._networks = networks
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        infos = await self._inner.resolve(host, port, family)
+        for info in infos:
+            if not address_allowed(info["host"], self._networks):
+                raise refusal(f"http://{host}:{port}/", host, info["host"])
+        return infos
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def _charset(content_type: str) -> str:
+    i = content_type.find("charset=")
+    if i == -1:
+        return "utf-8"
+    value = content_type[i + 8 :].split(";", 1)[0].strip().strip("\"'")
+    return value.lower() or "utf-8"
+
+
+class HttpFetcher:
+    """Fetch over HTTP(S) with aiohttp. ``HttpFetcher(limits=FetchLimits(...), *, max_connections=100,
+    headers=None)``; use it as an async context manager (or call :meth:`close`). One
+    ``ClientSession`` and one connector serve every request, so connections are reused."""
+
+    def __init__(
+        self,
+        limits: FetchLimits | None = None,
+        *,
+        max_connections: int = 100,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if max_connections < 0:
+            raise ValueError(f"max_connections={max_connections!r}: must be >= 0 (0 means unlimited)")
+        self.limits = limits or FetchLimits()
+        self._max_connections = max_connections
+        self._headers = dict(headers or {})
+        self._networks = parse_networks(self.limits.allowed_networks)
+        self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[tuple[float, float, float], aiohttp.ClientTimeout] = {}
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<HttpFetcher limits={self.limits!r}>"
+
+    async def __aenter__(self) -> HttpFetcher:
+        self._open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _open(self) -> aiohttp.ClientSession:
+        session = self._session
+        if session is not None:
+            return session
+        if self._closed:
+            raise FetchError("this HttpFetcher is closed; create a new one")
+        limits = self.limits
+        guarded = not limits.allow_private_addresses
+        connector = aiohttp.TCPConnector(
+            limit=self._max_connections,
+            ttl_dns_cache=60,
+            resolver=_GuardedResolver(self._networks) if guarded else None,
+        )
+        headers = {"User-Agent": limits.user_agent, "Accept-Encoding": "gzip, deflate", **self._headers}
+        self._session = session = aiohttp.ClientSession(
+            connector=connector,
+            headers=headers,
+            timeout=self._timeout(limits.connect_timeout, limits.read_timeout, limits.total_timeout),
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+        return session
+
+    def _timeout(self, connect: float, read: float, total: float) -> aiohttp.ClientTimeout:
+        key = (connect, read, total)
+        t = self._timeouts.get(key)
+        if t is None:
+            t = self._timeouts[key] = aiohttp.ClientTimeout(total=total, connect=connect, sock_read=read)
+        return t
+
+    async def close(self) -> None:
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    # -- fetch --------------------------------------------------------------------------------------
+
+    async def fetch(self, request: Request) -> Response:
+        session = self._session or self._open()
+        limits = self.limits
+        timeout = None
+        if request.meta:
+            t = request.meta.get("crawlherd.timeouts")
+            if t:
+                timeout = self._timeout(
+                    float(t.get("connect") or limits.connect_timeout),
+                    float(t.get("read") or limits.read_timeout),
+                    float(t.get("total") or limits.total_timeout),
+                )
+        url = request.url
+        method = request.method
+        body = request.body
+        headers = request.headers or None
+        redirects: list[str] = []
+        started = time.perf_counter()
+        try:
+            while True:
+                if not limits.allow_private_addresses:
+                    self._guard_literal(url)
+                async with session.request(
+                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
+                ) as resp:
+                    status = resp.status
+                    if status in _REDIRECTS and "Location" in resp.headers:
+                        if len(redirects) >= limits.max_redirects:
+                            raise TooManyRedirectsError(
+                                f"{url}: more than max_redirects={limits.max_redirects} redirects "
+                                f"(started at {request.url})",
+                                url=request.url,
+                                request=request,
+                            )
+                        redirects.append(url)
+                        url = self._next_hop(url, resp.headers["Location"], request)
+                        if status == 303 or (status in (301, 302) and method == "POST"):
+                            method, body = "GET", None
+                        continue
+                    raw_headers = resp.headers
+                    ctype = raw_headers.get("Content-Type", "")
+                    if status < 400 and limits.allowed_content_types:
+                        self._check_type(ctype, url, request)
+                    data = await self._read_body(resp, url, request)
+                    return Response(
+                        url=url,
+                        status=status,
+                        headers={k.lower(): v for k, v in raw_headers.items()},
+                        body=data,
+                        request=request,
+                        elapsed=time.perf_counter() - started,
+                        redirects=tuple(redirects),
+                        encoding=_charset(ctype) if ctype else "utf-8",
+                    )
+        except FetchError as exc:
+            if exc.request is None:
+                exc.request = request
+            if exc.url is None or (isinstance(exc, AddressNotAllowedError) and exc.url != url):
+                exc.url = url
+            raise
+        except TimeoutError as exc:
+            raise self._timeout_error(exc, url, request, timeout) from None
+        except aiohttp.ClientConnectorError as exc:
+            inner = exc.__cause__ or exc.os_error
+            if isinstance(inner, AddressNotAllowedError):
+                inner.url, inner.request = url, request
+                raise inner from None
+            raise FetchError(f"{url}: cannot connect to {exc.host}:{exc.port} ({exc.strerror or exc})", url=url,
+                             request=request) from None
+        except aiohttp.ServerDisconnectedError:
+            raise FetchError(f"{url}: the server closed the connection without a response", url=url,
+                             request=request) from None
+        except (aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError) as exc:
+            raise FetchError(f"{url}: connection broken mid-response ({_reason(exc)})", url=url,
+                             request=request) from None
+        except aiohttp.InvalidURL as exc:
+            raise FetchError(f"{url}: invalid URL ({exc})", url=url, request=request) from None
+        except aiohttp.ClientError as exc:
+            raise FetchError(f"{url}: {type(exc).__name__}: {exc}", url=url, request=request) from None
+        except OSError as exc:
+            raise FetchError(f"{url}: {_reason(exc)}", url=url, request=request) from None
+
+    def _timeout_error(
+        self, exc: BaseException, url: str, request: Request, timeout: aiohttp.ClientTimeout | None
+    ) -> FetchTimeoutError:
+        t = timeout or self._timeout(self.limits.connect_timeout, self.limits.read_timeout, self.limits.total_timeout)
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            what = f"connect timeout ({t.connect} s)"
+        elif isinstance(exc, aiohttp.SocketTimeoutError):
+            what = f"read timeout ({t.sock_read} s without data)"
+        else:
+            what = f"total timeout ({t.total} s)"
+        return FetchTimeoutError(f"{url}: {what}", url=url, request=request)
+
+    def _guard_literal(self, url: str) -> None:
+        """Check an IP-literal host before connecting (names are checked by the resolver)."""
+        rest = url[url.find("//") + 2 :]
+        netloc = rest.split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
+        if netloc.startswith("["):
+            host = netloc[1 : netloc.find("]")]
+        else:
+            host = netloc.rsplit(":", 1)[0]
+            if not host or not set(host) <= _IPV4_CHARS:
+                return
+        try:
+            ok = address_allowed(host, self._networks)
+        except ValueError:
+            return  # not an address after all: aiohttp reports the bad URL
+        if not ok:
+            raise refusal(url, host, host)
+
+    def _next_hop(self, url: str, location: str, request: Request) -> str:
+        target = urljoin(url, location.strip())
+        if not target.startswith(("http://", "https://")):
+            raise FetchError(f"{url}: redirect to a non-HTTP URL {target[:200]!r}", url=url, request=request)
+        return target
+
+    def _check_type(self, content_type: str, url: str, request: Request) -> None:
+        if not content_type:
+            return  # nothing declared: let it through, the caller sees an empty content type
+        ctype = content_type.split(";", 1)[0].strip().lower()
+        if ctype not in self.limits.allowed_content_types:
+            allowed = ", ".join(self.limits.allowed_content_types)
+            raise ContentTypeError(
+                f"{url}: content type {ctype!r} is not allowed (allowed: {allowed})", url=url, request=request
+            )
+
+    async def _read_body(self, resp: aiohttp.ClientResponse, url: str, request: Request) -> bytes:
+        limit = self.limits.max_body_size
+        length = resp.content_length
+        if length is not None and length > limit:
+            raise BodyTooLargeError(
+                f"{url}: Content-Length {length} is over max_body_size={limit}", url=url, request=request
+            )
+        encoding = resp.headers.get("Content-Encoding")
+        content = resp.content
+        if not encoding or encoding == "identity":
+            chunks: list[bytes] = []
+            size = 0
+            while chunk := await content.readany():
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLargeError(
+                        f"{url}: body is over max_body_size={limit} bytes; aborted", url=url, request=request
+                    )
+                chunks.append(chunk)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return await self._read_decoded(content, encoding.strip().lower(), limit, url, request)
+
+    async def _read_decoded(
+        self, content: aiohttp.StreamReader, encoding: str, limit: int, url: str, request: Request
+    ) -> bytes:
+        if encoding in ("gzip", "x-gzip"):
+            decoder: Any = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            decoder = zlib.decompressobj(32 + zlib.MAX_WBITS)  # zlib or gzip header, auto-detected
+        else:
+            raise FetchError(f"{url}: unsupported Content-Encoding {encoding!r}", url=url, request=request)
+        out: list[bytes] = []
+        size = 0
+        try:
+            while chunk := await content.readany():
+                while chunk:
+                    data = decoder.decompress(chunk, limit - size + 1)
+                    size += len(data)
+                    if size > limit:
+                        raise BodyTooLargeError(
+                            f"{url}: decompressed body is over max_body_size={limit} bytes "
+                            "(decompression bomb?); aborted",
+                            url=url,
+                            request=request,
+                        )
+                    out.append(data)
+                    chunk = decoder.unconsumed_tail
+            out.append(decoder.flush())
+        except zlib.error as exc:
+            raise FetchError(f"{url}: corrupt {encoding} body ({exc})", url=url, request=request) from None
+        return b"".join(out)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionResetError) or "reset" in str(exc).lower():
+        return "connection reset by peer"
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,124 @@
+"""robots.txt, parsed with protego and cached per host (scheme + host + port).
+
+Semantics follow RFC 9309: a 4xx answer (no robots.txt) allows everything; a 5xx answer or an
+unreachable server disallows everything for a short while (the site is in trouble; come back later).
+One fetch per host at a time: concurrent callers for the same host share it. ``Crawl-delay`` is handed
+to ``on_crawl_delay(host, seconds)`` once per host -- the crawler wires it to the frontier's
+``set_host_policy(host, delay=...)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from protego import Protego
+
+from crawlherd.clock import Clock, SystemClock
+from crawlherd.errors import FetchError
+from crawlherd.fetch.base import Fetcher
+from crawlherd.request import Request
+
+__all__ = ["RobotsCache"]
+
+CrawlDelayHook = Callable[[str, float], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Entry:
+    parser: Protego | None  # None: allow everything
+    disallow_all: bool
+    expires_at: float
+
+
+class RobotsCache:
+    """``RobotsCache(fetcher, *, user_agent=None, ttl=3600, error_ttl=60, clock=None,
+    on_crawl_delay=None)``; ask :meth:`allowed`."""
+
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        *,
+        user_agent: str | None = None,
+        ttl: float = 3600.0,
+        error_ttl: float = 60.0,
+        clock: Clock | None = None,
+        on_crawl_delay: CrawlDelayHook | None = None,
+        max_entries: int = 10_000,
+    ) -> None:
+        if ttl <= 0 or error_ttl <= 0:
+            raise ValueError("RobotsCache ttl and error_ttl must be > 0 seconds")
+        self._fetcher = fetcher
+        self.user_agent = user_agent or fetcher.limits.user_agent
+        self._ttl = ttl
+        self._error_ttl = error_ttl
+        self._clock = clock or SystemClock()
+        self._on_crawl_delay = on_crawl_delay
+        self._max_entries = max_entries
+        self._entries: dict[str, _Entry] = {}
+        self._pending: dict[str, asyncio.Future[_Entry]] = {}
+        self._delays_sent: set[str] = set()
+        self.fetches = 0
+
+    async def allowed(self, url: str) -> bool:
+        """True when robots.txt of ``url``'s host lets our user agent fetch it."""
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        entry = await self._entry(origin, parts.netloc)
+        if entry.disallow_all:
+            return False
+        if entry.parser is None:
+            return True
+        return bool(entry.parser.can_fetch(url, self.user_agent))
+
+    def crawl_delay(self, url: str) -> float | None:
+        """The cached Crawl-delay for ``url``'s host (None when unknown or unset)."""
+        parts = urlsplit(url)
+        entry = self._entries.get(f"{parts.scheme}://{parts.netloc}")
+        if entry is None or entry.parser is None:
+            return None
+        delay = entry.parser.crawl_delay(self.user_agent)
+        return None if delay is None else float(delay)
+
+    async def _entry(self, origin: str, host: str) -> _Entry:
+        entry = self._entries.get(origin)
+        if entry is not None and entry.expires_at > self._clock.now():
+            return entry
+        pending = self._pending.get(origin)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[_Entry] = asyncio.get_running_loop().create_future()
+        self._pending[origin] = fut
+        try:
+            entry = await self._load(origin)
+            if len(self._entries) >= self._max_entries:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[origin] = entry
+            fut.set_result(entry)
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: waiters get it through shield, nobody else must log it
+            raise
+        finally:
+            del self._pending[origin]
+        if entry.parser is not None and self._on_crawl_delay is not None and host not in self._delays_sent:
+            delay = entry.parser.crawl_delay(self.user_agent)
+            if delay:
+                self._delays_sent.add(host)
+                await self._on_crawl_delay(host, float(delay))
+        return entry
+
+    async def _load(self, origin: str) -> _Entry:
+        now = self._clock.now()
+        self.fetches += 1
+        try:
+            response = await self._fetcher.fetch(Request(origin + "/robots.txt"))
+        except FetchError:
+            return _Entry(None, True, now + self._error_ttl)
+        if response.status >= 500:
+            return _Entry(None, True, now + self._error_ttl)
+        if response.status >= 400:
+            return _Entry(None, False, now + self._ttl)
+        return _Entry(Protego.parse(response.text), False, now + self._ttl)
