@@ -48,6 +48,7 @@ async def open_frontier(
             redis_url = request.getfixturevalue("redis_url")
             prefix = request.getfixturevalue("unique_name")
             url = f"{redis_url}?prefix={prefix}"
+            redis_prefixes.append((redis_url, prefix))
         else:  # pragma: no cover - a typo in BACKENDS
             raise AssertionError(backend)
         frontier = await open_scheduler(url, **options).__aenter__()

@@ -38,6 +38,7 @@ Hosts are keys (``P:q:<host>``) built inside the scripts, so the frontier needs 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -176,7 +177,7 @@ class RedisScheduler:
             raise FrontierError("the redis frontier is closed")
         try:
             return await op()
-        except (rexc.ConnectionError, rexc.TimeoutError, OSError, asyncio.TimeoutError) as exc:
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError, TimeoutError) as exc:
             raise BackendUnavailableError(
                 f"redis frontier at {self._url} is unavailable: {exc}", backend="redis"
             ) from exc
@@ -286,10 +287,8 @@ class RedisScheduler:
             self._room = asyncio.get_running_loop().create_future()
         room = self._room
         # Other processes make room too: look again every poll_interval.
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(room), self._poll)
-        except TimeoutError:
-            pass
 
     # -- lease -------------------------------------------------------------------------------------
 
