@@ -53,6 +53,11 @@ local K_PDELAY, K_PCAP, K_HOSTS, K_C, K_SEQ = P..':pdelay', P..':pcap', P..':hos
 local K_BAD, K_CFG = P..':bad', P..':cfg'
 local SHIFT = 17179869184
 
+-- The frontier's time never goes back: a worker whose clock reading is older than one already used
+-- (it was read before another worker's call ran) acts at the newest time seen.
+local HW = tonumber(redis.call('GET', P..':now') or '0')
+if HW > NOW then NOW = HW else redis.call('SET', P..':now', ARGV[2]) end
+
 local function qkey(host) return P..':q:'..host end
 
 local function cap_of(host)
@@ -341,15 +346,15 @@ return {status, n_new, processed, message}
 """
 )
 
-# ARGV[5] lease token serial source unused, [5] limit. Returns a flat list of
-# token, payload, attempt (one triple per lease); ids found unreadable are moved aside.
+# ARGV[5] limit, [6] lease timeout. Returns the time the leases were made at ('%.17g'), then
+# token, payload, attempt for each lease; ids found unreadable are moved aside.
 LEASE = (
     _PRELUDE
     + r"""
 local LIMIT = tonumber(ARGV[5])
-local EXPIRES = tonumber(ARGV[6])
+local EXPIRES = NOW + tonumber(ARGV[6])
 refresh()
-local out = {}
+local out = {string.format('%.17g', NOW)}
 local n = 0
 while n < LIMIT do
   local top = redis.call('ZRANGE', K_READY, 0, 0)

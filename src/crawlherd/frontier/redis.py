@@ -187,9 +187,11 @@ class RedisScheduler:
                 raise BackendUnavailableError(f"redis at {self._url} refused: {text}", backend="redis") from exc
             raise FrontierError(f"redis frontier script failed: {text}") from exc
 
-    async def _run(self, name: str, *args: Any) -> Any:
+    async def _run(self, name: str, *args: Any, now: float | None = None) -> Any:
         opts = self.options
-        argv = [self.prefix, repr(self._clock.now()), repr(float(opts.delay)), opts.max_in_flight, *args]
+        if now is None:
+            now = self._clock.now()
+        argv = [self.prefix, repr(now), repr(float(opts.delay)), opts.max_in_flight, *args]
         script = self._scripts[name]
         return await self._guard(lambda: script(keys=[], args=argv))
 
@@ -302,13 +304,12 @@ class RedisScheduler:
             return []
         out: list[Lease] = []
         while len(out) < limit:
-            now = self._clock.now()
-            expires = now + self.options.lease_timeout
-            reply = await self._run("LEASE", limit - len(out), repr(expires))
-            if not reply:
+            reply = await self._run("LEASE", limit - len(out), repr(float(self.options.lease_timeout)))
+            if len(reply) < 2:
                 break
+            expires = float(_text(reply[0])) + self.options.lease_timeout
             buried = 0
-            for i in range(0, len(reply), 3):
+            for i in range(1, len(reply), 3):
                 token, payload, attempt = _text(reply[i]), _raw(reply[i + 1]), int(reply[i + 2])
                 try:
                     body = payload.split(b"\t", 2)[2]
