@@ -16,6 +16,7 @@ import logging
 import re
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TypeVar
 
 import aiohttp
@@ -43,7 +44,7 @@ async def persist(op: Callable[[], Awaitable[T]]) -> T:
 
 async def settle(frontier: Scheduler, lease: Lease) -> None:
     try:
-        await persist(lambda: frontier.ack(lease))
+        await persist(partial(frontier.ack, lease))
     except LeaseError:
         # A retried ack whose first try went through, or a lease that expired meanwhile.
         log.info("ack of %s: lease already settled or expired", lease.request.url)
@@ -64,14 +65,14 @@ async def fetch_loop(frontier: Scheduler, session: aiohttp.ClientSession, name: 
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("%s: %s; retrying later", req.url, exc)
-            await persist(lambda: frontier.retry(lease, 0.2))
+            await persist(partial(frontier.retry, lease, 0.2))
             continue
         if status == 200:
             links = [Request(u, depth=req.depth + 1) for u in LINK.findall(text)]
-            await persist(lambda: frontier.enqueue_requests(links))
+            await persist(partial(frontier.enqueue_requests, links))
             await settle(frontier, lease)
         else:
-            await persist(lambda: frontier.fail(lease, f"HTTP {status}"))
+            await persist(partial(frontier.fail, lease, f"HTTP {status}"))
 
 
 async def main(argv: list[str]) -> int:
