@@ -160,7 +160,11 @@ class RedisScheduler:
         )
 
     async def __aenter__(self) -> RedisScheduler:
-        await self._init()
+        try:
+            await self._init()
+        except BaseException:
+            await self.close()  # a failed open keeps nothing open
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
