@@ -16,7 +16,7 @@ from crawlherd.frontier import Scheduler, open_scheduler
 
 OpenFrontier = Callable[..., Awaitable[Scheduler]]
 
-BACKENDS = ["memory"]
+BACKENDS = ["memory", "sqlite", "redis"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -36,6 +36,7 @@ async def open_frontier(
     """``await open_frontier(**options)`` -> an entered Scheduler on the fake clock; closed after the
     test, and checked to have released what it opened."""
     opened: list[Scheduler] = []
+    redis_prefixes: list[tuple[str, str]] = []
 
     async def make(**options: Any) -> Scheduler:
         options.setdefault("clock", clock)
@@ -47,6 +48,7 @@ async def open_frontier(
             redis_url = request.getfixturevalue("redis_url")
             prefix = request.getfixturevalue("unique_name")
             url = f"{redis_url}?prefix={prefix}"
+            redis_prefixes.append((redis_url, prefix))
         else:  # pragma: no cover - a typo in BACKENDS
             raise AssertionError(backend)
         frontier = await open_scheduler(url, **options).__aenter__()
@@ -57,3 +59,18 @@ async def open_frontier(
     for frontier in opened:
         await frontier.close()
         await frontier.close()  # idempotent
+    for redis_url, prefix in redis_prefixes:
+        await _delete_prefix(redis_url, prefix)
+
+
+async def _delete_prefix(redis_url: str, prefix: str) -> None:
+    """The test's keys go away with it (the Redis server is shared)."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+        if keys:
+            await client.unlink(*keys)
+    finally:
+        await client.aclose()

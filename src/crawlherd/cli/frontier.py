@@ -1,0 +1,89 @@
+"""``crawlherd frontier stats|purge --url URL``: look at or empty a persistent frontier."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from crawlherd._redact import redact_url
+from crawlherd.errors import ConfigurationError
+from crawlherd.frontier import open_scheduler
+
+__all__ = ["frontier"]
+
+_URL_HELP = "Frontier URL: sqlite:///crawl.db or redis://host:6379/0?prefix=mycrawl."
+
+
+def _options(dupefilter: str | None) -> dict[str, Any]:
+    return {} if dupefilter is None else {"dupefilter": dupefilter}
+
+
+@click.group()
+def frontier() -> None:
+    """Inspect or empty a frontier (the crawl queue and its duplicate filter)."""
+
+
+@frontier.command()
+@click.option("--url", required=True, envvar="CRAWLHERD_FRONTIER_URL", help=_URL_HELP)
+@click.option("--dupefilter", type=click.Choice(["exact", "bloom"]), default=None, help="The frontier's filter kind.")
+@click.option("--json", "as_json", is_flag=True, help="Print the counters as JSON.")
+@click.option("--memory", is_flag=True, help="Redis only: bytes used per kind of key (scans the keys).")
+def stats(url: str, dupefilter: str | None, as_json: bool, memory: bool) -> None:
+    """Counters of the frontier at URL: queued, in flight, enqueued, acked, duplicates, ..."""
+
+    async def run() -> tuple[dict[str, Any], dict[str, int] | None]:
+        async with open_scheduler(url, **_options(dupefilter)) as f:
+            snapshot = asdict(await f.stats())
+            used = None
+            if memory:
+                measure = getattr(f, "memory_usage", None)
+                if measure is None:
+                    raise ConfigurationError("--memory is for redis:// frontiers")
+                used = await measure()
+            return snapshot, used
+
+    snapshot, used = asyncio.run(run())
+    if as_json:
+        if used is not None:
+            snapshot["memory_bytes"] = used
+        click.echo(json.dumps(snapshot, indent=2, sort_keys=True))
+        return
+    click.echo(f"frontier {redact_url(url)}")
+    hosts = snapshot.pop("hosts")
+    for name, value in snapshot.items():
+        if name == "oldest_queued_age" and value is not None:
+            value = f"{value:.1f}s"
+        click.echo(f"  {name:<24} {value}")
+    click.echo(f"  {'hosts with queued work':<24} {len(hosts)}")
+    for host, depth in sorted(hosts.items(), key=lambda kv: -kv[1])[:10]:
+        click.echo(f"    {host:<40} {depth}")
+    if used is not None:
+        for kind, n in used.items():
+            click.echo(f"  memory {kind:<17} {n} bytes")
+
+
+@frontier.command()
+@click.option("--url", required=True, envvar="CRAWLHERD_FRONTIER_URL", help=_URL_HELP)
+@click.option("--dupefilter", type=click.Choice(["exact", "bloom"]), default=None, help="The frontier's filter kind.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def purge(url: str, dupefilter: str | None, yes: bool) -> None:
+    """Delete everything of the frontier at URL: queue, leases, duplicate filter, counters.
+
+    Stop the workers that use it first."""
+    if not yes:
+        click.confirm(f"Delete the whole frontier at {redact_url(url)}?", abort=True)
+
+    async def run() -> int:
+        async with open_scheduler(url, **_options(dupefilter)) as f:
+            wipe = getattr(f, "purge", None)
+            if wipe is None:
+                raise ConfigurationError(f"the frontier at {redact_url(url)} keeps nothing to purge")
+            n: int = await wipe()
+            return n
+
+    n = asyncio.run(run())
+    click.echo(f"purged {redact_url(url)} ({n} deleted)")

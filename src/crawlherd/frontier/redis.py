@@ -1,0 +1,533 @@
+"""``redis://``: a frontier shared by any number of worker processes on any number of machines.
+
+``open_scheduler("redis://127.0.0.1:6379/0?prefix=mycrawl")``. Every multi-step operation (enqueue
+with its duplicate check, lease with politeness, ack, retry, expiry and reclaim) is one Lua script, so
+it is atomic: two workers never take the same request, never both pass a host's delay, and a
+fingerprint is recorded exactly when its request is queued. The key layout is documented in
+:mod:`crawlherd.frontier._redis_lua`.
+
+- **Politeness shared by all workers**: host ready times and in-flight counts live in Redis.
+- **Leases** expire (``lease_timeout``); the next lease call of any worker returns an expired lease's
+  request to its queue, so a worker that died loses nothing.
+- **Duplicate filter**: ``exact`` stores each 64-bit fingerprint in one of ``2**bits`` small sets
+  (``P:df:<fp & mask>`` holding ``fp >> bits``), which Redis keeps intset-encoded: about 9 bytes
+  per fingerprint instead of the ~88 of a set of hex SHA1 strings. ``bloom`` is a scalable Bloom
+  filter in Redis bit strings (``error_rate``, ``capacity``).
+- **Serialisation**: each request is ``"<priority>\\t<host>\\t" + JSON`` of :meth:`Request.to_record`
+  (it carries a version field); never pickle. An entry that cannot be read is moved to ``P:bad`` with
+  its reason and logged, and the frontier goes on.
+- **Redis going away**: every operation raises :class:`~crawlherd.errors.BackendUnavailableError`.
+  The client does not retry scripts by itself (a lease or an ack must not run twice); the caller
+  retries with backoff. An ack retried after such an error may find the lease already settled
+  (:class:`~crawlherd.errors.LeaseError`). Nothing queued or leased is lost when Redis comes back,
+  provided Redis persists its data (AOF, ``appendfsync everysec`` or ``always``).
+- ``dupefilter_unavailable``: ``fail`` (default) raises BackendUnavailableError when the filter's
+  keys cannot be used (e.g. a foreign key sits where a bucket should be); ``allow`` queues the
+  request unfiltered and counts it in ``stats().dupefilter_unavailable``.
+
+Options of this backend (besides the common ones): ``prefix`` (key namespace, default
+``crawlherd``), ``client`` (a live ``redis.asyncio.Redis``; not closed by the frontier),
+``poll_interval`` (seconds between looks for other workers' changes while waiting, default 0.2),
+``socket_timeout`` (seconds, default 10), ``dupefilter_bits`` (log2 of the exact filter's set count;
+default from ``capacity``, about 200 fingerprints per set, fixed when the frontier is created).
+
+Hosts are keys (``P:q:<host>``) built inside the scripts, so the frontier needs one Redis server
+(or a Sentinel-managed primary), not a Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+
+from crawlherd._redact import redact_url
+from crawlherd.errors import (
+    BackendUnavailableError,
+    ConfigurationError,
+    FrontierError,
+    LeaseError,
+    QueueFullError,
+)
+from crawlherd.frontier import _redis_lua as lua
+from crawlherd.frontier.base import FrontierStats, Lease
+from crawlherd.frontier.dupefilter import fp_to_int
+from crawlherd.frontier.options import FrontierOptions
+from crawlherd.request import Request
+
+__all__ = ["RedisScheduler"]
+
+log = logging.getLogger(__name__)
+
+LAYOUT_VERSION = "1"
+_PRIO_LIMIT = (1 << 18) - 1  # scores are -prio * 2**34 + seq: exact in a double for |prio| < 2**18
+_BATCH = 500
+_UNAVAILABLE_REPLIES = ("OOM", "LOADING", "READONLY", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
+_T = TypeVar("_T")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _raw(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode("utf-8")
+
+
+class RedisScheduler:
+    """A frontier in Redis; see the module docstring. Create it with :func:`open_scheduler` or
+    :meth:`from_url`, or pass a live client: ``RedisScheduler(client, prefix="crawl")``."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        options: FrontierOptions | None = None,
+        *,
+        prefix: str = "crawlherd",
+        poll_interval: float = 0.2,
+        dupefilter_bits: int | None = None,
+        owns_client: bool = False,
+        url: str = "redis://",
+    ) -> None:
+        if not prefix or any(c.isspace() for c in prefix):
+            raise ConfigurationError(f"redis frontier prefix {prefix!r} must be non-empty, without spaces")
+        if not poll_interval > 0:
+            raise ConfigurationError(f"poll_interval={poll_interval!r} must be > 0 seconds")
+        if dupefilter_bits is not None and not 0 <= dupefilter_bits <= 24:
+            raise ConfigurationError(f"dupefilter_bits={dupefilter_bits!r} must be between 0 and 24")
+        self.options = opts = options or FrontierOptions()
+        self.prefix = prefix
+        self._client = client
+        self._owns_client = owns_client
+        self._url = redact_url(url)
+        self._clock = opts.clock
+        self._poll = poll_interval
+        if dupefilter_bits is None:
+            dupefilter_bits = min(24, max(4, math.ceil(math.log2(max(opts.capacity, 16) / 200))))
+        self._bits = dupefilter_bits
+        self._kind = opts.dupefilter
+        self._scripts: dict[str, AsyncScript] = {
+            name: client.register_script(getattr(lua, name))
+            for name in ("INIT", "ENQUEUE", "LEASE", "ACK", "RETRY", "BURY", "BLOCK_HOST", "POLICY", "PEEK", "STATS")
+        }
+        self._ready = False
+        self._closed = False
+        self._changed: asyncio.Future[None] | None = None
+        self._room: asyncio.Future[None] | None = None
+
+    @classmethod
+    def from_url(cls, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> RedisScheduler:
+        opts, own = FrontierOptions.build(
+            url, options, extra=("prefix", "client", "poll_interval", "socket_timeout", "dupefilter_bits")
+        )
+        poll = _number(own, "poll_interval", 0.2)
+        timeout = _number(own, "socket_timeout", 10.0)
+        bits = own.get("dupefilter_bits")
+        client = own.get("client")
+        owns = client is None
+        if client is None:
+            parts = urlsplit(url)
+            base = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+            try:
+                client = aioredis.Redis.from_url(
+                    base,
+                    socket_timeout=timeout,
+                    socket_connect_timeout=timeout,
+                    retry=Retry(NoBackoff(), 0),
+                    retry_on_error=[],
+                )
+            except ValueError as exc:
+                raise ConfigurationError(f"bad redis URL {redact_url(url)!r}: {exc}") from None
+        return cls(
+            client,
+            opts,
+            prefix=str(own.get("prefix", "crawlherd")),
+            poll_interval=poll,
+            dupefilter_bits=None if bits is None else int(bits),
+            owns_client=owns,
+            url=url,
+        )
+
+    async def __aenter__(self) -> RedisScheduler:
+        try:
+            await self._init()
+        except BaseException:
+            await self.close()  # a failed open keeps nothing open
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<RedisScheduler {self._url} prefix={self.prefix!r}>"
+
+    # -- plumbing ----------------------------------------------------------------------------------
+
+    async def _guard(self, op: Callable[[], Awaitable[_T]]) -> _T:
+        """Run one Redis operation, translating the driver's exceptions."""
+        if self._closed:
+            raise FrontierError("the redis frontier is closed")
+        try:
+            return await op()
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError, TimeoutError) as exc:
+            raise BackendUnavailableError(
+                f"redis frontier at {self._url} is unavailable: {exc}", backend="redis"
+            ) from exc
+        except rexc.ResponseError as exc:
+            text = str(exc)
+            if text.startswith(_UNAVAILABLE_REPLIES):
+                raise BackendUnavailableError(f"redis at {self._url} refused: {text}", backend="redis") from exc
+            raise FrontierError(f"redis frontier script failed: {text}") from exc
+
+    async def _run(self, name: str, *args: Any, now: float | None = None) -> Any:
+        opts = self.options
+        if now is None:
+            now = self._clock.now()
+        argv = [self.prefix, repr(now), repr(float(opts.delay)), opts.max_in_flight, *args]
+        script = self._scripts[name]
+        return await self._guard(lambda: script(keys=[], args=argv))
+
+    async def _init(self) -> None:
+        if self._ready:
+            return
+        opts = self.options
+        reply = await self._run("INIT", LAYOUT_VERSION, self._kind, self._bits, opts.capacity, repr(opts.error_rate))
+        status = _text(reply[0])
+        if status == "layout":
+            raise ConfigurationError(
+                f"the keys under prefix {self.prefix!r} use frontier layout {_text(reply[1])}, "
+                f"this version reads layout {LAYOUT_VERSION}; use another prefix or purge it"
+            )
+        kind, bits = _text(reply[1]), int(reply[2])
+        if kind != self._kind:
+            raise ConfigurationError(
+                f"the frontier under prefix {self.prefix!r} was created with dupefilter={kind!r}, "
+                f"not {self._kind!r}; open it with dupefilter={kind!r} or purge it"
+            )
+        self._bits = bits
+        for host, policy in opts.host_policies.items():
+            await self._run(
+                "POLICY",
+                host,
+                "" if policy.delay is None else repr(float(policy.delay)),
+                "" if policy.max_in_flight is None else policy.max_in_flight,
+            )
+        self._ready = True
+
+    def _notify(self) -> None:
+        fut = self._changed
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        self._changed = None
+
+    def _room_made(self) -> None:
+        fut = self._room
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        self._room = None
+
+    def _filter_args(self, request: Request) -> tuple[int, int]:
+        fp = fp_to_int(request.fingerprint)
+        if self._kind == "exact":
+            return fp & ((1 << self._bits) - 1), fp >> self._bits
+        return fp & 0xFFFFFFFF, (fp >> 32) | 1
+
+    def _encode(self, request: Request) -> list[Any]:
+        a, b = self._filter_args(request)
+        prio = max(-_PRIO_LIMIT, min(_PRIO_LIMIT, request.priority))
+        body = json.dumps(request.to_record(), separators=(",", ":"), ensure_ascii=False)
+        nb = "" if request.not_before is None else repr(float(request.not_before))
+        return [a, b, prio, request.host, nb, f"{prio}\t{request.host}\t{body}"]
+
+    # -- enqueue -----------------------------------------------------------------------------------
+
+    async def enqueue_request(self, request: Request) -> bool:
+        return await self.enqueue_requests([request]) == 1
+
+    async def enqueue_requests(self, requests: Iterable[Request]) -> int:
+        await self._init()
+        encoded = [self._encode(r) for r in requests]
+        queued = 0
+        start = 0
+        while start < len(encoded):
+            chunk = encoded[start : start + _BATCH]
+            args: list[Any] = [self.options.max_size, self._kind, self.options.dupefilter_unavailable]
+            for item in chunk:
+                args.extend(item)
+            status, n_new, processed, message = await self._run("ENQUEUE", *args)
+            queued += int(n_new)
+            start += int(processed)
+            if n_new:
+                self._notify()
+            status = _text(status)
+            if status == "dferr":
+                raise BackendUnavailableError(
+                    f"the duplicate filter under prefix {self.prefix!r} cannot be used ({_text(message)}); "
+                    "nothing more was queued (dupefilter_unavailable='allow' would queue unfiltered)",
+                    backend="redis",
+                )
+            if status == "full":
+                if self.options.full_policy == "raise":
+                    url = json.loads(encoded[start][5].split("\t", 2)[2])["url"]
+                    raise QueueFullError(
+                        f"frontier is full (max_size={self.options.max_size}); {url} and the "
+                        f"{len(encoded) - start - 1} request(s) after it were not queued and may be enqueued again"
+                    )
+                await self._wait_for_room()
+        return queued
+
+    async def _wait_for_room(self) -> None:
+        if self._room is None or self._room.done():
+            self._room = asyncio.get_running_loop().create_future()
+        room = self._room
+        # Other processes make room too: look again every poll_interval.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(room), self._poll)
+
+    # -- lease -------------------------------------------------------------------------------------
+
+    async def next_request(self) -> Lease | None:
+        leases = await self.next_requests(1)
+        return leases[0] if leases else None
+
+    async def next_requests(self, limit: int) -> list[Lease]:
+        await self._init()
+        if limit < 1:
+            return []
+        out: list[Lease] = []
+        while len(out) < limit:
+            reply = await self._run("LEASE", limit - len(out), repr(float(self.options.lease_timeout)))
+            if len(reply) < 2:
+                break
+            expires = float(_text(reply[0])) + self.options.lease_timeout
+            buried = 0
+            for i in range(1, len(reply), 3):
+                token, payload, attempt = _text(reply[i]), _raw(reply[i + 1]), int(reply[i + 2])
+                try:
+                    body = payload.split(b"\t", 2)[2]
+                    request = Request.from_record(json.loads(body))
+                except (ValueError, KeyError, TypeError, IndexError) as exc:
+                    await self._bury(token, payload, f"undecodable request record: {exc}")
+                    buried += 1
+                    continue
+                out.append(Lease(token, request, expires, attempt))
+            if not buried:
+                break
+        if out:
+            self._room_made()
+        return out
+
+    async def _bury(self, token: str, payload: bytes, reason: str) -> None:
+        log.warning(
+            "redis frontier %s: moved entry %s aside to %s:bad: %s (%r)",
+            self.prefix,
+            token.split(":", 1)[0],
+            self.prefix,
+            reason,
+            payload[:200],
+        )
+        await self._run("BURY", token, reason)
+        self._notify()
+
+    async def _peek(self) -> tuple[int, int, float | None]:
+        queued, inflight, wake = await self._run("PEEK")
+        w = _text(wake)
+        return int(queued), int(inflight), float(w) if w else None
+
+    async def wait_next(self, timeout: float | None = None) -> Lease | None:
+        clock = self._clock
+        deadline = None if timeout is None else clock.now() + timeout
+        while True:
+            lease = await self.next_request()
+            if lease is not None:
+                return lease
+            if self._closed:
+                return None
+            queued, inflight, wake = await self._peek()
+            if not queued and not inflight:
+                return None
+            now = clock.now()
+            if deadline is not None and now >= deadline:
+                return None
+            if deadline is not None:
+                wake = deadline if wake is None else min(wake, deadline)
+            if self._changed is None or self._changed.done():
+                self._changed = asyncio.get_running_loop().create_future()
+            waiters: set[asyncio.Future[Any]] = {
+                self._changed,
+                asyncio.ensure_future(asyncio.sleep(self._poll)),  # other workers' changes
+            }
+            if wake is not None:
+                waiters.add(asyncio.ensure_future(clock.sleep(max(0.0, wake - now))))
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    if w is not self._changed:
+                        w.cancel()
+
+    async def __aiter__(self) -> AsyncIterator[Lease]:
+        while (lease := await self.wait_next()) is not None:
+            yield lease
+
+    # -- settle ------------------------------------------------------------------------------------
+
+    async def ack(self, lease: Lease) -> None:
+        await self._settle("ack", [lease])
+
+    async def ack_many(self, leases: Iterable[Lease]) -> None:
+        batch = list(leases)
+        for start in range(0, len(batch), _BATCH):
+            await self._settle("ack", batch[start : start + _BATCH])
+
+    async def _settle(self, mode: str, leases: Sequence[Lease]) -> None:
+        if not leases:
+            return
+        await self._init()
+        bad = await self._run("ACK", mode, *(lease.token for lease in leases))
+        self._notify()
+        if bad:
+            tokens = {_text(t) for t in bad}
+            urls = [lease.request.url for lease in leases if lease.token in tokens]
+            raise LeaseError(f"lease(s) for {', '.join(urls)} unknown, expired or settled")
+
+    async def retry(self, lease: Lease, delay: float = 0.0) -> None:
+        await self._init()
+        ok = await self._run("RETRY", lease.token, repr(float(max(0.0, delay))), lease.attempt)
+        self._notify()
+        if not ok:
+            raise LeaseError(f"lease {lease.token} for {lease.request.url} is unknown, expired or settled")
+
+    async def fail(self, lease: Lease, reason: str) -> None:
+        await self._settle("fail", [lease])
+
+    # -- politeness --------------------------------------------------------------------------------
+
+    async def block_host(self, host: str, until: float) -> None:
+        await self._init()
+        await self._run("BLOCK_HOST", host, repr(float(until)))
+        self._notify()
+
+    async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
+        if delay is not None and delay < 0:
+            raise ConfigurationError(f"delay={delay!r} for {host}: must be >= 0 seconds")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ConfigurationError(f"max_in_flight={max_in_flight!r} for {host}: must be >= 1")
+        await self._init()
+        await self._run(
+            "POLICY",
+            host,
+            "" if delay is None else repr(float(delay)),
+            "" if max_in_flight is None else max_in_flight,
+        )
+        self._notify()
+
+    # -- introspection -----------------------------------------------------------------------------
+
+    async def has_pending_requests(self) -> bool:
+        queued, inflight, _ = await self._peek()
+        return bool(queued or inflight)
+
+    async def idle(self) -> bool:
+        return not await self.has_pending_requests()
+
+    async def size(self) -> int:
+        return (await self._peek())[0]
+
+    async def stats(self) -> FrontierStats:
+        counters_flat, inflight, oldest, depth_flat = await self._run("STATS")
+        c = {_text(counters_flat[i]): int(counters_flat[i + 1]) for i in range(0, len(counters_flat), 2)}
+        hosts = {_text(depth_flat[i]): int(depth_flat[i + 1]) for i in range(0, len(depth_flat), 2)}
+        o = _text(oldest)
+        return FrontierStats(
+            queued=c.get("queued", 0),
+            in_flight=int(inflight),
+            duplicates_filtered=c.get("dup", 0),
+            enqueued=c.get("enqueued", 0),
+            acked=c.get("acked", 0),
+            retries=c.get("retries", 0),
+            failures=c.get("failures", 0),
+            expired_leases=c.get("expired", 0),
+            oldest_queued_age=max(0.0, self._clock.now() - float(o)) if o else None,
+            hosts=hosts,
+            dupefilter_unavailable=c.get("dfu", 0),
+        )
+
+    async def bad_entries(self) -> dict[str, str]:
+        """Entries moved aside (``P:bad``): id -> ``"<reason>\\t<payload>"``."""
+        raw = await self._guard(lambda: self._client.hgetall(f"{self.prefix}:bad"))
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    async def memory_usage(self) -> dict[str, int]:
+        """Bytes Redis uses (``MEMORY USAGE``) per kind of key under the prefix: ``dupefilter``,
+        ``queue`` (requests, queues, indexes) and ``other``. Scans the keys: an operator's tool."""
+
+        async def measure() -> dict[str, int]:
+            out = {"dupefilter": 0, "queue": 0, "other": 0}
+            df = (f"{self.prefix}:df:", f"{self.prefix}:bloom")
+            queue = tuple(f"{self.prefix}:{n}" for n in ("req", "q:", "ready", "timers", "delayed", "age"))
+            keys = [_text(k) async for k in self._client.scan_iter(match=f"{_glob(self.prefix)}:*", count=1000)]
+            for start in range(0, len(keys), 1000):
+                part = keys[start : start + 1000]
+                pipe = self._client.pipeline(transaction=False)
+                for key in part:
+                    pipe.memory_usage(key, samples=0)
+                for key, used in zip(part, await pipe.execute(), strict=True):
+                    kind = "dupefilter" if key.startswith(df) else "queue" if key.startswith(queue) else "other"
+                    out[kind] += int(used or 0)
+            return out
+
+        return await self._guard(measure)
+
+    async def purge(self) -> int:
+        """Delete every key under the prefix (queue, leases, duplicate filter, counters); returns how
+        many keys were deleted. Workers using the prefix must be stopped first."""
+
+        async def wipe() -> int:
+            n = 0
+            batch: list[Any] = []
+            async for key in self._client.scan_iter(match=f"{_glob(self.prefix)}:*", count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    n += int(await self._client.unlink(*batch))
+                    batch = []
+            if batch:
+                n += int(await self._client.unlink(*batch))
+            return n
+
+        deleted = await self._guard(wipe)
+        self._ready = False
+        return deleted
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._notify()
+        if self._owns_client:
+            await self._client.aclose()
+
+
+def _glob(prefix: str) -> str:
+    """``prefix`` with glob characters escaped, for SCAN MATCH."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix)
+
+
+def _number(own: dict[str, Any], name: str, default: float) -> float:
+    value = own.get(name, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"frontier option {name}={value!r} is not a number") from None

@@ -1,0 +1,197 @@
+"""What the ``redis://`` frontier does beyond the contract suite, against the real Redis."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from crawlherd.clock import FakeClock
+from crawlherd.errors import BackendUnavailableError, ConfigurationError
+from crawlherd.frontier import open_scheduler
+from crawlherd.frontier.dupefilter import fp_to_int
+from crawlherd.frontier.redis import RedisScheduler
+from crawlherd.request import Request
+
+from .test_durable_frontier import delete_prefix
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+async def client(redis_url: str, unique_name: str) -> AsyncIterator[aioredis.Redis]:
+    c = aioredis.Redis.from_url(redis_url)
+    yield c
+    await c.aclose()
+    await delete_prefix(redis_url, unique_name)
+    await delete_prefix(redis_url, unique_name + "b")
+
+
+async def open_redis(redis_url: str, prefix: str, **options: Any) -> RedisScheduler:
+    options.setdefault("clock", FakeClock())
+    frontier = open_scheduler(f"{redis_url}?prefix={prefix}", **options)
+    assert isinstance(frontier, RedisScheduler)
+    return await frontier.__aenter__()
+
+
+async def test_corrupt_and_foreign_entries_are_moved_aside(
+    redis_url: str, unique_name: str, client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    frontier = await open_redis(redis_url, unique_name)
+    try:
+        for i in range(4):
+            assert await frontier.enqueue_request(Request(f"http://h{i}.test/"))
+        ids = sorted(int(k) for k in await client.hkeys(f"{unique_name}:req"))
+        await client.hset(f"{unique_name}:req", str(ids[0]), b"\x80\x81 pickled?")  # no header
+        await client.hset(f"{unique_name}:req", str(ids[1]), "0\th1.test\t{not json")
+        foreign = json.dumps({"v": 99, "url": "http://h2.test/"})
+        await client.hset(f"{unique_name}:req", str(ids[2]), f"0\th2.test\t{foreign}")
+        with caplog.at_level(logging.WARNING, logger="crawlherd.frontier.redis"):
+            leases = await frontier.next_requests(10)
+        assert [lease.request.url for lease in leases] == ["http://h3.test/"]
+        bad = await frontier.bad_entries()
+        assert sorted(bad) == [str(i) for i in ids[:3]]
+        assert bad[str(ids[0])].startswith("unreadable entry header")
+        assert bad[str(ids[1])].startswith("undecodable request record")
+        assert "version-1" in bad[str(ids[2])]
+        assert "moved entry" in caplog.text
+        await frontier.ack(leases[0])
+        assert await frontier.idle()  # nothing left stuck in flight or queued
+    finally:
+        await frontier.close()
+
+
+async def test_dupefilter_unavailable_fail_or_allow(redis_url: str, unique_name: str, client: aioredis.Redis) -> None:
+    req = Request("http://df.test/page")
+    strict = await open_redis(redis_url, unique_name)
+    try:
+        bits = strict._bits
+        bucket = fp_to_int(req.fingerprint) & ((1 << bits) - 1)
+        await client.set(f"{unique_name}:df:{bucket}", "a foreign key where a bucket should be")
+        with pytest.raises(BackendUnavailableError, match="duplicate filter"):
+            await strict.enqueue_request(req)
+        assert await strict.size() == 0  # nothing queued, nothing lost: the caller still has it
+    finally:
+        await strict.close()
+    lenient = await open_redis(redis_url, unique_name, dupefilter_unavailable="allow")
+    try:
+        assert await lenient.enqueue_request(req)
+        assert await lenient.enqueue_request(req)  # unfiltered: queued again
+        stats = await lenient.stats()
+        assert stats.dupefilter_unavailable == 2
+        assert stats.queued == 2
+    finally:
+        await lenient.close()
+
+
+async def test_redis_down_raises_backend_unavailable_and_redacts() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once we leave: nothing listens there
+    frontier = open_scheduler(f"redis://:hunter2@127.0.0.1:{port}/0?prefix=x", socket_timeout=1)
+    with pytest.raises(BackendUnavailableError) as info:
+        await frontier.__aenter__()
+    assert "hunter2" not in str(info.value)
+    assert info.value.backend == "redis"
+    lazy = open_scheduler(f"redis://127.0.0.1:{port}/0?prefix=x", socket_timeout=1)  # not entered
+    try:
+        with pytest.raises(BackendUnavailableError):
+            await lazy.enqueue_request(Request("http://a.test/"))
+        with pytest.raises(BackendUnavailableError):
+            await lazy.next_request()
+    finally:
+        await lazy.close()
+
+
+async def test_live_client_is_used_and_not_closed(redis_url: str, unique_name: str, client: aioredis.Redis) -> None:
+    async with open_scheduler(f"{redis_url}?prefix={unique_name}", client=client) as frontier:
+        assert await frontier.enqueue_request(Request("http://live.test/"))
+    assert await client.ping()  # still open: the frontier closes only what it opened
+    assert await client.exists(f"{unique_name}:req") == 1
+
+
+async def test_prefixes_are_separate_frontiers(redis_url: str, unique_name: str, client: aioredis.Redis) -> None:
+    a = await open_redis(redis_url, unique_name)
+    b = await open_redis(redis_url, unique_name + "b")
+    try:
+        assert await a.enqueue_request(Request("http://p.test/1"))
+        assert await b.enqueue_request(Request("http://p.test/1"))  # not a duplicate over there
+        assert await a.size() == 1 and await b.size() == 1
+        assert await b.purge() > 0
+        assert await b.size() == 0
+        assert await a.size() == 1
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_the_dupefilter_kind_is_fixed_at_creation(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    async with open_scheduler(f"{redis_url}?prefix={unique_name}&dupefilter=bloom"):
+        pass
+    with pytest.raises(ConfigurationError, match="dupefilter='bloom'"):
+        async with open_scheduler(f"{redis_url}?prefix={unique_name}"):
+            pass
+
+
+async def test_exact_filter_is_compact(redis_url: str, unique_name: str, client: aioredis.Redis) -> None:
+    # 64 buckets of ~300 fingerprints each: intset-encoded, 8 bytes per fingerprint plus headers.
+    frontier = await open_redis(redis_url, unique_name, dupefilter_bits=6)
+    try:
+        n = 20_000
+        assert await frontier.enqueue_requests(Request(f"http://c{i % 50}.test/{i}") for i in range(n)) == n
+        assert await frontier.enqueue_requests(Request(f"http://c{i % 50}.test/{i}") for i in range(0, n, 7)) == 0
+        assert await client.object("encoding", f"{unique_name}:df:0") == b"intset"
+        used = await frontier.memory_usage()
+        per_fp = used["dupefilter"] / n
+        assert 8 <= per_fp < 12, per_fp
+    finally:
+        await frontier.close()
+
+
+async def test_bloom_filter_grows_without_false_negatives(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    frontier = await open_redis(redis_url, unique_name, dupefilter="bloom", capacity=100, error_rate=1e-4)
+    try:
+        reqs = [Request(f"http://b{i % 9}.test/{i}") for i in range(700)]
+        queued = await frontier.enqueue_requests(reqs)
+        assert queued >= 690  # a few false positives are allowed by error_rate
+        assert await frontier.enqueue_requests(reqs) == 0
+        layers = int(await client.hget(f"{unique_name}:bloom", "n") or 0)
+        assert layers >= 3  # 100 + 200 + 400 ...
+    finally:
+        await frontier.close()
+
+
+async def test_two_clients_never_lease_the_same_request(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    import asyncio
+
+    clock = FakeClock()
+    a = await open_redis(redis_url, unique_name, clock=clock, max_in_flight=1000)
+    b = await open_redis(redis_url, unique_name, clock=clock, max_in_flight=1000)
+    try:
+        await a.enqueue_requests(Request(f"http://race{i % 5}.test/{i}") for i in range(500))
+
+        async def take(f: RedisScheduler) -> list[str]:
+            got = []
+            while leases := await f.next_requests(7):
+                got += [lease.request.url for lease in leases]
+                await f.ack_many(leases)
+            return got
+
+        got_a, got_b = await asyncio.gather(take(a), take(b))
+        assert len(got_a) + len(got_b) == 500
+        assert len(set(got_a) | set(got_b)) == 500
+        assert await a.idle()
+    finally:
+        await a.close()
+        await b.close()

@@ -1,0 +1,162 @@
+"""What the ``sqlite://`` frontier does beyond the contract suite: persistence across reopen,
+one owner at a time, bad records moved aside, and its URL and options."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawlherd.clock import FakeClock
+from crawlherd.errors import BackendUnavailableError, ConfigurationError
+from crawlherd.frontier import open_scheduler
+from crawlherd.frontier.sqlite import SQLiteScheduler
+from crawlherd.request import Request
+
+
+def url_of(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+async def test_everything_survives_a_reopen(tmp_path: Path) -> None:
+    clock = FakeClock()
+    db = tmp_path / "f.db"
+    async with open_scheduler(url_of(db), clock=clock, delay=0) as f:
+        for i, prio in enumerate([1, 5, 5, 0]):
+            assert await f.enqueue_request(Request(f"http://h{i}.test/{i}", priority=prio, meta={"i": i}))
+        await f.enqueue_request(Request("http://later.test/", not_before=clock.now() + 50))
+        leased = await f.next_request()  # h1 (priority 5, first)
+        assert leased is not None and leased.request.url == "http://h1.test/1"
+        again = await f.next_request()  # h2
+        assert again is not None
+        await f.retry(again, delay=10)
+        await f.set_host_policy("h0.test", delay=7.0)
+        await f.block_host("h3.test", clock.now() + 100)
+        before = await f.stats()
+    async with open_scheduler(url_of(db), clock=clock) as f:
+        stats = await f.stats()
+        assert stats.enqueued == before.enqueued == 5
+        assert stats.retries == 1
+        assert stats.expired_leases == 1  # the lease left open came back at open
+        assert stats.in_flight == 0 and stats.queued == 5
+        # the duplicate filter still refuses everything seen
+        for i in range(4):
+            assert not await f.enqueue_request(Request(f"http://h{i}.test/{i}"))
+        got = []
+        while (lease := await f.next_request()) is not None:
+            got.append(lease.request.url)
+            await f.ack(lease)
+        # h1 came back (priority 5); h0 next; h2 waits for its retry delay, h3 is blocked, later waits
+        assert got == ["http://h1.test/1", "http://h0.test/0"]
+        clock.advance(10)
+        assert [lease.request.url for lease in await f.next_requests(5)] == ["http://h2.test/2"]
+        clock.advance(40)
+        later = await f.next_request()
+        assert later is not None and later.request.url == "http://later.test/"
+        assert later.request.meta == {}
+        clock.advance(50)
+        blocked = await f.next_request()
+        assert blocked is not None and blocked.request.meta == {"i": 3}
+
+
+async def test_host_policy_and_ready_time_are_persisted(tmp_path: Path) -> None:
+    clock = FakeClock()
+    db = tmp_path / "f.db"
+    async with open_scheduler(url_of(db), clock=clock) as f:
+        await f.set_host_policy("slow.test", delay=30.0)
+        for i in range(3):
+            await f.enqueue_request(Request(f"http://slow.test/{i}"))
+        lease = await f.next_request()
+        assert lease is not None
+        await f.ack(lease)
+    async with open_scheduler(url_of(db), clock=clock) as f:
+        assert await f.next_request() is None  # still 30 s to wait, across the reopen
+        clock.advance(30)
+        assert await f.next_request() is not None
+        assert await f.next_request() is None  # the policy came back too
+
+
+async def test_crash_without_close_keeps_the_dupefilter_log(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    f = SQLiteScheduler.from_url(url_of(db), snapshot_every=4, clock=FakeClock())
+    await f.__aenter__()
+    assert await f.enqueue_requests(Request(f"http://c.test/{i}") for i in range(10)) == 10
+    # what kill -9 leaves: no close, no final snapshot (the lock goes with the process)
+    assert f._db is not None and f._lock_file is not None
+    f._db.close()
+    f._lock_file.close()
+    async with open_scheduler(url_of(db), clock=FakeClock()) as again:
+        assert await again.size() == 10
+        assert await again.enqueue_requests(Request(f"http://c.test/{i}") for i in range(12)) == 2
+
+
+async def test_one_owner_at_a_time(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    async with open_scheduler(url_of(db)):
+        with pytest.raises(BackendUnavailableError, match="open in another"):
+            async with open_scheduler(url_of(db)):
+                pass
+    async with open_scheduler(url_of(db)):  # released at close
+        pass
+
+
+async def test_bad_record_is_moved_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    db = tmp_path / "f.db"
+    async with open_scheduler(url_of(db)) as f:
+        await f.enqueue_request(Request("http://a.test/"))
+        await f.enqueue_request(Request("http://b.test/"))
+        with sqlite3.connect(db) as con:
+            con.execute("UPDATE requests SET record = ? WHERE host = 'a.test'", ('{"v": 42}',))
+        leases = await f.next_requests(5)
+        assert [lease.request.url for lease in leases] == ["http://b.test/"]
+        assert isinstance(f, SQLiteScheduler)
+        bad = await f.bad_entries()
+        assert len(bad) == 1 and "version-1" in next(iter(bad.values()))
+        assert "moved request" in caplog.text
+        await f.ack(leases[0])
+        assert await f.idle()
+
+
+async def test_bloom_filter_persists_and_its_kind_is_fixed(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    async with open_scheduler(url_of(db), dupefilter="bloom", capacity=100) as f:
+        assert await f.enqueue_requests(Request(f"http://b.test/{i}") for i in range(50)) == 50
+    async with open_scheduler(url_of(db), dupefilter="bloom", capacity=100) as f:
+        assert await f.enqueue_requests(Request(f"http://b.test/{i}") for i in range(50)) == 0
+    with pytest.raises(ConfigurationError, match="dupefilter='bloom'"):
+        async with open_scheduler(url_of(db)):
+            pass
+
+
+async def test_purge_empties_everything(tmp_path: Path) -> None:
+    async with open_scheduler(url_of(tmp_path / "f.db")) as f:
+        assert isinstance(f, SQLiteScheduler)
+        await f.enqueue_request(Request("http://p.test/"))
+        assert await f.purge() == 1
+        assert await f.idle()
+        assert await f.enqueue_request(Request("http://p.test/"))  # the filter was emptied too
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "message"),
+    [
+        ("sqlite:///:memory:", {}, "needs a file"),
+        ("sqlite://host/x.db", {}, "needs a file"),
+        ("sqlite:///x.db", {"synchronous": "off"}, "synchronous"),
+        ("sqlite:///x.db?snapshot_every=0", {}, "snapshot_every"),
+        ("sqlite:///x.db?nonsense=1", {}, "unknown frontier option"),
+    ],
+)
+def test_bad_urls_and_options(url: str, options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        open_scheduler(url, **options)
+
+
+async def test_wal_mode(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    async with open_scheduler(url_of(db)) as f:
+        await f.enqueue_request(Request("http://w.test/"))
+        with sqlite3.connect(db) as con:
+            assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
