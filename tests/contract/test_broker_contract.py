@@ -9,7 +9,6 @@ and an address where the broker cannot be reached.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,10 @@ from crawlherd.brokers import Broker, Delivery, open_broker
 from crawlherd.clock import FakeClock
 from crawlherd.errors import BackendUnavailableError, BrokerError, PublishError
 
+from .._netutil import TcpProxy, free_port
+
 BROKERS = ["memory", "sqlite", "redis", "amqp"]
 GUARD = 15.0  # seconds: a guard against hanging, never an assertion on speed
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Harness:
@@ -41,11 +36,24 @@ class Harness:
         self.unreachable_url = unreachable_url
         self.defaults = defaults
         self.opened: list[Broker] = []
+        self.proxies: list[TcpProxy] = []
 
     async def open(self, **options: Any) -> Broker:
         """An entered broker on the test's queue (each call: another client of the same queue)."""
         merged = {**self.defaults, **options}
         broker = await open_broker(self.url, **merged).__aenter__()
+        self.opened.append(broker)
+        return broker
+
+    async def open_doomed(self) -> Broker:
+        """A broker that :meth:`crash` can kill (RabbitMQ: its connection runs through a proxy)."""
+        if self.kind != "amqp":
+            return await self.open()
+        proxy = await TcpProxy("127.0.0.1", 5672).__aenter__()
+        self.proxies.append(proxy)
+        url = self.url.replace("127.0.0.1:5672", f"127.0.0.1:{proxy.port}")
+        assert url != self.url
+        broker = await open_broker(url, **self.defaults).__aenter__()
         self.opened.append(broker)
         return broker
 
@@ -64,9 +72,8 @@ class Harness:
     async def crash(self, broker: Broker) -> None:
         """The consumer dies: no settle, no close (for RabbitMQ: its TCP connection drops)."""
         if self.kind == "amqp":
-            conn: Any = broker._connection  # type: ignore[attr-defined]
-            conn.transport.connection.writer.transport.abort()
-            await asyncio.sleep(0.1)
+            for proxy in self.proxies:
+                await proxy.down()
 
     def released(self, broker: Broker) -> bool:
         """Did ``broker`` release what it opened?"""
@@ -109,6 +116,8 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path, unique_name: s
             await broker.close()
             await broker.close()  # idempotent
             assert h.released(broker), f"{broker!r} did not release what it opened"
+        for proxy in h.proxies:
+            await proxy.down()
         await _cleanup(h, unique_name, request)
 
 
@@ -317,7 +326,7 @@ async def test_unsettled_delivery_returns_when_consumer_closes(harness: Harness)
 async def test_unsettled_delivery_of_dead_consumer_is_delivered_again(harness: Harness) -> None:
     publisher = await harness.open()
     await publisher.publish(b"job", key="k")
-    doomed = await harness.open()
+    doomed = await harness.open_doomed()
     d = await take(doomed.consume())
     await harness.crash(doomed)
     await harness.expire_leases()

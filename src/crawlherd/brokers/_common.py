@@ -268,16 +268,20 @@ class BrokerBase:
 
     # -- settlement bookkeeping ----------------------------------------------------------------------
 
-    def _take(self, delivery: Delivery) -> None:
-        """Mark ``delivery`` settled here, or raise when this broker does not hold it."""
+    def _check_held(self, delivery: Delivery) -> None:
+        """Raise BrokerError unless this broker holds ``delivery`` unsettled."""
         if self._closed:
             raise BrokerError(f"{self!r} is closed; its unsettled deliveries went back to the queue")
-        entry = self._outstanding.pop(delivery.delivery_id, None)
-        if entry is None:
+        if delivery.delivery_id not in self._outstanding:
             raise BrokerError(
                 f"delivery {delivery.delivery_id} (key {delivery.key!r}) is not held by {self!r}: it was "
                 "already settled, or another broker object delivered it"
             )
+
+    def _take(self, delivery: Delivery) -> None:
+        """Mark ``delivery`` settled here, or raise when this broker does not hold it."""
+        self._check_held(delivery)
+        entry = self._outstanding.pop(delivery.delivery_id)
         if entry[1] is not None:
             entry[1].discard(delivery.delivery_id)
 

@@ -15,6 +15,7 @@ token; an expired lease simply makes the message available again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import weakref
@@ -217,7 +218,7 @@ class MemoryBroker(BrokerBase):
         if msgs:
             return [Delivery(m.body, m.key, f"{m.id}:{m.lease}", m.deliveries > 1, dict(m.headers), raw=m)
                     for m in msgs]
-        waiters = [asyncio.ensure_future(store.changed.wait())]
+        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(store.changed.wait())]
         next_at = store.next_time()
         if next_at is not None:
             waiters.append(asyncio.ensure_future(self._clock.sleep(next_at - now)))
@@ -236,10 +237,8 @@ class MemoryBroker(BrokerBase):
     async def _release(self, deliveries: Sequence[Delivery]) -> None:
         now = self._clock.now()
         for d in deliveries:
-            try:
+            with contextlib.suppress(BrokerError):  # a lost lease is back in the queue anyway
                 self.store.requeue(*self._parse(d), now, None, False)
-            except BrokerError:
-                pass  # lease already lost: it is back in the queue anyway
 
     async def ack(self, delivery: Delivery) -> None:
         self._take(delivery)

@@ -348,7 +348,7 @@ class RedisBroker(BrokerBase):
         now = time.monotonic()
         if now >= state.next_claim:
             state.next_claim = now + claim_interval
-            res = await self._call(lambda c: c.xautoclaim(
+            res: Any = await self._call(lambda c: c.xautoclaim(
                 self.stream, self.group, self.consumer, int(opts.claim_idle * 1000), state.cursor, count=n))
             cursor = res[0].decode() if isinstance(res[0], bytes) else str(res[0])
             state.cursor = cursor
@@ -364,15 +364,15 @@ class RedisBroker(BrokerBase):
             block_ms = min(block_ms, int(next_due))
         block_ms = max(1, min(block_ms, int((state.next_claim - time.monotonic()) * 1000)))
         try:
-            res = await self._call(lambda c: c.xreadgroup(
+            read: Any = await self._call(lambda c: c.xreadgroup(
                 self.group, self.consumer, {self.stream: ">"}, count=n, block=block_ms))
         except BrokerError as exc:
             if "NOGROUP" in str(exc):
                 return []  # the stream was deleted under us; the group is created again
             raise
-        if not res:
+        if not read:
             return []
-        entries = res[0][1] if isinstance(res, list) else next(iter(res.values()))[0]
+        entries = read[0][1] if isinstance(read, list) else next(iter(read.values()))[0]
         return [self._delivery(eid, f, False) for eid, f in entries if f]
 
     @staticmethod
@@ -417,7 +417,7 @@ class RedisBroker(BrokerBase):
             await self._script("requeue", [self.stream], [self.group, d.delivery_id])
 
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        entries = await self._call(lambda c: c.xrange(self.dead_stream, "-", "+", count=limit))
+        entries: Any = await self._call(lambda c: c.xrange(self.dead_stream, "-", "+", count=limit))
         out = []
         for eid, f in entries:
             h = f.get(b"h")

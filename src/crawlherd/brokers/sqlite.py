@@ -21,6 +21,7 @@ dead-lettered), ``clock`` (keyword only). All SQLite work runs in one thread per
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
@@ -177,10 +178,8 @@ class SQLiteBroker(BrokerBase):
         if executor is None:
             return
         if conn is not None:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 await asyncio.get_running_loop().run_in_executor(executor, conn.close)
-            except sqlite3.Error:
-                pass
         executor.shutdown(wait=False)
 
     # -- protocol ----------------------------------------------------------------------------------
@@ -303,11 +302,11 @@ class SQLiteBroker(BrokerBase):
 
     async def requeue_dead(self, dead_id: str | None = None) -> int:
         now = self._clock.now()
-        where, args = ("queue = ?", [self.queue])
+        where, args = "queue = ?", [self.queue]
         if dead_id is not None:
             if not dead_id.isdigit():
                 return 0
-            where, args = "queue = ? AND id = ?", [self.queue, int(dead_id)]
+            where, args = "queue = ? AND id = ?", [self.queue, dead_id]
 
         def move_back(conn: sqlite3.Connection) -> int:
             conn.execute("BEGIN IMMEDIATE")
