@@ -17,7 +17,15 @@ Guarantees every broker keeps:
   delivered before ``delay`` seconds, then acks the original: never both lost and never both live.
 - ``dead_letter`` moves the message to the broker's dead-letter store (table rows, a ``:dead`` stream,
   a dead-letter exchange) with the reason; ``dead_letters()`` lists them and ``requeue_dead()`` sends
-  them back.
+  them back. ``nack(requeue=False)`` is ``dead_letter(reason="nacked")``.
+- A delivery is settled through the broker object that delivered it, once: settling it again (or
+  after its lease was lost, when the broker can tell) raises :class:`~crawlherd.errors.BrokerError`.
+  Deliveries stay settle-able after their ``consume()`` loop ended, until the broker is closed;
+  ``close()`` gives every unsettled delivery back to the queue at once (best effort: when the broker
+  cannot be reached they come back after their lease, as for a consumer that died).
+- ``consume()`` never holds more than ``prefetch`` unsettled deliveries of its own, stops (ends the
+  iteration) when the broker is closed, and raises :class:`~crawlherd.errors.BackendUnavailableError`
+  when the connection is lost; start it again to go on.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ class DeadLetter:
     reason: str
     dead_id: str
     dead_at: float | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @runtime_checkable

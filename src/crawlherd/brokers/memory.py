@@ -1,0 +1,276 @@
+"""``memory://[name]``: the in-process broker. The reference implementation of :class:`Broker` and the
+test double for the others. Messages die with the process.
+
+Broker objects opened on the same ``memory://name`` (in one process) share one queue, as clients of one
+server would; ``memory://`` alone is a private queue. Options: ``clock`` (leases and delays run on it,
+so a :class:`~crawlherd.clock.FakeClock` drives them in tests), ``visibility_timeout`` (seconds an
+unsettled delivery stays leased before it is delivered again; default 300), ``max_deliveries``
+(a message delivered that many times without being settled goes to the dead letters; 0 = no limit).
+
+Model (shared with ``sqlite://``): every message has an ``available_at`` time; a delivery leases it by
+pushing ``available_at`` to now + visibility_timeout under a fresh lease token. Settling needs the
+token; an expired lease simply makes the message available again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_publish, new_id, positive
+from crawlherd.brokers.base import DeadLetter, Delivery
+from crawlherd.clock import Clock, SystemClock
+from crawlherd.errors import BrokerError, ConfigurationError
+
+__all__ = ["MemoryBroker", "MemoryBrokerOptions", "MemoryStore"]
+
+
+@dataclass(frozen=True)
+class MemoryBrokerOptions:
+    """See the module docstring."""
+
+    clock: Clock = field(default_factory=SystemClock)
+    visibility_timeout: float = 300.0
+    max_deliveries: int = 0
+
+    def __post_init__(self) -> None:
+        positive("memory", "visibility_timeout", self.visibility_timeout)
+        if self.max_deliveries < 0:
+            raise ConfigurationError(f"memory broker option max_deliveries={self.max_deliveries!r}: must be >= 0")
+
+
+class _Msg:
+    __slots__ = ("available_at", "body", "deliveries", "headers", "id", "key", "lease", "version")
+
+    def __init__(self, id: int, key: str, body: bytes, headers: dict[str, str], available_at: float) -> None:
+        self.id = id
+        self.key = key
+        self.body = body
+        self.headers = headers
+        self.available_at = available_at
+        self.lease: str | None = None
+        self.deliveries = 0
+        self.version = 0
+
+
+class MemoryStore:
+    """The queue every MemoryBroker on one ``memory://name`` shares."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self._msgs: dict[int, _Msg] = {}
+        self._heap: list[tuple[float, int, int, int]] = []  # (available_at, id, version, seq)
+        self._seq = itertools.count()
+        self._dead: OrderedDict[str, tuple[DeadLetter, dict[str, str]]] = OrderedDict()
+        self._changed = asyncio.Event()
+
+    def _push(self, m: _Msg) -> None:
+        m.version += 1
+        heapq.heappush(self._heap, (m.available_at, m.id, m.version, next(self._seq)))
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def put(self, key: str, body: bytes, headers: dict[str, str], available_at: float) -> None:
+        m = _Msg(next(self._ids), key, body, headers, available_at)
+        self._msgs[m.id] = m
+        self._push(m)
+        self._notify()
+
+    def take(self, now: float, n: int, lease_for: float, max_deliveries: int) -> list[_Msg]:
+        out: list[_Msg] = []
+        heap = self._heap
+        while heap and len(out) < n and heap[0][0] <= now:
+            _, mid, version, _ = heapq.heappop(heap)
+            m = self._msgs.get(mid)
+            if m is None or m.version != version:
+                continue  # stale entry
+            if max_deliveries and m.deliveries >= max_deliveries:
+                self._to_dead(m, f"delivered {m.deliveries} times without being settled", now)
+                continue
+            m.lease = new_id()
+            m.deliveries += 1
+            m.available_at = now + lease_for
+            self._push(m)
+            out.append(m)
+        return out
+
+    def next_time(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def _held(self, mid: int, lease: str) -> _Msg:
+        m = self._msgs.get(mid)
+        if m is None or m.lease != lease:
+            raise BrokerError(
+                f"message {mid}: the lease was lost (the visibility timeout expired and it was delivered "
+                "again, or it was settled already)"
+            )
+        return m
+
+    def ack(self, mid: int, lease: str) -> None:
+        self._held(mid, lease)
+        del self._msgs[mid]
+
+    def requeue(self, mid: int, lease: str, available_at: float, body: bytes | None, fresh: bool) -> None:
+        m = self._held(mid, lease)
+        m.lease = None
+        m.available_at = available_at
+        if body is not None:
+            m.body = body
+        if fresh:
+            m.deliveries = 0
+        self._push(m)
+        self._notify()
+
+    def dead_letter(self, mid: int, lease: str, reason: str, now: float) -> None:
+        self._to_dead(self._held(mid, lease), reason, now)
+
+    def _to_dead(self, m: _Msg, reason: str, now: float) -> None:
+        del self._msgs[m.id]
+        dead_id = str(m.id)
+        self._dead[dead_id] = (DeadLetter(m.body, m.key, reason, dead_id, now, dict(m.headers)), m.headers)
+
+    def dead_letters(self, limit: int) -> list[DeadLetter]:
+        return [d for d, _ in itertools.islice(self._dead.values(), limit)]
+
+    def requeue_dead(self, dead_id: str | None, now: float) -> int:
+        ids = list(self._dead) if dead_id is None else [dead_id] if dead_id in self._dead else []
+        for i in ids:
+            d, headers = self._dead.pop(i)
+            self.put(d.key, d.body, headers, now)
+        return len(ids)
+
+    def pending(self, now: float) -> int:
+        return sum(1 for m in self._msgs.values() if m.available_at <= now)
+
+    @property
+    def changed(self) -> asyncio.Event:
+        return self._changed
+
+
+_STORES: weakref.WeakValueDictionary[str, MemoryStore] = weakref.WeakValueDictionary()
+
+
+class MemoryBroker(BrokerBase):
+    """In-process broker; see the module docstring. ``store``: share a queue explicitly."""
+
+    backend = "memory"
+
+    def __init__(self, *, name: str = "", store: MemoryStore | None = None,
+                 options: MemoryBrokerOptions | None = None) -> None:
+        super().__init__()
+        self.options = options or MemoryBrokerOptions()
+        self.name = name
+        if store is None:
+            if name:
+                store = _STORES.get(name)
+                if store is None:
+                    store = _STORES[name] = MemoryStore()
+            else:
+                store = MemoryStore()
+        self._store: MemoryStore | None = store
+        self._clock = self.options.clock
+
+    @classmethod
+    def from_url(cls, url: str = "memory://", *, store: MemoryStore | None = None, **options: Any) -> MemoryBroker:
+        parts = urlsplit(url)
+        name = (parts.netloc + parts.path).strip("/")
+        return cls(name=name, store=store, options=build_options(MemoryBrokerOptions, url, options,
+                                                                  backend="memory", live=("clock",)))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<MemoryBroker memory://{self.name} {state}>"
+
+    @property
+    def store(self) -> MemoryStore:
+        if self._store is None:
+            raise BrokerError(f"{self!r} is closed")
+        return self._store
+
+    async def _open(self) -> None:
+        return None
+
+    async def _shutdown(self) -> None:
+        self._store = None
+
+    # -- protocol ----------------------------------------------------------------------------------
+
+    async def publish(self, body: bytes, *, key: str, headers: Mapping[str, str] | None = None,
+                      delay: float = 0.0) -> None:
+        hdrs = check_publish(body, key, headers, delay)
+        await self._ensure_open()
+        self.store.put(key, bytes(body), hdrs, self._clock.now() + delay)
+
+    async def _fetch(self, state: Any, n: int) -> Sequence[Delivery]:
+        store = self.store
+        now = self._clock.now()
+        msgs = store.take(now, n, self.options.visibility_timeout, self.options.max_deliveries)
+        if msgs:
+            return [Delivery(m.body, m.key, f"{m.id}:{m.lease}", m.deliveries > 1, dict(m.headers), raw=m)
+                    for m in msgs]
+        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(store.changed.wait())]
+        next_at = store.next_time()
+        if next_at is not None:
+            waiters.append(asyncio.ensure_future(self._clock.sleep(next_at - now)))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        return []
+
+    @staticmethod
+    def _parse(delivery: Delivery) -> tuple[int, str]:
+        mid, _, lease = delivery.delivery_id.partition(":")
+        return int(mid), lease
+
+    async def _release(self, deliveries: Sequence[Delivery]) -> None:
+        now = self._clock.now()
+        for d in deliveries:
+            with contextlib.suppress(BrokerError):  # a lost lease is back in the queue anyway
+                self.store.requeue(*self._parse(d), now, None, False)
+
+    async def ack(self, delivery: Delivery) -> None:
+        self._take(delivery)
+        self.store.ack(*self._parse(delivery))
+
+    async def nack(self, delivery: Delivery, *, requeue: bool = True) -> None:
+        if not requeue:
+            await self.dead_letter(delivery, "nacked")
+            return
+        self._take(delivery)
+        self.store.requeue(*self._parse(delivery), self._clock.now(), None, False)
+
+    async def retry(self, delivery: Delivery, *, delay: float, body: bytes | None = None) -> None:
+        check_delay(delay)
+        if body is not None:
+            check_publish(body, delivery.key, None, delay)
+        self._take(delivery)
+        self.store.requeue(*self._parse(delivery), self._clock.now() + delay,
+                           None if body is None else bytes(body), True)
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        self._take(delivery)
+        self.store.dead_letter(*self._parse(delivery), reason, self._clock.now())
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        await self._ensure_open()
+        return self.store.dead_letters(limit)
+
+    async def requeue_dead(self, dead_id: str | None = None) -> int:
+        await self._ensure_open()
+        return self.store.requeue_dead(dead_id, self._clock.now())
+
+    async def pending(self) -> int:
+        await self._ensure_open()
+        return self.store.pending(self._clock.now())

@@ -1,0 +1,446 @@
+"""``redis://host:port/db?prefix=crawlherd``: a broker on Redis Streams with a consumer group.
+
+Keys (``stream`` defaults to ``<prefix>:jobs``; ``?stream=`` names it outright):
+
+- ``<stream>``: the stream; one entry per message (fields ``k`` key, ``b`` body, ``h`` headers as JSON,
+  ``n`` earlier deliveries). Consumers read it through the consumer group ``group`` (created with
+  ``MKSTREAM`` from id ``0``, so nothing published before the first consumer is missed).
+- ``<stream>:dead``: the dead-letter stream (the message's fields plus ``r`` reason and ``t`` time, ms).
+- ``<stream>:delayed`` (sorted set, score = due time in ms on the **Redis server's clock**) and
+  ``<stream>:delayed:data`` (hash): delayed messages. Consumers move the due ones into the stream with
+  a Lua script, atomically.
+
+Guarantees: ``publish`` returns once Redis replied to the XADD (durability is then the server's
+persistence settings: use AOF with ``appendfsync everysec`` or ``always`` to survive a Redis crash).
+Delivery is at least once: an entry stays in the group's pending list until acked, and a consumer
+that died (or holds an entry longer than ``claim_idle``) loses it to ``XAUTOCLAIM`` by any live
+consumer, which delivers it again with ``redelivered=True``. Ack, nack, retry and dead-letter are Lua
+scripts: ``XACK`` (refused when the entry was settled already) plus ``XDEL`` plus the re-publish, in
+one step, so a message is never both lost and live twice. Acked entries are deleted from the stream.
+
+Options (URL query or keywords): ``prefix``, ``stream``, ``group`` (``crawlherd``), ``consumer``
+(unique per broker object by default), ``claim_idle`` (seconds an entry may stay unsettled before
+another consumer claims it; 300), ``claim_interval`` (how often to look for such entries; default
+``claim_idle / 2``), ``block`` (longest XREADGROUP wait, 1 s), ``connect_timeout`` (5 s),
+``socket_timeout`` (10 s). ``client=``: a live ``redis.asyncio.Redis`` (``decode_responses=False``)
+to use instead of opening one; it is not closed by :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from crawlherd._redact import redact_url
+from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_publish, log, new_id, positive
+from crawlherd.brokers.base import DeadLetter, Delivery
+from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
+
+__all__ = ["RedisBroker", "RedisBrokerOptions"]
+
+T = TypeVar("T")
+
+_NOW_MS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# KEYS: zset, hash ; ARGV: uid, delay_ms, k, b, h, n
+_DELAY = _NOW_MS + """
+redis.call('HSET', KEYS[2], ARGV[1] .. ':k', ARGV[3], ARGV[1] .. ':b', ARGV[4])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[2], ARGV[1] .. ':h', ARGV[5]) end
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[2], ARGV[1] .. ':n', ARGV[6]) end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+return 1
+"""
+
+# KEYS: zset, hash, stream ; ARGV: limit -> {moved, ms until the next one is due or -1}
+_PROMOTE = _NOW_MS + """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, uid in ipairs(due) do
+  local v = redis.call('HMGET', KEYS[2], uid .. ':k', uid .. ':b', uid .. ':h', uid .. ':n')
+  if v[1] then
+    local args = {'k', v[1], 'b', v[2]}
+    if v[3] then args[#args + 1] = 'h'; args[#args + 1] = v[3] end
+    if v[4] then args[#args + 1] = 'n'; args[#args + 1] = v[4] end
+    redis.call('XADD', KEYS[3], '*', unpack(args))
+  end
+  redis.call('HDEL', KEYS[2], uid .. ':k', uid .. ':b', uid .. ':h', uid .. ':n')
+  redis.call('ZREM', KEYS[1], uid)
+end
+local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #nxt == 0 then return {#due, -1} end
+return {#due, math.max(0, tonumber(nxt[2]) - now)}
+"""
+
+# KEYS: stream ; ARGV: group, id
+_ACK = """
+if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('XDEL', KEYS[1], ARGV[2])
+return 1
+"""
+
+# Settle entry ARGV[2] and hand back its fields as a flat list without 'n' (and the old n).
+_TAKE = """
+if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return nil end
+local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+local fields, n = {}, 0
+if #e > 0 then
+  local f = e[1][2]
+  for i = 1, #f, 2 do
+    if f[i] == 'n' then n = tonumber(f[i + 1]) else fields[#fields + 1] = f[i]; fields[#fields + 1] = f[i + 1] end
+  end
+end
+"""
+
+# KEYS: stream ; ARGV: group, id -> back at the end of the stream with n + 1
+_REQUEUE = "local function take()" + _TAKE + """
+return {fields, n}
+end
+local r = take()
+if not r then return 0 end
+local fields = r[1]
+if #fields == 0 then return 1 end
+fields[#fields + 1] = 'n'; fields[#fields + 1] = tostring(r[2] + 1)
+redis.call('XADD', KEYS[1], '*', unpack(fields))
+return 1
+"""
+
+# KEYS: stream, zset, hash ; ARGV: group, id, uid, delay_ms, has_body, body
+_RETRY = _NOW_MS + "local function take()" + _TAKE + """
+return {fields, n}
+end
+local r = take()
+if not r then return 0 end
+local fields = r[1]
+if #fields == 0 then return 1 end
+local m = {}
+for i = 1, #fields, 2 do m[fields[i]] = fields[i + 1] end
+if ARGV[5] == '1' then m['b'] = ARGV[6] end
+local delay = tonumber(ARGV[4])
+if delay > 0 then
+  local u = ARGV[3]
+  redis.call('HSET', KEYS[3], u .. ':k', m['k'], u .. ':b', m['b'])
+  if m['h'] then redis.call('HSET', KEYS[3], u .. ':h', m['h']) end
+  redis.call('ZADD', KEYS[2], now + delay, u)
+else
+  local args = {'k', m['k'], 'b', m['b']}
+  if m['h'] then args[#args + 1] = 'h'; args[#args + 1] = m['h'] end
+  redis.call('XADD', KEYS[1], '*', unpack(args))
+end
+return 1
+"""
+
+# KEYS: stream, dead ; ARGV: group, id, reason
+_DEAD = _NOW_MS + "local function take()" + _TAKE + """
+return {fields, n}
+end
+local r = take()
+if not r then return 0 end
+local fields = r[1]
+if #fields == 0 then return 1 end
+fields[#fields + 1] = 'r'; fields[#fields + 1] = ARGV[3]
+fields[#fields + 1] = 't'; fields[#fields + 1] = tostring(now)
+redis.call('XADD', KEYS[2], '*', unpack(fields))
+return 1
+"""
+
+# KEYS: dead, stream ; ARGV: id or '', limit -> moved
+_REQUEUE_DEAD = """
+local entries
+if ARGV[1] ~= '' then
+  entries = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
+else
+  entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', tonumber(ARGV[2]))
+end
+for _, e in ipairs(entries) do
+  local f, args = e[2], {}
+  for i = 1, #f, 2 do
+    if f[i] == 'k' or f[i] == 'b' or f[i] == 'h' then args[#args + 1] = f[i]; args[#args + 1] = f[i + 1] end
+  end
+  redis.call('XADD', KEYS[2], '*', unpack(args))
+  redis.call('XDEL', KEYS[1], e[1])
+end
+return #entries
+"""
+
+_STREAM_ID = re.compile(r"^\d+-\d+$")
+
+
+@dataclass(frozen=True)
+class RedisBrokerOptions:
+    """See the module docstring."""
+
+    prefix: str = "crawlherd"
+    stream: str = ""
+    group: str = "crawlherd"
+    consumer: str = ""
+    claim_idle: float = 300.0
+    claim_interval: float = 0.0
+    block: float = 1.0
+    connect_timeout: float = 5.0
+    socket_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not (self.stream or self.prefix):
+            raise ConfigurationError("redis broker: give a prefix or a stream name")
+        if not self.group:
+            raise ConfigurationError("redis broker option group: must not be empty")
+        positive("redis", "claim_idle", self.claim_idle)
+        positive("redis", "claim_interval", self.claim_interval, allow_zero=True)
+        positive("redis", "block", self.block)
+        positive("redis", "connect_timeout", self.connect_timeout)
+        positive("redis", "socket_timeout", self.socket_timeout)
+        if self.block >= self.socket_timeout:
+            raise ConfigurationError(
+                f"redis broker option block={self.block!r} must be shorter than socket_timeout={self.socket_timeout!r}"
+            )
+
+
+class _ConsumeState:
+    __slots__ = ("cursor", "next_claim")
+
+    def __init__(self) -> None:
+        self.cursor = "0-0"
+        self.next_claim = 0.0
+
+
+class RedisBroker(BrokerBase):
+    """A broker on Redis Streams; see the module docstring."""
+
+    backend = "redis"
+
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, client: aioredis.Redis | None = None,
+                 options: RedisBrokerOptions | None = None) -> None:
+        super().__init__()
+        self.options = opts = options or RedisBrokerOptions()
+        parts = urlsplit(url)
+        self._url = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        self.stream = opts.stream or f"{opts.prefix}:jobs"
+        self.dead_stream = f"{self.stream}:dead"
+        self._delayed = f"{self.stream}:delayed"
+        self._delayed_data = f"{self.stream}:delayed:data"
+        self.group = opts.group
+        self.consumer = opts.consumer or f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
+        self._given_client = client
+        self._client: aioredis.Redis | None = None
+        if client is not None and client.connection_pool.connection_kwargs.get("decode_responses"):
+            raise ConfigurationError("redis broker: the client must be created with decode_responses=False")
+
+    @classmethod
+    def from_url(cls, url: str, *, client: aioredis.Redis | None = None, **options: Any) -> RedisBroker:
+        return cls(url, client=client, options=build_options(RedisBrokerOptions, url, options, backend="redis"))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<RedisBroker {redact_url(self._url)} stream={self.stream!r} {state}>"
+
+    # -- plumbing ----------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> aioredis.Redis:
+        if self._client is None:
+            raise BrokerError(f"{self!r} is closed")
+        return self._client
+
+    async def _call(self, fn: Callable[[aioredis.Redis], Awaitable[T]], *, publishing: bool = False) -> T:
+        if not self._opened:
+            await self._ensure_open()
+        try:
+            return await fn(self.client)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise BackendUnavailableError(f"{self!r}: Redis cannot be reached: {exc}", backend="redis") from exc
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                await self._create_group()
+            cls = PublishError if publishing else BrokerError
+            raise cls(f"{self!r}: {exc}") from exc
+        except RedisError as exc:
+            raise (PublishError if publishing else BrokerError)(f"{self!r}: {exc}") from exc
+
+    async def _create_group(self) -> None:
+        try:
+            await self.client.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def _open(self) -> None:
+        opts = self.options
+        if self._given_client is not None:
+            client = self._given_client
+        else:
+            client = aioredis.Redis.from_url(
+                self._url, socket_connect_timeout=opts.connect_timeout, socket_timeout=opts.socket_timeout,
+                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2), decode_responses=False,
+            )
+        self._client = client
+        self._scripts = {name: client.register_script(src) for name, src in (
+            ("delay", _DELAY), ("promote", _PROMOTE), ("ack", _ACK), ("requeue", _REQUEUE), ("retry", _RETRY),
+            ("dead", _DEAD), ("requeue_dead", _REQUEUE_DEAD))}
+        try:
+            await self._create_group()
+        except (RedisError, OSError) as exc:
+            await self._shutdown()
+            raise BackendUnavailableError(f"{self!r}: cannot set up the stream: {exc}", backend="redis") from exc
+
+    async def _shutdown(self) -> None:
+        client, self._client = self._client, None
+        if client is None:
+            return
+        if self._opened:
+            try:  # forget our consumer in the group when it holds nothing (we read no more)
+                info = await client.xpending_range(self.stream, self.group, "-", "+", 1, consumername=self.consumer)
+                if not info:
+                    await client.xgroup_delconsumer(self.stream, self.group, self.consumer)
+            except (RedisError, OSError) as exc:
+                log.debug("%r: could not remove consumer %s: %s", self, self.consumer, exc)
+        if client is not self._given_client:
+            await client.aclose()
+
+    async def _script(self, name: str, keys: list[str], args: list[Any], *, publishing: bool = False) -> Any:
+        script = self._scripts[name]
+        return await self._call(lambda c: script(keys=keys, args=args, client=c), publishing=publishing)
+
+    # -- protocol ----------------------------------------------------------------------------------
+
+    async def publish(self, body: bytes, *, key: str, headers: Mapping[str, str] | None = None,
+                      delay: float = 0.0) -> None:
+        hdrs = check_publish(body, key, headers, delay)
+        h = json.dumps(hdrs) if hdrs else ""
+        if delay > 0:
+            await self._script("delay", [self._delayed, self._delayed_data],
+                               [new_id(), max(1, round(delay * 1000)), key, bytes(body), h, ""], publishing=True)
+            return
+        fields: dict[str | bytes, bytes | str] = {"k": key, "b": bytes(body)}
+        if h:
+            fields["h"] = h
+        await self._call(lambda c: c.xadd(self.stream, fields), publishing=True)  # type: ignore[arg-type]
+
+    def _delivery(self, entry_id: bytes | str, fields: Mapping[bytes, bytes], claimed: bool) -> Delivery:
+        eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        h = fields.get(b"h")
+        n = int(fields.get(b"n", b"0"))
+        return Delivery(fields.get(b"b", b""), fields.get(b"k", b"").decode(), eid, claimed or n > 0,
+                        json.loads(h) if h else {}, raw=fields)
+
+    async def _start_consume(self, session: Any) -> _ConsumeState:
+        return _ConsumeState()
+
+    async def _fetch(self, state: _ConsumeState, n: int) -> Sequence[Delivery]:
+        opts = self.options
+        claim_interval = opts.claim_interval or opts.claim_idle / 2
+        now = time.monotonic()
+        if now >= state.next_claim:
+            state.next_claim = now + claim_interval
+            res: Any = await self._call(lambda c: c.xautoclaim(
+                self.stream, self.group, self.consumer, int(opts.claim_idle * 1000), state.cursor, count=n))
+            cursor = res[0].decode() if isinstance(res[0], bytes) else str(res[0])
+            state.cursor = cursor
+            if cursor != "0-0":
+                state.next_claim = now  # more to look at
+            claimed = [self._delivery(eid, f, True) for eid, f in res[1]
+                       if f is not None and self._id(eid) not in self._outstanding]
+            if claimed:
+                return claimed
+        _, next_due = await self._script("promote", [self._delayed, self._delayed_data, self.stream], [100])
+        block_ms = int(opts.block * 1000)
+        if next_due >= 0:
+            block_ms = min(block_ms, int(next_due))
+        block_ms = max(1, min(block_ms, int((state.next_claim - time.monotonic()) * 1000)))
+        try:
+            read: Any = await self._call(lambda c: c.xreadgroup(
+                self.group, self.consumer, {self.stream: ">"}, count=n, block=block_ms))
+        except BrokerError as exc:
+            if "NOGROUP" in str(exc):
+                return []  # the stream was deleted under us; the group is created again
+            raise
+        if not read:
+            return []
+        entries = read[0][1] if isinstance(read, list) else next(iter(read.values()))[0]
+        return [self._delivery(eid, f, False) for eid, f in entries if f]
+
+    @staticmethod
+    def _id(eid: bytes | str) -> str:
+        return eid.decode() if isinstance(eid, bytes) else eid
+
+    async def _settle(self, delivery: Delivery, name: str, keys: list[str], args: list[Any]) -> None:
+        self._take(delivery)
+        try:
+            done = await self._script(name, keys, [self.group, delivery.delivery_id, *args])
+        except BackendUnavailableError:
+            self._untake(delivery)
+            raise
+        if not done:
+            raise BrokerError(
+                f"entry {delivery.delivery_id} (key {delivery.key!r}) was settled already (by this consumer, or "
+                f"by another one that claimed it after claim_idle={self.options.claim_idle} s)"
+            )
+
+    async def ack(self, delivery: Delivery) -> None:
+        await self._settle(delivery, "ack", [self.stream], [])
+
+    async def nack(self, delivery: Delivery, *, requeue: bool = True) -> None:
+        if not requeue:
+            await self.dead_letter(delivery, "nacked")
+            return
+        await self._settle(delivery, "requeue", [self.stream], [])
+
+    async def retry(self, delivery: Delivery, *, delay: float, body: bytes | None = None) -> None:
+        check_delay(delay)
+        if body is not None:
+            check_publish(body, delivery.key, None, delay)
+        delay_ms = max(1, round(delay * 1000)) if delay > 0 else 0
+        await self._settle(delivery, "retry", [self.stream, self._delayed, self._delayed_data],
+                           [new_id(), delay_ms, "0" if body is None else "1", b"" if body is None else bytes(body)])
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        await self._settle(delivery, "dead", [self.stream, self.dead_stream], [reason])
+
+    async def _release(self, deliveries: Sequence[Delivery]) -> None:
+        for d in deliveries:
+            await self._script("requeue", [self.stream], [self.group, d.delivery_id])
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        entries: Any = await self._call(lambda c: c.xrange(self.dead_stream, "-", "+", count=limit))
+        out = []
+        for eid, f in entries:
+            h = f.get(b"h")
+            out.append(DeadLetter(f.get(b"b", b""), f.get(b"k", b"").decode(), f.get(b"r", b"").decode(),
+                                  self._id(eid), int(f.get(b"t", b"0")) / 1000, json.loads(h) if h else {}))
+        return out
+
+    async def requeue_dead(self, dead_id: str | None = None) -> int:
+        if dead_id is not None:
+            if not _STREAM_ID.match(dead_id):
+                return 0
+            return int(await self._script("requeue_dead", [self.dead_stream, self.stream], [dead_id, 1]))
+        total = 0
+        while moved := int(await self._script("requeue_dead", [self.dead_stream, self.stream], ["", 500])):
+            total += moved
+        return total
+
+    async def pending(self) -> int:
+        async def count(c: aioredis.Redis) -> int:
+            async with c.pipeline(transaction=True) as pipe:
+                pipe.xlen(self.stream)
+                pipe.xpending(self.stream, self.group)
+                length, summary = await pipe.execute()
+            return int(length) - int(summary["pending"])
+
+        return await self._call(count)

@@ -1,0 +1,341 @@
+"""``sqlite:///path/to/file.db?queue=jobs``: a broker in a SQLite file (by default the config DB file).
+
+Two tables, created when missing (``CREATE TABLE IF NOT EXISTS``), shared by every queue of the file:
+``broker_messages`` and ``broker_dead_letters``. The file is put in WAL mode, each connection waits up
+to ``busy_timeout`` seconds for a lock, and commits with ``synchronous=FULL``: ``publish`` returns after
+the row is committed durably.
+
+Delivery model (the same as ``memory://``): each message has an ``available_at`` time. A consumer
+leases messages in one ``BEGIN IMMEDIATE`` transaction by pushing ``available_at`` to now +
+``visibility_timeout`` and writing a fresh lease token; settling needs the token. A consumer that dies
+loses nothing: when its lease runs out, the message is available again (``redelivered=True``). Delayed
+messages and retries are rows whose ``available_at`` lies in the future. ``retry`` is one UPDATE
+(body, ``available_at``), so it is atomic: the message is never both lost and live twice.
+
+Options (URL query or keywords): ``queue`` (default ``jobs``), ``visibility_timeout`` (300 s),
+``poll_interval`` (0.2 s: how often an idle consumer looks for work), ``busy_timeout`` (5 s),
+``max_deliveries`` (0 = no limit; a message delivered that many times without being settled is
+dead-lettered), ``clock`` (keyword only). All SQLite work runs in one thread per broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_publish, new_id, positive
+from crawlherd.brokers.base import DeadLetter, Delivery
+from crawlherd.clock import Clock, SystemClock
+from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
+
+__all__ = ["SQLiteBroker", "SQLiteBrokerOptions"]
+
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS broker_messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue TEXT NOT NULL,
+    msg_key TEXT NOT NULL,
+    body BLOB NOT NULL,
+    headers TEXT NOT NULL DEFAULT '{}',
+    available_at REAL NOT NULL,
+    lease TEXT,
+    deliveries INTEGER NOT NULL DEFAULT 0,
+    published_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS broker_messages_ready ON broker_messages (queue, available_at, id);
+CREATE TABLE IF NOT EXISTS broker_dead_letters (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue TEXT NOT NULL,
+    msg_key TEXT NOT NULL,
+    body BLOB NOT NULL,
+    headers TEXT NOT NULL DEFAULT '{}',
+    reason TEXT NOT NULL,
+    deliveries INTEGER NOT NULL DEFAULT 0,
+    dead_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS broker_dead_letters_queue ON broker_dead_letters (queue, id);
+"""
+
+
+@dataclass(frozen=True)
+class SQLiteBrokerOptions:
+    """See the module docstring."""
+
+    clock: Clock = field(default_factory=SystemClock)
+    queue: str = "jobs"
+    visibility_timeout: float = 300.0
+    poll_interval: float = 0.2
+    busy_timeout: float = 5.0
+    max_deliveries: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.queue:
+            raise ConfigurationError("sqlite broker option queue: must not be empty")
+        positive("sqlite", "visibility_timeout", self.visibility_timeout)
+        positive("sqlite", "poll_interval", self.poll_interval)
+        positive("sqlite", "busy_timeout", self.busy_timeout, allow_zero=True)
+        if self.max_deliveries < 0:
+            raise ConfigurationError(f"sqlite broker option max_deliveries={self.max_deliveries!r}: must be >= 0")
+
+
+def sqlite_path(url: str) -> str:
+    """The file of ``sqlite:///relative.db`` / ``sqlite:////absolute.db`` (SQLAlchemy's rules)."""
+    parts = urlsplit(url)
+    if parts.netloc:
+        raise ConfigurationError(f"sqlite URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db")
+    path = unquote(parts.path)
+    path = path[1:] if path.startswith("/") else path
+    if not path or path == ":memory:":
+        raise ConfigurationError(
+            f"sqlite URL {url!r}: the broker needs a file that every process can open, e.g. sqlite:///crawlherd.db"
+        )
+    return path
+
+
+class SQLiteBroker(BrokerBase):
+    """A broker in a SQLite file; see the module docstring."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: str | Path, *, options: SQLiteBrokerOptions | None = None) -> None:
+        super().__init__()
+        self.path = str(path)
+        self.options = opts = options or SQLiteBrokerOptions()
+        self.queue = opts.queue
+        self._clock = opts.clock
+        self._conn: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> SQLiteBroker:
+        opts = build_options(SQLiteBrokerOptions, url, options, backend="sqlite", live=("clock",))
+        return cls(sqlite_path(url), options=opts)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<SQLiteBroker sqlite:///{self.path} queue={self.queue!r} {state}>"
+
+    # -- plumbing ----------------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, publishing: bool = False) -> T:
+        if not self._opened:
+            await self._ensure_open()
+        conn, executor = self._conn, self._executor
+        if conn is None or executor is None:
+            raise BrokerError(f"{self!r} is closed")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(executor, fn, conn)
+        except sqlite3.OperationalError as exc:
+            raise self._unavailable(exc, publishing) from exc
+        except sqlite3.Error as exc:
+            cls = PublishError if publishing else BrokerError
+            raise cls(f"{self!r}: {exc}") from exc
+
+    def _unavailable(self, exc: Exception, publishing: bool) -> Exception:
+        if publishing:
+            return PublishError(f"{self!r}: not published: {exc}")
+        return BackendUnavailableError(f"{self!r}: {exc}", backend="sqlite")
+
+    async def _open(self) -> None:
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlherd-sqlite-broker")
+
+        def connect() -> sqlite3.Connection:
+            conn = sqlite3.connect(self.path, timeout=self.options.busy_timeout, isolation_level=None,
+                                   check_same_thread=False)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout * 1000)}")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = FULL")
+                conn.executescript(SCHEMA)
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+
+        try:
+            self._conn = await asyncio.get_running_loop().run_in_executor(executor, connect)
+        except sqlite3.Error as exc:
+            executor.shutdown(wait=False)
+            raise BackendUnavailableError(f"{self!r}: cannot open the database file: {exc}", backend="sqlite") from exc
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        self._executor = executor
+
+    async def _shutdown(self) -> None:
+        conn, executor = self._conn, self._executor
+        self._conn = self._executor = None
+        if executor is None:
+            return
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                await asyncio.get_running_loop().run_in_executor(executor, conn.close)
+        executor.shutdown(wait=False)
+
+    # -- protocol ----------------------------------------------------------------------------------
+
+    async def publish(self, body: bytes, *, key: str, headers: Mapping[str, str] | None = None,
+                      delay: float = 0.0) -> None:
+        hdrs = check_publish(body, key, headers, delay)
+        now = self._clock.now()
+        row = (self.queue, key, bytes(body), json.dumps(hdrs), now + delay, now)
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO broker_messages (queue, msg_key, body, headers, available_at, published_at) "
+                         "VALUES (?, ?, ?, ?, ?, ?)", row)
+
+        await self._run(insert, publishing=True)
+
+    async def _fetch(self, state: Any, n: int) -> Sequence[Delivery]:
+        now = self._clock.now()
+        lease = new_id()
+        queue, max_deliveries = self.queue, self.options.max_deliveries
+        until = now + self.options.visibility_timeout
+
+        def lease_rows(conn: sqlite3.Connection) -> list[tuple[int, str, bytes, str, int]]:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                rows = conn.execute(
+                    "SELECT id, msg_key, body, headers, deliveries FROM broker_messages "
+                    "WHERE queue = ? AND available_at <= ? ORDER BY available_at, id LIMIT ?", (queue, now, n),
+                ).fetchall()
+                if max_deliveries:
+                    poison = [r for r in rows if r[4] >= max_deliveries]
+                    for r in poison:
+                        _move_to_dead(conn, r[0], f"delivered {r[4]} times without being settled", now)
+                    rows = [r for r in rows if r[4] < max_deliveries]
+                conn.executemany(
+                    "UPDATE broker_messages SET available_at = ?, lease = ?, deliveries = deliveries + 1 WHERE id = ?",
+                    [(until, lease, r[0]) for r in rows],
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return rows
+
+        rows = await self._run(lease_rows)
+        if not rows:
+            await asyncio.sleep(self.options.poll_interval)
+            return []
+        return [Delivery(bytes(body), k, f"{mid}:{lease}", deliveries > 0, json.loads(h))
+                for mid, k, body, h, deliveries in rows]
+
+    @staticmethod
+    def _parse(delivery: Delivery) -> tuple[int, str]:
+        mid, _, lease = delivery.delivery_id.partition(":")
+        return int(mid), lease
+
+    async def _settle(self, delivery: Delivery, fn: Callable[[sqlite3.Connection, int, str], int]) -> None:
+        self._take(delivery)
+        mid, lease = self._parse(delivery)
+        try:
+            changed = await self._run(lambda conn: fn(conn, mid, lease))
+        except BackendUnavailableError:
+            self._untake(delivery)
+            raise
+        if not changed:
+            raise BrokerError(
+                f"message {mid} (key {delivery.key!r}): the lease was lost -- the visibility timeout "
+                f"({self.options.visibility_timeout} s) expired and it was delivered again, or it was settled"
+            )
+
+    async def ack(self, delivery: Delivery) -> None:
+        await self._settle(delivery, lambda conn, mid, lease: conn.execute(
+            "DELETE FROM broker_messages WHERE id = ? AND lease = ?", (mid, lease)).rowcount)
+
+    async def nack(self, delivery: Delivery, *, requeue: bool = True) -> None:
+        if not requeue:
+            await self.dead_letter(delivery, "nacked")
+            return
+        now = self._clock.now()
+        await self._settle(delivery, lambda conn, mid, lease: conn.execute(
+            "UPDATE broker_messages SET available_at = ?, lease = NULL WHERE id = ? AND lease = ?",
+            (now, mid, lease)).rowcount)
+
+    async def retry(self, delivery: Delivery, *, delay: float, body: bytes | None = None) -> None:
+        check_delay(delay)
+        if body is not None:
+            check_publish(body, delivery.key, None, delay)
+        at = self._clock.now() + delay
+        new_body = None if body is None else bytes(body)
+        await self._settle(delivery, lambda conn, mid, lease: conn.execute(
+            "UPDATE broker_messages SET available_at = ?, lease = NULL, deliveries = 0, body = coalesce(?, body) "
+            "WHERE id = ? AND lease = ?", (at, new_body, mid, lease)).rowcount)
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        now = self._clock.now()
+
+        def move(conn: sqlite3.Connection, mid: int, lease: str) -> int:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                moved = _move_to_dead(conn, mid, reason, now, lease)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return moved
+
+        await self._settle(delivery, move)
+
+    async def _release(self, deliveries: Sequence[Delivery]) -> None:
+        now = self._clock.now()
+        rows = [(now, *self._parse(d)) for d in deliveries]
+        await self._run(lambda conn: conn.executemany(
+            "UPDATE broker_messages SET available_at = ?, lease = NULL WHERE id = ? AND lease = ?", rows))
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        rows = await self._run(lambda conn: conn.execute(
+            "SELECT id, msg_key, body, headers, reason, dead_at FROM broker_dead_letters WHERE queue = ? "
+            "ORDER BY id LIMIT ?", (self.queue, limit)).fetchall())
+        return [DeadLetter(bytes(body), k, reason, str(i), at, json.loads(h)) for i, k, body, h, reason, at in rows]
+
+    async def requeue_dead(self, dead_id: str | None = None) -> int:
+        now = self._clock.now()
+        where, args = "queue = ?", [self.queue]
+        if dead_id is not None:
+            if not dead_id.isdigit():
+                return 0
+            where, args = "queue = ? AND id = ?", [self.queue, dead_id]
+
+        def move_back(conn: sqlite3.Connection) -> int:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "INSERT INTO broker_messages (queue, msg_key, body, headers, available_at, published_at) "
+                    f"SELECT queue, msg_key, body, headers, ?, ? FROM broker_dead_letters WHERE {where} ORDER BY id",
+                    [now, now, *args])
+                n = conn.execute(f"DELETE FROM broker_dead_letters WHERE {where}", args).rowcount
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return int(n)
+
+        return await self._run(move_back)
+
+    async def pending(self) -> int:
+        now = self._clock.now()
+        row = await self._run(lambda conn: conn.execute(
+            "SELECT count(*) FROM broker_messages WHERE queue = ? AND available_at <= ?", (self.queue, now)).fetchone())
+        return int(row[0])
+
+
+def _move_to_dead(conn: sqlite3.Connection, mid: int, reason: str, now: float, lease: str | None = None) -> int:
+    """Move message ``mid`` (held under ``lease``, when given) to the dead letters; rows moved."""
+    cond, args = ("id = ?", [mid]) if lease is None else ("id = ? AND lease = ?", [mid, lease])
+    conn.execute(
+        "INSERT INTO broker_dead_letters (queue, msg_key, body, headers, reason, deliveries, dead_at) "
+        f"SELECT queue, msg_key, body, headers, ?, deliveries, ? FROM broker_messages WHERE {cond}",
+        [reason, now, *args])
+    return int(conn.execute(f"DELETE FROM broker_messages WHERE {cond}", args).rowcount)

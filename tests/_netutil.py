@@ -1,0 +1,83 @@
+"""Network helpers for tests: free ports and a loopback TCP proxy the test can cut and restore."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+
+__all__ = ["TcpProxy", "free_port"]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (on 127.0.0.1)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TcpProxy:
+    """``127.0.0.1:<port>`` -> ``upstream``, in the test's own event loop.
+
+    ``down()`` stops listening and aborts every proxied connection (the client sees a reset, new
+    connections are refused: the service "went away"); ``up()`` listens again on the same port.
+    """
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> TcpProxy:
+        await self.up()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.down()
+
+    async def up(self) -> None:
+        if self._server is not None:
+            return
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def down(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for w in list(self._writers):
+            w.transport.abort()
+        self._writers.clear()
+        for t in list(self._tasks):
+            t.cancel()
+        for t in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        if server is not None:
+            await server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.update((writer, up_writer))
+        for src, dst in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.create_task(self._pipe(src, dst), name="tcp-proxy-pipe")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            dst.transport.abort()
+            self._writers.discard(dst)

@@ -1,0 +1,442 @@
+"""The broker contract: the same assertions for every broker, on the real services of this machine.
+
+Each backend joins through :class:`Harness`: how to open a broker on the test's own queue, how to make a
+dead consumer's leases come back (advance the fake clock, wait out Redis' ``claim_idle``, nothing for
+RabbitMQ where the channel closing does it), how to kill a consumer without letting it say goodbye,
+and an address where the broker cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawlherd.brokers import Broker, Delivery, open_broker
+from crawlherd.clock import FakeClock
+from crawlherd.errors import BackendUnavailableError, BrokerError, PublishError
+
+from .._netutil import TcpProxy, free_port
+
+BROKERS = ["memory", "sqlite", "redis", "amqp"]
+GUARD = 15.0  # seconds: a guard against hanging, never an assertion on speed
+
+
+class Harness:
+    """One backend, one queue (unique to the test)."""
+
+    def __init__(self, kind: str, url: str, clock: FakeClock | None, unreachable_url: str | None,
+                 defaults: dict[str, Any]) -> None:
+        self.kind = kind
+        self.url = url
+        self.clock = clock
+        self.unreachable_url = unreachable_url
+        self.defaults = defaults
+        self.opened: list[Broker] = []
+        self.proxies: list[TcpProxy] = []
+
+    async def open(self, **options: Any) -> Broker:
+        """An entered broker on the test's queue (each call: another client of the same queue)."""
+        merged = {**self.defaults, **options}
+        broker = await open_broker(self.url, **merged).__aenter__()
+        self.opened.append(broker)
+        return broker
+
+    async def open_doomed(self) -> Broker:
+        """A broker that :meth:`crash` can kill (RabbitMQ: its connection runs through a proxy)."""
+        if self.kind != "amqp":
+            return await self.open()
+        proxy = await TcpProxy("127.0.0.1", 5672).__aenter__()
+        self.proxies.append(proxy)
+        url = self.url.replace("127.0.0.1:5672", f"127.0.0.1:{proxy.port}")
+        assert url != self.url
+        broker = await open_broker(url, **self.defaults).__aenter__()
+        self.opened.append(broker)
+        return broker
+
+    def pass_time(self, seconds: float) -> None:
+        """Let ``seconds`` pass for brokers on the fake clock (real-time brokers just get waited on)."""
+        if self.clock is not None:
+            self.clock.advance(seconds)
+
+    async def expire_leases(self) -> None:
+        """Make the leases of a consumer that died run out."""
+        if self.clock is not None:
+            self.clock.advance(self.defaults["visibility_timeout"] + 1)
+        elif self.kind == "redis":
+            await asyncio.sleep(self.defaults["claim_idle"] * 2)
+
+    async def crash(self, broker: Broker) -> None:
+        """The consumer dies: no settle, no close (for RabbitMQ: its TCP connection drops)."""
+        if self.kind == "amqp":
+            for proxy in self.proxies:
+                await proxy.down()
+
+    def released(self, broker: Broker) -> bool:
+        """Did ``broker`` release what it opened?"""
+        b: Any = broker
+        if self.kind == "memory":
+            return b._store is None
+        if self.kind == "sqlite":
+            return b._conn is None and b._executor is None
+        if self.kind == "redis":
+            return b._client is None
+        return b._connection is None
+
+
+@pytest.fixture(params=BROKERS)
+async def harness(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> AsyncIterator[Harness]:
+    kind = str(request.param)
+    port = free_port()
+    if kind == "memory":
+        h = Harness(kind, f"memory://{unique_name}", FakeClock(), None,
+                    {"clock": None, "visibility_timeout": 30.0})
+    elif kind == "sqlite":
+        h = Harness(kind, f"sqlite:///{tmp_path / 'broker.db'}?queue={unique_name}", FakeClock(),
+                    f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}",
+                    {"clock": None, "visibility_timeout": 30.0, "poll_interval": 0.01})
+    elif kind == "redis":
+        redis_url = request.getfixturevalue("redis_url")
+        h = Harness(kind, f"{redis_url}?prefix={unique_name}", None,
+                    f"redis://127.0.0.1:{port}/0?prefix={unique_name}",
+                    {"claim_idle": 0.3, "block": 0.05, "connect_timeout": 2.0})
+    else:
+        amqp_url = request.getfixturevalue("amqp_url")
+        h = Harness(kind, f"{amqp_url}?queue={unique_name}", None,
+                    f"amqp://guest:guest@127.0.0.1:{port}/?queue={unique_name}", {"connect_timeout": 3.0})
+    if h.clock is not None:
+        h.defaults["clock"] = h.clock
+    try:
+        yield h
+    finally:
+        for broker in h.opened:
+            await broker.close()
+            await broker.close()  # idempotent
+            assert h.released(broker), f"{broker!r} did not release what it opened"
+        for proxy in h.proxies:
+            await proxy.down()
+        await _cleanup(h, unique_name, request)
+
+
+async def _cleanup(h: Harness, unique_name: str, request: pytest.FixtureRequest) -> None:
+    if h.kind == "redis":
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{unique_name}*")]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()
+    elif h.kind == "amqp":
+        from crawlherd.brokers.amqp import AMQPBroker
+
+        cleaner = AMQPBroker.from_url(h.url)
+        async with cleaner:
+            names: set[str] = set()
+            for broker in h.opened:
+                names.update(broker.declared_queues)  # type: ignore[attr-defined]
+            await cleaner.delete_queues(extra=names)
+
+
+async def take(it: AsyncIterator[Delivery]) -> Delivery:
+    async with asyncio.timeout(GUARD):
+        return await anext(it)
+
+
+# -- publish, consume, settle ----------------------------------------------------------------------
+
+
+async def test_publish_consume_ack_round_trip(harness: Harness) -> None:
+    broker = await harness.open()
+    body = bytes(range(256))
+    await broker.publish(body, key="17:2026-11-21T15:00:00+00:00", headers={"content-type": "application/json",
+                                                                             "note": "café ✓"})
+    await broker.publish(b"second", key="18:x")
+    assert await broker.pending() == 2
+    it = broker.consume(prefetch=5)
+    first = await take(it)
+    assert (first.body, first.key, dict(first.headers), first.redelivered) == (
+        body, "17:2026-11-21T15:00:00+00:00", {"content-type": "application/json", "note": "café ✓"}, False)
+    second = await take(it)
+    assert (second.body, second.key, dict(second.headers)) == (b"second", "18:x", {})
+    await broker.ack(first)
+    await broker.ack(second)
+    assert await broker.pending() == 0
+    await broker.close()
+    # acked messages are gone for good: a new consumer's first delivery is the next message published
+    other = await harness.open()
+    await other.publish(b"sentinel", key="s")
+    got = await take(other.consume())
+    assert got.body == b"sentinel"
+    await other.ack(got)
+
+
+async def test_many_publishers_one_queue_fifo(harness: Harness) -> None:
+    a, b = await harness.open(), await harness.open()
+    for i in range(10):
+        await (a if i % 2 else b).publish(str(i).encode(), key=f"k{i}")
+    it = b.consume(prefetch=3)
+    seen = []
+    for _ in range(10):
+        d = await take(it)
+        seen.append(d.body.decode())
+        await b.ack(d)
+    assert seen == [str(i) for i in range(10)]
+
+
+async def test_nack_requeue_redelivers(harness: Harness) -> None:
+    broker = await harness.open()
+    await broker.publish(b"job", key="k1", headers={"h": "v"})
+    it = broker.consume()
+    d = await take(it)
+    assert not d.redelivered
+    await broker.nack(d, requeue=True)
+    again = await take(it)
+    assert (again.body, again.key, dict(again.headers), again.redelivered) == (b"job", "k1", {"h": "v"}, True)
+    await broker.ack(again)
+    assert await broker.pending() == 0
+
+
+async def test_nack_without_requeue_goes_to_dead_letters(harness: Harness) -> None:
+    broker = await harness.open()
+    await broker.publish(b"poison", key="k-poison", headers={"h": "1"})
+    d = await take(broker.consume())
+    await broker.nack(d, requeue=False)
+    dead = await broker.dead_letters()
+    assert [(x.body, x.key, x.reason, dict(x.headers)) for x in dead] == [(b"poison", "k-poison", "nacked", {"h": "1"})]
+    assert await broker.pending() == 0
+
+
+async def test_settling_twice_raises(harness: Harness) -> None:
+    broker = await harness.open()
+    await broker.publish(b"x", key="k")
+    d = await take(broker.consume())
+    await broker.ack(d)
+    with pytest.raises(BrokerError):
+        await broker.ack(d)
+    with pytest.raises(BrokerError):
+        await broker.nack(d)
+    with pytest.raises(BrokerError):
+        await broker.dead_letter(d, "late")
+    assert await broker.dead_letters() == []
+
+
+async def test_retry_later_with_new_body(harness: Harness) -> None:
+    broker = await harness.open()
+    await broker.publish(b'{"attempt_count": 0}', key="t1:slot", headers={"h": "v"})
+    await broker.publish(b"next", key="t2:slot")
+    it = broker.consume(prefetch=5)
+    first = await take(it)
+    await broker.retry(first, delay=0.2, body=b'{"attempt_count": 1}')
+    if harness.clock is not None:
+        assert await broker.pending() == 0  # "next" is leased already; the retried one is not due yet
+    second = await take(it)
+    assert second.body == b"next"
+    await broker.ack(second)
+    harness.pass_time(0.25)
+    again = await take(it)
+    assert (again.body, again.key, dict(again.headers)) == (b'{"attempt_count": 1}', "t1:slot", {"h": "v"})
+    await broker.ack(again)
+    assert await broker.pending() == 0
+
+
+async def test_delayed_publish(harness: Harness) -> None:
+    broker = await harness.open()
+    await broker.publish(b"later", key="l", delay=0.2)
+    await broker.publish(b"now", key="n")
+    if harness.clock is not None or harness.kind == "redis":
+        assert await broker.pending() == 1  # delayed messages are not counted until due
+    it = broker.consume()
+    d = await take(it)
+    assert d.body == b"now"
+    await broker.ack(d)
+    harness.pass_time(0.25)
+    d = await take(it)
+    assert d.body == b"later"
+    await broker.ack(d)
+
+
+async def test_retry_without_delay_and_body_keeps_message(harness: Harness) -> None:
+    broker = await harness.open()
+    await broker.publish(b"same", key="k", headers={"a": "b"})
+    it = broker.consume()
+    d = await take(it)
+    await broker.retry(d, delay=0)
+    again = await take(it)
+    assert (again.body, again.key, dict(again.headers)) == (b"same", "k", {"a": "b"})
+    await broker.ack(again)
+
+
+# -- dead letters ------------------------------------------------------------------------------------
+
+
+async def test_dead_letter_list_and_requeue(harness: Harness) -> None:
+    broker = await harness.open()
+    await broker.publish(b"one", key="k1", headers={"x": "1"})
+    await broker.publish(b"two", key="k2")
+    it = broker.consume(prefetch=5)
+    d1, d2 = await take(it), await take(it)
+    await broker.dead_letter(d1, "unknown schema_version 9")
+    await broker.dead_letter(d2, "bad json")
+    assert await broker.pending() == 0
+    dead = await broker.dead_letters()
+    assert [(x.body, x.key, x.reason, dict(x.headers)) for x in dead] == [
+        (b"one", "k1", "unknown schema_version 9", {"x": "1"}), (b"two", "k2", "bad json", {})]
+    assert all(x.dead_at is not None for x in dead)
+    assert len({x.dead_id for x in dead}) == 2
+    assert [x.key for x in await broker.dead_letters(limit=1)] == ["k1"]
+    # listing does not consume them
+    assert len(await broker.dead_letters()) == 2
+
+    assert await broker.requeue_dead(dead[1].dead_id) == 1
+    back = await take(it)
+    assert (back.body, back.key) == (b"two", "k2")
+    await broker.ack(back)
+    assert [x.key for x in await broker.dead_letters()] == ["k1"]
+    assert await broker.requeue_dead("no-such-id") == 0
+    assert await broker.requeue_dead() == 1
+    back = await take(it)
+    assert (back.body, back.key, dict(back.headers)) == (b"one", "k1", {"x": "1"})
+    await broker.ack(back)
+    assert await broker.dead_letters() == []
+
+
+# -- unsettled deliveries come back ------------------------------------------------------------------
+
+
+async def test_unsettled_delivery_returns_when_consumer_closes(harness: Harness) -> None:
+    publisher = await harness.open()
+    await publisher.publish(b"job", key="k")
+    consumer = await harness.open()
+    d = await take(consumer.consume())
+    await consumer.close()
+    with pytest.raises(BrokerError):
+        await consumer.ack(d)
+    other = await harness.open()
+    again = await take(other.consume())
+    assert (again.body, again.key, again.redelivered) == (b"job", "k", True)
+    await other.ack(again)
+
+
+async def test_unsettled_delivery_of_dead_consumer_is_delivered_again(harness: Harness) -> None:
+    publisher = await harness.open()
+    await publisher.publish(b"job", key="k")
+    doomed = await harness.open_doomed()
+    d = await take(doomed.consume())
+    await harness.crash(doomed)
+    await harness.expire_leases()
+    survivor = await harness.open()
+    again = await take(survivor.consume())
+    assert (again.body, again.key, again.redelivered) == (b"job", "k", True)
+    await survivor.ack(again)
+    # the dead consumer's late settle does not count
+    with pytest.raises((BrokerError, BackendUnavailableError)):
+        await doomed.ack(d)
+    assert await survivor.pending() == 0
+
+
+async def test_unsettled_delivery_survives_end_of_consume_loop(harness: Harness) -> None:
+    broker = await harness.open()
+    await broker.publish(b"job", key="k")
+    async for d in broker.consume():
+        held = d
+        break
+    await broker.ack(held)
+    assert await broker.pending() == 0
+
+
+# -- prefetch ----------------------------------------------------------------------------------------
+
+
+async def test_prefetch_bounds_unsettled_deliveries(harness: Harness) -> None:
+    broker = await harness.open()
+    for i in range(5):
+        await broker.publish(str(i).encode(), key=f"k{i}")
+    it = broker.consume(prefetch=2)
+    a, b = await take(it), await take(it)
+    nxt = asyncio.ensure_future(anext(it))
+    await asyncio.sleep(0.3)  # room for a consumer that ignored the bound to take more
+    harness.pass_time(1.0)
+    await asyncio.sleep(0.05)
+    assert not nxt.done()
+    assert await broker.pending() == 3
+    await broker.ack(a)
+    async with asyncio.timeout(GUARD):
+        c = await nxt
+    assert c.body == b"2"
+    assert await broker.pending() == 2
+    for d in (b, c):
+        await broker.ack(d)
+
+
+# -- confirms, failures, shutdown --------------------------------------------------------------------
+
+
+async def test_publish_raises_when_broker_unreachable(harness: Harness) -> None:
+    if harness.unreachable_url is None:
+        pytest.skip("memory:// is in-process: it cannot be unreachable")
+    broker = open_broker(harness.unreachable_url, **harness.defaults)
+    with pytest.raises((BackendUnavailableError, PublishError)):
+        async with broker:
+            await broker.publish(b"x", key="k")
+    await broker.close()
+
+
+async def test_bad_publish_arguments_are_refused_and_nothing_published(harness: Harness) -> None:
+    broker = await harness.open()
+    with pytest.raises(TypeError):
+        await broker.publish("text", key="k")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="key"):
+        await broker.publish(b"x", key="")
+    with pytest.raises(ValueError, match="delay"):
+        await broker.publish(b"x", key="k", delay=-1)
+    with pytest.raises(TypeError, match="headers"):
+        await broker.publish(b"x", key="k", headers={"n": 1})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="reserved"):
+        await broker.publish(b"x", key="k", headers={"x-crawlherd-key": "y"})
+    with pytest.raises(ValueError, match="prefetch"):
+        await anext(broker.consume(prefetch=0))
+    assert await broker.pending() == 0
+
+
+async def test_close_stops_consumers_and_is_idempotent(harness: Harness) -> None:
+    broker = await harness.open()
+    got: list[Delivery] = []
+
+    async def consumer() -> None:
+        async for d in broker.consume():
+            got.append(d)
+
+    task = asyncio.create_task(consumer(), name="consumer")
+    await asyncio.sleep(0.1)
+    await broker.close()
+    async with asyncio.timeout(GUARD):
+        await task  # ends by itself, no error
+    await broker.close()
+    assert got == []
+    assert harness.released(broker)
+    with pytest.raises(BrokerError):
+        await broker.publish(b"x", key="k")
+
+
+async def test_cancelled_consumer_stops_and_broker_goes_on(harness: Harness) -> None:
+    broker = await harness.open()
+
+    async def consumer() -> None:
+        async for _ in broker.consume():
+            pass
+
+    task = asyncio.create_task(consumer(), name="consumer")
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await broker.publish(b"after", key="k")
+    d = await take(broker.consume())
+    assert d.body == b"after"
+    await broker.ack(d)
