@@ -235,7 +235,7 @@ def _table(lines: list[str], path: list[str], table: Mapping[str, Any], *, array
         header = ".".join(_key(p) for p in path)
         lines.append("")
         lines.append(f"[[{header}]]" if array else f"[{header}]")
-    subtables = []
+    subtables: list[tuple[str, Any, bool]] = []
     for key, value in table.items():
         if isinstance(value, Mapping) and value and all(not isinstance(v, Mapping) or v for v in value.values()):
             subtables.append((key, value, False))
