@@ -1,0 +1,58 @@
+"""Turning fetched pages into items: declarative CSS rules (:mod:`.rules`), pagination
+(:mod:`.pagination`) and Python handlers by website name (:mod:`.handlers`)."""
+
+from __future__ import annotations
+
+from crawlherd.extract.handlers import (
+    ENTRY_POINT_GROUP,
+    Handler,
+    HandlerRegistry,
+    get_handler,
+    register_handler,
+    resolve_extractor,
+    run_extractor,
+)
+from crawlherd.extract.pagination import (
+    PAGINATION_TYPES,
+    Pagination,
+    build_search_url,
+    get_query_param,
+    increment_query_param,
+    next_link_url,
+    set_query_param,
+)
+from crawlherd.extract.rules import (
+    ExtractionResult,
+    ExtractionRules,
+    FieldRule,
+    Item,
+    Page,
+    item_fingerprint,
+    make_item,
+    parse_html,
+)
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PAGINATION_TYPES",
+    "ExtractionResult",
+    "ExtractionRules",
+    "FieldRule",
+    "Handler",
+    "HandlerRegistry",
+    "Item",
+    "Page",
+    "Pagination",
+    "build_search_url",
+    "get_handler",
+    "get_query_param",
+    "increment_query_param",
+    "item_fingerprint",
+    "make_item",
+    "next_link_url",
+    "parse_html",
+    "register_handler",
+    "resolve_extractor",
+    "run_extractor",
+    "set_query_param",
+]

@@ -1,0 +1,538 @@
+"""``BrowserFetcher``: Playwright driving the system Chromium, for targets with ``requires_playwright``.
+
+The browser never touches the network by itself: every request the page makes goes through a route
+handler that runs the address guard on its URL and fetches it through Playwright's request context
+with redirects turned off, so each redirect hop is checked too. The main document must pass the
+content-type allow-list and the body-size limit before the browser sees it; its redirects are
+followed (and counted against ``max_redirects``) by this fetcher, one navigation per hop. The whole
+fetch runs under ``total_timeout``; the rendered HTML is held to ``max_body_size`` as well.
+
+Which Chromium: the ``executable_path`` option, else ``$CRAWLHERD_CHROMIUM``, else ``/usr/bin/chromium``,
+else ``chromium`` / ``chromium-browser`` on ``PATH``. crawlherd never downloads a browser
+(``apt-get install chromium`` on Debian/Ubuntu). Without Playwright (``pip install 'crawlherd[browser]'``)
+or without a browser, :class:`~crawlherd.errors.BrowserUnavailableError` says which is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from crawlherd.errors import (
+    AddressNotAllowedError,
+    BodyTooLargeError,
+    BrowserUnavailableError,
+    ConfigurationError,
+    ContentTypeError,
+    FetchError,
+    FetchTimeoutError,
+    TooManyRedirectsError,
+)
+from crawlherd.fetch.base import FetchLimits, Response
+from crawlherd.fetch.guard import check_address
+from crawlherd.request import Request
+
+__all__ = ["CHROMIUM_ARGS", "AddressCheck", "BrowserFetcher", "find_chromium"]
+
+#: Command-line switches Chromium is launched with: no sandbox (containers), no GPU, and none of the
+#: background traffic (QUIC, updates, sync) that would bypass the route handler.
+CHROMIUM_ARGS: tuple[str, ...] = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+_WAIT_UNTIL = frozenset({"commit", "domcontentloaded", "load", "networkidle"})
+_RESOURCE_TYPES = frozenset(
+    {
+        "document",
+        "stylesheet",
+        "image",
+        "media",
+        "font",
+        "script",
+        "texttrack",
+        "xhr",
+        "fetch",
+        "eventsource",
+        "websocket",
+        "manifest",
+        "other",
+    }
+)
+_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_INSTALL_HINT = (
+    "install it with `apt-get install chromium` (Debian/Ubuntu) or point CRAWLHERD_CHROMIUM (or the "
+    "executable_path option) at a Chromium/Chrome binary; crawlherd never downloads a browser"
+)
+
+#: ``check(host, port, url)``: raise AddressNotAllowedError to refuse a request.
+AddressCheck = Callable[[str, int, str], Awaitable[None]]
+
+
+def find_chromium(executable_path: str | None = None) -> str:
+    """The Chromium to launch: ``executable_path``, ``$CRAWLHERD_CHROMIUM``, ``/usr/bin/chromium``,
+    then ``chromium`` / ``chromium-browser`` on PATH. An explicit path that is not an executable, or
+    no browser at all, raises BrowserUnavailableError."""
+    for source, explicit in (
+        ("executable_path", executable_path),
+        ("CRAWLHERD_CHROMIUM", os.environ.get("CRAWLHERD_CHROMIUM")),
+    ):
+        if explicit:
+            if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
+                return explicit
+            raise BrowserUnavailableError(f"{source}={explicit!r} is not an executable file; {_INSTALL_HINT}")
+    if os.access("/usr/bin/chromium", os.X_OK):
+        return "/usr/bin/chromium"
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise BrowserUnavailableError(f"no Chromium found; {_INSTALL_HINT}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _mime(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def _charset(content_type: str) -> str:
+    for part in content_type.split(";")[1:]:
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            return value.strip().strip('"')
+    return "utf-8"
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.hostname or "", port
+
+
+@dataclass
+class _PageState:
+    """What the route handler learnt while one fetch's page loaded."""
+
+    deadline: float
+    error: FetchError | None = None
+    redirect_to: str | None = None
+    main_status: int = 0
+    main_headers: dict[str, str] = field(default_factory=dict)
+    main_body: bytes = b""
+    refused: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def timeout_ms(self) -> float:
+        return max(1.0, (self.deadline - time.monotonic()) * 1000)
+
+
+class BrowserFetcher:
+    """A :class:`~crawlherd.fetch.base.Fetcher` that renders pages in headless Chromium.
+
+    ``BrowserFetcher(limits=None, *, executable_path=None, max_pages=4, wait_until="networkidle",
+    wait_for=None, screenshot=False, block_resource_types=(), extra_args=(), address_check=None,
+    launch_timeout=30.0)``.
+
+    - ``max_pages``: pages open at once (a semaphore); further fetches wait for a free one.
+    - ``wait_until``: when navigation counts as done (``networkidle`` waits for 500 ms without traffic).
+    - ``wait_for``: a selector that must be attached before the HTML is taken (a request's
+      ``meta["wait_for"]`` overrides it); it never appearing is a FetchTimeoutError.
+    - ``screenshot``: a full-page PNG in ``Response.screenshot`` (``meta["screenshot"]`` overrides).
+    - ``block_resource_types``: Playwright resource types to refuse (e.g. ``("image", "media", "font")``).
+    - ``address_check``: replaces the default guard (:func:`crawlherd.fetch.guard.check_address` with
+      ``limits.allow_private_addresses``) for every request the page makes.
+
+    The browser is launched by ``__aenter__`` (or the first fetch) and closed by :meth:`close`.
+    Only GET is supported. The response body is the rendered DOM (UTF-8) for HTML documents, the
+    raw body for other allowed types (JSON, text).
+    """
+
+    def __init__(
+        self,
+        limits: FetchLimits | None = None,
+        *,
+        executable_path: str | None = None,
+        max_pages: int = 4,
+        wait_until: str = "networkidle",
+        wait_for: str | None = None,
+        screenshot: bool = False,
+        block_resource_types: Iterable[str] = (),
+        extra_args: Iterable[str] = (),
+        address_check: AddressCheck | None = None,
+        launch_timeout: float = 30.0,
+    ) -> None:
+        self.limits = limits or FetchLimits()
+        if isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1:
+            raise ConfigurationError(f"BrowserFetcher max_pages must be an integer >= 1, got {max_pages!r}")
+        if wait_until not in _WAIT_UNTIL:
+            raise ConfigurationError(
+                f"BrowserFetcher wait_until must be one of {sorted(_WAIT_UNTIL)}, got {wait_until!r}"
+            )
+        if wait_for is not None and (not isinstance(wait_for, str) or not wait_for.strip()):
+            raise ConfigurationError(f"BrowserFetcher wait_for must be a non-empty selector, got {wait_for!r}")
+        blocked = frozenset(block_resource_types)
+        if blocked - _RESOURCE_TYPES:
+            raise ConfigurationError(
+                f"BrowserFetcher block_resource_types: unknown {sorted(blocked - _RESOURCE_TYPES)}; "
+                f"known: {sorted(_RESOURCE_TYPES)}"
+            )
+        if "document" in blocked:
+            raise ConfigurationError("BrowserFetcher block_resource_types cannot block 'document'")
+        if launch_timeout <= 0:
+            raise ConfigurationError(f"BrowserFetcher launch_timeout must be > 0, got {launch_timeout!r}")
+        self.executable_path = executable_path
+        self.max_pages = max_pages
+        self.wait_until = wait_until
+        self.wait_for = wait_for
+        self.screenshot = screenshot
+        self.block_resource_types = blocked
+        self.extra_args = tuple(extra_args)
+        self.launch_timeout = launch_timeout
+        self._address_check: AddressCheck = address_check or self._default_check
+        self._semaphore = asyncio.Semaphore(max_pages)
+        self._start_lock = asyncio.Lock()
+        self._playwright: Any = None
+        self._browser: Any = None
+        self._context: Any = None
+        self._errors: Any = None  # the playwright.async_api module, for its exception classes
+        self.pages_open = 0
+
+    async def _default_check(self, host: str, port: int, url: str) -> None:
+        await check_address(host, port, url=url, allow_private=self.limits.allow_private_addresses)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> BrowserFetcher:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def started(self) -> bool:
+        return self._browser is not None
+
+    async def start(self) -> None:
+        """Launch Chromium (once). Raises BrowserUnavailableError when Playwright or the browser is missing."""
+        async with self._start_lock:
+            if self._browser is not None and self._browser.is_connected():
+                return
+            await self._shutdown()
+            try:
+                import playwright.async_api as pw_api
+            except ImportError:
+                raise BrowserUnavailableError(
+                    "Playwright is not installed: pip install 'crawlherd[browser]' (the browser itself comes "
+                    "from the system: apt-get install chromium)"
+                ) from None
+            executable = find_chromium(self.executable_path)
+            playwright = await pw_api.async_playwright().start()
+            try:
+                browser = await playwright.chromium.launch(
+                    executable_path=executable,
+                    headless=True,
+                    args=[*CHROMIUM_ARGS, *self.extra_args],
+                    timeout=self.launch_timeout * 1000,
+                )
+                context = await browser.new_context(
+                    user_agent=self.limits.user_agent, service_workers="block", accept_downloads=False
+                )
+            except pw_api.Error as exc:
+                with contextlib.suppress(Exception):
+                    await playwright.stop()
+                raise BrowserUnavailableError(f"could not start Chromium at {executable}: {_first_line(exc)}") from None
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await playwright.stop()
+                raise
+            self._errors = pw_api
+            self._playwright, self._browser, self._context = playwright, browser, context
+
+    async def _shutdown(self) -> None:
+        context, browser, playwright = self._context, self._browser, self._playwright
+        self._context = self._browser = self._playwright = None
+        for closer in (context, browser):
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(closer.close(), timeout=10)
+        if playwright is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(playwright.stop(), timeout=10)
+
+    async def close(self) -> None:
+        """Close the browser and stop Playwright. Idempotent."""
+        async with self._start_lock:
+            await self._shutdown()
+
+    # -- fetching --------------------------------------------------------------------------------
+
+    async def fetch(self, request: Request) -> Response:
+        """Render ``request.url`` in a page of its own and return the resulting HTML."""
+        url = request.url
+        if request.method != "GET":
+            raise FetchError(f"{url}: BrowserFetcher fetches GET only, not {request.method}", url=url, request=request)
+        host, port = _host_port(request.canonical_url)
+        try:
+            await self._address_check(host, port, url)
+        except AddressNotAllowedError as exc:
+            exc.request = request
+            raise
+        if self._browser is None or not self._browser.is_connected():
+            await self.start()
+        async with self._semaphore:
+            started = time.monotonic()
+            state = _PageState(deadline=started + self.limits.total_timeout)
+            try:
+                async with asyncio.timeout(self.limits.total_timeout):
+                    return await self._render(request, state, started)
+            except TimeoutError:
+                raise FetchTimeoutError(
+                    f"{url}: the page was not ready within total_timeout={self.limits.total_timeout:g}s",
+                    url=url,
+                    request=request,
+                ) from None
+
+    async def _render(self, request: Request, state: _PageState, started: float) -> Response:
+        pw = self._errors
+        try:
+            page = await self._context.new_page()
+        except pw.Error as exc:
+            raise self._unavailable(exc, request) from None
+        self.pages_open += 1
+        try:
+            page.set_default_timeout(state.timeout_ms())
+
+            async def handle(route: Any, routed: Any) -> None:
+                await self._route(state, page, route, routed)
+
+            await page.route("**/*", handle)
+            url = request.url
+            hops: list[str] = []
+            response: Any = None
+            while True:
+                state.redirect_to = None
+                try:
+                    response = await page.goto(url, wait_until=self.wait_until, timeout=state.timeout_ms())
+                except pw.TimeoutError:
+                    if state.error is not None:
+                        raise self._with_request(state.error, request) from None
+                    raise FetchTimeoutError(
+                        f"{url}: navigation did not reach {self.wait_until!r} in time", url=url, request=request
+                    ) from None
+                except pw.Error as exc:
+                    if state.error is not None:
+                        raise self._with_request(state.error, request) from None
+                    if state.redirect_to is None:
+                        raise self._translate(exc, url, request) from None
+                if state.error is not None:
+                    raise self._with_request(state.error, request)
+                if state.redirect_to is None:
+                    break
+                hops.append(url)
+                if len(hops) > self.limits.max_redirects:
+                    raise TooManyRedirectsError(
+                        f"{request.url}: more than max_redirects={self.limits.max_redirects} redirects "
+                        f"({' -> '.join([*hops, state.redirect_to])})",
+                        url=request.url,
+                        request=request,
+                    )
+                url = state.redirect_to
+            if response is None:
+                raise FetchError(f"{url}: the browser got no response", url=url, request=request)
+            wait_for = request.meta.get("wait_for", self.wait_for)
+            if wait_for:
+                try:
+                    await page.wait_for_selector(str(wait_for), state="attached", timeout=state.timeout_ms())
+                except pw.TimeoutError:
+                    raise FetchTimeoutError(
+                        f"{url}: selector {wait_for!r} did not appear in time", url=url, request=request
+                    ) from None
+            return await self._response(page, request, state, started, tuple(hops))
+        finally:
+            self.pages_open -= 1
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(page.close(), timeout=10)
+
+    async def _response(
+        self, page: Any, request: Request, state: _PageState, started: float, hops: tuple[str, ...]
+    ) -> Response:
+        headers = dict(state.main_headers)
+        content_type = headers.get("content-type", "")
+        mime = _mime(content_type)
+        if mime in _HTML_TYPES or not mime:
+            body = (await page.content()).encode("utf-8")
+            headers["content-type"] = f"{mime or 'text/html'}; charset=utf-8"
+            for stale in ("content-length", "content-encoding"):  # they described the original bytes
+                headers.pop(stale, None)
+            encoding = "utf-8"
+        else:
+            body = state.main_body
+            encoding = _charset(content_type)
+        if len(body) > self.limits.max_body_size:
+            raise BodyTooLargeError(
+                f"{page.url}: rendered page is {len(body)} bytes, over max_body_size={self.limits.max_body_size}",
+                url=page.url,
+                request=request,
+            )
+        shot = None
+        if request.meta.get("screenshot", self.screenshot):
+            shot = await page.screenshot(full_page=True, type="png", timeout=state.timeout_ms())
+        return Response(
+            url=page.url,
+            status=state.main_status,
+            headers=headers,
+            body=body,
+            request=request,
+            elapsed=time.monotonic() - started,
+            redirects=hops,
+            screenshot=shot,
+            encoding=encoding,
+        )
+
+    # -- the route handler: every request the page makes --------------------------------------------
+
+    async def _route(self, state: _PageState, page: Any, route: Any, routed: Any) -> None:
+        pw = self._errors
+        try:
+            url = routed.url
+            if urlsplit(url).scheme not in ("http", "https"):
+                state.problems.append(f"refused non-HTTP request {url[:100]}")
+                await route.abort("blockedbyclient")
+                return
+            is_main = routed.is_navigation_request() and routed.frame == page.main_frame
+            if not await self._allowed(url, state, main=is_main):
+                await route.abort("blockedbyclient")
+                return
+            if routed.resource_type in self.block_resource_types:
+                await route.abort("blockedbyclient")
+                return
+            if is_main:
+                await self._route_main(state, route, routed)
+            else:
+                await self._route_sub(state, route, routed)
+        except Exception as exc:
+            # The page closed under us (fetch finished or timed out), or the fetch failed in transit:
+            # note it and fail this one request; the navigation's own outcome tells the caller.
+            if not isinstance(exc, pw.Error):
+                state.problems.append(f"{routed.url}: unexpected {type(exc).__name__}: {exc}")
+            else:
+                state.problems.append(f"{routed.url}: {_first_line(exc)}")
+            with contextlib.suppress(Exception):
+                await route.abort("failed")
+
+    async def _allowed(self, url: str, state: _PageState, *, main: bool) -> bool:
+        host, port = _host_port(url)
+        try:
+            await self._address_check(host, port, url)
+        except AddressNotAllowedError as exc:
+            state.refused.append(url)
+            if main and state.error is None:
+                state.error = exc
+            return False
+        return True
+
+    async def _route_main(self, state: _PageState, route: Any, routed: Any) -> None:
+        url = routed.url
+        try:
+            fetched = await route.fetch(max_redirects=0, timeout=state.timeout_ms())
+        except self._errors.Error as exc:
+            state.error = self._translate(exc, url, None)
+            await route.abort("failed")
+            return
+        location = fetched.headers.get("location")
+        if 300 <= fetched.status < 400 and location:
+            state.redirect_to = urljoin(url, location)
+            await fetched.dispose()
+            await route.abort("aborted")  # the fetch loop navigates to the next hop itself
+            return
+        headers = {k.lower(): v for k, v in fetched.headers.items()}
+        mime = _mime(headers.get("content-type", ""))
+        allowed = self.limits.allowed_content_types
+        if allowed and mime not in allowed:
+            state.error = ContentTypeError(
+                f"{url}: content type {mime or '(none)'!r} is not in the allow-list {list(allowed)}", url=url
+            )
+            await fetched.dispose()
+            await route.abort("blockedbyclient")
+            return
+        declared = headers.get("content-length", "")
+        size = int(declared) if declared.isdigit() else 0
+        body = b""
+        if size <= self.limits.max_body_size:
+            body = await fetched.body()
+            size = len(body)
+        if size > self.limits.max_body_size:
+            state.error = BodyTooLargeError(
+                f"{url}: body is {size} bytes, over max_body_size={self.limits.max_body_size}", url=url
+            )
+            await fetched.dispose()
+            await route.abort("blockedbyclient")
+            return
+        state.main_status, state.main_headers, state.main_body = fetched.status, headers, body
+        await route.fulfill(response=fetched, body=body)
+
+    async def _route_sub(self, state: _PageState, route: Any, routed: Any) -> None:
+        current = routed.url
+        method = routed.method
+        changed_method = False
+        for _ in range(self.limits.max_redirects + 1):
+            if changed_method:
+                fetched = await route.fetch(
+                    url=current, method="GET", post_data=b"", max_redirects=0, timeout=state.timeout_ms()
+                )
+            else:
+                fetched = await route.fetch(url=current, max_redirects=0, timeout=state.timeout_ms())
+            location = fetched.headers.get("location")
+            if not (300 <= fetched.status < 400 and location):
+                body = await fetched.body()
+                if len(body) > self.limits.max_body_size:
+                    state.problems.append(f"{current}: {len(body)} bytes, over max_body_size")
+                    await fetched.dispose()
+                    await route.abort("failed")
+                    return
+                await route.fulfill(response=fetched, body=body)
+                return
+            await fetched.dispose()
+            current = urljoin(current, location)
+            if fetched.status in (301, 302, 303) and method not in ("GET", "HEAD"):
+                method, changed_method = "GET", True
+            if urlsplit(current).scheme not in ("http", "https") or not await self._allowed(current, state, main=False):
+                await route.abort("blockedbyclient")
+                return
+        state.problems.append(f"{routed.url}: more than max_redirects={self.limits.max_redirects} redirects")
+        await route.abort("failed")
+
+    # -- errors ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _with_request(error: FetchError, request: Request) -> FetchError:
+        error.request = request
+        return error
+
+    def _translate(self, exc: BaseException, url: str, request: Request | None) -> FetchError:
+        message = _first_line(exc)
+        if isinstance(exc, self._errors.TimeoutError) or "Timeout" in message:
+            return FetchTimeoutError(f"{url}: {message}", url=url, request=request)
+        if self._browser is not None and not self._browser.is_connected():
+            return self._unavailable(exc, request)
+        return FetchError(f"{url}: {message}", url=url, request=request)
+
+    def _unavailable(self, exc: BaseException, request: Request | None) -> BrowserUnavailableError:
+        url = request.url if request is not None else None
+        return BrowserUnavailableError(f"Chromium went away: {_first_line(exc)}", url=url, request=request)
