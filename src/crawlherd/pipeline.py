@@ -49,7 +49,7 @@ async def progress_of(engine: AsyncEngine) -> PipelineProgress:
             )
         ).one()
         runs = dict(
-            (await conn.execute(select(JobRun.status, func.count()).group_by(JobRun.status))).all()  # type: ignore[arg-type]
+            (await conn.execute(select(JobRun.status, func.count()).group_by(JobRun.status))).all()
         )
     return PipelineProgress(
         jobs=outbox[0],

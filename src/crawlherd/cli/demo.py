@@ -6,22 +6,24 @@ import asyncio
 import contextlib
 import shutil
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
+from sqlalchemy import update
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from crawlherd.brokers import open_broker
 from crawlherd.cli._signals import stop_on_signals
-from crawlherd.db import create_engine, upgrade
+from crawlherd.db import ScrapeTarget, create_engine, upgrade
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.pipeline import PipelineProgress, progress_of, run_pipeline
 from crawlherd.service.targets import import_targets
 from crawlherd.sinks.export import iter_items
 from crawlherd.web.demo_site import DemoSite
-from crawlherd.web.demo_targets import demo_targets, demo_targets_toml, expected_results
+from crawlherd.web.demo_targets import demo_targets, expected_results, render_toml
 from crawlherd.worker.worker import Worker
 
 __all__ = ["demo"]
@@ -75,13 +77,15 @@ async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: boo
             document = _without_browser(document)
             console.print(f"[yellow]JavaScript-rendered website left out: {reason}[/yellow]")
         targets_file = workdir / "targets.toml"
-        targets_file.write_text(demo_targets_toml(document), encoding="utf-8")
+        targets_file.write_text(render_toml(document), encoding="utf-8")
         engine = create_engine(db_url)
         try:
             await upgrade(engine)
             imported = await import_targets(engine, targets_file)
-            console.print(f"demo site at {site.url}; imported {imported.targets} targets of "
-                          f"{imported.websites} websites from {targets_file}")
+            async with engine.begin() as conn:  # the demo runs every target now, not at its first slot
+                await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+            console.print(f"demo site at {site.url}; imported {imported.targets_created} targets of "
+                          f"{imported.websites_created} websites from {targets_file}")
             async with open_broker(db_url) as broker:
                 limits = FetchLimits(allow_private_addresses=True, user_agent="crawlherd-demo")
                 worker = Worker(engine, broker, concurrency=concurrency, max_attempts=3, backoff=0.5,

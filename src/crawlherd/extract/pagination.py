@@ -190,6 +190,21 @@ class Pagination:
             )
         return cls(pagination_type, param, ints["start"], ints["step"], ints["max_pages"], selector)
 
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any] | None, *, website: str, type: str | None = None) -> Pagination:
+        """Build from a targets-file ``pagination`` table (``type`` inside it, or given), ignoring the
+        settings that belong to other types (the config DB stores every setting of the table)."""
+        table = dict(table or {})
+        kind = type or table.pop("type", "none")
+        table.pop("type", None)
+        known = set().union(*_SETTINGS.values())
+        unknown = set(table) - known
+        if unknown:
+            raise ConfigurationError(f"website {website!r}: pagination: unknown setting(s) {sorted(unknown)}")
+        relevant = _SETTINGS.get(kind, frozenset())
+        return cls.from_settings(kind, {k: v for k, v in table.items() if k in relevant and v is not None},
+                                 website=website)
+
     def first_url(self, search_url: str) -> str:
         """The first page: for ``page_param`` the parameter is set to ``start`` if the URL lacks it."""
         if self.type == "page_param" and get_query_param(search_url, self.param) in (None, ""):

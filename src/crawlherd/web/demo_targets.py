@@ -8,10 +8,9 @@ targets file (``crawlherd targets import`` reads either form). The format (see `
     base_url = "http://127.0.0.1:8080"
     search_url_template = "http://127.0.0.1:8080/search?q={keywords}&l={location}&page={page}"
     requires_playwright = false
-    pagination_type = "page_param"                       # none | next_link | page_param
-    fetch_details = false                                # also fetch each item's URL (detail_fields)
 
     [websites.pagination]                                # see crawlherd.extract.pagination
+    type = "page_param"                                  # none | next_link | page_param
     param = "page"
     start = 1
     max_pages = 10
@@ -34,7 +33,7 @@ targets file (``crawlherd targets import`` reads either form). The format (see `
     website = "demo-jobs"
     keywords = ["python", "rust"]
     locations = ["berlin", "remote"]
-    frequency = "1h"
+    every = "1h"
 """
 
 from __future__ import annotations
@@ -88,11 +87,9 @@ def demo_targets(base_url: str, *, frequency: str = "1h") -> dict[str, Any]:
             {
                 "name": "demo-jobs",
                 "base_url": base,
-                "search_url_template": f"{base}/search?q={{keywords}}&l={{location}}&page={{page}}",
+                "search_url_template": f"{base}/search?q={{keywords}}&l={{location}}",
                 "requires_playwright": False,
-                "pagination_type": "page_param",
-                "fetch_details": False,
-                "pagination": {"param": "page", "start": 1, "max_pages": 10},
+                "pagination": {"type": "page_param", "param": "page", "start": 1, "max_pages": 10},
                 "extraction": dict(_CARD_RULES),
                 "politeness": dict(_POLITENESS),
             },
@@ -101,9 +98,7 @@ def demo_targets(base_url: str, *, frequency: str = "1h") -> dict[str, Any]:
                 "base_url": base,
                 "search_url_template": f"{base}/browse/{{keywords}}/{{location}}",
                 "requires_playwright": False,
-                "pagination_type": "next_link",
-                "fetch_details": True,
-                "pagination": {"selector": "a[rel=next]", "max_pages": 10},
+                "pagination": {"type": "next_link", "selector": "a[rel=next]", "max_pages": 10},
                 "extraction": {**_CARD_RULES, "detail_fields": {"description": ".description"}},
                 "politeness": dict(_POLITENESS),
             },
@@ -112,9 +107,7 @@ def demo_targets(base_url: str, *, frequency: str = "1h") -> dict[str, Any]:
                 "base_url": base,
                 "search_url_template": f"{base}/js/search?q={{keywords}}&l={{location}}",
                 "requires_playwright": True,
-                "pagination_type": "none",
-                "fetch_details": False,
-                "pagination": {"max_pages": 1},
+                "pagination": {"type": "none", "max_pages": 1},
                 "extraction": dict(_CARD_RULES),
                 "politeness": {"min_delay": 0.0, "max_concurrency": 2, "robots": "obey"},
             },
@@ -124,19 +117,19 @@ def demo_targets(base_url: str, *, frequency: str = "1h") -> dict[str, Any]:
                 "website": "demo-jobs",
                 "keywords": ["python", "rust", "devops", "frontend", "data"],
                 "locations": ["berlin", "london", "paris", "remote"],
-                "frequency": frequency,
+                "every": frequency,
             },
             {
                 "website": "demo-jobs-browse",
                 "keywords": ["python", "rust"],
                 "locations": ["berlin", "remote"],
-                "frequency": frequency,
+                "every": frequency,
             },
             {
                 "website": "demo-jobs-js",
                 "keywords": ["data", "frontend"],
                 "locations": ["london", "paris"],
-                "frequency": frequency,
+                "every": frequency,
             },
         ],
     }
@@ -152,14 +145,12 @@ def failing_targets(base_url: str) -> dict[str, Any]:
                 "base_url": base,
                 "search_url_template": f"{base}/fail/search?q={{keywords}}&l={{location}}",
                 "requires_playwright": False,
-                "pagination_type": "none",
-                "fetch_details": False,
-                "pagination": {"max_pages": 1},
+                "pagination": {"type": "none", "max_pages": 1},
                 "extraction": dict(_CARD_RULES),
                 "politeness": dict(_POLITENESS),
             }
         ],
-        "targets": [{"website": "demo-broken", "keywords": ["python"], "locations": ["berlin"], "frequency": "1h"}],
+        "targets": [{"website": "demo-broken", "keywords": ["python"], "locations": ["berlin"], "every": "1h"}],
     }
 
 
@@ -186,7 +177,7 @@ def expected_results(site: Any, document: Mapping[str, Any]) -> dict[str, dict[s
         names = [f.name for f in rules.fields]
         for expected in site.expected_items(keyword, location):
             fields = {name: expected[name] for name in names}
-            if spec.get("fetch_details"):
+            if rules.detail_fields:
                 detail = site.expected_detail(expected["id"])
                 fields.update({f.name: detail[f.name] for f in rules.detail_fields})
             key = item_fingerprint(website, expected["url"]).hex()
@@ -200,7 +191,7 @@ def first_search_urls(document: Mapping[str, Any]) -> list[tuple[str, str]]:
     urls = []
     for website, keyword, location in iter_searches(document):
         spec = websites[website]
-        pagination = Pagination.from_settings(spec["pagination_type"], spec.get("pagination"), website=website)
+        pagination = Pagination.from_table(spec.get("pagination"), website=website)
         template = spec["search_url_template"]
         page = pagination.start if "{page}" in template else None
         urls.append((website, build_search_url(template, keywords=keyword, location=location, page=page)))

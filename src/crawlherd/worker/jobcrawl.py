@@ -62,7 +62,7 @@ class SiteConfig:
             return cls(
                 website=name,
                 extractor=extractor,
-                pagination=Pagination.from_settings(job.pagination_type, meta.get("pagination"), website=name),
+                pagination=Pagination.from_table(meta.get("pagination"), website=name, type=job.pagination_type),
                 min_delay=float(politeness.get("min_delay", 1.0)),
                 max_concurrency=int(politeness.get("max_concurrency", 2)),
                 obey_robots=politeness.get("robots", "obey") == "obey",

@@ -239,7 +239,8 @@ class Worker:
     def retry_delay(self, attempts: int) -> float:
         """Exponential back-off with jitter: ``backoff * 2**(attempts-1)`` times 0.8-1.2, capped."""
         base = min(self.max_backoff, self.backoff * 2 ** (attempts - 1))
-        return min(self.max_backoff, base * random.uniform(0.8, 1.2))
+        jittered: float = base * random.uniform(0.8, 1.2)
+        return min(self.max_backoff, jittered)
 
     async def _crawler_for(self, job: JobMessage) -> Crawler:
         if not job.requires_playwright:
