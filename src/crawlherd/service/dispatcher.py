@@ -175,7 +175,7 @@ class Dispatcher:
                     W.pagination_type,
                     W.pagination,
                     W.extraction,
-                    W.site_metadata,
+                    W.site_metadata.label("site_metadata"),
                     W.min_delay,
                     W.max_concurrency,
                     W.robots_policy,

@@ -355,20 +355,28 @@ def parse_targets(
         if site.name in seen:
             problems.append((_where(["websites", index, "name"], lines), f"website {site.name!r} is defined twice"))
         seen[site.name] = index
+    # Duplicates are checked on the raw entries, so an entry with another problem is still compared.
     combos: dict[tuple[str, str, str], int] = {}
-    for index, target in enumerate(targets):
-        for kw in target.keywords:
-            for place in target.locations:
-                combo = (target.website, kw, place)
+    raw_targets = data.get("targets", [])
+    for index, item in enumerate(raw_targets if isinstance(raw_targets, list) else []):
+        if not isinstance(item, dict):
+            continue
+        keywords, places = item.get("keywords", []), item.get("locations", [""]) or [""]
+        if not isinstance(keywords, list) or not isinstance(places, list):
+            continue
+        for kw in {k.strip() for k in keywords if isinstance(k, str)}:
+            for place in {p.strip() for p in places if isinstance(p, str)}:
+                combo = (str(item.get("website")), kw, place)
                 if combo in combos:
                     problems.append(
                         (
                             _where(["targets", index], lines),
-                            f"target {kw!r} x {place or '(no location)'!r} on {target.website!r} "
+                            f"target {kw!r} x {place or '(no location)'!r} on {combo[0]!r} "
                             f"is already defined by targets[{combos[combo]}]",
                         )
                     )
-                combos.setdefault(combo, index)
+                    break
+                combos[combo] = index
     if problems:
         raise TargetsFileError(path, problems)
     return TargetsFile(path, tuple(sites), tuple(targets))
