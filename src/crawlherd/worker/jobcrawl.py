@@ -95,6 +95,7 @@ class RateLimiters:
             limiter = RateLimiter(
                 base_delay=(site.min_delay, site.min_delay * 1.25),
                 max_delay=max(60.0, site.min_delay * 1.25),
+                decay=0.5,  # a success halves a raised delay: polite, and quick to recover after one 429
             )
             held = self._limiters[site.website] = (site.min_delay, limiter)
         return held[1]
