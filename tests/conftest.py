@@ -59,6 +59,22 @@ def amqp_url() -> str:
     return AMQP_URL
 
 
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The system Chromium's path; skipped (or failed under CRAWLHERD_REQUIRE_SERVICES=1) when missing."""
+    from crawlherd.errors import CrawlherdError
+    from crawlherd.fetch.browser import find_chromium
+
+    try:
+        return find_chromium()
+    except (CrawlherdError, ImportError) as exc:
+        message = f"no browser: {exc}"
+        if REQUIRE_SERVICES:
+            pytest.fail(f"{message} and CRAWLHERD_REQUIRE_SERVICES=1", pytrace=False)
+        _skipped_services["Chromium"] = message
+        pytest.skip(f"SERVICE MISSING: {message}")
+
+
 @pytest.fixture
 def unique_name() -> str:
     """A name no other test (or concurrent test run) uses: for key prefixes, queues, schemas."""

@@ -48,9 +48,7 @@ async def progress_of(engine: AsyncEngine) -> PipelineProgress:
                 select(func.count(), func.count(DispatchOutbox.published_at)).select_from(DispatchOutbox)
             )
         ).one()
-        runs = dict(
-            (await conn.execute(select(JobRun.status, func.count()).group_by(JobRun.status))).all()
-        )
+        runs = dict((await conn.execute(select(JobRun.status, func.count()).group_by(JobRun.status))).all())
     return PipelineProgress(
         jobs=outbox[0],
         published=outbox[1],

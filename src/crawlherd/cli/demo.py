@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from sqlalchemy import update
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy import update
 
 from crawlherd.brokers import open_broker
 from crawlherd.cli._signals import stop_on_signals
@@ -30,10 +30,21 @@ __all__ = ["demo"]
 
 
 @click.command()
-@click.option("--dir", "workdir", type=click.Path(file_okay=False), default="crawlherd-demo", show_default=True,
-              help="Where the demo writes its database and targets file (made afresh each run).")
-@click.option("--timeout", type=click.FloatRange(min=5), default=180, show_default=True,
-              help="Give up (exit 1) if the demo jobs are not all settled by then.")
+@click.option(
+    "--dir",
+    "workdir",
+    type=click.Path(file_okay=False),
+    default="crawlherd-demo",
+    show_default=True,
+    help="Where the demo writes its database and targets file (made afresh each run).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=5),
+    default=180,
+    show_default=True,
+    help="Give up (exit 1) if the demo jobs are not all settled by then.",
+)
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Jobs at once.")
 @click.option("--no-browser", is_flag=True, help="Leave out the JavaScript-rendered website.")
 def demo(workdir: str, timeout: float, concurrency: int, no_browser: bool) -> None:
@@ -86,30 +97,52 @@ async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: boo
             imported = await import_targets(engine, targets_file)
             async with engine.begin() as conn:  # the demo runs every target now, not at its first slot
                 await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
-            console.print(f"demo site at {site.url}; imported {imported.targets_created} targets of "
-                          f"{imported.websites_created} websites from {targets_file}")
+            console.print(
+                f"demo site at {site.url}; imported {imported.targets_created} targets of "
+                f"{imported.websites_created} websites from {targets_file}"
+            )
             async with open_broker(db_url) as broker:
                 limits = FetchLimits(allow_private_addresses=True, user_agent="crawlherd-demo")
-                worker = Worker(engine, broker, concurrency=concurrency, max_attempts=3, backoff=0.5,
-                                max_backoff=5.0, limits=limits)
+                worker = Worker(
+                    engine, broker, concurrency=concurrency, max_attempts=3, backoff=0.5, max_backoff=5.0, limits=limits
+                )
                 stop = asyncio.Event()
-                with Progress(TextColumn("[bold]jobs"), BarColumn(), MofNCompleteColumn(),
-                              TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
-                              transient=True) as bar:
+                with Progress(
+                    TextColumn("[bold]jobs"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TextColumn("{task.description}"),
+                    TimeElapsedColumn(),
+                    console=console,
+                    transient=True,
+                ) as bar:
                     task = bar.add_task("", total=None)
 
                     def show(p: PipelineProgress) -> None:
-                        bar.update(task, total=p.jobs or None, completed=p.settled,
-                                   description=f"{p.running} running, {p.failed} retrying, {p.dead} dead")
+                        bar.update(
+                            task,
+                            total=p.jobs or None,
+                            completed=p.settled,
+                            description=f"{p.running} running, {p.failed} retrying, {p.dead} dead",
+                        )
                         if time.monotonic() - started > timeout:
                             stop.set()
 
                     async with worker:
                         with stop_on_signals(stop):
-                            final = await run_pipeline(engine, broker, worker, stop=stop, interval=0.2,
-                                                       until_idle=True, on_progress=show, progress_every=0.2)
-            return await _summary(engine, site, document, final, worker, workdir, time.monotonic() - started,
-                                  timeout, console)
+                            final = await run_pipeline(
+                                engine,
+                                broker,
+                                worker,
+                                stop=stop,
+                                interval=0.2,
+                                until_idle=True,
+                                on_progress=show,
+                                progress_every=0.2,
+                            )
+            return await _summary(
+                engine, site, document, final, worker, workdir, time.monotonic() - started, timeout, console
+            )
         finally:
             await engine.dispose()
 
@@ -122,8 +155,17 @@ def _without_browser(document: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _summary(engine: Any, site: DemoSite, document: dict[str, Any], p: PipelineProgress, worker: Worker,
-                   workdir: Path, elapsed: float, timeout: float, console: Console) -> bool:
+async def _summary(
+    engine: Any,
+    site: DemoSite,
+    document: dict[str, Any],
+    p: PipelineProgress,
+    worker: Worker,
+    workdir: Path,
+    elapsed: float,
+    timeout: float,
+    console: Console,
+) -> bool:
     expected = expected_results(site, document)
     stored: dict[str, set[str]] = {}
     async for item in iter_items(engine):
@@ -131,11 +173,15 @@ async def _summary(engine: Any, site: DemoSite, document: dict[str, Any], p: Pip
     progress = await progress_of(engine)
     s = worker.stats
     console.print(f"[bold]crawlherd demo[/bold] finished in {elapsed:.1f}s")
-    console.print(f"  targets dispatched: {progress.jobs}   jobs done: {progress.succeeded}   "
-                  f"retried: {s.retried}   dead: {progress.dead}")
-    console.print(f"  pages fetched: {s.pages}   items: {sum(len(v) for v in stored.values())} "
-                  f"({s.items_new} new, {s.items_updated} updated)   rate-limit answers from the site: "
-                  f"{site.log.count(status=429)}")
+    console.print(
+        f"  targets dispatched: {progress.jobs}   jobs done: {progress.succeeded}   "
+        f"retried: {s.retried}   dead: {progress.dead}"
+    )
+    console.print(
+        f"  pages fetched: {s.pages}   items: {sum(len(v) for v in stored.values())} "
+        f"({s.items_new} new, {s.items_updated} updated)   rate-limit answers from the site: "
+        f"{site.log.count(status=429)}"
+    )
     ok = progress.idle and progress.dead == 0
     for website, want in expected.items():
         got = stored.get(website, set())
@@ -148,6 +194,8 @@ async def _summary(engine: Any, site: DemoSite, document: dict[str, Any], p: Pip
         console.print(f"[red]  not every job settled within --timeout {timeout:g}s[/red]")
     for line in s.last_errors[-3:]:
         console.print(f"  last error: {line}")
-    console.print(f"  items are in {workdir / 'demo.db'} (table items); export them with:\n"
-                  f"    crawlherd items export --database-url sqlite:///{workdir / 'demo.db'} --format csv")
+    console.print(
+        f"  items are in {workdir / 'demo.db'} (table items); export them with:\n"
+        f"    crawlherd items export --database-url sqlite:///{workdir / 'demo.db'} --format csv"
+    )
     return ok

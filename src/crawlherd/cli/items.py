@@ -20,8 +20,13 @@ def items() -> None:
 
 @items.command()
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-",
-              help="File to write (default: standard output).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="-",
+    help="File to write (default: standard output).",
+)
 @click.option("--website", default=None, help="Only this website's items.")
 @database_option
 @click.pass_context

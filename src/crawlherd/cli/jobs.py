@@ -41,8 +41,14 @@ def dead(ctx: click.Context, database_url: str | None, limit: int) -> None:
             return
         table = Table("run", "target", "slot", "attempts", "died", "error")
         for r in runs:
-            table.add_row(str(r.id), str(r.target_id), r.slot_at.isoformat(), str(r.attempts),
-                          r.finished_at.isoformat(timespec="seconds") if r.finished_at else "", r.error or "")
+            table.add_row(
+                str(r.id),
+                str(r.target_id),
+                r.slot_at.isoformat(),
+                str(r.attempts),
+                r.finished_at.isoformat(timespec="seconds") if r.finished_at else "",
+                r.error or "",
+            )
         Console().print(table)
 
     asyncio.run(main())
@@ -54,8 +60,9 @@ def dead(ctx: click.Context, database_url: str | None, limit: int) -> None:
 @database_option
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
 @click.pass_context
-def retry(ctx: click.Context, run_ids: tuple[int, ...], retry_all: bool, database_url: str | None,
-          broker_url: str | None) -> None:
+def retry(
+    ctx: click.Context, run_ids: tuple[int, ...], retry_all: bool, database_url: str | None, broker_url: str | None
+) -> None:
     """Send dead jobs again (RUN_IDS from `crawlherd jobs dead`, or --all), from their first attempt."""
     if not run_ids and not retry_all:
         raise click.UsageError("give RUN_IDS (see `crawlherd jobs dead`) or --all")

@@ -22,13 +22,28 @@ __all__ = ["run"]
 @click.command()
 @database_option
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: a table in the config DB.")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
-              help="Seconds between dispatch cycles.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Seconds between dispatch cycles.",
+)
 @click.option("--until-idle", is_flag=True, help="Exit once every job dispatched so far has succeeded or is dead.")
 @worker_options
 @click.pass_context
-def run(ctx: click.Context, database_url: str | None, broker_url: str | None, interval: float, until_idle: bool,
-        concurrency: int, dispatcher_kind: str, max_attempts: int, backoff: float, allow_private: bool) -> None:
+def run(
+    ctx: click.Context,
+    database_url: str | None,
+    broker_url: str | None,
+    interval: float,
+    until_idle: bool,
+    concurrency: int,
+    dispatcher_kind: str,
+    max_attempts: int,
+    backoff: float,
+    allow_private: bool,
+) -> None:
     """The whole pipeline in one process: due targets -> outbox -> broker -> worker -> items.
 
     \b
@@ -41,25 +56,37 @@ def run(ctx: click.Context, database_url: str | None, broker_url: str | None, in
     broker_url = settings.effective_broker_url
 
     def show(p: PipelineProgress) -> None:
-        click.echo(f"\r{time.strftime('%H:%M:%S')} jobs {p.jobs}: {p.succeeded} done, {p.running} running, "
-                   f"{p.failed} retrying, {p.dead} dead", nl=False)
+        click.echo(
+            f"\r{time.strftime('%H:%M:%S')} jobs {p.jobs}: {p.succeeded} done, {p.running} running, "
+            f"{p.failed} retrying, {p.dead} dead",
+            nl=False,
+        )
 
     async def main() -> None:
         engine = engine_for(settings)
         try:
             await upgrade(engine)
             async with open_broker(broker_url) as broker:
-                w = make_worker(engine, broker, allow_private=allow_private or settings.allow_private_addresses,
-                                concurrency=concurrency, dispatcher_kind=dispatcher_kind,
-                                max_attempts=max_attempts, backoff=backoff, user_agent=settings.user_agent)
+                w = make_worker(
+                    engine,
+                    broker,
+                    allow_private=allow_private or settings.allow_private_addresses,
+                    concurrency=concurrency,
+                    dispatcher_kind=dispatcher_kind,
+                    max_attempts=max_attempts,
+                    backoff=backoff,
+                    user_agent=settings.user_agent,
+                )
                 click.echo(f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(broker_url)}")
                 stop = asyncio.Event()
                 async with w:
                     with stop_on_signals(stop):
-                        p = await run_pipeline(engine, broker, w, stop=stop, interval=interval,
-                                               until_idle=until_idle, on_progress=show)
-                click.echo(f"\nstopped: {p.jobs} jobs, {p.succeeded} done, {p.dead} dead; "
-                           f"{w.stats.items_new} new items")
+                        p = await run_pipeline(
+                            engine, broker, w, stop=stop, interval=interval, until_idle=until_idle, on_progress=show
+                        )
+                click.echo(
+                    f"\nstopped: {p.jobs} jobs, {p.succeeded} done, {p.dead} dead; {w.stats.items_new} new items"
+                )
         finally:
             await engine.dispose()
 

@@ -151,7 +151,9 @@ async def crawl_job(
             nxt = extraction.next_url
         url = nxt if nxt != url else None
     if site.detail_rules is not None and outcome.items:
-        await _fetch_details(job, site, outcome, crawler, sink, make_dispatcher(dispatcher_kind, site.max_concurrency, limiter), now)
+        await _fetch_details(
+            job, site, outcome, crawler, sink, make_dispatcher(dispatcher_kind, site.max_concurrency, limiter), now
+        )
     return outcome
 
 

@@ -64,27 +64,43 @@ class RunStore:
             "updated_at": now,
         }
         stmt = self._insert(JobRun).values(values)
-        changed = {k: stmt.excluded[k] for k in ("status", "attempts", "started_at", "finished_at", "worker", "error",
-                                                 "updated_at")}
+        changed = {
+            k: stmt.excluded[k]
+            for k in ("status", "attempts", "started_at", "finished_at", "worker", "error", "updated_at")
+        }
         async with self.engine.begin() as conn:
             await conn.execute(stmt.on_conflict_do_update(index_elements=["target_id", "slot_at"], set_=changed))
 
-    async def finish(self, job: JobMessage, *, status: str, error: str | None = None, pages: int = 0,
-                     items_new: int = 0, items_updated: int = 0) -> None:
+    async def finish(
+        self,
+        job: JobMessage,
+        *,
+        status: str,
+        error: str | None = None,
+        pages: int = 0,
+        items_new: int = 0,
+        items_updated: int = 0,
+    ) -> None:
         now = datetime.now(UTC)
         async with self.engine.begin() as conn:
             await conn.execute(
                 update(JobRun)
                 .where(JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at)
-                .values(status=status, error=error, pages=pages, items_new=items_new, items_updated=items_updated,
-                        finished_at=now, updated_at=now)
+                .values(
+                    status=status,
+                    error=error,
+                    pages=pages,
+                    items_new=items_new,
+                    items_updated=items_updated,
+                    finished_at=now,
+                    updated_at=now,
+                )
             )
 
     async def dead(self, limit: int = 100) -> list[DeadRun]:
         async with self.engine.connect() as conn:
             rows = await conn.execute(
-                select(JobRun.id, JobRun.target_id, JobRun.slot_at, JobRun.attempts, JobRun.error,
-                       JobRun.finished_at)
+                select(JobRun.id, JobRun.target_id, JobRun.slot_at, JobRun.attempts, JobRun.error, JobRun.finished_at)
                 .where(JobRun.status == "dead")
                 .order_by(JobRun.finished_at, JobRun.id)
                 .limit(limit)
@@ -98,15 +114,18 @@ class RunStore:
             row = (
                 await conn.execute(
                     select(DispatchOutbox.key, DispatchOutbox.body)
-                    .join(JobRun, (JobRun.target_id == DispatchOutbox.target_id)
-                          & (JobRun.slot_at == DispatchOutbox.slot_at))
+                    .join(
+                        JobRun,
+                        (JobRun.target_id == DispatchOutbox.target_id) & (JobRun.slot_at == DispatchOutbox.slot_at),
+                    )
                     .where(JobRun.id == run_id, JobRun.status == "dead")
                 )
             ).first()
             if row is None:
                 return None
             await conn.execute(
-                update(JobRun).where(JobRun.id == run_id)
+                update(JobRun)
+                .where(JobRun.id == run_id)
                 .values(status="queued", error=None, updated_at=datetime.now(UTC))
             )
             return row[0], row[1].encode("utf-8")

@@ -151,8 +151,12 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await consumer
             if tasks:
-                log.info("worker %s: waiting up to %.0fs for %d job(s) in flight", self.name,
-                         self.shutdown_timeout, len(tasks))
+                log.info(
+                    "worker %s: waiting up to %.0fs for %d job(s) in flight",
+                    self.name,
+                    self.shutdown_timeout,
+                    len(tasks),
+                )
                 _, pending = await asyncio.wait(set(tasks), timeout=self.shutdown_timeout)
                 for t in pending:
                     t.cancel()  # their deliveries are requeued by _guarded
@@ -200,23 +204,40 @@ class Worker:
         await self.runs.start(job, worker=self.name)
         try:
             crawler = await self._crawler_for(job)
-            outcome = await crawl_job(job, crawler=crawler, sink=self.sink, limiters=self._limiters,
-                                      dispatcher_kind=self.dispatcher)
-            counts = await self.sink.upsert(list(outcome.items.values()), website_id=job.website_id,
-                                            target_id=job.target_id, seen_at=datetime.now(UTC))
+            outcome = await crawl_job(
+                job, crawler=crawler, sink=self.sink, limiters=self._limiters, dispatcher_kind=self.dispatcher
+            )
+            counts = await self.sink.upsert(
+                list(outcome.items.values()),
+                website_id=job.website_id,
+                target_id=job.target_id,
+                seen_at=datetime.now(UTC),
+            )
         except CrawlherdError as exc:
             await self._failed(delivery, job, str(exc))
             return
         error = "; ".join(outcome.errors[:5]) or None
-        await self.runs.finish(job, status="succeeded", error=error, pages=outcome.pages + outcome.detail_pages,
-                               items_new=counts.new, items_updated=counts.updated)
+        await self.runs.finish(
+            job,
+            status="succeeded",
+            error=error,
+            pages=outcome.pages + outcome.detail_pages,
+            items_new=counts.new,
+            items_updated=counts.updated,
+        )
         await self.broker.ack(delivery)
         self.stats.succeeded += 1
         self.stats.pages += outcome.pages + outcome.detail_pages
         self.stats.items_new += counts.new
         self.stats.items_updated += counts.updated
-        log.info("worker %s: job %s done: %d pages, %d new and %d updated items", self.name,
-                 job.idempotency_key, outcome.pages + outcome.detail_pages, counts.new, counts.updated)
+        log.info(
+            "worker %s: job %s done: %d pages, %d new and %d updated items",
+            self.name,
+            job.idempotency_key,
+            outcome.pages + outcome.detail_pages,
+            counts.new,
+            counts.updated,
+        )
 
     async def _failed(self, delivery: Delivery, job: JobMessage, reason: str) -> None:
         attempts = job.attempt_count + 1
@@ -225,16 +246,24 @@ class Worker:
             await self.runs.finish(job, status="dead", error=reason)
             await self.broker.dead_letter(delivery, f"attempt {attempts} of {self.max_attempts}: {reason}")
             self.stats.dead += 1
-            log.error("worker %s: job %s is dead after %d attempts: %s", self.name, job.idempotency_key,
-                      attempts, reason)
+            log.error(
+                "worker %s: job %s is dead after %d attempts: %s", self.name, job.idempotency_key, attempts, reason
+            )
             return
         delay = self.retry_delay(attempts)
         await self.runs.finish(job, status="failed", error=reason)
         body = encode_job(job.model_copy(update={"attempt_count": attempts}))
         await self.broker.retry(delivery, delay=delay, body=body)
         self.stats.retried += 1
-        log.warning("worker %s: job %s failed (attempt %d of %d), retrying in %.1fs: %s", self.name,
-                    job.idempotency_key, attempts, self.max_attempts, delay, reason)
+        log.warning(
+            "worker %s: job %s failed (attempt %d of %d), retrying in %.1fs: %s",
+            self.name,
+            job.idempotency_key,
+            attempts,
+            self.max_attempts,
+            delay,
+            reason,
+        )
 
     def retry_delay(self, attempts: int) -> float:
         """Exponential back-off with jitter: ``backoff * 2**(attempts-1)`` times 0.8-1.2, capped."""

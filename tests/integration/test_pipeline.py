@@ -1,0 +1,322 @@
+"""The whole pipeline, end to end: targets in the config DB become items, on the embedded defaults
+and scaled out (PostgreSQL + RabbitMQ or Redis Streams, several worker processes), surviving a worker
+killed with -9, and a site that always fails ending dead (and sent again on request)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd.brokers import open_broker
+from crawlherd.cli import main as cli
+from crawlherd.cli.demo import _demo
+from crawlherd.db import Item, JobRun, ScrapeTarget, create_engine, upgrade
+from crawlherd.fetch.base import FetchLimits
+from crawlherd.pipeline import progress_of, run_pipeline
+from crawlherd.service.dispatcher import Dispatcher
+from crawlherd.service.targets import import_targets
+from crawlherd.web.demo_site import DemoSite
+from crawlherd.web.demo_targets import demo_targets, expected_results, failing_targets, render_toml
+from crawlherd.worker.worker import Worker
+from tests.support.db import fresh_postgres_database
+
+pytestmark = pytest.mark.slow
+
+
+def http_only(document: dict[str, Any]) -> dict[str, Any]:
+    keep = {w["name"] for w in document["websites"] if not w.get("requires_playwright")}
+    return {
+        "websites": [w for w in document["websites"] if w["name"] in keep],
+        "targets": [t for t in document["targets"] if t["website"] in keep],
+    }
+
+
+async def load_targets(engine: AsyncEngine, document: dict[str, Any], tmp_path: Path) -> None:
+    """Import ``document`` and make every target due now."""
+    path = tmp_path / f"targets-{time.monotonic_ns()}.toml"
+    path.write_text(render_toml(document), encoding="utf-8")
+    await import_targets(engine, path)
+    async with engine.begin() as conn:
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+
+
+async def stored_items(engine: AsyncEngine) -> dict[str, set[str]]:
+    from crawlherd.sinks.export import iter_items
+
+    out: dict[str, set[str]] = {}
+    async for item in iter_items(engine):
+        out.setdefault(item["website"], set()).add(item["fingerprint"])
+    return out
+
+
+async def assert_items_match(engine: AsyncEngine, site: DemoSite, document: dict[str, Any]) -> None:
+    expected = {w: set(items) for w, items in expected_results(site, document).items()}
+    assert await stored_items(engine) == expected
+    pairs = select(Item.website_id, Item.url).distinct().subquery()
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(func.count()).select_from(Item))).scalar_one()
+        distinct = (await conn.execute(select(func.count()).select_from(pairs))).scalar_one()
+    assert rows == distinct == sum(len(v) for v in expected.values())  # no item stored twice
+
+
+async def wait_settled(engine: AsyncEngine, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        progress = await progress_of(engine)
+        if progress.idle:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"jobs not settled in {timeout}s: {progress}")
+        await asyncio.sleep(0.3)
+
+
+# -- 1. embedded defaults ------------------------------------------------------------------------
+
+
+async def test_demo_on_the_embedded_defaults_stores_every_item(tmp_path: Path, chromium: str) -> None:
+    """`crawlherd demo`: one SQLite file for config, broker and items; the JavaScript listing too."""
+    workdir = tmp_path / "demo"
+    ok = await _demo(workdir, timeout=240, concurrency=4, no_browser=False, console=Console(quiet=True))
+    assert ok
+    engine = create_engine(f"sqlite:///{workdir / 'demo.db'}")
+    try:
+        got = await stored_items(engine)
+        async with DemoSite(throttle_every=12) as site:  # same seed: the same job board
+            expected = expected_results(site, demo_targets(site.url))
+        # item fingerprints depend on the site's port, so compare the counts and per-website totals
+        assert {w: len(v) for w, v in got.items()} == {w: len(v) for w, v in expected.items()}
+        assert len(got["demo-jobs-js"]) > 0  # the JavaScript-rendered listing, through Chromium
+        runs = await progress_of(engine)
+        assert runs.succeeded == runs.jobs > 0
+        assert runs.dead == 0
+    finally:
+        await engine.dispose()
+
+
+def test_demo_command_runs_and_reports(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "d"), "--no-browser", "--timeout", "240"])
+    assert result.exit_code == 0, result.output
+    assert "ok" in result.output
+    assert "MISMATCH" not in result.output
+    assert "items are in" in result.output
+
+
+# -- 2. scaled out: PostgreSQL + a real broker + three worker processes -----------------------------
+
+
+@pytest.fixture
+def pg_database(postgres_url: str) -> Iterator[str]:
+    with fresh_postgres_database(postgres_url) as url:
+        yield url
+
+
+@pytest.fixture(params=["amqp", "redis"])
+def broker_url(request: pytest.FixtureRequest, unique_name: str) -> str:
+    if request.param == "amqp":
+        return f"{request.getfixturevalue('amqp_url')}?queue={unique_name}"
+    return f"{request.getfixturevalue('redis_url')}?prefix={unique_name}&claim_idle=5"
+
+
+def start_workers(n: int, database_url: str, broker_url: str, *extra: str) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "CRAWLHERD_DATABASE_URL": database_url, "CRAWLHERD_BROKER_URL": broker_url}
+    cmd = [
+        sys.executable,
+        "-m",
+        "crawlherd",
+        "worker",
+        "--allow-private",
+        "--concurrency",
+        "2",
+        "--backoff",
+        "0.5",
+        *extra,
+    ]
+    return [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(n)]
+
+
+def stop_workers(procs: list[subprocess.Popen[bytes]]) -> list[str]:
+    outputs = []
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        outputs.append(out.decode(errors="replace"))
+    return outputs
+
+
+@pytest.fixture
+async def scaled(pg_database: str, broker_url: str) -> AsyncIterator[tuple[AsyncEngine, str, str]]:
+    engine = create_engine(pg_database)
+    await upgrade(engine)
+    try:
+        yield engine, pg_database, broker_url
+    finally:
+        async with open_broker(broker_url) as broker:
+            purge = getattr(broker, "purge", None)
+            if purge is not None:
+                await purge()
+        await engine.dispose()
+
+
+async def dispatch_once(engine: AsyncEngine, broker_url: str) -> int:
+    async with open_broker(broker_url) as broker:
+        tick, relay = await Dispatcher(engine, broker).run_once()
+    assert relay.failed == 0
+    return tick.inserted
+
+
+async def test_three_worker_processes_on_postgres_and_a_real_broker(
+    scaled: tuple[AsyncEngine, str, str], tmp_path: Path
+) -> None:
+    engine, database_url, broker_url = scaled
+    async with DemoSite(throttle_every=12) as site:
+        document = http_only(demo_targets(site.url))
+        await load_targets(engine, document, tmp_path)
+        jobs = await dispatch_once(engine, broker_url)
+        assert jobs == len(document["targets"][0]["keywords"]) * 4 + 4
+        procs = start_workers(3, database_url, broker_url)
+        try:
+            await wait_settled(engine, timeout=180)
+        finally:
+            outputs = stop_workers(procs)
+        assert all("worker stopped" in out for out in outputs), outputs
+        await assert_items_match(engine, site, document)
+        progress = await progress_of(engine)
+        assert progress.succeeded == jobs
+        async with engine.connect() as conn:
+            workers = (await conn.execute(select(func.count(func.distinct(JobRun.worker))))).scalar_one()
+        assert workers >= 2  # the work was shared
+
+
+# -- 3. a worker killed with -9 in the middle of a job ---------------------------------------------
+
+
+async def test_worker_killed_mid_job_is_redelivered_and_completed(
+    scaled: tuple[AsyncEngine, str, str], tmp_path: Path
+) -> None:
+    engine, database_url, broker_url = scaled
+    # Every listing page answers 429 (Retry-After 1 s) at first: jobs take seconds, so one is in flight.
+    async with DemoSite(throttle_every=1, retry_after=1) as site:
+        document = http_only(demo_targets(site.url))
+        document["targets"] = [document["targets"][0] | {"keywords": ["python", "rust"], "locations": ["berlin"]}]
+        document["websites"] = [w for w in document["websites"] if w["name"] == "demo-jobs"]
+        await load_targets(engine, document, tmp_path)
+        jobs = await dispatch_once(engine, broker_url)
+        victim = start_workers(1, database_url, broker_url)[0]
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # wait until the victim holds a running job
+                async with engine.connect() as conn:
+                    running = (
+                        await conn.execute(
+                            select(func.count())
+                            .select_from(JobRun)
+                            .where(JobRun.status == "running", JobRun.worker.like(f"%:{victim.pid}"))
+                        )
+                    ).scalar_one()
+                if running:
+                    break
+                assert time.monotonic() < deadline, "the worker never started a job"
+                await asyncio.sleep(0.05)
+            victim.kill()  # SIGKILL: no clean-up at all
+            victim.wait()
+            survivors = start_workers(1, database_url, broker_url)
+            try:
+                await wait_settled(engine, timeout=180)
+            finally:
+                stop_workers(survivors)
+        finally:
+            stop_workers([victim])
+        await assert_items_match(engine, site, document)
+        assert (await progress_of(engine)).succeeded == jobs
+
+
+# -- 4. a site that fails every time ---------------------------------------------------------------
+
+
+async def test_failing_site_goes_dead_with_growing_delays_and_can_be_sent_again(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path / 'fail.db'}"
+    engine = create_engine(db_url)
+    await upgrade(engine)
+    try:
+        async with DemoSite() as site, open_broker(db_url) as broker:
+            await load_targets(engine, failing_targets(site.url), tmp_path)
+            limits = FetchLimits(allow_private_addresses=True)
+            worker = Worker(engine, broker, max_attempts=3, backoff=1.0, max_backoff=10.0, limits=limits)
+            async with worker:
+                await run_pipeline(
+                    engine, broker, worker, stop=asyncio.Event(), interval=0.1, until_idle=True, progress_every=0.1
+                )
+            fails = [e.time for e in site.log if e.path.startswith("/fail/")]
+            assert len(fails) == 3
+            first_gap, second_gap = fails[1] - fails[0], fails[2] - fails[1]
+            assert second_gap > first_gap  # exponential back-off: about 1 s, then about 2 s
+            async with engine.connect() as conn:
+                run = (await conn.execute(select(JobRun.status, JobRun.attempts, JobRun.error))).one()
+            assert run.status == "dead"
+            assert run.attempts == 3
+            assert "500" in (run.error or "")
+            assert [d.key for d in await broker.dead_letters()] != []
+
+        runner = CliRunner()
+
+        async def invoke(*args: str) -> Any:  # the commands run their own event loop: not in ours
+            return await asyncio.to_thread(runner.invoke, cli, list(args))
+
+        listed = await invoke("jobs", "dead", "--database-url", db_url)
+        assert listed.exit_code == 0, listed.output
+        assert "500" in listed.output
+        sent = await invoke("jobs", "retry", "--all", "--database-url", db_url, "--broker-url", db_url)
+        assert sent.exit_code == 0, sent.output
+        assert "sent 1 job(s) again" in sent.output
+        async with engine.connect() as conn:
+            assert (await conn.execute(select(JobRun.status))).scalar_one() == "queued"
+        async with open_broker(db_url) as broker:
+            assert await broker.pending() == 1
+        nothing = await invoke("jobs", "retry", "--database-url", db_url)
+        assert nothing.exit_code != 0
+        assert "RUN_IDS" in nothing.output
+    finally:
+        await engine.dispose()
+
+
+async def test_invalid_message_is_dead_lettered_not_crashed_on(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path / 'bad.db'}"
+    engine = create_engine(db_url)
+    await upgrade(engine)
+    try:
+        async with open_broker(db_url) as broker:
+            await broker.publish(b'{"schema_version": 99}', key="x:1")
+            await broker.publish(b"not json", key="x:2")
+            worker = Worker(engine, broker)
+            stop = asyncio.Event()
+            async with worker:
+                task = asyncio.create_task(worker.run(stop))
+                while worker.stats.invalid < 2:
+                    await asyncio.sleep(0.05)
+                stop.set()
+                await task
+            reasons = sorted(d.reason for d in await broker.dead_letters())
+            assert any("schema_version 99" in r for r in reasons)
+            assert any("not valid JSON" in r for r in reasons)
+    finally:
+        await engine.dispose()
