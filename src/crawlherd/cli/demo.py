@@ -58,6 +58,7 @@ def demo(workdir: str, timeout: float, concurrency: int, no_browser: bool) -> No
     4. prints a summary and checks the items against the demo site's own listing.
     """
     console = Console()
+    ok = False
     with contextlib.suppress(asyncio.CancelledError):
         ok = asyncio.run(_demo(Path(workdir), timeout, concurrency, no_browser, console))
     if not ok:
@@ -75,10 +76,14 @@ def _browser_available() -> str | None:
     return None
 
 
-async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: bool, console: Console) -> bool:
+def _fresh_dir(workdir: Path) -> None:
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
+
+
+async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: bool, console: Console) -> bool:
+    await asyncio.to_thread(_fresh_dir, workdir)
     db_url = f"sqlite:///{workdir / 'demo.db'}"
     started = time.monotonic()
     # One listing page in 12 answers 429 with Retry-After at first: enough to show the rate limiter
@@ -90,7 +95,7 @@ async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: boo
             document = _without_browser(document)
             console.print(f"[yellow]JavaScript-rendered website left out: {reason}[/yellow]")
         targets_file = workdir / "targets.toml"
-        targets_file.write_text(render_toml(document), encoding="utf-8")
+        await asyncio.to_thread(targets_file.write_text, render_toml(document), encoding="utf-8")
         engine = create_engine(db_url)
         try:
             await upgrade(engine)

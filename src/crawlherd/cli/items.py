@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import TextIO
 
 import click
 
@@ -34,16 +35,17 @@ def export(ctx: click.Context, fmt: str, output: str, website: str | None, datab
     """Write every item as JSON Lines or CSV (one row per item, fields as columns)."""
     settings = settings_from(ctx, database_url=database_url)
 
-    async def main() -> int:
+    async def main(out: TextIO) -> int:
         engine = engine_for(settings)
         try:
             await ensure_migrated(engine)
-            if output == "-":
-                return await export_items(engine, sys.stdout, fmt=fmt, website=website)
-            with open(output, "w", encoding="utf-8", newline="") as out:
-                return await export_items(engine, out, fmt=fmt, website=website)
+            return await export_items(engine, out, fmt=fmt, website=website)
         finally:
             await engine.dispose()
 
-    n = asyncio.run(main())
+    if output == "-":
+        n = asyncio.run(main(sys.stdout))
+    else:
+        with open(output, "w", encoding="utf-8", newline="") as out:
+            n = asyncio.run(main(out))
     click.echo(f"{n} item(s) exported", err=True)

@@ -151,14 +151,12 @@ async def crawl_job(
             nxt = extraction.next_url
         url = nxt if nxt != url else None
     if site.detail_rules is not None and outcome.items:
-        await _fetch_details(
-            job, site, outcome, crawler, sink, make_dispatcher(dispatcher_kind, site.max_concurrency, limiter), now
-        )
+        dispatcher = make_dispatcher(dispatcher_kind, site.max_concurrency, limiter)
+        await _fetch_details(site, outcome, crawler, sink, dispatcher, now)
     return outcome
 
 
 async def _fetch_details(
-    job: JobMessage,
     site: SiteConfig,
     outcome: JobOutcome,
     crawler: Crawler,
