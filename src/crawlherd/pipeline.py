@@ -71,7 +71,7 @@ async def run_pipeline(
     progress_every: float = 0.5,
 ) -> PipelineProgress:
     """Run dispatcher and worker until ``stop`` is set -- or, with ``until_idle``, until every job
-    dispatched so far is settled (succeeded or dead)."""
+    dispatched so far is settled (succeeded or dead) and the worker's detail pages are fetched."""
     dispatcher = Dispatcher(engine, broker)
     async with asyncio.TaskGroup() as tg:
         tg.create_task(dispatcher.run(interval=interval, stop=stop), name="pipeline-dispatcher")
@@ -83,6 +83,6 @@ async def run_pipeline(
             progress = await progress_of(engine)
             if on_progress is not None:
                 on_progress(progress)
-            if until_idle and progress.idle and worker.stats.in_flight == 0:
+            if until_idle and progress.idle and await worker.idle():
                 stop.set()
     return await progress_of(engine)

@@ -21,14 +21,17 @@ _intern = sys.intern
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
-def fingerprint(method: str, canonical_url: str, body: bytes | None = None) -> bytes:
-    """8-byte BLAKE2b digest of method + canonical URL + body hash."""
+def fingerprint(method: str, canonical_url: str, body: bytes | None = None, dedup_key: str | None = None) -> bytes:
+    """8-byte BLAKE2b digest of method + canonical URL + body hash (+ the dedup key, when given)."""
     h = hashlib.blake2b(method.encode("ascii"), digest_size=FINGERPRINT_SIZE)
     h.update(b" ")
     h.update(canonical_url.encode("utf-8", "surrogatepass"))
     if body:
         h.update(b"\n")
         h.update(hashlib.blake2b(body, digest_size=16).digest())
+    if dedup_key:
+        h.update(b"\x00")
+        h.update(dedup_key.encode("utf-8"))
     return h.digest()
 
 
@@ -41,12 +44,15 @@ class Request:
 
     ``priority``: higher is fetched first. ``not_before``: a time (the frontier's clock) before which
     the request is not handed out. ``meta``: free-form, JSON-serialisable data that travels with it.
+    ``dedup_key``: mixed into the fingerprint, to make a deliberate revisit a new request (the workers
+    use the revisit period, so an item page seen in an earlier period is fetched again).
     """
 
     __slots__ = (
         "_headers",
         "_meta",
         "body",
+        "dedup_key",
         "depth",
         "fingerprint",
         "host",
@@ -65,6 +71,7 @@ class Request:
     _headers: dict[str, str] | None
     body: bytes | None
     not_before: float | None
+    dedup_key: str | None
     fingerprint: bytes
 
     def __init__(
@@ -78,6 +85,7 @@ class Request:
         headers: Mapping[str, str] | None = None,
         body: bytes | str | None = None,
         not_before: float | None = None,
+        dedup_key: str | None = None,
         strip_tracking: bool | frozenset[str] = False,
     ) -> None:
         canonical, host = canonicalize(url, strip_tracking=strip_tracking)
@@ -96,8 +104,9 @@ class Request:
         self._headers = dict(headers) if headers else None
         self.body = body = body.encode("utf-8") if isinstance(body, str) else body
         self.not_before = not_before
+        self.dedup_key = dedup_key
         #: The duplicate filter's key: :data:`FINGERPRINT_SIZE` bytes.
-        self.fingerprint = fingerprint(method, canonical, body)
+        self.fingerprint = fingerprint(method, canonical, body, dedup_key)
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -129,6 +138,7 @@ class Request:
             "headers": self._headers,
             "body": self.body,
             "not_before": self.not_before,
+            "dedup_key": self.dedup_key,
         }
         url = changes.pop("url", self.url)
         kwargs.update(changes)
@@ -147,6 +157,8 @@ class Request:
             rec["b"] = base64.b64encode(self.body).decode("ascii")
         if self.not_before is not None:
             rec["nb"] = self.not_before
+        if self.dedup_key is not None:
+            rec["k"] = self.dedup_key
         return rec
 
     @classmethod
@@ -164,6 +176,7 @@ class Request:
             headers=rec.get("h"),
             body=base64.b64decode(body) if body is not None else None,
             not_before=rec.get("nb"),
+            dedup_key=rec.get("k"),
         )
 
     def __repr__(self) -> str:

@@ -28,7 +28,11 @@ class Settings(BaseModel):
 
     database_url: str = Field("sqlite:///crawlherd.db", description="Config DB (SQLite file or PostgreSQL).")
     broker_url: str = Field("", description="Message broker; empty means a table in the config DB file (sqlite).")
-    frontier_url: str = Field("memory://", description="Frontier backend for crawls.")
+    frontier_url: str = Field(
+        "",
+        description="Frontier of the workers' detail pages; empty means a SQLite file beside the config DB "
+        "when that is SQLite (<name>-frontier.db), else memory://. Use redis://... to share it between workers.",
+    )
     user_agent: str = Field("crawlherd/0.1 (+https://github.com/crawlherd/crawlherd)", description="User-Agent.")
     concurrency: int = Field(16, ge=1, le=10_000, description="Requests in flight per process.")
     delay: float = Field(1.0, ge=0, description="Default per-host minimum delay between requests (s).")
@@ -47,6 +51,16 @@ class Settings(BaseModel):
         return list(self.redacted().items())
 
     @property
+    def effective_frontier_url(self) -> str:
+        """The frontier URL; by default a SQLite file beside a SQLite config DB, else ``memory://``.
+
+        (A sibling file, not the config DB file itself: the SQLite frontier commits synchronously, which
+        is what makes it fast, and must not wait on the config DB's write lock inside the event loop.)"""
+        if self.frontier_url:
+            return self.frontier_url
+        return frontier_beside(self.database_url)
+
+    @property
     def effective_broker_url(self) -> str:
         """The broker URL, defaulting to the config DB file when it is SQLite."""
         if self.broker_url:
@@ -57,6 +71,15 @@ class Settings(BaseModel):
             "broker_url is not set and the config DB is not SQLite: set CRAWLHERD_BROKER_URL "
             "(redis://..., amqp://... or sqlite:///...)"
         )
+
+
+def frontier_beside(database_url: str) -> str:
+    """``sqlite:///dir/name.db`` -> ``sqlite:///dir/name-frontier.db``; anything else -> ``memory://``."""
+    if not database_url.startswith("sqlite:///"):
+        return "memory://"
+    path = database_url[len("sqlite:///") :].split("?", 1)[0]
+    stem, dot, ext = path.rpartition(".")
+    return f"sqlite:///{stem}-frontier.{ext}" if dot and "/" not in ext else f"sqlite:///{path}-frontier"
 
 
 def _coerce_env(raw: Mapping[str, str]) -> dict[str, Any]:

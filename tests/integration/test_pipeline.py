@@ -54,18 +54,28 @@ async def load_targets(engine: AsyncEngine, document: dict[str, Any], tmp_path: 
         await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
 
 
-async def stored_items(engine: AsyncEngine) -> dict[str, set[str]]:
+_ROW_KEYS = {"website", "url", "fingerprint", "first_seen", "last_seen"}
+
+
+async def stored_items(engine: AsyncEngine) -> dict[str, dict[str, dict[str, Any]]]:
+    """website -> item fingerprint (hex) -> {"url", "fields"}: the shape of ``expected_results``."""
     from crawlherd.sinks.export import iter_items
 
-    out: dict[str, set[str]] = {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     async for item in iter_items(engine):
-        out.setdefault(item["website"], set()).add(item["fingerprint"])
+        fields = {k: v for k, v in item.items() if k not in _ROW_KEYS}
+        out.setdefault(item["website"], {})[item["fingerprint"]] = {"url": item["url"], "fields": fields}
     return out
 
 
-async def assert_items_match(engine: AsyncEngine, site: DemoSite, document: dict[str, Any]) -> None:
-    expected = {w: set(items) for w, items in expected_results(site, document).items()}
-    assert await stored_items(engine) == expected
+async def assert_items_match(engine: AsyncEngine, site: DemoSite, document: dict[str, Any], *, wait: float = 0) -> None:
+    """Every item the site lists, with every field its rules read (detail pages included), stored once.
+    ``wait``: seconds to let detail pages still in flight land first."""
+    expected = expected_results(site, document)
+    deadline = time.monotonic() + wait
+    while (got := await stored_items(engine)) != expected and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.3)
+    assert got == expected
     pairs = select(Item.website_id, Item.url).distinct().subquery()
     async with engine.connect() as conn:
         rows = (await conn.execute(select(func.count()).select_from(Item))).scalar_one()
@@ -97,8 +107,12 @@ async def test_demo_on_the_embedded_defaults_stores_every_item(tmp_path: Path, c
         got = await stored_items(engine)
         async with DemoSite(throttle_every=12) as site:  # same seed: the same job board
             expected = expected_results(site, demo_targets(site.url))
-        # item fingerprints depend on the site's port, so compare the counts and per-website totals
-        assert {w: len(v) for w, v in got.items()} == {w: len(v) for w, v in expected.items()}
+
+        # item URLs (so fingerprints) carry the site's port, which differs: compare the fields
+        def fields(items: dict[str, dict[str, dict[str, Any]]]) -> dict[str, list[str]]:
+            return {w: sorted(repr(sorted(v["fields"].items())) for v in by.values()) for w, by in items.items()}
+
+        assert fields(got) == fields(expected)
         assert len(got["demo-jobs-js"]) > 0  # the JavaScript-rendered listing, through Chromium
         runs = await progress_of(engine)
         assert runs.succeeded == runs.jobs > 0
@@ -131,8 +145,15 @@ def broker_url(request: pytest.FixtureRequest, unique_name: str) -> str:
     return f"{request.getfixturevalue('redis_url')}?prefix={unique_name}&claim_idle=5"
 
 
-def start_workers(n: int, database_url: str, broker_url: str, *extra: str) -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, "CRAWLHERD_DATABASE_URL": database_url, "CRAWLHERD_BROKER_URL": broker_url}
+def start_workers(
+    n: int, database_url: str, broker_url: str, frontier_url: str, *extra: str
+) -> list[subprocess.Popen[bytes]]:
+    env = {
+        **os.environ,
+        "CRAWLHERD_DATABASE_URL": database_url,
+        "CRAWLHERD_BROKER_URL": broker_url,
+        "CRAWLHERD_FRONTIER_URL": frontier_url,
+    }
     cmd = [
         sys.executable,
         "-m",
@@ -164,16 +185,28 @@ def stop_workers(procs: list[subprocess.Popen[bytes]]) -> list[str]:
 
 
 @pytest.fixture
-async def scaled(pg_database: str, broker_url: str) -> AsyncIterator[tuple[AsyncEngine, str, str]]:
+def frontier_url(redis_url: str, unique_name: str) -> str:
+    """A Redis frontier shared by the worker processes (its keys are deleted afterwards)."""
+    return f"{redis_url}?prefix={unique_name}f"
+
+
+@pytest.fixture
+async def scaled(
+    pg_database: str, broker_url: str, frontier_url: str
+) -> AsyncIterator[tuple[AsyncEngine, str, str, str]]:
     engine = create_engine(pg_database)
     await upgrade(engine)
     try:
-        yield engine, pg_database, broker_url
+        yield engine, pg_database, broker_url, frontier_url
     finally:
         async with open_broker(broker_url) as broker:
             purge = getattr(broker, "purge", None)
             if purge is not None:
                 await purge()
+        from crawlherd.frontier import open_scheduler
+
+        async with open_scheduler(frontier_url) as frontier:
+            await frontier.purge()  # type: ignore[attr-defined]
         await engine.dispose()
 
 
@@ -185,21 +218,24 @@ async def dispatch_once(engine: AsyncEngine, broker_url: str) -> int:
 
 
 async def test_three_worker_processes_on_postgres_and_a_real_broker(
-    scaled: tuple[AsyncEngine, str, str], tmp_path: Path
+    scaled: tuple[AsyncEngine, str, str, str], tmp_path: Path
 ) -> None:
-    engine, database_url, broker_url = scaled
+    """PostgreSQL + RabbitMQ (or Redis Streams) + a Redis frontier, three `crawlherd worker` processes."""
+    engine, database_url, broker_url, frontier_url = scaled
     async with DemoSite(throttle_every=12) as site:
         document = http_only(demo_targets(site.url))
         await load_targets(engine, document, tmp_path)
         jobs = await dispatch_once(engine, broker_url)
         assert jobs == len(document["targets"][0]["keywords"]) * 4 + 4
-        procs = start_workers(3, database_url, broker_url)
+        procs = start_workers(3, database_url, broker_url, frontier_url)
         try:
             await wait_settled(engine, timeout=180)
+            await assert_items_match(engine, site, document, wait=60)  # detail pages included
         finally:
             outputs = stop_workers(procs)
         assert all("worker stopped" in out for out in outputs), outputs
-        await assert_items_match(engine, site, document)
+        detail_pages = [int(out.rsplit(" detail pages", 1)[0].rsplit(" ", 1)[1]) for out in outputs]
+        assert sum(detail_pages) == 80  # each detail page fetched once, across the three workers
         progress = await progress_of(engine)
         assert progress.succeeded == jobs
         async with engine.connect() as conn:
@@ -211,9 +247,9 @@ async def test_three_worker_processes_on_postgres_and_a_real_broker(
 
 
 async def test_worker_killed_mid_job_is_redelivered_and_completed(
-    scaled: tuple[AsyncEngine, str, str], tmp_path: Path
+    scaled: tuple[AsyncEngine, str, str, str], tmp_path: Path
 ) -> None:
-    engine, database_url, broker_url = scaled
+    engine, database_url, broker_url, frontier_url = scaled
     # Every listing page answers 429 (Retry-After 1 s) at first: jobs take seconds, so one is in flight.
     async with DemoSite(throttle_every=1, retry_after=1) as site:
         document = http_only(demo_targets(site.url))
@@ -221,7 +257,7 @@ async def test_worker_killed_mid_job_is_redelivered_and_completed(
         document["websites"] = [w for w in document["websites"] if w["name"] == "demo-jobs"]
         await load_targets(engine, document, tmp_path)
         jobs = await dispatch_once(engine, broker_url)
-        victim = start_workers(1, database_url, broker_url)[0]
+        victim = start_workers(1, database_url, broker_url, frontier_url)[0]
         try:
             deadline = time.monotonic() + 60
             while True:  # wait until the victim holds a running job
@@ -239,7 +275,7 @@ async def test_worker_killed_mid_job_is_redelivered_and_completed(
                 await asyncio.sleep(0.05)
             victim.kill()  # SIGKILL: no clean-up at all
             victim.wait()
-            survivors = start_workers(1, database_url, broker_url)
+            survivors = start_workers(1, database_url, broker_url, frontier_url)
             try:
                 await wait_settled(engine, timeout=180)
             finally:

@@ -68,3 +68,12 @@ def test_bad_frontier_options_are_refused() -> None:
         open_scheduler("memory://", full_policy="drop")
     with pytest.raises(ConfigurationError, match="not a float"):
         open_scheduler("memory://?delay=soon")
+
+
+def test_frontier_defaults_beside_a_sqlite_config_db() -> None:
+    assert load_settings(env={}).effective_frontier_url == "sqlite:///crawlherd-frontier.db"
+    env = {"CRAWLHERD_DATABASE_URL": "sqlite:////var/lib/x/c.db"}
+    assert load_settings(env=env).effective_frontier_url == "sqlite:////var/lib/x/c-frontier.db"
+    assert load_settings(env={"CRAWLHERD_DATABASE_URL": "postgresql://db/x"}).effective_frontier_url == "memory://"
+    env = {"CRAWLHERD_FRONTIER_URL": "redis://h/0?prefix=p"}
+    assert load_settings(env=env).effective_frontier_url == "redis://h/0?prefix=p"

@@ -91,6 +91,16 @@ def test_fingerprint_is_fixed_size_and_distinguishes_method_and_body() -> None:
     assert Request("http://EXAMPLE.com:80/a#f").fingerprint == get.fingerprint
 
 
+def test_dedup_key_makes_a_revisit_a_new_request() -> None:
+    plain = Request("http://example.com/job/1")
+    period_1 = Request("http://example.com/job/1", dedup_key="p1")
+    period_2 = Request("http://example.com/job/1", dedup_key="p2")
+    assert len({plain.fingerprint, period_1.fingerprint, period_2.fingerprint}) == 3
+    assert Request("http://EXAMPLE.com/job/1#x", dedup_key="p1").fingerprint == period_1.fingerprint
+    assert Request.from_record(period_1.to_record()).fingerprint == period_1.fingerprint
+    assert period_1.replace(priority=3).fingerprint == period_1.fingerprint
+
+
 def test_host_of() -> None:
     assert host_of("http://example.com/a") == "example.com"
     assert host_of("http://example.com:8080?x=1") == "example.com:8080"

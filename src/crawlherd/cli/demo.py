@@ -21,6 +21,7 @@ from crawlherd.db import ScrapeTarget, create_engine, upgrade
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.pipeline import PipelineProgress, progress_of, run_pipeline
 from crawlherd.service.targets import import_targets
+from crawlherd.settings import frontier_beside
 from crawlherd.sinks.export import iter_items
 from crawlherd.web.demo_site import DemoSite
 from crawlherd.web.demo_targets import demo_targets, expected_results, render_toml
@@ -109,7 +110,8 @@ async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: boo
             async with open_broker(db_url) as broker:
                 limits = FetchLimits(allow_private_addresses=True, user_agent="crawlherd-demo")
                 worker = Worker(
-                    engine, broker, concurrency=concurrency, max_attempts=3, backoff=0.5, max_backoff=5.0, limits=limits
+                    engine, broker, concurrency=concurrency, max_attempts=3, backoff=0.5, max_backoff=5.0,
+                    limits=limits, frontier_url=frontier_beside(db_url),
                 )
                 stop = asyncio.Event()
                 with Progress(
@@ -183,7 +185,7 @@ async def _summary(
         f"retried: {s.retried}   dead: {progress.dead}"
     )
     console.print(
-        f"  pages fetched: {s.pages}   items: {sum(len(v) for v in stored.values())} "
+        f"  pages fetched: {s.pages} listing + {s.detail_pages} detail   items: {sum(len(v) for v in stored.values())} "
         f"({s.items_new} new, {s.items_updated} updated)   rate-limit answers from the site: "
         f"{site.log.count(status=429)}"
     )

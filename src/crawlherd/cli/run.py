@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
 import click
 
@@ -22,43 +23,29 @@ __all__ = ["run"]
 @click.command()
 @database_option
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: a table in the config DB.")
-@click.option(
-    "--interval",
-    type=click.FloatRange(min=0.05),
-    default=1.0,
-    show_default=True,
-    help="Seconds between dispatch cycles.",
-)
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Seconds between dispatch cycles.")
 @click.option("--until-idle", is_flag=True, help="Exit once every job dispatched so far has succeeded or is dead.")
 @worker_options
 @click.pass_context
-def run(
-    ctx: click.Context,
-    database_url: str | None,
-    broker_url: str | None,
-    interval: float,
-    until_idle: bool,
-    concurrency: int,
-    dispatcher_kind: str,
-    max_attempts: int,
-    backoff: float,
-    allow_private: bool,
-) -> None:
+def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, interval: float, until_idle: bool,
+        **options: Any) -> None:
     """The whole pipeline in one process: due targets -> outbox -> broker -> worker -> items.
 
     \b
-    Embedded defaults: one SQLite file (crawlherd.db) holds the config, the broker's queue and the
-    items. Set up:  crawlherd targets import targets.toml  (the DB is migrated automatically)
-    Then:           crawlherd run            (Ctrl+C stops cleanly)
-    Scale out with `crawlherd dispatch` and `crawlherd worker` processes on PostgreSQL + RabbitMQ or Redis.
+    Embedded defaults: one SQLite file (crawlherd.db) holds the config, the broker's queue, the
+    frontier and the items. Set up:  crawlherd targets import targets.toml
+    Then:                            crawlherd run          (Ctrl+C stops cleanly)
+    Scale out with `crawlherd dispatch` and `crawlherd worker` processes on PostgreSQL + RabbitMQ or
+    Redis Streams, with a redis:// frontier.
     """
     settings = settings_from(ctx, database_url=database_url, broker_url=broker_url)
-    broker_url = settings.effective_broker_url
+    target = settings.effective_broker_url
 
     def show(p: PipelineProgress) -> None:
         click.echo(
             f"\r{time.strftime('%H:%M:%S')} jobs {p.jobs}: {p.succeeded} done, {p.running} running, "
-            f"{p.failed} retrying, {p.dead} dead",
+            f"{p.failed} retrying, {p.dead} dead  ",
             nl=False,
         )
 
@@ -66,18 +53,12 @@ def run(
         engine = engine_for(settings)
         try:
             await upgrade(engine)
-            async with open_broker(broker_url) as broker:
-                w = make_worker(
-                    engine,
-                    broker,
-                    allow_private=allow_private or settings.allow_private_addresses,
-                    concurrency=concurrency,
-                    dispatcher_kind=dispatcher_kind,
-                    max_attempts=max_attempts,
-                    backoff=backoff,
-                    user_agent=settings.user_agent,
+            async with open_broker(target) as broker:
+                w = make_worker(engine, broker, settings, **options)
+                click.echo(
+                    f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
+                    f"frontier {redact_url(w.frontier_url)}"
                 )
-                click.echo(f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(broker_url)}")
                 stop = asyncio.Event()
                 async with w:
                     with stop_on_signals(stop):

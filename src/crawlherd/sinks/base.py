@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -28,8 +28,4 @@ class ItemSink(Protocol):
     ) -> UpsertCounts:
         """Insert new items, update changed ones (their fields merged over the stored ones), and move
         ``last_seen`` of every one to ``seen_at``."""
-        ...
-
-    async def detailed_since(self, fingerprints: Iterable[bytes], since: datetime) -> set[bytes]:
-        """The fingerprints whose detail page was fetched at or after ``since`` (not to fetch again)."""
         ...

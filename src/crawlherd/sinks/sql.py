@@ -1,14 +1,14 @@
 """The ``items`` table of the config DB as a sink: upsert on the item fingerprint.
 
 Each item row keeps the item's fields in ``data`` (JSON); fields from a detail page are merged over
-the listing's, and ``data["_detail_at"]`` records when the detail page was last fetched (the revisit
-age is measured from it). Upserts use ``INSERT ... ON CONFLICT (fingerprint) DO UPDATE`` on both
+the listing's, and ``data["_detail_at"]`` records when the detail page was last fetched.
+Upserts use ``INSERT ... ON CONFLICT (fingerprint) DO UPDATE`` on both
 SQLite and PostgreSQL, so two workers storing the same item never make two rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -74,29 +74,3 @@ class SQLItemSink:
                 )
                 await conn.execute(stmt)
         return UpsertCounts(new=new, updated=updated)
-
-    async def detailed_since(self, fingerprints: Iterable[bytes], since: datetime) -> set[bytes]:
-        wanted = [fp.hex() for fp in fingerprints]
-        fresh: set[bytes] = set()
-        for start in range(0, len(wanted), _BATCH):
-            async with self.engine.connect() as conn:
-                rows = await conn.execute(
-                    select(ItemRow.fingerprint, ItemRow.data).where(
-                        ItemRow.fingerprint.in_(wanted[start : start + _BATCH])
-                    )
-                )
-                for fp, data in rows:
-                    at = _parse_time((data or {}).get(DETAIL_AT))
-                    if at is not None and at >= since:
-                        fresh.add(bytes.fromhex(fp))
-        return fresh
-
-
-def _parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None

@@ -1,10 +1,14 @@
-"""Crawl one scrape job through the engine: the search URL, its pagination, the items on each page,
-and (when the website has detail fields) the detail pages of items not seen within the revisit age.
+"""Crawl one scrape job through the engine: the search URL, its pagination and the items on each
+page; then (when the website has detail fields) queue the items' detail pages in the worker's frontier.
 
-Politeness: every fetch of a job goes through a dispatcher with the website's ``RateLimiter``
-(``min_delay`` spacing per domain, Retry-After and back-off on 429/503 with re-fetches), and at most
-``max_concurrency`` detail pages of one website are in flight in this worker. The worker keeps one
-rate limiter per website, so concurrent jobs of one website share the spacing.
+Listing pages are fetched in order (the next page depends on this one) through a dispatcher with the
+website's ``RateLimiter``: ``min_delay`` spacing per domain, Retry-After and back-off on 429/503 with
+re-fetches. The worker keeps one rate limiter per website, so its concurrent jobs share the spacing.
+
+Detail pages go through the frontier (memory, SQLite or Redis, shared by every worker with Redis): its
+duplicate filter, keyed by the revisit period, means an item page fetched in this period -- by any run,
+by any worker -- is not fetched again; the website's ``min_delay`` and ``max_concurrency`` become the
+frontier's per-host policy; a worker that dies loses no detail page (its leases expire).
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from crawlherd.crawler import Crawler
 from crawlherd.dispatch import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
@@ -21,13 +24,23 @@ from crawlherd.errors import ConfigurationError, JobError
 from crawlherd.extract.handlers import Handler, resolve_extractor, run_extractor
 from crawlherd.extract.pagination import Pagination
 from crawlherd.extract.rules import ExtractionRules, Item, Page
+from crawlherd.frontier.base import Scheduler
 from crawlherd.messages import JobMessage
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
-from crawlherd.sinks.base import ItemSink
-from crawlherd.sinks.sql import DETAIL_AT
 
-__all__ = ["DEFAULT_REVISIT_AGE", "JobOutcome", "SiteConfig", "crawl_job"]
+__all__ = [
+    "DEFAULT_REVISIT_AGE",
+    "DETAIL_META",
+    "JobOutcome",
+    "RateLimiters",
+    "SiteConfig",
+    "crawl_job",
+    "make_dispatcher",
+]
+
+#: The key under which a detail request's ``meta`` carries what storing its item needs.
+DETAIL_META = "crawlherd.detail"
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +91,8 @@ class JobOutcome:
     """What one job crawl found."""
 
     pages: int = 0
-    detail_pages: int = 0
+    details_queued: int = 0
     items: dict[bytes, Item] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
 
 
 class RateLimiters:
@@ -119,16 +131,15 @@ async def crawl_job(
     job: JobMessage,
     *,
     crawler: Crawler,
-    sink: ItemSink,
+    frontier: Scheduler,
     limiters: RateLimiters,
-    dispatcher_kind: str = "semaphore",
     now: datetime | None = None,
 ) -> JobOutcome:
-    """Crawl ``job`` with ``crawler`` (HTTP or browser, chosen by the caller) and return what it found.
+    """Crawl ``job``'s listing pages with ``crawler`` (HTTP or browser, chosen by the caller), return
+    the items found, and queue their detail pages in ``frontier`` (when the website has detail fields).
 
     A listing page that cannot be fetched or read fails the job (:class:`JobError`), so that the worker
-    retries it; a detail page that fails is recorded in ``errors`` and its item kept with the listing's
-    fields.
+    retries it.
     """
     site = SiteConfig.from_job(job)
     limiter = limiters.for_site(site)
@@ -151,39 +162,32 @@ async def crawl_job(
             nxt = extraction.next_url
         url = nxt if nxt != url else None
     if site.detail_rules is not None and outcome.items:
-        dispatcher = make_dispatcher(dispatcher_kind, site.max_concurrency, limiter)
-        await _fetch_details(site, outcome, crawler, sink, dispatcher, now)
+        await _enqueue_details(job, site, outcome, frontier, now)
     return outcome
 
 
-async def _fetch_details(
-    site: SiteConfig,
-    outcome: JobOutcome,
-    crawler: Crawler,
-    sink: ItemSink,
-    dispatcher: Dispatcher,
-    now: datetime | None,
+async def _enqueue_details(
+    job: JobMessage, site: SiteConfig, outcome: JobOutcome, frontier: Scheduler, now: datetime | None
 ) -> None:
-    assert site.detail_rules is not None
+    """Queue the detail page of every item in the frontier. Its duplicate filter drops the pages
+    already queued in this revisit period (by this or an earlier run, by this or another worker); the
+    website's politeness becomes the frontier's policy for the item pages' hosts."""
     now = now or datetime.now(UTC)
-    fresh = await sink.detailed_since(outcome.items, now - site.revisit_age)
-    todo = [item for fp, item in outcome.items.items() if fp not in fresh]
-    if not todo:
-        return
-    requests = [Request(item.url, meta={"item": item.fingerprint.hex()}) for item in todo]
-    stream = await crawler.arun_many(requests, dispatcher=dispatcher, stream=True)
-    async with stream:
-        async for result in stream:
-            request = result.request
-            if request is None:
-                continue
-            fp = bytes.fromhex(request.meta["item"])
-            item = outcome.items[fp]
-            if not result.success:
-                outcome.errors.append(f"detail page {result.url}: {result.error_message}")
-                continue
-            outcome.detail_pages += 1
-            detail: dict[str, Any] = site.detail_rules.extract_detail(result.text, result.final_url or result.url)
-            fields = {**item.fields, **{k: v for k, v in detail.items() if v not in (None, "", [])}}
-            fields[DETAIL_AT] = now.isoformat()
-            outcome.items[fp] = Item(website=item.website, url=item.url, fingerprint=fp, fields=fields)
+    period = int(now.timestamp() // max(1.0, site.revisit_age.total_seconds()))
+    dedup_key = f"{site.website}:{period}"
+    requests = []
+    for item in outcome.items.values():
+        meta = {
+            DETAIL_META: {
+                "item": item.fingerprint.hex(),
+                "website": site.website,
+                "website_id": job.website_id,
+                "target_id": job.target_id,
+                "browser": job.requires_playwright,
+                "fields": dict(item.fields),
+            }
+        }
+        requests.append(Request(item.url, meta=meta, dedup_key=dedup_key))
+    for host in {r.host for r in requests}:
+        await frontier.set_host_policy(host, delay=site.min_delay, max_in_flight=site.max_concurrency)
+    outcome.details_queued = await frontier.enqueue_requests(requests)

@@ -19,7 +19,7 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -27,11 +27,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler
+from crawlherd.dispatch import RateLimiter
 from crawlherd.errors import ConfigurationError, CrawlherdError, MessageError
+from crawlherd.extract.rules import ExtractionRules, Item
 from crawlherd.fetch.base import FetchLimits
+from crawlherd.frontier import Scheduler, open_scheduler
 from crawlherd.messages import JobMessage, decode_job, encode_job
-from crawlherd.sinks.sql import SQLItemSink
-from crawlherd.worker.jobcrawl import RateLimiters, crawl_job
+from crawlherd.request import Request
+from crawlherd.result import CrawlResult
+from crawlherd.sinks.sql import DETAIL_AT, SQLItemSink
+from crawlherd.worker.jobcrawl import DETAIL_META, RateLimiters, SiteConfig, crawl_job, make_dispatcher
 from crawlherd.worker.runs import RunStore
 
 __all__ = ["Worker", "WorkerStats"]
@@ -51,6 +56,8 @@ class WorkerStats:
     invalid: int = 0
     requeued: int = 0
     pages: int = 0
+    detail_pages: int = 0
+    detail_failures: int = 0
     items_new: int = 0
     items_updated: int = 0
     in_flight: int = 0
@@ -64,7 +71,9 @@ class Worker:
     ``memory-adaptive``) for detail pages; ``max_attempts`` before a job is dead; ``backoff`` and
     ``max_backoff`` seconds (doubling per attempt, with jitter); ``limits`` for the fetchers;
     ``shutdown_timeout`` for jobs in flight at shutdown; ``browser_factory`` makes the browser fetcher
-    for targets that need one (default: Playwright with the system Chromium).
+    for targets that need one (default: Playwright with the system Chromium); ``frontier_url`` the
+    frontier of detail pages (``memory://``, ``sqlite:///file``, ``redis://...`` shared by all workers)
+    and ``detail_concurrency`` the detail pages fetched at once.
     """
 
     def __init__(
@@ -81,6 +90,9 @@ class Worker:
         shutdown_timeout: float = 30.0,
         name: str | None = None,
         browser_factory: Callable[[FetchLimits], Crawler] | None = None,
+        frontier_url: str = "memory://",
+        detail_concurrency: int = 8,
+        lease_timeout: float = 120.0,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"worker concurrency must be an integer >= 1, got {concurrency!r}")
@@ -108,10 +120,17 @@ class Worker:
         self._http: Crawler | None = None
         self._browser: Crawler | None = None
         self._browser_lock = asyncio.Lock()
+        self.frontier_url = frontier_url
+        self.detail_concurrency = detail_concurrency
+        self.lease_timeout = lease_timeout
+        self.frontier: Scheduler | None = None
+        self._detail_rules: dict[str, ExtractionRules] = {}
+        self._new_details = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Worker:
+        self.frontier = await open_scheduler(self.frontier_url, lease_timeout=self.lease_timeout).__aenter__()
         self._http = await Crawler(limits=self.limits).__aenter__()
         return self
 
@@ -123,6 +142,13 @@ class Worker:
             if crawler is not None:
                 await crawler.close()
         self._http = self._browser = None
+        if self.frontier is not None:
+            await self.frontier.close()
+            self.frontier = None
+
+    async def idle(self) -> bool:
+        """No job in flight here and no detail page queued or in flight in the frontier."""
+        return self.stats.in_flight == 0 and (self.frontier is None or await self.frontier.idle())
 
     async def run(self, stop: asyncio.Event | None = None) -> WorkerStats:
         """Consume until ``stop`` is set (or forever), then shut down as the module docstring says."""
@@ -140,16 +166,20 @@ class Worker:
                 task.add_done_callback(tasks.discard)
 
         consumer = asyncio.create_task(consume(), name="worker-consume")
+        details = asyncio.create_task(self._detail_loop(stop), name="worker-details")
         stopper = asyncio.create_task(stop.wait(), name="worker-stop")
         try:
-            done, _ = await asyncio.wait({consumer, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            if consumer in done:
-                consumer.result()  # a broker failure surfaces here
+            done, _ = await asyncio.wait({consumer, details, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            for t in done - {stopper}:
+                t.result()  # a broker or frontier failure surfaces here
         finally:
             for t in (consumer, stopper):
                 t.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await consumer
+            stop.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await details
             if tasks:
                 log.info(
                     "worker %s: waiting up to %.0fs for %d job(s) in flight",
@@ -203,10 +233,12 @@ class Worker:
             return
         await self.runs.start(job, worker=self.name)
         try:
-            crawler = await self._crawler_for(job)
-            outcome = await crawl_job(
-                job, crawler=crawler, sink=self.sink, limiters=self._limiters, dispatcher_kind=self.dispatcher
-            )
+            site = SiteConfig.from_job(job)
+            if site.detail_rules is not None:
+                self._detail_rules[site.website] = site.detail_rules
+            crawler = await self._crawler_for(job.requires_playwright)
+            assert self.frontier is not None
+            outcome = await crawl_job(job, crawler=crawler, frontier=self.frontier, limiters=self._limiters)
             counts = await self.sink.upsert(
                 list(outcome.items.values()),
                 website_id=job.website_id,
@@ -216,27 +248,24 @@ class Worker:
         except CrawlherdError as exc:
             await self._failed(delivery, job, str(exc))
             return
-        error = "; ".join(outcome.errors[:5]) or None
         await self.runs.finish(
-            job,
-            status="succeeded",
-            error=error,
-            pages=outcome.pages + outcome.detail_pages,
-            items_new=counts.new,
-            items_updated=counts.updated,
+            job, status="succeeded", pages=outcome.pages, items_new=counts.new, items_updated=counts.updated
         )
         await self.broker.ack(delivery)
+        if outcome.details_queued:
+            self._new_details.set()
         self.stats.succeeded += 1
-        self.stats.pages += outcome.pages + outcome.detail_pages
+        self.stats.pages += outcome.pages
         self.stats.items_new += counts.new
         self.stats.items_updated += counts.updated
         log.info(
-            "worker %s: job %s done: %d pages, %d new and %d updated items",
+            "worker %s: job %s done: %d listing pages, %d new and %d updated items, %d detail pages queued",
             self.name,
             job.idempotency_key,
-            outcome.pages + outcome.detail_pages,
+            outcome.pages,
             counts.new,
             counts.updated,
+            outcome.details_queued,
         )
 
     async def _failed(self, delivery: Delivery, job: JobMessage, reason: str) -> None:
@@ -271,8 +300,69 @@ class Worker:
         jittered: float = base * random.uniform(0.8, 1.2)
         return min(self.max_backoff, jittered)
 
-    async def _crawler_for(self, job: JobMessage) -> Crawler:
-        if not job.requires_playwright:
+    # -- detail pages ---------------------------------------------------------------------------
+
+    async def _detail_loop(self, stop: asyncio.Event) -> None:
+        """Fetch the frontier's detail pages until ``stop``; between bursts, wait for new ones (or poll:
+        other workers sharing the frontier queue some too, and expired leases come back)."""
+        assert self.frontier is not None
+        frontier = self.frontier
+        limiter = RateLimiter(base_delay=(0.0, 0.0), decay=0.5)  # 429 back-off; spacing is the frontier's
+        while not stop.is_set():
+            dispatcher = make_dispatcher(self.dispatcher, self.detail_concurrency, limiter)
+            results = dispatcher.run(frontier, self._fetch_detail)
+            try:
+                async for result in results:
+                    await self._store_detail(result)
+                    if stop.is_set():
+                        break
+            finally:
+                await results.aclose()  # type: ignore[attr-defined]
+            self._new_details.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_first(stop.wait(), self._new_details.wait()), 1.0)
+
+    async def _fetch_detail(self, request: Request) -> CrawlResult:
+        crawler = await self._crawler_for(bool(request.meta.get(DETAIL_META, {}).get("browser")))
+        return await crawler.arun(request)
+
+    async def _store_detail(self, result: CrawlResult) -> None:
+        request = result.request
+        info = request.meta.get(DETAIL_META) if request is not None else None
+        if not info:
+            return
+        if not result.success:
+            self.stats.detail_failures += 1
+            self._remember(f"detail page {result.url}: {result.error_message}")
+            return
+        rules = await self._rules_for(info["website"])
+        detail = rules.extract_detail(result.text, result.final_url or result.url) if rules else {}
+        fields = {**info["fields"], **{k: v for k, v in detail.items() if v not in (None, "", [])}}
+        now = datetime.now(UTC)
+        fields[DETAIL_AT] = now.isoformat()
+        item = Item(website=info["website"], url=result.url, fingerprint=bytes.fromhex(info["item"]), fields=fields)
+        counts = await self.sink.upsert([item], website_id=info["website_id"], target_id=info["target_id"], seen_at=now)
+        self.stats.detail_pages += 1
+        self.stats.items_new += counts.new
+        self.stats.items_updated += counts.updated
+
+    async def _rules_for(self, website: str) -> ExtractionRules | None:
+        """The website's rules: from a job this worker ran, else from the config DB (a detail page queued
+        by another worker)."""
+        rules = self._detail_rules.get(website)
+        if rules is None:
+            from sqlalchemy import select
+
+            from crawlherd.db.models import Website
+
+            async with self.engine.connect() as conn:
+                extraction = (await conn.execute(select(Website.extraction).where(Website.name == website))).scalar()
+            if extraction:
+                rules = self._detail_rules[website] = ExtractionRules.from_mapping(website, extraction)
+        return rules
+
+    async def _crawler_for(self, browser: bool) -> Crawler:
+        if not browser:
             assert self._http is not None
             return self._http
         async with self._browser_lock:
@@ -288,3 +378,13 @@ def _default_browser(limits: FetchLimits) -> Crawler:
     from crawlherd.fetch.browser import BrowserFetcher
 
     return Crawler(fetcher=BrowserFetcher(limits=limits))
+
+
+async def _first(*aws: Awaitable[object]) -> None:
+    """Wait for the first of ``aws``; cancel the others."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
