@@ -64,7 +64,14 @@ def test_throttle_is_deterministic_and_can_be_off() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"page_size": 0}, {"throttle_every": -1}, {"retry_after": -1}, {"keywords": []}, {"keywords": ["a b"]}, {"min_jobs": 5, "max_jobs": 2}],
+    [
+        {"page_size": 0},
+        {"throttle_every": -1},
+        {"retry_after": -1},
+        {"keywords": []},
+        {"keywords": ["a b"]},
+        {"min_jobs": 5, "max_jobs": 2},
+    ],
 )
 def test_bad_site_options(kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError):
@@ -93,7 +100,11 @@ def test_demo_targets_toml_round_trips_and_rules_are_valid() -> None:
 
 
 def test_render_toml_handles_inline_tables_and_escapes() -> None:
-    doc = {"a": 'quote " and \\ and é', "t": {"f": {"selector": "x", "all": True}, "empty": {}}, "arr": [{"n": 1}, {"n": 2}]}
+    doc = {
+        "a": 'quote " and \\ and é',
+        "t": {"f": {"selector": "x", "all": True}, "empty": {}},
+        "arr": [{"n": 1}, {"n": 2}],
+    }
     assert tomllib.loads(render_toml(doc)) == doc
 
 
@@ -104,6 +115,8 @@ def test_expected_results_dedupe_within_a_website() -> None:
     expected = expected_results(site, doc)
     assert len(expected["demo-jobs"]) == site.totals()["unique_jobs"]  # every keyword x location
     browse = expected["demo-jobs-browse"]
-    assert all(set(entry["fields"]) == {"title", "company", "location", "salary", "description"} for entry in browse.values())
+    assert all(
+        set(entry["fields"]) == {"title", "company", "location", "salary", "description"} for entry in browse.values()
+    )
     searches = [(k, loc) for k in ("python", "rust") for loc in ("berlin", "remote")]
     assert len(browse) == site.totals(searches)["unique_jobs"]

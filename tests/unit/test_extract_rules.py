@@ -101,7 +101,12 @@ def test_items_without_url_rule_live_on_the_page_and_differ_by_content() -> None
 
 def test_callable_as_handler_and_detail_fields() -> None:
     rules = ExtractionRules.from_mapping(
-        "jobs", {"item_selector": "div.card", "item_url": "a.link", "detail_fields": {"title": "h1", "tags": {"selector": "li", "all": True}}}
+        "jobs",
+        {
+            "item_selector": "div.card",
+            "item_url": "a.link",
+            "detail_fields": {"title": "h1", "tags": {"selector": "li", "all": True}},
+        },
     )
     result = rules(Page(url=PAGE, html=HTML, website="jobs"))
     # no required fields: card 9 is kept; card 10 (javascript:) and 11 (duplicate) are dropped

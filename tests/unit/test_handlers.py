@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,10 @@ def parse_x(page: Page) -> ExtractionResult:
 
 
 @pytest.fixture
-def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[HandlerRegistry]:
+def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> HandlerRegistry:
     registry = HandlerRegistry()
     monkeypatch.setattr(handlers_module, "registry", registry)
-    yield registry
+    return registry
 
 
 def _install_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry_points: str, module_source: str) -> None:

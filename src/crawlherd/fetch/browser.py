@@ -137,8 +137,11 @@ class _PageState:
     refused: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
+    stage: str = "starting"
+
     def timeout_ms(self) -> float:
-        return max(1.0, (self.deadline - time.monotonic()) * 1000)
+        # A little under the total deadline, so Playwright's own (more specific) timeout fires first.
+        return max(1.0, (self.deadline - time.monotonic()) * 1000 - 250)
 
 
 class BrowserFetcher:
@@ -303,7 +306,8 @@ class BrowserFetcher:
                     return await self._render(request, state, started)
             except TimeoutError:
                 raise FetchTimeoutError(
-                    f"{url}: the page was not ready within total_timeout={self.limits.total_timeout:g}s",
+                    f"{url}: the page was not ready within total_timeout={self.limits.total_timeout:g}s "
+                    f"(while {state.stage})",
                     url=url,
                     request=request,
                 ) from None
@@ -327,6 +331,7 @@ class BrowserFetcher:
             response: Any = None
             while True:
                 state.redirect_to = None
+                state.stage = f"loading {url}"
                 try:
                     response = await page.goto(url, wait_until=self.wait_until, timeout=state.timeout_ms())
                 except pw.TimeoutError:
@@ -357,6 +362,7 @@ class BrowserFetcher:
                 raise FetchError(f"{url}: the browser got no response", url=url, request=request)
             wait_for = request.meta.get("wait_for", self.wait_for)
             if wait_for:
+                state.stage = f"waiting for selector {wait_for!r}"
                 try:
                     await page.wait_for_selector(str(wait_for), state="attached", timeout=state.timeout_ms())
                 except pw.TimeoutError:
@@ -375,6 +381,7 @@ class BrowserFetcher:
         headers = dict(state.main_headers)
         content_type = headers.get("content-type", "")
         mime = _mime(content_type)
+        state.stage = "reading the rendered page"
         if mime in _HTML_TYPES or not mime:
             body = (await page.content()).encode("utf-8")
             headers["content-type"] = f"{mime or 'text/html'}; charset=utf-8"
@@ -391,6 +398,7 @@ class BrowserFetcher:
                 request=request,
             )
         shot = None
+        state.stage = "taking the screenshot"
         if request.meta.get("screenshot", self.screenshot):
             shot = await page.screenshot(full_page=True, type="png", timeout=state.timeout_ms())
         return Response(
