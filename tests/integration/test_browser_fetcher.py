@@ -78,6 +78,8 @@ class Server:
             "/cross": self.cross,
             "/secret": self.secret,
             "/sub-redirect": self.sub_redirect,
+            "/ws-page": self.ws_page,
+            "/ws": self.websocket,
         }
         for path, handler in routes.items():
             app.router.add_get(path, handler)
@@ -136,6 +138,21 @@ class Server:
         self.hits.append(request.path)
         script = "fetch('/r-sub').catch(function () {});"
         return web.Response(text=f"<p>sub</p><script>{script}</script>", content_type="text/html")
+
+    async def ws_page(self, request: web.Request) -> web.Response:
+        """A page that opens a WebSocket to ``localhost``."""
+        self.hits.append(request.path)
+        port = self.url.rsplit(":", 1)[1]
+        script = f"var ws = new WebSocket('ws://localhost:{port}/ws'); ws.onerror = function () {{}};"
+        return web.Response(text=f"<p>ws</p><script>{script}</script>", content_type="text/html")
+
+    async def websocket(self, request: web.Request) -> web.WebSocketResponse:
+        self.hits.append(request.path)
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str("hello")
+        await ws.close()
+        return ws
 
 
 @pytest.fixture
@@ -222,16 +239,19 @@ async def test_every_request_the_page_makes_goes_through_the_guard(server: Serve
     async with BrowserFetcher(LOOPBACK, executable_path=chromium, address_check=no_localhost) as fetcher:
         assert (await fetcher.fetch(Request(f"{server.url}/cross"))).status == 200
         assert (await fetcher.fetch(Request(f"{server.url}/sub-redirect"))).status == 200
+        assert (await fetcher.fetch(Request(f"{server.url}/ws-page"))).status == 200
         with pytest.raises(AddressNotAllowedError, match="refused by test"):
             await fetcher.fetch(Request(f"{server.url}/to-localhost"))
-    assert "/secret" not in server.hits
-    assert {"/cross", "/sub-redirect", "/r-sub", "/to-localhost"} <= set(server.hits)
+    assert "/secret" not in server.hits and "/ws" not in server.hits
+    assert {"/cross", "/sub-redirect", "/r-sub", "/to-localhost", "/ws-page"} <= set(server.hits)
     assert "/final" not in server.hits
     # The same pages with the default guard (loopback allowed) do reach /secret: the test can fail.
     async with BrowserFetcher(LOOPBACK, executable_path=chromium) as fetcher:
         await fetcher.fetch(Request(f"{server.url}/cross"))
         await fetcher.fetch(Request(f"{server.url}/sub-redirect"))
+        await fetcher.fetch(Request(f"{server.url}/ws-page"))
     assert server.hits.count("/secret") == 2
+    assert server.hits.count("/ws") == 1
 
 
 async def test_redirects_are_followed_counted_and_capped(
@@ -279,3 +299,9 @@ async def test_missing_browser_is_a_clear_error(tmp_path: Any) -> None:
             pass
     assert "no-chromium" in str(info.value) and "apt-get install chromium" in str(info.value)
     await fetcher.close()
+
+
+async def test_a_browser_that_went_away_is_launched_again(server: Server, fetcher: BrowserFetcher) -> None:
+    assert (await fetcher.fetch(Request(f"{server.url}/final"))).status == 200
+    await fetcher._browser.close()  # as if Chromium had crashed
+    assert (await fetcher.fetch(Request(f"{server.url}/final"))).status == 200

@@ -39,7 +39,7 @@ from crawlherd.fetch.base import FetchLimits, Response
 from crawlherd.fetch.guard import check_address
 from crawlherd.request import Request
 
-__all__ = ["CHROMIUM_ARGS", "AddressCheck", "BrowserFetcher", "find_chromium"]
+__all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "AddressCheck", "BrowserFetcher", "find_chromium"]
 
 #: Command-line switches Chromium is launched with: no sandbox (containers), no GPU, and none of the
 #: background traffic (QUIC, updates, sync) that would bypass the route handler.
@@ -51,6 +51,13 @@ CHROMIUM_ARGS: tuple[str, ...] = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+)
+#: Added when private addresses are allowed: Chromium's own local-network-access checks would block a
+#: page (whose document the route fulfilled, so it has no address of its own) from reaching loopback
+#: or private hosts that the address guard let through. The guard stays the authority.
+LOCAL_NETWORK_ARGS: tuple[str, ...] = (
+    "--disable-features=BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights,"
+    "PrivateNetworkAccessRespectPreflightResults,LocalNetworkAccessChecks",
 )
 _WAIT_UNTIL = frozenset({"commit", "domcontentloaded", "load", "networkidle"})
 _RESOURCE_TYPES = frozenset(
@@ -120,7 +127,7 @@ def _charset(content_type: str) -> str:
 
 def _host_port(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
     return parts.hostname or "", port
 
 
@@ -250,7 +257,11 @@ class BrowserFetcher:
                 browser = await playwright.chromium.launch(
                     executable_path=executable,
                     headless=True,
-                    args=[*CHROMIUM_ARGS, *self.extra_args],
+                    args=[
+                        *CHROMIUM_ARGS,
+                        *(LOCAL_NETWORK_ARGS if self.limits.allow_private_addresses else ()),
+                        *self.extra_args,
+                    ],
                     timeout=self.launch_timeout * 1000,
                 )
                 context = await browser.new_context(
@@ -325,7 +336,11 @@ class BrowserFetcher:
             async def handle(route: Any, routed: Any) -> None:
                 await self._route(state, page, route, routed)
 
+            async def handle_websocket(socket: Any) -> None:
+                await self._route_websocket(state, socket)
+
             await page.route("**/*", handle)
+            await page.route_web_socket("**/*", handle_websocket)
             url = request.url
             hops: list[str] = []
             response: Any = None
@@ -430,7 +445,9 @@ class BrowserFetcher:
             if routed.resource_type in self.block_resource_types:
                 await route.abort("blockedbyclient")
                 return
-            if is_main:
+            if routed.resource_type == "websocket":
+                await route.continue_()  # the handshake: route_web_socket guards it (see _route_websocket)
+            elif is_main:
                 await self._route_main(state, route, routed)
             else:
                 await self._route_sub(state, route, routed)
@@ -443,6 +460,15 @@ class BrowserFetcher:
                 state.problems.append(f"{routed.url}: {_first_line(exc)}")
             with contextlib.suppress(Exception):
                 await route.abort("failed")
+
+    async def _route_websocket(self, state: _PageState, socket: Any) -> None:
+        try:
+            if await self._allowed(socket.url, state, main=False):
+                socket.connect_to_server()
+            else:
+                await socket.close(code=1008, reason="refused by the crawlherd address guard")
+        except Exception as exc:
+            state.problems.append(f"{socket.url}: {_first_line(exc)}")
 
     async def _allowed(self, url: str, state: _PageState, *, main: bool) -> bool:
         host, port = _host_port(url)
