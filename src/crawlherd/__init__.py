@@ -19,7 +19,13 @@ from crawlherd.url import canonicalize_url
 __version__ = "0.1.0"
 
 # name -> module, imported lazily by __getattr__.
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "BrowserFetcher": "crawlherd.fetch.browser",
+    "DemoSite": "crawlherd.web.demo_site",
+    "ExtractionRules": "crawlherd.extract.rules",
+    "Pagination": "crawlherd.extract.pagination",
+    "register_handler": "crawlherd.extract.handlers",
+}
 
 __all__ = [
     "Clock",

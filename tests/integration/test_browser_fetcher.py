@@ -290,6 +290,14 @@ async def test_page_pool_is_bounded(server: Server, fetcher: BrowserFetcher) -> 
     assert [f"n={n}" in r.text for n, r in enumerate(responses)] == [True] * 5
     assert 1 <= server.peak <= 2
     assert fetcher.pages_open == 0
+    pages = list(fetcher._context.pages)
+    assert 1 <= len(pages) <= 2  # pooled: reused, not one per fetch
+    for n in range(3):
+        await fetcher.fetch(Request(f"{server.url}/slow?again={n}"))
+    assert set(fetcher._context.pages) <= set(pages)
+    with pytest.raises(ContentTypeError):
+        await fetcher.fetch(Request(f"{server.url}/image"))
+    assert len(fetcher._context.pages) == len(pages) - 1  # a failed fetch's page is closed, not pooled
 
 
 async def test_missing_browser_is_a_clear_error(tmp_path: Any) -> None:

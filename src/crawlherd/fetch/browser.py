@@ -168,7 +168,8 @@ class BrowserFetcher:
       ``limits.allow_private_addresses``) for every request the page makes.
 
     The browser is launched by ``__aenter__`` (or the first fetch) and closed by :meth:`close`.
-    Only GET is supported. The response body is the rendered DOM (UTF-8) for HTML documents, the
+    Pages are pooled (blanked and reused after a clean fetch, closed after a failed one). Only GET
+    is supported. The response body is the rendered DOM (UTF-8) for HTML documents, the
     raw body for other allowed types (JSON, text).
     """
 
@@ -221,6 +222,8 @@ class BrowserFetcher:
         self._context: Any = None
         self._errors: Any = None  # the playwright.async_api module, for its exception classes
         self.pages_open = 0
+        self._idle_pages: list[Any] = []
+        self._page_states: dict[Any, _PageState] = {}
 
     async def _default_check(self, host: str, port: int, url: str) -> None:
         await check_address(host, port, url=url, allow_private=self.limits.allow_private_addresses)
@@ -279,6 +282,7 @@ class BrowserFetcher:
             self._playwright, self._browser, self._context = playwright, browser, context
 
     async def _shutdown(self) -> None:
+        self._idle_pages.clear()  # closed with their context
         context, browser, playwright = self._context, self._browser, self._playwright
         self._context = self._browser = self._playwright = None
         for closer in (context, browser):
@@ -323,24 +327,59 @@ class BrowserFetcher:
                     request=request,
                 ) from None
 
-    async def _render(self, request: Request, state: _PageState, started: float) -> Response:
-        pw = self._errors
+    async def _acquire_page(self, request: Request) -> Any:
+        """An idle page of the pool, or a new one with the guard's routes installed."""
+        while self._idle_pages:
+            page = self._idle_pages.pop()
+            if not page.is_closed():
+                return page
         try:
             page = await self._context.new_page()
-        except pw.Error as exc:
+        except self._errors.Error as exc:
             raise self._unavailable(exc, request) from None
+
+        async def handle(route: Any, routed: Any) -> None:
+            state = self._page_states.get(page)
+            if state is None:  # between two fetches: nothing may load
+                with contextlib.suppress(Exception):
+                    await route.abort("blockedbyclient")
+                return
+            await self._route(state, page, route, routed)
+
+        async def handle_websocket(socket: Any) -> None:
+            state = self._page_states.get(page)
+            if state is None:
+                with contextlib.suppress(Exception):
+                    await socket.close(code=1008, reason="no fetch in progress")
+                return
+            await self._route_websocket(state, socket)
+
+        await page.route("**/*", handle)
+        await page.route_web_socket("**/*", handle_websocket)
+        return page
+
+    async def _release_page(self, page: Any, *, reuse: bool) -> None:
+        """Back to the pool after a clean fetch (blanked first), else closed."""
+        self._page_states.pop(page, None)
+        if reuse and not page.is_closed() and self._context is not None:
+            try:
+                await page.goto("about:blank", timeout=5000)
+            except Exception:  # a page that cannot be blanked is closed below
+                pass
+            else:
+                self._idle_pages.append(page)
+                return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(page.close(), timeout=10)
+
+    async def _render(self, request: Request, state: _PageState, started: float) -> Response:
+        pw = self._errors
+        page = await self._acquire_page(request)
+        self._page_states[page] = state
         self.pages_open += 1
+        reuse = False
         try:
             page.set_default_timeout(state.timeout_ms())
-
-            async def handle(route: Any, routed: Any) -> None:
-                await self._route(state, page, route, routed)
-
-            async def handle_websocket(socket: Any) -> None:
-                await self._route_websocket(state, socket)
-
-            await page.route("**/*", handle)
-            await page.route_web_socket("**/*", handle_websocket)
             url = request.url
             hops: list[str] = []
             response: Any = None
@@ -384,11 +423,12 @@ class BrowserFetcher:
                     raise FetchTimeoutError(
                         f"{url}: selector {wait_for!r} did not appear in time", url=url, request=request
                     ) from None
-            return await self._response(page, request, state, started, tuple(hops))
+            response_out = await self._response(page, request, state, started, tuple(hops))
+            reuse = True
+            return response_out
         finally:
             self.pages_open -= 1
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(page.close(), timeout=10)
+            await asyncio.shield(self._release_page(page, reuse=reuse))
 
     async def _response(
         self, page: Any, request: Request, state: _PageState, started: float, hops: tuple[str, ...]
