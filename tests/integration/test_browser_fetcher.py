@@ -33,9 +33,13 @@ LOOPBACK = FetchLimits(allow_private_addresses=True, total_timeout=30)
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
+    """The system Chromium; skipped loudly when it (or Playwright) is missing, failed under
+    CRAWLHERD_REQUIRE_SERVICES=1 (as in CI)."""
     try:
+        import playwright.async_api  # noqa: F401
+
         return find_chromium()
-    except BrowserUnavailableError as exc:
+    except (BrowserUnavailableError, ImportError) as exc:
         if os.environ.get("CRAWLHERD_REQUIRE_SERVICES") == "1":
             pytest.fail(f"{exc} and CRAWLHERD_REQUIRE_SERVICES=1", pytrace=False)
         pytest.skip(f"BROWSER MISSING: {exc}")

@@ -51,6 +51,7 @@ async def test_no_playwright_installed(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 async def test_a_browser_that_does_not_start_is_unavailable(tmp_path: Path) -> None:
+    pytest.importorskip("playwright.async_api", reason="needs Playwright (crawlherd[browser])")
     fetcher = BrowserFetcher(executable_path=_fake_browser(tmp_path), launch_timeout=20)
     with pytest.raises(BrowserUnavailableError, match="could not start Chromium at"):
         await fetcher.start()
