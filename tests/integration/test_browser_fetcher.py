@@ -232,7 +232,14 @@ async def test_guard_refuses_private_addresses_unless_allowed(site: DemoSite, ch
         await strict.close()
     async with BrowserFetcher(LOOPBACK, executable_path=chromium) as allowed:
         assert (await allowed.fetch(Request(f"{site.url}/jobs/1000"))).status == 200
-    assert len(site.log) == 1
+        assert len(site.log) == 1
+        # Any status is a Response; the rate-limit headers reach the caller.
+        assert (await allowed.fetch(Request(f"{site.url}/jobs/1"))).status == 404
+        keyword, location = next(
+            (k, loc) for k in site.board.keywords for loc in site.board.locations if site.is_throttled(k, loc, 1)
+        )
+        throttled = await allowed.fetch(Request(f"{site.url}/search?q={keyword}&l={location}&page=1"))
+        assert throttled.status == 429 and throttled.headers["retry-after"] == "1"
 
 
 async def test_every_request_the_page_makes_goes_through_the_guard(server: Server, chromium: str) -> None:

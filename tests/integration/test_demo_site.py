@@ -87,6 +87,13 @@ async def test_plain_http_crawl_of_demo_targets_matches_the_sites_truth(
     detail_paths = {entry.path for entry in site.log if entry.path.startswith("/jobs/")}
     assert len(detail_paths) == len(expected["demo-jobs-browse"])
     assert all(entry.time > 0 for entry in site.log)
+    assert json.loads(json.dumps(site.log.as_dicts()))[0] == {
+        "time": site.log.entries[0].time,
+        "method": "GET",
+        "path": "/search",
+        "query": "q=python&l=berlin&page=1",
+        "status": site.log.entries[0].status,
+    }
 
 
 async def test_page_param_listing_and_the_empty_page_past_the_end(site: DemoSite, http: aiohttp.ClientSession) -> None:

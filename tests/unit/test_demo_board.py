@@ -120,3 +120,16 @@ def test_expected_results_dedupe_within_a_website() -> None:
     )
     searches = [(k, loc) for k in ("python", "rust") for loc in ("berlin", "remote")]
     assert len(browse) == site.totals(searches)["unique_jobs"]
+
+
+def test_request_log_is_bounded() -> None:
+    from crawlherd.web.demo_site import RequestLog, ServedRequest
+
+    log = RequestLog(max_entries=3)
+    for n in range(5):
+        log.entries.append(ServedRequest(float(n), "GET", f"/p{n % 2}", "", 200))
+    assert len(log) == 3 and [e.time for e in log] == [2.0, 3.0, 4.0]
+    assert log.by_path() == {"/p0": 2, "/p1": 1}
+    assert log.count(prefix="/p1") == 1
+    log.clear()
+    assert len(log) == 0
