@@ -147,7 +147,13 @@ class Server:
         """A page that opens a WebSocket to ``localhost``."""
         self.hits.append(request.path)
         port = self.url.rsplit(":", 1)[1]
-        script = f"var ws = new WebSocket('ws://localhost:{port}/ws'); ws.onerror = function () {{}};"
+        script = (
+            f"var ws = new WebSocket('ws://localhost:{port}/ws');"
+            "function done(how) { var p = document.createElement('p'); p.id = 'ws-done'; p.textContent = how;"
+            " document.body.appendChild(p); }"
+            "ws.onmessage = function (e) { done('message ' + e.data); };"
+            "ws.onclose = function (e) { done('closed ' + e.code); };"
+        )
         return web.Response(text=f"<p>ws</p><script>{script}</script>", content_type="text/html")
 
     async def websocket(self, request: web.Request) -> web.WebSocketResponse:
@@ -250,7 +256,8 @@ async def test_every_request_the_page_makes_goes_through_the_guard(server: Serve
     async with BrowserFetcher(LOOPBACK, executable_path=chromium, address_check=no_localhost) as fetcher:
         assert (await fetcher.fetch(Request(f"{server.url}/cross"))).status == 200
         assert (await fetcher.fetch(Request(f"{server.url}/sub-redirect"))).status == 200
-        assert (await fetcher.fetch(Request(f"{server.url}/ws-page"))).status == 200
+        refused_ws = await fetcher.fetch(Request(f"{server.url}/ws-page", meta={"wait_for": "#ws-done"}))
+        assert "closed 1008" in refused_ws.text
         with pytest.raises(AddressNotAllowedError, match="refused by test"):
             await fetcher.fetch(Request(f"{server.url}/to-localhost"))
     assert "/secret" not in server.hits and "/ws" not in server.hits
@@ -260,7 +267,8 @@ async def test_every_request_the_page_makes_goes_through_the_guard(server: Serve
     async with BrowserFetcher(LOOPBACK, executable_path=chromium) as fetcher:
         await fetcher.fetch(Request(f"{server.url}/cross"))
         await fetcher.fetch(Request(f"{server.url}/sub-redirect"))
-        await fetcher.fetch(Request(f"{server.url}/ws-page"))
+        allowed_ws = await fetcher.fetch(Request(f"{server.url}/ws-page", meta={"wait_for": "#ws-done"}))
+        assert "message hello" in allowed_ws.text
     assert server.hits.count("/secret") == 2
     assert server.hits.count("/ws") == 1
 
