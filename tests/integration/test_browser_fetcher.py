@@ -24,7 +24,7 @@ from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.browser import BrowserFetcher, find_chromium
 from crawlherd.request import Request
 from crawlherd.web.demo_site import DemoSite
-from crawlherd.web.demo_targets import demo_targets
+from crawlherd.web.demo_targets import demo_targets, expected_results, first_search_urls
 
 pytestmark = pytest.mark.browser
 
@@ -332,3 +332,19 @@ async def test_a_browser_that_went_away_is_launched_again(server: Server, fetche
     assert (await fetcher.fetch(Request(f"{server.url}/final"))).status == 200
     await fetcher._browser.close()  # as if Chromium had crashed
     assert (await fetcher.fetch(Request(f"{server.url}/final"))).status == 200
+
+
+async def test_every_js_target_of_the_demo_yields_the_sites_expected_items(
+    site: DemoSite, fetcher: BrowserFetcher
+) -> None:
+    doc = demo_targets(site.url)
+    expected = expected_results(site, doc)["demo-jobs-js"]
+    rules = _js_rules(site)
+    found: dict[str, dict[str, Any]] = {}
+    urls = [url for name, url in first_search_urls(doc) if name == "demo-jobs-js"]
+    assert len(urls) == 4
+    responses = await asyncio.gather(*(fetcher.fetch(Request(url)) for url in urls))
+    for response in responses:
+        for item in rules.extract(response.text, response.url).items:
+            found[item.fingerprint.hex()] = {"url": item.url, "fields": dict(item.fields)}
+    assert found == expected and len(found) > 0
