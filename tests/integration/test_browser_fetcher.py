@@ -63,6 +63,7 @@ class Server:
 
     def __init__(self) -> None:
         self.hits: list[str] = []
+        self.user_agents: list[str] = []
         self.in_flight = 0
         self.peak = 0
         self.never = asyncio.Event()
@@ -96,6 +97,7 @@ class Server:
 
     async def final(self, request: web.Request) -> web.Response:
         self.hits.append(request.path)
+        self.user_agents.append(request.headers.get("User-Agent", ""))
         return web.Response(text="<p id=done>final</p>", content_type="text/html")
 
     async def to_localhost(self, request: web.Request) -> web.Response:
@@ -280,6 +282,7 @@ async def test_redirects_are_followed_counted_and_capped(
     assert response.url == f"{server.url}/final"
     assert response.redirects == (f"{server.url}/r/3", f"{server.url}/r/2", f"{server.url}/r/1")
     assert "final" in response.text
+    assert server.user_agents == [LOOPBACK.user_agent]
     async with BrowserFetcher(
         FetchLimits(allow_private_addresses=True, max_redirects=2), executable_path=chromium
     ) as capped:
