@@ -28,6 +28,11 @@ _LAZY: dict[str, str] = {
     "MemoryAdaptiveDispatcher": "crawlherd.dispatch.memory_adaptive",
     "RateLimiter": "crawlherd.dispatch.rate_limiter",
     "SemaphoreDispatcher": "crawlherd.dispatch.semaphore",
+    "BrowserFetcher": "crawlherd.fetch.browser",
+    "DemoSite": "crawlherd.web.demo_site",
+    "ExtractionRules": "crawlherd.extract.rules",
+    "Pagination": "crawlherd.extract.pagination",
+    "register_handler": "crawlherd.extract.handlers",
 }
 
 __all__ = [

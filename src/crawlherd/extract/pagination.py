@@ -222,8 +222,9 @@ class Pagination:
         """The URL to fetch after ``current_url``, or None to stop.
 
         ``pages_fetched`` counts pages of this search fetched so far (current one included);
-        ``new_items`` is how many items the current page added that were not seen before (page_param
-        stops at 0); ``html`` is the current page (next_link reads it).
+        ``new_items`` is how many items of the current page were not already found earlier *in this
+        search* (page_param stops at 0) -- count against this job's items, not the persistent item
+        store, or a re-run would stop after page 1; ``html`` is the current page (next_link reads it).
         """
         if self.type == "none" or pages_fetched >= self.max_pages:
             return None

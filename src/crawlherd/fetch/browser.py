@@ -39,7 +39,7 @@ from crawlherd.fetch.base import FetchLimits, Response
 from crawlherd.fetch.guard import check_address
 from crawlherd.request import Request
 
-__all__ = ["CHROMIUM_ARGS", "AddressCheck", "BrowserFetcher", "find_chromium"]
+__all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "AddressCheck", "BrowserFetcher", "find_chromium"]
 
 #: Command-line switches Chromium is launched with: no sandbox (containers), no GPU, and none of the
 #: background traffic (QUIC, updates, sync) that would bypass the route handler.
@@ -51,6 +51,13 @@ CHROMIUM_ARGS: tuple[str, ...] = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+)
+#: Added when private addresses are allowed: Chromium's own local-network-access checks would block a
+#: page (whose document the route fulfilled, so it has no address of its own) from reaching loopback
+#: or private hosts that the address guard let through. The guard stays the authority.
+LOCAL_NETWORK_ARGS: tuple[str, ...] = (
+    "--disable-features=BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights,"
+    "PrivateNetworkAccessRespectPreflightResults,LocalNetworkAccessChecks",
 )
 _WAIT_UNTIL = frozenset({"commit", "domcontentloaded", "load", "networkidle"})
 _RESOURCE_TYPES = frozenset(
@@ -120,7 +127,7 @@ def _charset(content_type: str) -> str:
 
 def _host_port(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
     return parts.hostname or "", port
 
 
@@ -137,8 +144,11 @@ class _PageState:
     refused: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
+    stage: str = "starting"
+
     def timeout_ms(self) -> float:
-        return max(1.0, (self.deadline - time.monotonic()) * 1000)
+        # A little under the total deadline, so Playwright's own (more specific) timeout fires first.
+        return max(1.0, (self.deadline - time.monotonic()) * 1000 - 250)
 
 
 class BrowserFetcher:
@@ -158,7 +168,8 @@ class BrowserFetcher:
       ``limits.allow_private_addresses``) for every request the page makes.
 
     The browser is launched by ``__aenter__`` (or the first fetch) and closed by :meth:`close`.
-    Only GET is supported. The response body is the rendered DOM (UTF-8) for HTML documents, the
+    Pages are pooled (blanked and reused after a clean fetch, closed after a failed one). Only GET
+    is supported. The response body is the rendered DOM (UTF-8) for HTML documents, the
     raw body for other allowed types (JSON, text).
     """
 
@@ -211,6 +222,8 @@ class BrowserFetcher:
         self._context: Any = None
         self._errors: Any = None  # the playwright.async_api module, for its exception classes
         self.pages_open = 0
+        self._idle_pages: list[Any] = []
+        self._page_states: dict[Any, _PageState] = {}
 
     async def _default_check(self, host: str, port: int, url: str) -> None:
         await check_address(host, port, url=url, allow_private=self.limits.allow_private_addresses)
@@ -247,7 +260,11 @@ class BrowserFetcher:
                 browser = await playwright.chromium.launch(
                     executable_path=executable,
                     headless=True,
-                    args=[*CHROMIUM_ARGS, *self.extra_args],
+                    args=[
+                        *CHROMIUM_ARGS,
+                        *(LOCAL_NETWORK_ARGS if self.limits.allow_private_addresses else ()),
+                        *self.extra_args,
+                    ],
                     timeout=self.launch_timeout * 1000,
                 )
                 context = await browser.new_context(
@@ -265,6 +282,7 @@ class BrowserFetcher:
             self._playwright, self._browser, self._context = playwright, browser, context
 
     async def _shutdown(self) -> None:
+        self._idle_pages.clear()  # closed with their context
         context, browser, playwright = self._context, self._browser, self._playwright
         self._context = self._browser = self._playwright = None
         for closer in (context, browser):
@@ -303,30 +321,71 @@ class BrowserFetcher:
                     return await self._render(request, state, started)
             except TimeoutError:
                 raise FetchTimeoutError(
-                    f"{url}: the page was not ready within total_timeout={self.limits.total_timeout:g}s",
+                    f"{url}: the page was not ready within total_timeout={self.limits.total_timeout:g}s "
+                    f"(while {state.stage})",
                     url=url,
                     request=request,
                 ) from None
 
-    async def _render(self, request: Request, state: _PageState, started: float) -> Response:
-        pw = self._errors
+    async def _acquire_page(self, request: Request) -> Any:
+        """An idle page of the pool, or a new one with the guard's routes installed."""
+        while self._idle_pages:
+            page = self._idle_pages.pop()
+            if not page.is_closed():
+                return page
         try:
             page = await self._context.new_page()
-        except pw.Error as exc:
+        except self._errors.Error as exc:
             raise self._unavailable(exc, request) from None
+
+        async def handle(route: Any, routed: Any) -> None:
+            state = self._page_states.get(page)
+            if state is None:  # between two fetches: nothing may load
+                with contextlib.suppress(Exception):
+                    await route.abort("blockedbyclient")
+                return
+            await self._route(state, page, route, routed)
+
+        async def handle_websocket(socket: Any) -> None:
+            state = self._page_states.get(page)
+            if state is None:
+                with contextlib.suppress(Exception):
+                    await socket.close(code=1008, reason="no fetch in progress")
+                return
+            await self._route_websocket(state, socket)
+
+        await page.route("**/*", handle)
+        await page.route_web_socket("**/*", handle_websocket)
+        return page
+
+    async def _release_page(self, page: Any, *, reuse: bool) -> None:
+        """Back to the pool after a clean fetch (blanked first), else closed."""
+        self._page_states.pop(page, None)
+        if reuse and not page.is_closed() and self._context is not None:
+            try:
+                await page.goto("about:blank", timeout=5000)
+            except Exception:  # a page that cannot be blanked is closed below
+                pass
+            else:
+                self._idle_pages.append(page)
+                return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(page.close(), timeout=10)
+
+    async def _render(self, request: Request, state: _PageState, started: float) -> Response:
+        pw = self._errors
+        page = await self._acquire_page(request)
+        self._page_states[page] = state
         self.pages_open += 1
+        reuse = False
         try:
             page.set_default_timeout(state.timeout_ms())
-
-            async def handle(route: Any, routed: Any) -> None:
-                await self._route(state, page, route, routed)
-
-            await page.route("**/*", handle)
             url = request.url
             hops: list[str] = []
             response: Any = None
             while True:
                 state.redirect_to = None
+                state.stage = f"loading {url}"
                 try:
                     response = await page.goto(url, wait_until=self.wait_until, timeout=state.timeout_ms())
                 except pw.TimeoutError:
@@ -357,17 +416,19 @@ class BrowserFetcher:
                 raise FetchError(f"{url}: the browser got no response", url=url, request=request)
             wait_for = request.meta.get("wait_for", self.wait_for)
             if wait_for:
+                state.stage = f"waiting for selector {wait_for!r}"
                 try:
                     await page.wait_for_selector(str(wait_for), state="attached", timeout=state.timeout_ms())
                 except pw.TimeoutError:
                     raise FetchTimeoutError(
                         f"{url}: selector {wait_for!r} did not appear in time", url=url, request=request
                     ) from None
-            return await self._response(page, request, state, started, tuple(hops))
+            response_out = await self._response(page, request, state, started, tuple(hops))
+            reuse = True
+            return response_out
         finally:
             self.pages_open -= 1
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(page.close(), timeout=10)
+            await asyncio.shield(self._release_page(page, reuse=reuse))
 
     async def _response(
         self, page: Any, request: Request, state: _PageState, started: float, hops: tuple[str, ...]
@@ -375,6 +436,7 @@ class BrowserFetcher:
         headers = dict(state.main_headers)
         content_type = headers.get("content-type", "")
         mime = _mime(content_type)
+        state.stage = "reading the rendered page"
         if mime in _HTML_TYPES or not mime:
             body = (await page.content()).encode("utf-8")
             headers["content-type"] = f"{mime or 'text/html'}; charset=utf-8"
@@ -391,6 +453,7 @@ class BrowserFetcher:
                 request=request,
             )
         shot = None
+        state.stage = "taking the screenshot"
         if request.meta.get("screenshot", self.screenshot):
             shot = await page.screenshot(full_page=True, type="png", timeout=state.timeout_ms())
         return Response(
@@ -422,7 +485,9 @@ class BrowserFetcher:
             if routed.resource_type in self.block_resource_types:
                 await route.abort("blockedbyclient")
                 return
-            if is_main:
+            if routed.resource_type == "websocket":
+                await route.continue_()  # the handshake: route_web_socket guards it (see _route_websocket)
+            elif is_main:
                 await self._route_main(state, route, routed)
             else:
                 await self._route_sub(state, route, routed)
@@ -435,6 +500,15 @@ class BrowserFetcher:
                 state.problems.append(f"{routed.url}: {_first_line(exc)}")
             with contextlib.suppress(Exception):
                 await route.abort("failed")
+
+    async def _route_websocket(self, state: _PageState, socket: Any) -> None:
+        try:
+            if await self._allowed(socket.url, state, main=False):
+                socket.connect_to_server()
+            else:
+                await socket.close(code=1008, reason="refused by the crawlherd address guard")
+        except Exception as exc:
+            state.problems.append(f"{socket.url}: {_first_line(exc)}")
 
     async def _allowed(self, url: str, state: _PageState, *, main: bool) -> bool:
         host, port = _host_port(url)

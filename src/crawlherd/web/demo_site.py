@@ -31,7 +31,7 @@ import json
 import random
 import signal
 import zlib
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
@@ -197,9 +197,14 @@ class ServedRequest:
 
 @dataclass
 class RequestLog:
-    """Counters of the requests served, with timestamps (from the site's clock)."""
+    """Counters of the requests served, with timestamps (from the site's clock). Keeps the last
+    ``max_entries`` requests (a long-running ``python -m`` server does not grow without bound)."""
 
-    entries: list[ServedRequest] = field(default_factory=list)
+    max_entries: int = 1_000_000
+    entries: deque[ServedRequest] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.entries = deque(maxlen=self.max_entries)
 
     def __iter__(self) -> Iterator[ServedRequest]:
         return iter(self.entries)
@@ -219,6 +224,10 @@ class RequestLog:
 
     def clear(self) -> None:
         self.entries.clear()
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        """The entries as plain dicts (for JSON output)."""
+        return [asdict(entry) for entry in self.entries]
 
 
 class DemoSite:
@@ -552,11 +561,6 @@ _RENDER_SCRIPT = """
   });
 })();
 """
-
-
-def served_request_dicts(log: RequestLog) -> list[dict[str, Any]]:
-    """The log as plain dicts (for JSON output)."""
-    return [asdict(entry) for entry in log]
 
 
 async def _serve(host: str, port: int, seed: int, throttle_every: int) -> None:
