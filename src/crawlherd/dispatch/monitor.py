@@ -185,38 +185,35 @@ class CrawlerMonitor:
         if self._started_at is None:
             self._started_at = time.perf_counter()
         self._stopped_at = None
-        if self._ticker is None:
-            self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="crawlherd-monitor")
-
-    async def _tick(self) -> None:
-        live = None
-        if self._ui_wanted():
+        if self._live is None and self._ui_wanted():
             from rich.console import Console
             from rich.live import Live
 
             console = self._console or Console(stderr=True)
-            live = self._live = Live(self.render(), console=console, refresh_per_second=self._refresh, transient=False)
-            live.start()
-        try:
-            while True:
-                await asyncio.sleep(1.0 / self._refresh)
-                self.record_memory(self.memory.rss())
-                if live is not None:
-                    live.update(self.render())
-        finally:
-            if live is not None:
-                live.update(self.render())
-                live.stop()
-                self._live = None
+            self._live = Live(self.render(), console=console, refresh_per_second=self._refresh, transient=False)
+            self._live.start()
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="crawlherd-monitor")
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(1.0 / self._refresh)
+            self.record_memory(self.memory.rss())
+            if self._live is not None:
+                self._live.update(self.render())
 
     async def stop(self) -> None:
-        """Stop the clock and the live view."""
+        """Stop the clock and the live view (which shows the final figures)."""
         self._stopped_at = time.perf_counter()
         ticker, self._ticker = self._ticker, None
         if ticker is not None:
             ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
+        live, self._live = self._live, None
+        if live is not None:
+            live.update(self.render())
+            live.stop()
 
     def render(self) -> Any:
         """The live view: a rich renderable."""
