@@ -93,6 +93,10 @@ class HttpFetcher:
         self._networks = parse_networks(self.limits.allowed_networks)
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[float, float, float], aiohttp.ClientTimeout] = {}
+        # Always passed explicitly: aiohttp reads ``timeout=None`` as "no timeout at all".
+        self._default_timeout = self._timeout(
+            self.limits.connect_timeout, self.limits.read_timeout, self.limits.total_timeout
+        )
         self._closed = False
 
     def __repr__(self) -> str:
@@ -122,7 +126,7 @@ class HttpFetcher:
         self._session = session = aiohttp.ClientSession(
             connector=connector,
             headers=headers,
-            timeout=self._timeout(limits.connect_timeout, limits.read_timeout, limits.total_timeout),
+            timeout=self._default_timeout,
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
         )
@@ -146,7 +150,7 @@ class HttpFetcher:
     async def fetch(self, request: Request) -> Response:
         session = self._session or self._open()
         limits = self.limits
-        timeout = None
+        timeout = self._default_timeout
         if request.meta:
             t = request.meta.get("crawlherd.timeouts")
             if t:
@@ -226,9 +230,8 @@ class HttpFetcher:
             raise FetchError(f"{url}: {_reason(exc)}", url=url, request=request) from None
 
     def _timeout_error(
-        self, exc: BaseException, url: str, request: Request, timeout: aiohttp.ClientTimeout | None
+        self, exc: BaseException, url: str, request: Request, t: aiohttp.ClientTimeout
     ) -> FetchTimeoutError:
-        t = timeout or self._timeout(self.limits.connect_timeout, self.limits.read_timeout, self.limits.total_timeout)
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             what = f"connect timeout ({t.connect} s)"
         elif isinstance(exc, aiohttp.SocketTimeoutError):
