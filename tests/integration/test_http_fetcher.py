@@ -15,7 +15,7 @@ from crawlherd.errors import (
     FetchTimeoutError,
     TooManyRedirectsError,
 )
-from crawlherd.fetch.base import FetchLimits, Fetcher
+from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.http import HttpFetcher
 from crawlherd.request import Request
 from tests.servers.misbehaving import MisbehavingServer

@@ -130,3 +130,22 @@ def test_property_slots_are_at_least_low_apart(lo: float, span: float, n: int) -
 def test_bad_options_are_refused(kw: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError):
         RateLimiter(**kw)  # type: ignore[arg-type]
+
+
+def test_a_late_waker_pushes_the_ones_after_it() -> None:
+    rl, clock = limiter(base_delay=(1.0, 1.0))
+    assert [rl.reserve("h") for _ in range(3)] == pytest.approx([0.0, 1.0, 2.0])
+    assert rl.claim("h") == 0.0  # first sends at t=0
+    clock.advance(1.5)  # the second one's event loop woke it half a second late
+    assert rl.claim("h") == 0.0
+    clock.advance(0.5)  # the third wakes on its slot, t=2: only 0.5 s after the second really left
+    assert rl.claim("h") == pytest.approx(0.5)  # held until 1 s after the second's real send
+    clock.advance(0.5)
+    assert rl.claim("h") == 0.0
+
+
+def test_claim_is_free_without_spacing() -> None:
+    rl, _ = limiter(base_delay=(0.0, 0.0))
+    assert not rl.spaced("h")
+    rl.on_rate_limited("h", 429, 2.0, attempt=0)
+    assert rl.spaced("h")

@@ -96,14 +96,15 @@ def crawl(
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
-    ok = summary["ok"]
-    total = summary["total"]
+    ok = int(summary["ok"])  # type: ignore[call-overload]
+    total = int(summary["total"])  # type: ignore[call-overload]
     click.echo(
         f"crawled {total} page(s): {ok} ok, {total - ok} failed in {summary['elapsed']:.1f} s "
         f"({summary['rate']:.1f} pages/s)",
         err=True,
     )
-    for label, count in sorted(summary["statuses"].items(), key=lambda kv: -kv[1]):
+    statuses: dict[str, int] = summary["statuses"]  # type: ignore[assignment]
+    for label, count in sorted(statuses.items(), key=lambda kv: -kv[1]):
         click.echo(f"  {label}: {count}", err=True)
     if ok == 0:
         click.echo("nothing could be crawled", err=True)

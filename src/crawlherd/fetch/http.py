@@ -19,7 +19,7 @@ from __future__ import annotations
 import socket
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urljoin
 
@@ -65,6 +65,27 @@ class _GuardedResolver(AbstractResolver):
         await self._inner.close()
 
 
+#: Called with the host (``host[:port]``) right before a request is written; returns None to send at
+#: once, or an awaitable to wait on first.
+SendGate = Callable[[str], Awaitable[None] | None]
+
+
+def _gated_request_class(fetcher: HttpFetcher) -> type[aiohttp.ClientRequest]:
+    """A ClientRequest that consults the fetcher's send gate once its connection is ready, right
+    before the request is written: per-host spacing then holds at the moment requests leave."""
+
+    class GatedRequest(aiohttp.ClientRequest):
+        async def send(self, conn: Any) -> aiohttp.ClientResponse:
+            gate = fetcher.send_gate
+            if gate is not None:
+                wait = gate(self.url.host_port_subcomponent or "")
+                if wait is not None:
+                    await wait
+            return await super().send(conn)
+
+    return GatedRequest
+
+
 def _charset(content_type: str) -> str:
     i = content_type.find("charset=")
     if i == -1:
@@ -98,6 +119,10 @@ class HttpFetcher:
             self.limits.connect_timeout, self.limits.read_timeout, self.limits.total_timeout
         )
         self._closed = False
+        #: Consulted with the host (``host[:port]``, the frontier's key) right before each request --
+        #: every redirect hop too -- is written to its connection (see SendGate). Set it before the
+        #: first fetch; the Crawler uses it to space requests to a host at the moment they leave.
+        self.send_gate: SendGate | None = None
 
     def __repr__(self) -> str:
         return f"<HttpFetcher limits={self.limits!r}>"
@@ -129,6 +154,7 @@ class HttpFetcher:
             timeout=self._default_timeout,
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
+            request_class=_gated_request_class(self) if self.send_gate is not None else aiohttp.ClientRequest,
         )
         return session
 
