@@ -135,6 +135,11 @@ class RateLimiter:
     def reserve(self, domain: str) -> float:
         """Take the next slot of ``domain``; returns the seconds to wait before fetching (0: now)."""
         d = self._domains.get(domain)
+        if self._zero:
+            if d is None:
+                return 0.0  # no spacing and never rate limited: nothing to remember
+            if d.next_at == 0.0 and d.delay <= 0.0:
+                return 0.0
         if d is None:
             d = self._domain(domain)
         raised = d.delay > self.base_delay[1]
