@@ -157,7 +157,7 @@ def run_scrapy(urls: list[str]) -> int:
     class Bench(scrapy.Spider):  # type: ignore[misc]
         name = "bench"
 
-        def start_requests(self):  # type: ignore[no-untyped-def]
+        async def start(self):  # type: ignore[no-untyped-def]  # Scrapy >= 2.13
             for u in urls:
                 yield scrapy.Request(u, dont_filter=True)
 
@@ -173,7 +173,7 @@ def run_scrapy(urls: list[str]) -> int:
             "DOWNLOAD_DELAY": 0,
             "AUTOTHROTTLE_ENABLED": False,
             "ROBOTSTXT_OBEY": False,
-            "LOG_LEVEL": "ERROR",
+            "LOG_LEVEL": os.environ.get("BENCH_SCRAPY_LOG", "ERROR"),
             "TELNETCONSOLE_ENABLED": False,
             "COOKIES_ENABLED": False,
             "RETRY_ENABLED": False,
