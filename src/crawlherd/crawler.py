@@ -124,9 +124,10 @@ class CrawlStream(AsyncIterator[CrawlResult]):
     """Results in completion order. ``aclose()`` (or leaving ``async with``) stops the run: work in
     flight is cancelled and nothing is left running."""
 
-    def __init__(self, agen: AsyncGenerator[CrawlResult, None], owner: Crawler) -> None:
+    def __init__(self, agen: AsyncGenerator[CrawlResult, None], owner: Crawler, run: _Run) -> None:
         self._agen = agen
         self._owner = owner
+        self._run = run
         self._closed = False
         owner._streams.add(self)
 
@@ -150,7 +151,10 @@ class CrawlStream(AsyncIterator[CrawlResult]):
             return
         self._closed = True
         self._owner._streams.discard(self)
-        await self._agen.aclose()
+        try:
+            await self._agen.aclose()
+        finally:
+            await self._owner._end_run(self._run)
 
     async def __aenter__(self) -> CrawlStream:
         return self
@@ -165,7 +169,7 @@ class _Run:
     """One arun_many / crawl: the frontier, and what the process function needs."""
 
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "enqueued", "frontier", "max_depth",
-                 "max_pages", "meta", "monitor", "owns_frontier")
+                 "max_pages", "meta", "monitor", "owns_frontier", "ended", "gate_delay")
 
     def __init__(self, frontier: Scheduler, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
@@ -179,6 +183,8 @@ class _Run:
         self.enqueued = 0
         self.allowed: tuple[str, ...] | None = None
         self.owns_frontier = True
+        self.ended = False
+        self.gate_delay: float | None = None
         self.monitor: CrawlerMonitor | None = None
 
 
@@ -339,6 +345,9 @@ class Crawler:
             now = clock.now()
             ready = host_next.get(host, 0.0)
             if ready <= now:
+                if len(host_next) > 50_000:  # forget hosts whose spacing has passed
+                    for name in [h for h, t in host_next.items() if t <= now]:
+                        del host_next[name]
                 host_next[host] = now + delay
                 return
             await clock.sleep(ready - now)
@@ -423,7 +432,7 @@ class Crawler:
         if dispatcher.monitor is not None:
             dispatcher.monitor.add_queued(len(requests))
         agen = self._results(run, dispatcher, invalid)
-        out = CrawlStream(agen, self)
+        out = CrawlStream(agen, self, run)
         use_stream = config.stream if stream is None else stream
         if use_stream:
             return out
@@ -455,11 +464,19 @@ class Crawler:
                 if rl is not None:
                     self._send_limiters.remove(rl)
         finally:
-            if run.max_depth >= 0:  # a crawl: its delay no longer holds
-                self._active_delays.remove(run.base_delay)
-                self._gate_delay = max(self._active_delays, default=0.0)
-            if run.owns_frontier:
-                await frontier.close()
+            await self._end_run(run)
+
+    async def _end_run(self, run: _Run) -> None:
+        """Release what a run holds (idempotent): its send-gate delay, and its frontier if it opened it.
+        Called when its stream ends or is closed -- even one that was never iterated."""
+        if run.ended:
+            return
+        run.ended = True
+        if run.gate_delay is not None:  # a crawl: its delay no longer holds
+            self._active_delays.remove(run.gate_delay)
+            self._gate_delay = max(self._active_delays, default=0.0)
+        if run.owns_frontier:
+            await run.frontier.close()
 
     # -- following links ------------------------------------------------------------------------------
 
@@ -539,8 +556,6 @@ class Crawler:
         )
         run = _Run(sched, config)
         run.base_delay = delay
-        self._active_delays.append(delay)
-        self._gate_delay = max(self._active_delays)
         run.max_pages = max_pages
         run.max_depth = max_depth
         invalid: list[CrawlResult] = []
@@ -565,7 +580,10 @@ class Crawler:
             dispatcher.monitor.add_queued(run.enqueued)
         run.owns_frontier = owns
         run.monitor = dispatcher.monitor
-        out = CrawlStream(self._results(run, dispatcher, invalid), self)
+        run.gate_delay = delay
+        self._active_delays.append(delay)
+        self._gate_delay = max(self._active_delays)
+        out = CrawlStream(self._results(run, dispatcher, invalid), self, run)
         if stream:
             return out
         async with out:

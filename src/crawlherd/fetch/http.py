@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import socket
 import time
 import zlib
@@ -40,6 +41,7 @@ from crawlherd.errors import (
 from crawlherd.fetch.base import FetchLimits, Response
 from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
 from crawlherd.request import Request
+from crawlherd.url import canonicalize_url, host_of
 
 __all__ = ["HttpFetcher"]
 
@@ -72,6 +74,10 @@ class _GuardedResolver(AbstractResolver):
 SendGate = Callable[[str], Awaitable[None] | None]
 
 
+# The politeness key (``host[:port]``, as the frontier spells it) of the hop being sent, per task.
+_HOP_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("crawlherd_hop_host", default="")
+
+
 def _gated_request_class(fetcher: HttpFetcher) -> type[aiohttp.ClientRequest]:
     """A ClientRequest that consults the fetcher's send gate once its connection is ready, right
     before the request is written: per-host spacing then holds at the moment requests leave."""
@@ -80,7 +86,7 @@ def _gated_request_class(fetcher: HttpFetcher) -> type[aiohttp.ClientRequest]:
         async def send(self, conn: Any) -> aiohttp.ClientResponse:
             gate = fetcher.send_gate
             if gate is not None:
-                wait = gate(self.url.host_port_subcomponent or "")
+                wait = gate(_HOP_HOST.get())
                 if wait is not None:
                     progress = fetcher._progress()
                     if progress is not None:
@@ -254,12 +260,15 @@ class HttpFetcher:
         body = request.body
         headers = request.headers or None
         redirects: list[str] = []
+        gated = self.send_gate is not None
         started = time.perf_counter()
         try:
             while True:
                 if not limits.allow_private_addresses:
                     self._guard_literal(url)
                 progress[0] = time.monotonic()
+                if gated:
+                    _HOP_HOST.set(request.host if not redirects else host_of(canonicalize_url(url)))
                 async with session.request(
                     method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
                 ) as resp:
