@@ -286,3 +286,30 @@ async def test_crawler_takes_a_fetcher_instance() -> None:
         results = await crawler.crawl(["http://site.example/"], max_pages=2, max_depth=1, delay=0, stream=False)
         assert sorted(r.url for r in results) == ["http://site.example/", "http://site.example/x"]
     assert fetcher.closed
+
+
+async def test_a_stream_closed_before_iterating_releases_its_frontier(
+    server: MisbehavingServer, crawler: Crawler
+) -> None:
+    stream = await crawler.crawl([server.url + "/page/1"], max_pages=5, max_depth=2, delay=0.5)
+    assert crawler._gate_delay == 0.5
+    frontier = stream._run.frontier
+    await stream.aclose()
+    assert frontier._closed  # type: ignore[attr-defined]
+    assert crawler._gate_delay == 0.0 and not crawler._active_delays
+    assert server.hits == []
+
+
+async def test_crawl_uses_a_frontier_it_is_given_and_leaves_it_open(
+    server: MisbehavingServer, crawler: Crawler
+) -> None:
+    from crawlherd import open_scheduler
+
+    async with open_scheduler("memory://", delay=0) as frontier:
+        results = await crawler.crawl(
+            [server.url + "/page/1"], max_pages=4, max_depth=2, frontier=frontier, stream=False
+        )
+        assert len(results) == 4
+        stats = await frontier.stats()
+        assert stats.acked == 4 and stats.queued == 0
+        assert not frontier._closed  # type: ignore[attr-defined]
