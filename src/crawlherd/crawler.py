@@ -19,7 +19,7 @@ dispatcher, so politeness, re-fetches and memory-pressure re-queues all go throu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
@@ -124,9 +124,10 @@ class CrawlStream(AsyncIterator[CrawlResult]):
     """Results in completion order. ``aclose()`` (or leaving ``async with``) stops the run: work in
     flight is cancelled and nothing is left running."""
 
-    def __init__(self, agen: AsyncGenerator[CrawlResult, None], owner: Crawler) -> None:
+    def __init__(self, agen: AsyncGenerator[CrawlResult, None], owner: Crawler, run: _Run) -> None:
         self._agen = agen
         self._owner = owner
+        self._run = run
         self._closed = False
         owner._streams.add(self)
 
@@ -150,7 +151,10 @@ class CrawlStream(AsyncIterator[CrawlResult]):
             return
         self._closed = True
         self._owner._streams.discard(self)
-        await self._agen.aclose()
+        try:
+            await self._agen.aclose()
+        finally:
+            await self._owner._end_run(self._run)
 
     async def __aenter__(self) -> CrawlStream:
         return self
@@ -165,7 +169,7 @@ class _Run:
     """One arun_many / crawl: the frontier, and what the process function needs."""
 
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "enqueued", "frontier", "max_depth",
-                 "max_pages", "meta", "monitor", "owns_frontier")
+                 "max_pages", "meta", "monitor", "owns_frontier", "ended", "gate_delay")
 
     def __init__(self, frontier: Scheduler, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
@@ -179,6 +183,8 @@ class _Run:
         self.enqueued = 0
         self.allowed: tuple[str, ...] | None = None
         self.owns_frontier = True
+        self.ended = False
+        self.gate_delay: float | None = None
         self.monitor: CrawlerMonitor | None = None
 
 
@@ -217,6 +223,16 @@ class Crawler:
         self._cache: dict[bytes, CrawlResult] = {}
         self._streams: set[CrawlStream] = set()
         self._entered = False
+        # Per-host spacing at send time (see _send_gate): the delay of the crawl running, robots.txt
+        # overrides, and when each host may next be sent to.
+        self._gate_delay = 0.0
+        self._active_delays: list[float] = []
+        self._host_delay: dict[str, float] = {}
+        self._host_next: dict[str, float] = {}
+        self._send_limiters: list[RateLimiter] = []
+        self._gate_outside = not hasattr(fetcher, "send_gate")
+        if not self._gate_outside:
+            fetcher.send_gate = self._send_gate  # type: ignore[attr-defined]
 
     async def __aenter__(self) -> Crawler:
         await self.fetcher.__aenter__()
@@ -266,6 +282,10 @@ class Crawler:
                 hit = self._cache.get(request.fingerprint)
                 if hit is not None:
                     return dataclasses.replace(hit, url=request.url, request=request, dispatch=None)
+            if self._gate_outside:
+                wait = self._send_gate(request.host)
+                if wait is not None:
+                    await wait
             response = await self.fetcher.fetch(request)
         except FetchError as exc:
             return _failed(request.url, exc, request)
@@ -291,6 +311,47 @@ class Crawler:
             await self._follow(result, request, run)
         return result
 
+    def _send_gate(self, host: str) -> Awaitable[None] | None:
+        """Keep a host's spacing between the moments requests *leave*, not only between the moments
+        the frontier or the rate limiter let them go: a request let go earlier may leave later (a busy
+        worker, a new connection, a robots.txt fetch), and the server must still never see two
+        requests closer than the delay. The HTTP fetcher calls this once the connection is ready,
+        right before writing; None means "send now" (the common, allocation-free case)."""
+        wait = 0.0
+        claim = False
+        for rl in self._send_limiters:
+            w = rl.reserve(host)  # the rate limiter's slot is taken here, once per request sent
+            if w > wait:
+                wait = w
+            if not claim and rl.spaced(host):
+                claim = True
+        delay = self._host_delay.get(host, self._gate_delay) if (self._gate_delay or self._host_delay) else 0.0
+        if not delay and not claim:
+            return self.clock.sleep(wait) if wait > 0 else None
+        return self._space(host, delay, wait, claim)
+
+    async def _space(self, host: str, delay: float, wait: float, claim: bool) -> None:
+        clock = self.clock
+        if wait > 0:
+            await clock.sleep(wait)
+        if claim:
+            for rl in self._send_limiters:
+                while (w := rl.claim(host)) > 0:
+                    await clock.sleep(w)
+        if not delay:
+            return
+        host_next = self._host_next
+        while True:
+            now = clock.now()
+            ready = host_next.get(host, 0.0)
+            if ready <= now:
+                if len(host_next) > 50_000:  # forget hosts whose spacing has passed
+                    for name in [h for h, t in host_next.items() if t <= now]:
+                        del host_next[name]
+                host_next[host] = now + delay
+                return
+            await clock.sleep(ready - now)
+
     async def _robots(self, request: Request, run: _Run) -> None:
         if not await self.robots.allowed(request.url):
             raise RobotsDisallowedError(f"{request.url}: disallowed by robots.txt", url=request.url, request=request)
@@ -299,6 +360,7 @@ class Crawler:
             run.delayed_hosts.add(host)
             delay = self.robots.crawl_delay(request.url)
             if delay and delay > run.base_delay:
+                self._host_delay[host] = delay
                 await run.frontier.set_host_policy(host, delay=delay)
 
     # -- many URLs ------------------------------------------------------------------------------------
@@ -370,7 +432,7 @@ class Crawler:
         if dispatcher.monitor is not None:
             dispatcher.monitor.add_queued(len(requests))
         agen = self._results(run, dispatcher, invalid)
-        out = CrawlStream(agen, self)
+        out = CrawlStream(agen, self, run)
         use_stream = config.stream if stream is None else stream
         if use_stream:
             return out
@@ -384,7 +446,12 @@ class Crawler:
         try:
             for result in first:
                 yield result
-            results = dispatcher.run(frontier, lambda request: self._process(request, run), clock=self.clock)
+            rl = dispatcher.rate_limiter
+            if rl is not None:
+                self._send_limiters.append(rl)
+            results = dispatcher.run(
+                frontier, lambda request: self._process(request, run), clock=self.clock, rate_limit_at_send=True
+            )
             try:
                 dups = run.dups
                 async for result in results:
@@ -394,9 +461,22 @@ class Crawler:
                             yield dataclasses.replace(result, url=twin.url, request=twin)
             finally:
                 await results.aclose()  # type: ignore[attr-defined]
+                if rl is not None:
+                    self._send_limiters.remove(rl)
         finally:
-            if run.owns_frontier:
-                await frontier.close()
+            await self._end_run(run)
+
+    async def _end_run(self, run: _Run) -> None:
+        """Release what a run holds (idempotent): its send-gate delay, and its frontier if it opened it.
+        Called when its stream ends or is closed -- even one that was never iterated."""
+        if run.ended:
+            return
+        run.ended = True
+        if run.gate_delay is not None:  # a crawl: its delay no longer holds
+            self._active_delays.remove(run.gate_delay)
+            self._gate_delay = max(self._active_delays, default=0.0)
+        if run.owns_frontier:
+            await run.frontier.close()
 
     # -- following links ------------------------------------------------------------------------------
 
@@ -500,7 +580,10 @@ class Crawler:
             dispatcher.monitor.add_queued(run.enqueued)
         run.owns_frontier = owns
         run.monitor = dispatcher.monitor
-        out = CrawlStream(self._results(run, dispatcher, invalid), self)
+        run.gate_delay = delay
+        self._active_delays.append(delay)
+        self._gate_delay = max(self._active_delays)
+        out = CrawlStream(self._results(run, dispatcher, invalid), self, run)
         if stream:
             return out
         async with out:

@@ -115,6 +115,7 @@ class MisbehavingServer:
     async def _page(self, request: web.Request) -> web.Response:
         n = int(request.match_info["n"])
         links = "".join(f'<a href="/page/{c}">page {c}</a>\n' for c in (2 * n, 2 * n + 1) if c < self.pages)
+        links += '<a href="/page/1#top">home</a> <a href="mailto:x@example.com">mail</a>\n'
         return web.Response(text=f"<html><body><h1>page {n}</h1>\n{links}</body></html>", content_type="text/html")
 
     async def _size(self, request: web.Request) -> web.Response:
@@ -210,3 +211,4 @@ class MisbehavingServer:
         if self.robots_txt is None:
             raise web.HTTPNotFound()
         return web.Response(text=self.robots_txt, content_type="text/plain")
+

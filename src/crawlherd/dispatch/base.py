@@ -47,17 +47,24 @@ class Dispatcher(Protocol):
     rate_limiter: RateLimiter | None
     monitor: CrawlerMonitor | None
 
-    def run(self, frontier: Scheduler, process: ProcessFn, *, clock: Clock | None = None) -> AsyncIterator[CrawlResult]:
+    def run(
+        self, frontier: Scheduler, process: ProcessFn, *, clock: Clock | None = None, rate_limit_at_send: bool = False
+    ) -> AsyncIterator[CrawlResult]:
         """Results as they complete, until the frontier is idle. Closing the iterator early cancels
         the work in flight (its leases go back to the frontier). A fatal condition (memory pressure
-        past its timeout, a frontier backend that went away) ends the iteration with its error."""
+        past its timeout, a frontier backend that went away) ends the iteration with its error.
+
+        ``rate_limit_at_send``: the caller takes the rate limiter's slot itself at the moment each
+        request is written (the Crawler does, through the fetcher's send gate), so the dispatcher
+        does not wait for it before calling ``process``; back-off and re-fetches stay here."""
         ...
 
 
 class _RunState:
-    __slots__ = ("clock", "frontier", "process", "requeues", "retries", "task_ids")
+    __slots__ = ("clock", "frontier", "process", "reserve", "requeues", "retries", "task_ids")
 
-    def __init__(self, frontier: Scheduler, process: ProcessFn, clock: Clock) -> None:
+    def __init__(self, frontier: Scheduler, process: ProcessFn, clock: Clock, reserve: bool = True) -> None:
+        self.reserve = reserve
         self.frontier = frontier
         self.process = process
         self.clock = clock
@@ -76,9 +83,9 @@ class BaseDispatcher:
         self._memory = monitor.memory if monitor is not None else ProcessMemory()
 
     async def run(
-        self, frontier: Scheduler, process: ProcessFn, *, clock: Clock | None = None
+        self, frontier: Scheduler, process: ProcessFn, *, clock: Clock | None = None, rate_limit_at_send: bool = False
     ) -> AsyncIterator[CrawlResult]:
-        state = _RunState(frontier, process, clock or SystemClock())
+        state = _RunState(frontier, process, clock or SystemClock(), not rate_limit_at_send)
         queue: asyncio.Queue[object] = asyncio.Queue()
         monitor = self.monitor
         if monitor is not None:
@@ -128,10 +135,13 @@ class BaseDispatcher:
         clock = state.clock
         rl = self.rate_limiter
         monitor = self.monitor
-        if rl is not None:
+        if rl is not None and state.reserve:
             wait = rl.reserve(host)
             if wait > 0:
                 await clock.sleep(wait)
+            if rl.spaced(host):
+                while (wait := rl.claim(host)) > 0:
+                    await clock.sleep(wait)
         memory = self._memory
         mem_start = memory.rss()
         info = DispatchInfo(next(state.task_ids), clock.now(), memory_at_start=mem_start)

@@ -186,11 +186,11 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
 
     async def _watch(self, clock: Clock, main: asyncio.Task[object]) -> None:
         while True:
+            await clock.sleep(self.check_interval)
             self.check_memory(clock.now())
             if self._error is not None:
                 main.cancel()  # the driver may be waiting on the frontier: wake it with the error
                 return
-            await clock.sleep(self.check_interval)
 
     # -- driving ------------------------------------------------------------------------------------
 
@@ -212,6 +212,7 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
         loop = asyncio.get_running_loop()
         main = asyncio.current_task()
         assert main is not None
+        self.check_memory(clock.now())  # the first reading, before anything starts
         watcher = loop.create_task(self._watch(clock, main), name="crawlherd-memory-watch")
         try:
             while True:

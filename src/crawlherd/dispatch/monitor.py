@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import Counter
 from typing import Any
 
 import psutil
@@ -71,8 +70,8 @@ class CrawlerMonitor:
         self.requeued = 0
         self.in_flight = 0
         self.queued = 0
-        self.status_counts: Counter[int | str] = Counter()
-        self.domain_counts: Counter[str] = Counter()
+        self._status: dict[int | str, int] = {}
+        self._domains: dict[str, int] = {}
         self._duration_sum = 0.0
         self._mem_sum = 0
         self._mem_n = 0
@@ -100,10 +99,15 @@ class CrawlerMonitor:
             self.completed += 1
         else:
             self.failed += 1
-        self.status_counts[result.status_code if result.status_code is not None else "error"] += 1
+        code = result.status_code
+        key: int | str = code if code is not None else "error"
+        counts = self._status
+        counts[key] = counts.get(key, 0) + 1
         req = result.request
         if req is not None:
-            self.domain_counts[req.host] += 1
+            domains = self._domains
+            host = req.host
+            domains[host] = domains.get(host, 0) + 1
         info = result.dispatch
         if info is not None:
             self._duration_sum += info.end_time - info.start_time
@@ -113,6 +117,16 @@ class CrawlerMonitor:
                 self._mem_n += 1
                 if info.peak_memory > self._mem_peak:
                     self._mem_peak = info.peak_memory
+
+    @property
+    def status_counts(self) -> dict[int | str, int]:
+        """Results per HTTP status (``"error"``: no response)."""
+        return dict(self._status)
+
+    @property
+    def domain_counts(self) -> dict[str, int]:
+        """Results per host."""
+        return dict(self._domains)
 
     def task_retried(self) -> None:
         """A URL went back to the queue for a re-fetch (rate limited)."""
@@ -162,8 +176,8 @@ class CrawlerMonitor:
             "total": done + remaining,
             "elapsed": elapsed,
             "pages_per_second": rate,
-            "status_counts": dict(self.status_counts),
-            "domain_counts": dict(self.domain_counts),
+            "status_counts": self.status_counts,
+            "domain_counts": self.domain_counts,
             "avg_memory": self._mem_sum // self._mem_n if self._mem_n else 0,
             "peak_memory": max(self._mem_peak, self.memory.peak),
             "avg_duration": avg_duration,
@@ -185,38 +199,35 @@ class CrawlerMonitor:
         if self._started_at is None:
             self._started_at = time.perf_counter()
         self._stopped_at = None
-        if self._ticker is None:
-            self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="crawlherd-monitor")
-
-    async def _tick(self) -> None:
-        live = None
-        if self._ui_wanted():
+        if self._live is None and self._ui_wanted():
             from rich.console import Console
             from rich.live import Live
 
             console = self._console or Console(stderr=True)
-            live = self._live = Live(self.render(), console=console, refresh_per_second=self._refresh, transient=False)
-            live.start()
-        try:
-            while True:
-                await asyncio.sleep(1.0 / self._refresh)
-                self.record_memory(self.memory.rss())
-                if live is not None:
-                    live.update(self.render())
-        finally:
-            if live is not None:
-                live.update(self.render())
-                live.stop()
-                self._live = None
+            self._live = Live(self.render(), console=console, refresh_per_second=self._refresh, transient=False)
+            self._live.start()
+        if self._ticker is None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick(), name="crawlherd-monitor")
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(1.0 / self._refresh)
+            self.record_memory(self.memory.rss())
+            if self._live is not None:
+                self._live.update(self.render())
 
     async def stop(self) -> None:
-        """Stop the clock and the live view."""
+        """Stop the clock and the live view (which shows the final figures)."""
         self._stopped_at = time.perf_counter()
         ticker, self._ticker = self._ticker, None
         if ticker is not None:
             ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
+        live, self._live = self._live, None
+        if live is not None:
+            live.update(self.render())
+            live.stop()
 
     def render(self) -> Any:
         """The live view: a rich renderable."""

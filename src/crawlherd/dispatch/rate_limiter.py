@@ -49,11 +49,12 @@ class RateLimitDecision:
 
 
 class _Domain:
-    __slots__ = ("delay", "fails", "next_at")
+    __slots__ = ("delay", "fails", "last_sent", "next_at")
 
     def __init__(self, delay: float) -> None:
         self.delay = delay
         self.next_at = 0.0
+        self.last_sent = -1e18
         self.fails = 0
 
 
@@ -78,6 +79,7 @@ class RateLimiter:
         decay: float = 0.75,
         jitter: float = 0.25,
         rng: random.Random | None = None,
+        backoff_base: float = 0.5,
         max_domains: int = 100_000,
     ) -> None:
         lo, hi = base_delay
@@ -89,6 +91,8 @@ class RateLimiter:
             raise ConfigurationError(f"RateLimiter max_retries={max_retries!r}: must be >= 0")
         if not 0 < decay <= 1:
             raise ConfigurationError(f"RateLimiter decay={decay!r}: must be in (0, 1]")
+        if backoff_base <= 0:
+            raise ConfigurationError(f"RateLimiter backoff_base={backoff_base!r}: must be > 0 seconds")
         if not 0 <= jitter < 1:
             raise ConfigurationError(f"RateLimiter jitter={jitter!r}: must be in [0, 1)")
         self.base_delay = (float(lo), float(hi))
@@ -98,6 +102,7 @@ class RateLimiter:
         self.clock: Clock = clock or SystemClock()
         self._decay = decay
         self._jitter = jitter
+        self._backoff_base = backoff_base
         self._rng = rng or random.Random()
         self._max_domains = max_domains
         self._domains: dict[str, _Domain] = {}
@@ -130,6 +135,11 @@ class RateLimiter:
     def reserve(self, domain: str) -> float:
         """Take the next slot of ``domain``; returns the seconds to wait before fetching (0: now)."""
         d = self._domains.get(domain)
+        if self._zero:
+            if d is None:
+                return 0.0  # no spacing and never rate limited: nothing to remember
+            if d.next_at == 0.0 and d.delay <= 0.0:
+                return 0.0
         if d is None:
             d = self._domain(domain)
         raised = d.delay > self.base_delay[1]
@@ -146,6 +156,29 @@ class RateLimiter:
         slot = d.next_at if d.next_at > now else now
         d.next_at = slot + (d.delay if raised else self._base())
         return slot - now
+
+    def spaced(self, domain: str) -> bool:
+        """True when requests to ``domain`` must be spaced (a base delay, or a raised one)."""
+        if not self._zero:
+            return True
+        d = self._domains.get(domain)
+        return d is not None and d.delay > self.base_delay[1]
+
+    def claim(self, domain: str) -> float:
+        """Call when the reserved slot has come, right before sending: 0.0 means go (and records the
+        send), else the seconds still to wait before calling again. A waiter woken late by a busy
+        event loop sends late; the ones after it then wait too, so the *actual* sends stay at least
+        the minimum delay apart, not only the reserved slots."""
+        d = self._domains.get(domain)
+        if d is None:
+            d = self._domain(domain)
+        spacing = d.delay if d.delay > self.base_delay[1] else self.base_delay[0]
+        now = self.clock.now()
+        ready = d.last_sent + spacing
+        if ready > now:
+            return ready - now
+        d.last_sent = now
+        return 0.0
 
     def delay_of(self, domain: str) -> float:
         """The current delay of ``domain`` (its base delay until a rate-limit answer raised it)."""
@@ -179,7 +212,7 @@ class RateLimiter:
                 )
             delay = max(retry_after, self.base_delay[0])
         else:
-            grown = max(d.delay, self.base_delay[1], 0.5) * 2
+            grown = max(d.delay, self.base_delay[1], self._backoff_base) * 2
             delay = min(self.max_delay, grown * self._rng.uniform(1 - self._jitter, 1 + self._jitter))
         d.delay = delay
         if d.next_at < now + delay:

@@ -16,10 +16,13 @@ aiohttp and OS errors come out as :class:`~crawlherd.errors.FetchError` subclass
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import socket
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urljoin
 
@@ -38,6 +41,7 @@ from crawlherd.errors import (
 from crawlherd.fetch.base import FetchLimits, Response
 from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
 from crawlherd.request import Request
+from crawlherd.url import canonicalize_url, host_of
 
 __all__ = ["HttpFetcher"]
 
@@ -63,6 +67,38 @@ class _GuardedResolver(AbstractResolver):
 
     async def close(self) -> None:
         await self._inner.close()
+
+
+#: Called with the host (``host[:port]``) right before a request is written; returns None to send at
+#: once, or an awaitable to wait on first.
+SendGate = Callable[[str], Awaitable[None] | None]
+
+
+# The politeness key (``host[:port]``, as the frontier spells it) of the hop being sent, per task.
+_HOP_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("crawlherd_hop_host", default="")
+
+
+def _gated_request_class(fetcher: HttpFetcher) -> type[aiohttp.ClientRequest]:
+    """A ClientRequest that consults the fetcher's send gate once its connection is ready, right
+    before the request is written: per-host spacing then holds at the moment requests leave."""
+
+    class GatedRequest(aiohttp.ClientRequest):
+        async def send(self, conn: Any) -> aiohttp.ClientResponse:
+            gate = fetcher.send_gate
+            if gate is not None:
+                wait = gate(_HOP_HOST.get())
+                if wait is not None:
+                    progress = fetcher._progress()
+                    if progress is not None:
+                        progress[0] = float("inf")  # waiting for politeness is not a stalled read
+                    try:
+                        await wait
+                    finally:
+                        if progress is not None:
+                            progress[0] = time.monotonic()
+            return await super().send(conn)
+
+    return GatedRequest
 
 
 def _charset(content_type: str) -> str:
@@ -93,7 +129,21 @@ class HttpFetcher:
         self._networks = parse_networks(self.limits.allowed_networks)
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[float, float, float], aiohttp.ClientTimeout] = {}
+        # Always passed explicitly: aiohttp reads ``timeout=None`` as "no timeout at all".
+        self._default_timeout = self._timeout(
+            self.limits.connect_timeout, self.limits.read_timeout, self.limits.total_timeout
+        )
         self._closed = False
+        # Read-timeout watchdog: fetching task -> [time of last progress, read timeout]. A task that
+        # made no progress for its read timeout is cancelled and its fetch raises FetchTimeoutError.
+        self._watch: dict[asyncio.Task[Any], list[float]] = {}
+        self._stalled: set[asyncio.Task[Any]] = set()
+        self._watchdog: asyncio.Task[None] | None = None
+        self._tick = min(1.0, max(0.05, self.limits.read_timeout / 10))
+        #: Consulted with the host (``host[:port]``, the frontier's key) right before each request --
+        #: every redirect hop too -- is written to its connection (see SendGate). Set it before the
+        #: first fetch; the Crawler uses it to space requests to a host at the moment they leave.
+        self.send_gate: SendGate | None = None
 
     def __repr__(self) -> str:
         return f"<HttpFetcher limits={self.limits!r}>"
@@ -122,49 +172,103 @@ class HttpFetcher:
         self._session = session = aiohttp.ClientSession(
             connector=connector,
             headers=headers,
-            timeout=self._timeout(limits.connect_timeout, limits.read_timeout, limits.total_timeout),
+            timeout=self._default_timeout,
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
+            request_class=_gated_request_class(self) if self.send_gate is not None else aiohttp.ClientRequest,
         )
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch_reads(), name="crawlherd-read-watchdog")
         return session
 
     def _timeout(self, connect: float, read: float, total: float) -> aiohttp.ClientTimeout:
         key = (connect, read, total)
         t = self._timeouts.get(key)
         if t is None:
-            t = self._timeouts[key] = aiohttp.ClientTimeout(total=total, connect=connect, sock_read=read)
+            # No sock_read here: aiohttp re-arms a timer on every chunk received (two timer-heap
+            # operations per page); the read timeout is kept by this fetcher's watchdog instead.
+            t = self._timeouts[key] = aiohttp.ClientTimeout(total=total, connect=connect)
         return t
 
     async def close(self) -> None:
         self._closed = True
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+
+    async def _watch_reads(self) -> None:
+        watch = self._watch
+        stalled = self._stalled
+        while True:
+            await asyncio.sleep(self._tick)
+            now = time.monotonic()
+            for task, (last, limit) in list(watch.items()):
+                if now - last > limit and task not in stalled:
+                    stalled.add(task)
+                    task.cancel()
+
+    def _progress(self) -> list[float] | None:
+        """The watchdog entry of the current task (the send gate pauses it while waiting)."""
+        task = asyncio.current_task()
+        return None if task is None else self._watch.get(task)
 
     # -- fetch --------------------------------------------------------------------------------------
 
     async def fetch(self, request: Request) -> Response:
         session = self._session or self._open()
         limits = self.limits
-        timeout = None
+        timeout = self._default_timeout
+        read_timeout = limits.read_timeout
         if request.meta:
             t = request.meta.get("crawlherd.timeouts")
             if t:
+                read_timeout = float(t.get("read") or read_timeout)
                 timeout = self._timeout(
                     float(t.get("connect") or limits.connect_timeout),
-                    float(t.get("read") or limits.read_timeout),
+                    read_timeout,
                     float(t.get("total") or limits.total_timeout),
                 )
+        task = asyncio.current_task()
+        if task is None:
+            raise FetchError("HttpFetcher.fetch must run inside an asyncio task", url=request.url, request=request)
+        progress = [time.monotonic(), read_timeout]
+        self._watch[task] = progress
+        try:
+            return await self._fetch(session, request, timeout, progress)
+        except asyncio.CancelledError:
+            if task in self._stalled:
+                self._stalled.discard(task)
+                task.uncancel()
+                raise FetchTimeoutError(
+                    f"{request.url}: read timeout ({read_timeout:g} s without data)", url=request.url, request=request
+                ) from None
+            raise
+        finally:
+            self._watch.pop(task, None)
+            self._stalled.discard(task)
+
+    async def _fetch(
+        self, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout, progress: list[float]
+    ) -> Response:
+        limits = self.limits
         url = request.url
         method = request.method
         body = request.body
         headers = request.headers or None
         redirects: list[str] = []
+        gated = self.send_gate is not None
         started = time.perf_counter()
         try:
             while True:
                 if not limits.allow_private_addresses:
                     self._guard_literal(url)
+                progress[0] = time.monotonic()
+                if gated:
+                    _HOP_HOST.set(request.host if not redirects else host_of(canonicalize_url(url)))
                 async with session.request(
                     method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
                 ) as resp:
@@ -186,7 +290,7 @@ class HttpFetcher:
                     ctype = raw_headers.get("Content-Type", "")
                     if status < 400 and limits.allowed_content_types:
                         self._check_type(ctype, url, request)
-                    data = await self._read_body(resp, url, request)
+                    data = await self._read_body(resp, url, request, progress)
                     return Response(
                         url=url,
                         status=status,
@@ -226,13 +330,10 @@ class HttpFetcher:
             raise FetchError(f"{url}: {_reason(exc)}", url=url, request=request) from None
 
     def _timeout_error(
-        self, exc: BaseException, url: str, request: Request, timeout: aiohttp.ClientTimeout | None
+        self, exc: BaseException, url: str, request: Request, t: aiohttp.ClientTimeout
     ) -> FetchTimeoutError:
-        t = timeout or self._timeout(self.limits.connect_timeout, self.limits.read_timeout, self.limits.total_timeout)
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             what = f"connect timeout ({t.connect} s)"
-        elif isinstance(exc, aiohttp.SocketTimeoutError):
-            what = f"read timeout ({t.sock_read} s without data)"
         else:
             what = f"total timeout ({t.total} s)"
         return FetchTimeoutError(f"{url}: {what}", url=url, request=request)
@@ -270,7 +371,9 @@ class HttpFetcher:
                 f"{url}: content type {ctype!r} is not allowed (allowed: {allowed})", url=url, request=request
             )
 
-    async def _read_body(self, resp: aiohttp.ClientResponse, url: str, request: Request) -> bytes:
+    async def _read_body(
+        self, resp: aiohttp.ClientResponse, url: str, request: Request, progress: list[float]
+    ) -> bytes:
         limit = self.limits.max_body_size
         length = resp.content_length
         if length is not None and length > limit:
@@ -283,6 +386,7 @@ class HttpFetcher:
             chunks: list[bytes] = []
             size = 0
             while chunk := await content.readany():
+                progress[0] = time.monotonic()
                 size += len(chunk)
                 if size > limit:
                     raise BodyTooLargeError(
@@ -290,10 +394,16 @@ class HttpFetcher:
                     )
                 chunks.append(chunk)
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        return await self._read_decoded(content, encoding.strip().lower(), limit, url, request)
+        return await self._read_decoded(content, encoding.strip().lower(), limit, url, request, progress)
 
     async def _read_decoded(
-        self, content: aiohttp.StreamReader, encoding: str, limit: int, url: str, request: Request
+        self,
+        content: aiohttp.StreamReader,
+        encoding: str,
+        limit: int,
+        url: str,
+        request: Request,
+        progress: list[float],
     ) -> bytes:
         if encoding in ("gzip", "x-gzip"):
             decoder: Any = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -305,6 +415,7 @@ class HttpFetcher:
         size = 0
         try:
             while chunk := await content.readany():
+                progress[0] = time.monotonic()
                 while chunk:
                     data = decoder.decompress(chunk, limit - size + 1)
                     size += len(data)

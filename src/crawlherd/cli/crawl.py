@@ -1,0 +1,177 @@
+"""``crawlherd crawl URL...``: crawl from seed URLs, following links, politely."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import IO
+
+import click
+
+from crawlherd.errors import CrawlherdError
+
+__all__ = ["crawl"]
+
+_EPILOG = """\b
+Examples:
+  crawlherd crawl https://example.com --max-pages 50
+  crawlherd crawl https://example.com/blog/ --depth 3 --delay 2 --respect-robots -o pages.jsonl
+  crawlherd crawl http://127.0.0.1:8000/ --allow-private --concurrency 32 --delay 0
+
+\b
+Politeness: requests to one host are spaced by --delay seconds (robots.txt's Crawl-delay raises it
+with --respect-robots) and at most --per-host run at once; a 429/503 answer blocks the host for its
+Retry-After (or an exponential back-off) and the page is fetched again, up to 3 times.
+Links are followed within the seeds' hosts (and their subdomains) unless --domain is given.
+Private, loopback and link-local addresses are refused unless --allow-private.
+
+\b
+Output (--output): one JSON object per line: url, final_url, status_code, success, error_type,
+error_message, content_type, size, elapsed, depth, links, dispatch (timing, memory, retries);
+add --with-body to include the page text.
+
+\b
+Exit status: 0 when at least one page was fetched, 1 when nothing could be crawled,
+2 on a usage or configuration error.
+"""
+
+
+@click.command(epilog=_EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("urls", nargs=-1, required=True, metavar="URL...")
+@click.option("--max-pages", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Stop after this many pages were queued (seeds included).")
+@click.option("--depth", "max_depth", type=click.IntRange(min=0), default=2, show_default=True,
+              help="How many links away from a seed to go (0: only the seeds).")
+@click.option("--concurrency", type=click.IntRange(min=1, max=10_000), default=16, show_default=True,
+              help="Requests in flight at once, over all hosts.")
+@click.option("--per-host", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Requests in flight at once to one host.")
+@click.option("--delay", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds between two requests to the same host.")
+@click.option("--respect-robots/--ignore-robots", default=False, show_default=True,
+              help="Obey robots.txt (disallowed pages are reported, not fetched) and its Crawl-delay.")
+@click.option("--allow-private", is_flag=True, help="Allow private, loopback and link-local addresses.")
+@click.option("--domain", "domains", multiple=True, metavar="HOST",
+              help="Follow links only to this host and its subdomains (repeatable; '*' for any).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Total seconds allowed for one page.")
+@click.option("-o", "--output", type=click.File("w", encoding="utf-8"), default=None,
+              help="Write one JSON line per page to this file ('-' for stdout).")
+@click.option("--with-body", is_flag=True, help="Include the page text in --output.")
+@click.option("--frontier", default="memory://", show_default=True,
+              help="Frontier URL: memory://, sqlite:///crawl.db (resumable), redis://host/0?prefix=crawl.")
+@click.option("--progress/--no-progress", default=None,
+              help="Live progress view (default: when the terminal is interactive).")
+def crawl(
+    urls: tuple[str, ...],
+    max_pages: int,
+    max_depth: int,
+    concurrency: int,
+    per_host: int,
+    delay: float,
+    respect_robots: bool,
+    allow_private: bool,
+    domains: tuple[str, ...],
+    timeout: float,
+    output: IO[str] | None,
+    with_body: bool,
+    frontier: str,
+    progress: bool | None,
+) -> None:
+    """Crawl from the seed URL(s), following links through the frontier, politely.
+
+    Prints a summary at the end; with --output, every page as a JSON line.
+    """
+    try:
+        summary = asyncio.run(
+            _crawl(
+                list(urls), max_pages=max_pages, max_depth=max_depth, concurrency=concurrency, per_host=per_host,
+                delay=delay, respect_robots=respect_robots, allow_private=allow_private, domains=domains,
+                timeout=timeout, output=output, with_body=with_body, frontier=frontier, progress=progress,
+            )
+        )
+    except CrawlherdError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    ok = int(summary["ok"])  # type: ignore[call-overload]
+    total = int(summary["total"])  # type: ignore[call-overload]
+    click.echo(
+        f"crawled {total} page(s): {ok} ok, {total - ok} failed in {summary['elapsed']:.1f} s "
+        f"({summary['rate']:.1f} pages/s)",
+        err=True,
+    )
+    statuses: dict[str, int] = summary["statuses"]  # type: ignore[assignment]
+    for label, count in sorted(statuses.items(), key=lambda kv: -kv[1]):
+        click.echo(f"  {label}: {count}", err=True)
+    if ok == 0:
+        click.echo("nothing could be crawled", err=True)
+        sys.exit(1)
+
+
+async def _crawl(
+    urls: list[str],
+    *,
+    max_pages: int,
+    max_depth: int,
+    concurrency: int,
+    per_host: int,
+    delay: float,
+    respect_robots: bool,
+    allow_private: bool,
+    domains: tuple[str, ...],
+    timeout: float,
+    output: IO[str] | None,
+    with_body: bool,
+    frontier: str,
+    progress: bool | None,
+) -> dict[str, object]:
+    from collections import Counter
+
+    from crawlherd.crawler import Crawler, CrawlerRunConfig
+    from crawlherd.dispatch import CrawlerMonitor, RateLimiter, SemaphoreDispatcher
+    from crawlherd.fetch.base import FetchLimits
+
+    defaults = FetchLimits()
+    limits = FetchLimits(
+        allow_private_addresses=allow_private,
+        total_timeout=timeout,
+        read_timeout=min(timeout, defaults.read_timeout),
+        connect_timeout=min(timeout, defaults.connect_timeout),
+    )
+    config = CrawlerRunConfig(check_robots_txt=respect_robots, concurrency=concurrency)
+    monitor = CrawlerMonitor(enable_ui=progress, concurrency=concurrency)
+    dispatcher = SemaphoreDispatcher(
+        concurrency, rate_limiter=RateLimiter(base_delay=(0.0, 0.0)), monitor=monitor
+    )
+    statuses: Counter[str] = Counter()
+    ok = total = 0
+    async with Crawler(limits=limits, config=config) as crawler:
+        stream = await crawler.crawl(
+            urls,
+            max_pages=max_pages,
+            max_depth=max_depth,
+            allowed_domains=list(domains) or None,
+            dispatcher=dispatcher,
+            frontier=frontier,
+            delay=delay,
+            max_in_flight_per_host=per_host,
+        )
+        async with stream:
+            async for result in stream:
+                total += 1
+                ok += result.success
+                code = result.status_code
+                statuses[str(code) if code is not None else result.error_type or "error"] += 1
+                if output is not None:
+                    output.write(json.dumps(result.to_dict(body=with_body), ensure_ascii=False) + "\n")
+    stats = monitor.get_statistics()
+    return {
+        "ok": ok,
+        "total": total,
+        "elapsed": stats["elapsed"],
+        "rate": stats["pages_per_second"],
+        "statuses": dict(statuses),
+    }

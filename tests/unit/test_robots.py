@@ -1,0 +1,94 @@
+"""RobotsCache with a fetcher double: RFC 9309 status handling, caching, single flight, Crawl-delay."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from crawlherd.clock import FakeClock
+from crawlherd.errors import ContentTypeError, FetchError
+from crawlherd.fetch.base import FetchLimits, Response
+from crawlherd.fetch.robots import RobotsCache
+from crawlherd.request import Request
+
+
+class RobotsFetcher:
+    limits = FetchLimits(user_agent="crawlherd-test")
+
+    def __init__(self, status: int = 200, text: str = "", error: FetchError | None = None) -> None:
+        self.status, self.text, self.error = status, text, error
+        self.calls: list[str] = []
+        self.gate: asyncio.Event | None = None
+
+    async def __aenter__(self) -> RobotsFetcher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def fetch(self, request: Request) -> Response:
+        self.calls.append(request.url)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.error is not None:
+            raise self.error
+        return Response(url=request.url, status=self.status, headers={"content-type": "text/plain"},
+                        body=self.text.encode(), request=request)
+
+
+ROBOTS = "User-agent: *\nDisallow: /private\nCrawl-delay: 4\n\nUser-agent: other\nDisallow: /\n"
+
+
+async def test_rules_apply_and_are_cached_per_host() -> None:
+    clock = FakeClock()
+    f = RobotsFetcher(text=ROBOTS)
+    robots = RobotsCache(f, clock=clock, ttl=100)
+    assert await robots.allowed("http://a.example/page")
+    assert not await robots.allowed("http://a.example/private/x")
+    assert robots.crawl_delay("http://a.example/") == 4.0
+    assert f.calls == ["http://a.example/robots.txt"]
+    assert await robots.allowed("http://b.example:8080/page")
+    assert f.calls[-1] == "http://b.example:8080/robots.txt"
+    clock.advance(101)
+    await robots.allowed("http://a.example/page")
+    assert len(f.calls) == 3  # expired: fetched again
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "allowed"),
+    [
+        (404, None, True),  # no robots.txt: everything allowed
+        (403, None, True),
+        (503, None, False),  # server trouble: nothing allowed for now
+        (200, FetchError("reset"), False),  # unreachable
+        (200, ContentTypeError("image/png"), True),  # not a robots.txt we can read
+    ],
+)
+async def test_status_handling(status: int, error: FetchError | None, allowed: bool) -> None:
+    robots = RobotsCache(RobotsFetcher(status=status, text=ROBOTS, error=error), clock=FakeClock())
+    assert await robots.allowed("http://a.example/page") is allowed
+
+
+async def test_one_fetch_for_many_concurrent_callers() -> None:
+    f = RobotsFetcher(text=ROBOTS)
+    f.gate = asyncio.Event()
+    robots = RobotsCache(f, clock=FakeClock())
+    tasks = [asyncio.create_task(robots.allowed(f"http://a.example/{i}")) for i in range(20)]
+    await asyncio.sleep(0)
+    f.gate.set()
+    assert all(await asyncio.gather(*tasks))
+    assert len(f.calls) == 1
+
+
+async def test_crawl_delay_is_handed_over_once_per_host() -> None:
+    seen: list[tuple[str, float]] = []
+
+    async def hook(host: str, delay: float) -> None:
+        seen.append((host, delay))
+
+    robots = RobotsCache(RobotsFetcher(text=ROBOTS), clock=FakeClock(), on_crawl_delay=hook)
+    await robots.allowed("http://a.example/1")
+    await robots.allowed("http://a.example/2")
+    assert seen == [("a.example", 4.0)]
