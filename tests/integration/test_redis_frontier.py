@@ -195,3 +195,25 @@ async def test_two_clients_never_lease_the_same_request(
     finally:
         await a.close()
         await b.close()
+
+
+async def test_cli_stats_and_purge_on_redis(redis_url: str, unique_name: str, client: aioredis.Redis) -> None:
+    import asyncio
+
+    from click.testing import CliRunner
+
+    from crawlherd.cli import main
+
+    url = f"{redis_url}?prefix={unique_name}"
+    async with open_scheduler(url) as f:
+        await f.enqueue_requests(Request(f"http://cli.test/{i}") for i in range(5))
+    runner = CliRunner()
+    # the CLI runs its own event loop: run it in a thread, as a user's shell would run it apart
+    result = await asyncio.to_thread(runner.invoke, main, ["frontier", "stats", "--url", url, "--json", "--memory"])
+    assert result.exit_code == 0, result.output
+    snapshot = json.loads(result.output)
+    assert snapshot["queued"] == 5
+    assert snapshot["memory_bytes"]["dupefilter"] > 0 and snapshot["memory_bytes"]["queue"] > 0
+    purged = await asyncio.to_thread(runner.invoke, main, ["frontier", "purge", "--url", url, "--yes"])
+    assert purged.exit_code == 0, purged.output
+    assert [k async for k in client.scan_iter(match=f"{unique_name}:*")] == []
