@@ -60,16 +60,31 @@ if HW > NOW then NOW = HW else redis.call('SET', P..':now', ARGV[2]) end
 
 local function qkey(host) return P..':q:'..host end
 
+local CAPS, DELAYS = {}, {}  -- policy lookups, memoised for this call
+
 local function cap_of(host)
-  local c = redis.call('HGET', K_PCAP, host)
-  if c then return tonumber(c) end
-  return DEF_CAP
+  local c = CAPS[host]
+  if c == nil then
+    c = tonumber(redis.call('HGET', K_PCAP, host) or DEF_CAP)
+    CAPS[host] = c
+  end
+  return c
 end
 
 local function delay_of(host)
-  local d = redis.call('HGET', K_PDELAY, host)
-  if d then return tonumber(d) end
-  return DEF_DELAY
+  local d = DELAYS[host]
+  if d == nil then
+    d = tonumber(redis.call('HGET', K_PDELAY, host) or DEF_DELAY)
+    DELAYS[host] = d
+  end
+  return d
+end
+
+-- Commands taking many arguments, called in slices (Lua's unpack has a limit).
+local function bulk(cmd, key, args)
+  for i = 1, #args, 4000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 3999, #args)))
+  end
 end
 
 local function parse(payload)
@@ -209,7 +224,7 @@ return {'ok', redis.call('HGET', K_CFG, 'kind'), redis.call('HGET', K_CFG, 'bits
 """
 
 # ARGV[5] max_size (0 unbounded), [6] dupefilter kind, [7] "allow" when an unusable filter may be
-# bypassed, then 6 values per request: df_a, df_b, prio, host, not_before ('' none), payload.
+# bypassed, then one value per request: "<df_a> <df_b> <not_before or ''>\n<payload>".
 # Exact filter: df_a = bucket, df_b = fingerprint >> bits. Bloom: df_a, df_b = the two hash halves.
 # Returns {status, queued, processed, message}: status 'ok', 'full' (stopped at processed+1) or
 # 'dferr' (the filter could not be used and the policy is fail).
@@ -292,10 +307,13 @@ end
 local queued = tonumber(redis.call('HGET', K_C, 'queued') or '0')
 local n_new, n_dup, n_dfu, processed = 0, 0, 0, 0
 local status, message = 'ok', ''
-local touched = {}
-local i = 8
-while i + 5 <= #ARGV do
-  local a, b, prio, host, nb, payload = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]), ARGV[i+3], ARGV[i+4], ARGV[i+5]
+local nitems = #ARGV - 7
+local base = redis.call('INCRBY', K_SEQ, nitems) - nitems
+local reqs, ages, delayed, byhost = {}, {}, {}, {}
+for i = 8, #ARGV do
+  local a, b, nb, payload = string.match(ARGV[i], '^(%d+) (%d+) ([^\n]*)\n(.*)$')
+  local prio, host = parse(payload)
+  if not prio then return redis.error_reply('malformed enqueue argument '..(i - 7)) end
   local go = true
   if MAX > 0 and queued >= MAX then
     local seen, err = seen_has(a, b)
@@ -318,25 +336,37 @@ while i + 5 <= #ARGV do
     if new == 0 then
       n_dup = n_dup + 1
     else
-      local id = redis.call('INCR', K_SEQ)
-      redis.call('HSET', K_REQ, id, payload)
-      redis.call('ZADD', K_AGE, NOW, id)
+      local id = base + processed + 1
+      reqs[#reqs + 1] = id
+      reqs[#reqs + 1] = payload
+      ages[#ages + 1] = NOW
+      ages[#ages + 1] = id
       queued = queued + 1
       n_new = n_new + 1
       if nb ~= '' and tonumber(nb) > NOW then
-        redis.call('ZADD', K_DELAYED, tonumber(nb), id)
+        delayed[#delayed + 1] = tonumber(nb)
+        delayed[#delayed + 1] = id
       else
-        redis.call('ZADD', qkey(host), -prio * SHIFT + id, id)
-        redis.call('SADD', K_HOSTS, host)
-        touched[host] = true
+        local q = byhost[host]
+        if not q then q = {} byhost[host] = q end
+        q[#q + 1] = -prio * SHIFT + id
+        q[#q + 1] = id
       end
     end
   end
   processed = processed + 1
-  i = i + 6
 end
-for host in pairs(touched) do schedule(host) end
 if n_new > 0 then
+  bulk('HSET', K_REQ, reqs)
+  bulk('ZADD', K_AGE, ages)
+  if #delayed > 0 then bulk('ZADD', K_DELAYED, delayed) end
+  local hosts = {}
+  for host, q in pairs(byhost) do
+    bulk('ZADD', qkey(host), q)
+    hosts[#hosts + 1] = host
+  end
+  if #hosts > 0 then bulk('SADD', K_HOSTS, hosts) end
+  for _, host in ipairs(hosts) do schedule(host) end
   redis.call('HINCRBY', K_C, 'queued', n_new)
   redis.call('HINCRBY', K_C, 'enqueued', n_new)
 end
@@ -355,7 +385,10 @@ local LIMIT = tonumber(ARGV[5])
 local EXPIRES = NOW + tonumber(ARGV[6])
 refresh()
 local out = {string.format('%.17g', NOW)}
-local n = 0
+local has_att = redis.call('EXISTS', K_ATT) == 1
+local serial = redis.call('INCR', P..':lseq')
+local leases, lexp, aged = {}, {}, {}
+local n, taken = 0, 0
 while n < LIMIT do
   local top = redis.call('ZRANGE', K_READY, 0, 0)
   if #top == 0 then break end
@@ -366,8 +399,8 @@ while n < LIMIT do
   else
     local id = popped[1]
     local payload = redis.call('HGET', K_REQ, id)
-    redis.call('ZREM', K_AGE, id)
-    redis.call('HINCRBY', K_C, 'queued', -1)
+    aged[#aged + 1] = id
+    taken = taken + 1
     local prio = parse(payload)
     if not prio then
       bury(id, 'unreadable entry header')
@@ -377,16 +410,27 @@ while n < LIMIT do
       local d = delay_of(host)
       if d > 0 then redis.call('HSET', K_HREADY, host, NOW + d) end
       schedule(host)
-      local token = id..':'..redis.call('INCR', P..':lseq')
-      redis.call('HSET', K_LEASE, id, token..'\t'..prio..'\t'..host)
-      redis.call('ZADD', K_LEXP, EXPIRES, id)
-      local att = tonumber(redis.call('HGET', K_ATT, id) or '0') + 1
+      local token = id..':'..serial..'.'..n
+      leases[#leases + 1] = id
+      leases[#leases + 1] = token..'\t'..prio..'\t'..host
+      lexp[#lexp + 1] = EXPIRES
+      lexp[#lexp + 1] = id
+      local att = 1
+      if has_att then att = tonumber(redis.call('HGET', K_ATT, id) or '0') + 1 end
       out[#out + 1] = token
       out[#out + 1] = payload
       out[#out + 1] = att
       n = n + 1
     end
   end
+end
+if taken > 0 then
+  bulk('ZREM', K_AGE, aged)
+  redis.call('HINCRBY', K_C, 'queued', -taken)
+end
+if n > 0 then
+  bulk('HSET', K_LEASE, leases)
+  bulk('ZADD', K_LEXP, lexp)
 end
 return out
 """
@@ -398,23 +442,31 @@ ACK = (
     + r"""
 local MODE = ARGV[5]
 local bad = {}
-local done = 0
-local touched = {}
+local ids, perhost = {}, {}
 for i = 6, #ARGV do
-  local id, prio, host = lease_of(ARGV[i])
-  if id then
-    redis.call('HDEL', K_REQ, id)
-    redis.call('HDEL', K_ATT, id)
-    touched[host] = true
-    done = done + 1
+  local token = ARGV[i]
+  local id = string.match(token, '^(%d+):')
+  local info = id and redis.call('HGET', K_LEASE, id)
+  local tok, host
+  if info then tok, host = string.match(info, '^([^\t]*)\t%-?%d+\t(.*)$') end
+  if info and tok == token then
+    redis.call('HDEL', K_LEASE, id)  -- at once: the same token twice in one call is settled once
+    ids[#ids + 1] = id
+    perhost[host] = (perhost[host] or 0) + 1
   else
-    bad[#bad + 1] = ARGV[i]
+    bad[#bad + 1] = token
   end
 end
-for host in pairs(touched) do after_settle(host) end
-if done > 0 then
-  if MODE == 'ack' then redis.call('HINCRBY', K_C, 'acked', done)
-  else redis.call('HINCRBY', K_C, 'failures', done) end
+if #ids > 0 then
+  bulk('ZREM', K_LEXP, ids)
+  bulk('HDEL', K_REQ, ids)
+  if redis.call('EXISTS', K_ATT) == 1 then bulk('HDEL', K_ATT, ids) end
+  for host, k in pairs(perhost) do
+    redis.call('HINCRBY', K_HINF, host, -k)
+    after_settle(host)
+  end
+  if MODE == 'ack' then redis.call('HINCRBY', K_C, 'acked', #ids)
+  else redis.call('HINCRBY', K_C, 'failures', #ids) end
 end
 return bad
 """
