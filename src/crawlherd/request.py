@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from crawlherd.errors import InvalidURLError
-from crawlherd.url import canonicalize_url, host_of
+from crawlherd.url import canonicalize
 
 __all__ = ["FINGERPRINT_SIZE", "RECORD_VERSION", "Request", "fingerprint"]
 
@@ -16,6 +17,7 @@ __all__ = ["FINGERPRINT_SIZE", "RECORD_VERSION", "Request", "fingerprint"]
 FINGERPRINT_SIZE = 8
 #: Version of the dict form (:meth:`Request.to_record`) that persistent backends store.
 RECORD_VERSION = 1
+_intern = sys.intern
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
@@ -42,13 +44,12 @@ class Request:
     """
 
     __slots__ = (
-        "_fingerprint",
+        "_headers",
+        "_meta",
         "body",
-        "canonical_url",
         "depth",
-        "headers",
+        "fingerprint",
         "host",
-        "meta",
         "method",
         "not_before",
         "priority",
@@ -56,16 +57,15 @@ class Request:
     )
 
     url: str
-    canonical_url: str
     host: str
     method: str
     priority: int
     depth: int
-    meta: dict[str, Any]
-    headers: dict[str, str]
+    _meta: dict[str, Any] | None
+    _headers: dict[str, str] | None
     body: bytes | None
     not_before: float | None
-    _fingerprint: bytes | None
+    fingerprint: bytes
 
     def __init__(
         self,
@@ -80,31 +80,44 @@ class Request:
         not_before: float | None = None,
         strip_tracking: bool | frozenset[str] = False,
     ) -> None:
-        canonical = canonicalize_url(url, strip_tracking=strip_tracking)
+        canonical, host = canonicalize(url, strip_tracking=strip_tracking)
         if method not in _METHODS:
             upper = method.upper() if isinstance(method, str) else method
             if upper not in _METHODS:
                 raise InvalidURLError(f"unsupported HTTP method {method!r} for {url!r}", url=url)
             method = upper
-        self.url = url.strip(" ")
-        self.canonical_url = canonical
-        self.host = host_of(canonical)
+        url = url.strip(" ")
+        self.url = canonical if url == canonical else url  # share the string when they are equal
+        self.host = _intern(host)
         self.method = method
         self.priority = int(priority)
         self.depth = int(depth)
-        self.meta = dict(meta) if meta else {}
-        self.headers = dict(headers) if headers else {}
-        self.body = body.encode("utf-8") if isinstance(body, str) else body
+        self._meta = dict(meta) if meta else None
+        self._headers = dict(headers) if headers else None
+        self.body = body = body.encode("utf-8") if isinstance(body, str) else body
         self.not_before = not_before
-        self._fingerprint = None
+        #: The duplicate filter's key: :data:`FINGERPRINT_SIZE` bytes.
+        self.fingerprint = fingerprint(method, canonical, body)
 
     @property
-    def fingerprint(self) -> bytes:
-        """The duplicate filter's key: :data:`FINGERPRINT_SIZE` bytes."""
-        fp = self._fingerprint
-        if fp is None:
-            fp = self._fingerprint = fingerprint(self.method, self.canonical_url, self.body)
-        return fp
+    def meta(self) -> dict[str, Any]:
+        """Free-form, JSON-serialisable data that travels with the request (created on first use)."""
+        if self._meta is None:
+            self._meta = {}
+        return self._meta
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Extra request headers (created on first use)."""
+        if self._headers is None:
+            self._headers = {}
+        return self._headers
+
+    @property
+    def canonical_url(self) -> str:
+        """The canonical form of :attr:`url` (computed again on use: frontiers keep only the
+        fingerprint, which saves memory per queued request)."""
+        return canonicalize(self.url)[0]
 
     def replace(self, **changes: Any) -> Request:
         """A copy with some attributes changed (the URL is validated again if it changes)."""
@@ -112,8 +125,8 @@ class Request:
             "method": self.method,
             "priority": self.priority,
             "depth": self.depth,
-            "meta": self.meta,
-            "headers": self.headers,
+            "meta": self._meta,
+            "headers": self._headers,
             "body": self.body,
             "not_before": self.not_before,
         }
@@ -126,10 +139,10 @@ class Request:
         rec: dict[str, Any] = {"v": RECORD_VERSION, "url": self.url, "p": self.priority, "d": self.depth}
         if self.method != "GET":
             rec["m"] = self.method
-        if self.meta:
-            rec["meta"] = self.meta
-        if self.headers:
-            rec["h"] = self.headers
+        if self._meta:
+            rec["meta"] = self._meta
+        if self._headers:
+            rec["h"] = self._headers
         if self.body is not None:
             rec["b"] = base64.b64encode(self.body).decode("ascii")
         if self.not_before is not None:

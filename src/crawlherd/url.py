@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit
 
 from crawlherd.errors import InvalidURLError
 
-__all__ = ["DEFAULT_TRACKING_PARAMS", "canonicalize_url", "host_of"]
+__all__ = ["DEFAULT_TRACKING_PARAMS", "canonicalize", "canonicalize_url", "host_of"]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 DEFAULT_TRACKING_PARAMS = frozenset(
@@ -61,12 +61,54 @@ def _canonical_host(url: str, hostname: str | None, netloc: str) -> str:
     return hostname.rstrip(".")
 
 
+# Ordinary http(s) URLs: scheme, a plain host name or IPv4 address, an optional port. Anything else
+# (userinfo, IPv6, IDNA, odd characters) takes the general path through urlsplit.
+_FAST = re.compile(
+    r"(https?)://([a-z0-9_.-]+)(?::([0-9]{1,5}))?(/[^?#\x00-\x20\x7f]*)?(?:\?([^#\x00-\x20\x7f]*))?(?:#[^\x00-\x1f\x7f]*)?\Z",
+    re.I,
+)
+
+
 def canonicalize_url(url: str, *, strip_tracking: bool | frozenset[str] = False) -> str:
     """Return the canonical form of ``url`` or raise :class:`InvalidURLError`.
 
     ``strip_tracking`` drops ``utm_*`` and :data:`DEFAULT_TRACKING_PARAMS` when True, or the given
     parameter names (``utm_*`` included) when a set.
     """
+    return canonicalize(url, strip_tracking=strip_tracking)[0]
+
+
+def canonicalize(url: str, *, strip_tracking: bool | frozenset[str] = False) -> tuple[str, str]:
+    """``(canonical URL, host key)`` -- the host key is the politeness key, see :func:`host_of`."""
+    if isinstance(url, str):
+        m = _FAST.match(url)
+        if m is not None:
+            scheme, host, port, path, query = m.groups()
+            scheme = scheme.lower()
+            host = host.lower()
+            if _HOST.match(host) is not None and (port is None or 0 < int(port) <= 65535):
+                host = host.rstrip(".")
+                if port is not None and int(port) != DEFAULT_PORTS[scheme]:
+                    host = f"{host}:{int(port)}"
+                return _assemble(scheme, host, path or "/", query, strip_tracking), host
+    return _canonicalize_general(url, strip_tracking)
+
+
+def _assemble(scheme: str, host: str, path: str, query: str | None, strip_tracking: bool | frozenset[str]) -> str:
+    path = _quote(path, _PATH_SAFE)
+    if query:
+        pairs = [p for p in query.split("&") if p]
+        if strip_tracking:
+            names = DEFAULT_TRACKING_PARAMS if strip_tracking is True else strip_tracking
+            pairs = [p for p in pairs if not _is_tracking(p.partition("=")[0], names)]
+        # Quote before sorting, so that the order is the same when the canonical form is read again.
+        query = "&".join(sorted([_quote(p, _QUERY_SAFE) for p in pairs]))
+        if query:
+            return f"{scheme}://{host}{path}?{query}"
+    return f"{scheme}://{host}{path}"
+
+
+def _canonicalize_general(url: str, strip_tracking: bool | frozenset[str]) -> tuple[str, str]:
     if not isinstance(url, str):
         raise InvalidURLError(f"URL must be a string, not {type(url).__name__}", url=repr(url))
     url = url.strip(" ")
@@ -86,26 +128,12 @@ def canonicalize_url(url: str, *, strip_tracking: bool | frozenset[str] = False)
         raise InvalidURLError(f"URL scheme {scheme!r} is not supported (use http or https): {url!r}", url=url)
     netloc = parts.netloc
     host = _canonical_host(url, parts.hostname, netloc)
-    if port is not None and port == 0:
+    if port == 0:
         raise InvalidURLError(f"URL port 0 is not a usable port: {url!r}", url=url)
-    if "@" in netloc:
-        host = netloc.rpartition("@")[0] + "@" + host
     if port is not None and port != DEFAULT_PORTS[scheme]:
         host = f"{host}:{port}"
-    elif port is None and netloc.endswith(":"):
-        pass  # "http://host:/" means the default port
-    path = _quote(parts.path, _PATH_SAFE) if parts.path else "/"
-    query = parts.query
-    if query:
-        pairs = [p for p in query.split("&") if p]
-        if strip_tracking:
-            names = DEFAULT_TRACKING_PARAMS if strip_tracking is True else strip_tracking
-            pairs = [p for p in pairs if not _is_tracking(p.partition("=")[0], names)]
-        pairs.sort()
-        query = _quote("&".join(pairs), _QUERY_SAFE)
-        if query:
-            return f"{scheme}://{host}{path}?{query}"
-    return f"{scheme}://{host}{path}"
+    userinfo = netloc.rpartition("@")[0] + "@" if "@" in netloc else ""
+    return _assemble(scheme, userinfo + host, parts.path or "/", parts.query, strip_tracking), host
 
 
 def _is_tracking(name: str, names: frozenset[str]) -> bool:

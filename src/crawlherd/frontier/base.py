@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from crawlherd.request import Request
 
@@ -33,11 +33,11 @@ __all__ = ["FrontierStats", "FullPolicy", "Lease", "Scheduler"]
 FullPolicy = Literal["block", "raise"]
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
+class Lease(NamedTuple):
     """A request handed out by the frontier, held until it is acked, retried or failed.
 
     ``token`` identifies the lease to the backend; ``expires_at`` is on the frontier's clock.
+    (A NamedTuple: one is built per hand-out, and it is the cheapest immutable record to build.)
     """
 
     token: str

@@ -4,7 +4,7 @@ default for one-process crawls, and the test double for the others. It dies with
 
 Data structures (all O(log n) per operation):
 
-- per host, a heap of ``(-priority, seq, enqueued_at, request)``; ``seq`` is global, so FIFO ties;
+- per host, a heap of ``(-priority, seq, request)``; ``seq`` is global, so FIFO ties;
 - ``_ready``: a heap of ``(-priority, seq, host)`` holding the head of every host that may be fetched
   now; an entry is valid only while it is still that host's head (lazy deletion);
 - ``_timers``: hosts waiting for their ``ready_at``; ``_delayed``: requests waiting for ``not_before``;
@@ -14,6 +14,7 @@ Data structures (all O(log n) per operation):
 from __future__ import annotations
 
 import asyncio
+import bisect
 import heapq
 import itertools
 from collections import OrderedDict
@@ -28,7 +29,7 @@ from crawlherd.request import Request
 
 __all__ = ["MemoryScheduler"]
 
-_Entry = tuple[int, int, float, Request]
+_Entry = tuple[int, int, Request]
 
 
 class _Host:
@@ -56,10 +57,12 @@ class MemoryScheduler:
         self._policies: dict[str, HostPolicy] = dict(opts.host_policies)
         self._ready: list[tuple[int, int, str]] = []
         self._timers: list[tuple[float, str]] = []
-        self._delayed: list[tuple[float, int, float, Request]] = []
+        self._delayed: list[tuple[float, int, Request]] = []
         self._leases: OrderedDict[str, tuple[Lease, _Host]] = OrderedDict()
         self._attempts: dict[bytes, int] = {}
         self._seq = itertools.count()
+        self._seq_marks: list[tuple[int, float]] = []
+        self._last_mark = float("-inf")
         self._tokens = itertools.count(1)
         self._queued = 0
         self._changed: asyncio.Future[None] | None = None
@@ -126,9 +129,9 @@ class MemoryScheduler:
             self._push(h, lease.request, now)
         delayed = self._delayed
         while delayed and delayed[0][0] <= now:
-            _, _, enq_at, req = heapq.heappop(delayed)
+            _, seq, req = heapq.heappop(delayed)
             h = self._host(req.host)
-            heapq.heappush(h.queue, (-req.priority, next(self._seq), enq_at, req))
+            heapq.heappush(h.queue, (-req.priority, seq, req))
             self._schedule(h, now)
         timers = self._timers
         while timers and timers[0][0] <= now:
@@ -138,8 +141,17 @@ class MemoryScheduler:
                 timed.timer_at = -1.0
                 self._schedule(timed, now)
 
+    def _new_seq(self, now: float) -> int:
+        """The next sequence number; every second or so it is recorded with the time, which is how
+        ``stats().oldest_queued_age`` is known without storing a time per request."""
+        seq = next(self._seq)
+        if now - self._last_mark >= 1.0:
+            self._seq_marks.append((seq, now))
+            self._last_mark = now
+        return seq
+
     def _push(self, h: _Host, req: Request, now: float) -> None:
-        heapq.heappush(h.queue, (-req.priority, next(self._seq), now, req))
+        heapq.heappush(h.queue, (-req.priority, self._new_seq(now), req))
         self._queued += 1
         self._schedule(h, now)
 
@@ -183,7 +195,7 @@ class MemoryScheduler:
         now = self._clock.now()
         nb = request.not_before
         if nb is not None and nb > now:
-            heapq.heappush(self._delayed, (nb, next(self._seq), now, request))
+            heapq.heappush(self._delayed, (nb, self._new_seq(now), request))
             self._queued += 1
         else:
             self._push(self._host(request.host), request, now)
@@ -216,7 +228,7 @@ class MemoryScheduler:
             if not h.queue or h.queue[0][1] != seq or h.in_flight >= h.max_in_flight or h.ready_at > now:
                 self._schedule(h, now)
                 continue
-            _, _, _, req = heapq.heappop(h.queue)
+            req = heapq.heappop(h.queue)[2]
             self._queued -= 1
             h.in_flight += 1
             if h.delay:
@@ -318,12 +330,12 @@ class MemoryScheduler:
         req = lease.request
         self._attempts[req.fingerprint] = lease.attempt
         now = self._clock.now()
+        seq = self._new_seq(now)
         if delay > 0:
-            heapq.heappush(self._delayed, (now + delay, next(self._seq), now, req))
-            self._queued += 1
+            heapq.heappush(self._delayed, (now + delay, seq, req))
         else:
-            heapq.heappush(h.queue, (-req.priority, next(self._seq), now, req))
-            self._queued += 1
+            heapq.heappush(h.queue, (-req.priority, seq, req))
+        self._queued += 1
         self._after_settle(h, now)
 
     async def fail(self, lease: Lease, reason: str) -> None:
@@ -368,15 +380,19 @@ class MemoryScheduler:
     async def stats(self) -> FrontierStats:
         now = self._clock.now()
         depth: dict[str, int] = {}
-        oldest: float | None = None
+        oldest_seq: int | None = None
         for name, h in self._hosts.items():
             if h.queue:
                 depth[name] = len(h.queue)
-                first = min(e[2] for e in h.queue)
-                oldest = first if oldest is None else min(oldest, first)
-        for _, _, enq_at, req in self._delayed:
+                first = min(e[1] for e in h.queue)
+                oldest_seq = first if oldest_seq is None else min(oldest_seq, first)
+        for _, seq, req in self._delayed:
             depth[req.host] = depth.get(req.host, 0) + 1
-            oldest = enq_at if oldest is None else min(oldest, enq_at)
+            oldest_seq = seq if oldest_seq is None else min(oldest_seq, seq)
+        oldest: float | None = None
+        if oldest_seq is not None:
+            i = bisect.bisect_right(self._seq_marks, (oldest_seq, float("inf"))) - 1
+            oldest = self._seq_marks[max(i, 0)][1]
         return FrontierStats(
             queued=self._queued,
             in_flight=len(self._leases),
