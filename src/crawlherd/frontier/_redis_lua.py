@@ -134,17 +134,6 @@ local function bury(id, reason)
   redis.call('HINCRBY', K_C, 'bad', 1)
 end
 
--- A host with nothing queued, nothing in flight and no pending delay is forgotten.
-local function forget_if_idle(host)
-  if redis.call('EXISTS', qkey(host)) == 1 then return end
-  if tonumber(redis.call('HGET', K_HINF, host) or '0') > 0 then return end
-  if tonumber(redis.call('HGET', K_HREADY, host) or '0') > NOW then return end
-  redis.call('HDEL', K_HINF, host)
-  redis.call('HDEL', K_HREADY, host)
-  redis.call('SREM', K_HOSTS, host)
-  redis.call('ZREM', K_TIMERS, host)
-end
-
 -- Expired leases back to their queue, due delayed requests into theirs, due hosts into ready.
 local function refresh()
   local expired = redis.call('ZRANGEBYSCORE', K_LEXP, '-inf', NOW, 'LIMIT', 0, 1000)
@@ -193,9 +182,39 @@ local function lease_of(token)
   return id, tonumber(prio), host
 end
 
+-- After leases of host were settled: where it goes now, or forget it when idle.
 local function after_settle(host)
-  schedule(host)
-  forget_if_idle(host)
+  local head = redis.call('ZRANGE', qkey(host), 0, 0, 'WITHSCORES')
+  local inf = tonumber(redis.call('HGET', K_HINF, host) or '0')
+  local ra = tonumber(redis.call('HGET', K_HREADY, host) or '0')
+  if #head == 0 then
+    redis.call('ZREM', K_READY, host)
+    redis.call('ZREM', K_TIMERS, host)
+    if inf <= 0 and ra <= NOW then
+      redis.call('HDEL', K_HINF, host)
+      redis.call('HDEL', K_HREADY, host)
+      redis.call('SREM', K_HOSTS, host)
+    end
+  elseif inf >= cap_of(host) then
+    redis.call('ZREM', K_READY, host)
+    redis.call('ZREM', K_TIMERS, host)
+  elseif ra > NOW then
+    redis.call('ZREM', K_READY, host)
+    redis.call('ZADD', K_TIMERS, ra, host)
+  else
+    redis.call('ZREM', K_TIMERS, host)
+    redis.call('ZADD', K_READY, head[2], host)
+  end
+end
+
+-- HMGET in slices; returns one value (or false) per field.
+local function hmget(key, fields)
+  local out = {}
+  for i = 1, #fields, 4000 do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 3999, #fields)))
+    for _, v in ipairs(part) do out[#out + 1] = v end
+  end
+  return out
 end
 """
 
@@ -385,50 +404,85 @@ local LIMIT = tonumber(ARGV[5])
 local EXPIRES = NOW + tonumber(ARGV[6])
 refresh()
 local out = {string.format('%.17g', NOW)}
-local has_att = redis.call('EXISTS', K_ATT) == 1
-local serial = redis.call('INCR', P..':lseq')
-local leases, lexp, aged = {}, {}, {}
-local n, taken = 0, 0
-while n < LIMIT do
+-- host state read once, kept here while the batch is picked, written back at the end
+local INF, RA, RA_SET = {}, {}, {}
+local picked = {}
+while #picked < LIMIT do
   local top = redis.call('ZRANGE', K_READY, 0, 0)
   if #top == 0 then break end
   local host = top[1]
-  local popped = redis.call('ZPOPMIN', qkey(host))
+  local q = qkey(host)
+  local popped = redis.call('ZPOPMIN', q)
   if #popped == 0 then
     redis.call('ZREM', K_READY, host)
   else
-    local id = popped[1]
-    local payload = redis.call('HGET', K_REQ, id)
-    aged[#aged + 1] = id
-    taken = taken + 1
-    local prio = parse(payload)
-    if not prio then
-      bury(id, 'unreadable entry header')
-      schedule(host)
+    local prio = -math.floor(tonumber(popped[2]) / SHIFT)
+    picked[#picked + 1] = {popped[1], prio, host}
+    local inf = INF[host]
+    if inf == nil then inf = tonumber(redis.call('HGET', K_HINF, host) or '0') end
+    inf = inf + 1
+    INF[host] = inf
+    local ra = RA[host]
+    if ra == nil then ra = tonumber(redis.call('HGET', K_HREADY, host) or '0') end
+    local d = delay_of(host)
+    if d > 0 then
+      ra = NOW + d
+      RA_SET[host] = true
+    end
+    RA[host] = ra
+    if inf >= cap_of(host) then
+      redis.call('ZREM', K_READY, host)
+    elseif ra > NOW then
+      redis.call('ZREM', K_READY, host)
+      if redis.call('EXISTS', q) == 1 then redis.call('ZADD', K_TIMERS, ra, host) end
     else
-      redis.call('HINCRBY', K_HINF, host, 1)
-      local d = delay_of(host)
-      if d > 0 then redis.call('HSET', K_HREADY, host, NOW + d) end
-      schedule(host)
-      local token = id..':'..serial..'.'..n
-      leases[#leases + 1] = id
-      leases[#leases + 1] = token..'\t'..prio..'\t'..host
-      lexp[#lexp + 1] = EXPIRES
-      lexp[#lexp + 1] = id
-      local att = 1
-      if has_att then att = tonumber(redis.call('HGET', K_ATT, id) or '0') + 1 end
-      out[#out + 1] = token
-      out[#out + 1] = payload
-      out[#out + 1] = att
-      n = n + 1
+      local head = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+      if #head == 0 then redis.call('ZREM', K_READY, host) else redis.call('ZADD', K_READY, head[2], host) end
     end
   end
 end
-if taken > 0 then
-  bulk('ZREM', K_AGE, aged)
-  redis.call('HINCRBY', K_C, 'queued', -taken)
+if #picked == 0 then return out end
+local infs, ras = {}, {}
+for host, v in pairs(INF) do
+  infs[#infs + 1] = host
+  infs[#infs + 1] = v
 end
-if n > 0 then
+for host in pairs(RA_SET) do
+  ras[#ras + 1] = host
+  ras[#ras + 1] = string.format('%.17g', RA[host])
+end
+bulk('HSET', K_HINF, infs)
+if #ras > 0 then bulk('HSET', K_HREADY, ras) end
+local ids = {}
+for i, p in ipairs(picked) do ids[i] = p[1] end
+bulk('ZREM', K_AGE, ids)
+redis.call('HINCRBY', K_C, 'queued', -#picked)
+local payloads = hmget(K_REQ, ids)
+local atts = nil
+if redis.call('EXISTS', K_ATT) == 1 then atts = hmget(K_ATT, ids) end
+local serial = redis.call('INCR', P..':lseq')
+local leases, lexp = {}, {}
+for i, p in ipairs(picked) do
+  local id, prio, host = p[1], p[2], p[3]
+  local payload = payloads[i]
+  if not parse(payload) then
+    bury(id, 'unreadable entry header')
+    redis.call('HINCRBY', K_HINF, host, -1)
+    after_settle(host)
+  else
+    local token = id..':'..serial..'.'..i
+    leases[#leases + 1] = id
+    leases[#leases + 1] = token..'\t'..prio..'\t'..host
+    lexp[#lexp + 1] = EXPIRES
+    lexp[#lexp + 1] = id
+    local att = 1
+    if atts and atts[i] then att = tonumber(atts[i]) + 1 end
+    out[#out + 1] = token
+    out[#out + 1] = payload
+    out[#out + 1] = att
+  end
+end
+if #leases > 0 then
   bulk('HSET', K_LEASE, leases)
   bulk('ZADD', K_LEXP, lexp)
 end
@@ -441,36 +495,41 @@ ACK = (
     _PRELUDE
     + r"""
 local MODE = ARGV[5]
-local bad = {}
-local ids, perhost = {}, {}
+local tokens, ids = {}, {}
 for i = 6, #ARGV do
-  local token = ARGV[i]
-  local id = string.match(token, '^(%d+):')
-  local info = id and redis.call('HGET', K_LEASE, id)
+  tokens[#tokens + 1] = ARGV[i]
+  ids[#ids + 1] = string.match(ARGV[i], '^(%d+):') or '0'
+end
+local infos = hmget(K_LEASE, ids)
+local bad, done, perhost, settled = {}, {}, {}, {}
+for i, token in ipairs(tokens) do
+  local info = infos[i]
   local tok, host
   if info then tok, host = string.match(info, '^([^\t]*)\t%-?%d+\t(.*)$') end
-  if info and tok == token then
-    redis.call('HDEL', K_LEASE, id)  -- at once: the same token twice in one call is settled once
-    ids[#ids + 1] = id
+  if info and tok == token and not settled[ids[i]] then
+    settled[ids[i]] = true  -- the same token twice in one call is settled once
+    done[#done + 1] = ids[i]
     perhost[host] = (perhost[host] or 0) + 1
   else
     bad[#bad + 1] = token
   end
 end
-if #ids > 0 then
-  bulk('ZREM', K_LEXP, ids)
-  bulk('HDEL', K_REQ, ids)
-  if redis.call('EXISTS', K_ATT) == 1 then bulk('HDEL', K_ATT, ids) end
+if #done > 0 then
+  bulk('HDEL', K_LEASE, done)
+  bulk('ZREM', K_LEXP, done)
+  bulk('HDEL', K_REQ, done)
+  if redis.call('EXISTS', K_ATT) == 1 then bulk('HDEL', K_ATT, done) end
   for host, k in pairs(perhost) do
     redis.call('HINCRBY', K_HINF, host, -k)
     after_settle(host)
   end
-  if MODE == 'ack' then redis.call('HINCRBY', K_C, 'acked', #ids)
-  else redis.call('HINCRBY', K_C, 'failures', #ids) end
+  if MODE == 'ack' then redis.call('HINCRBY', K_C, 'acked', #done)
+  else redis.call('HINCRBY', K_C, 'failures', #done) end
 end
 return bad
 """
 )
+
 
 # ARGV[5] token, [6] delay, [7] attempt. Returns 1, or 0 when the lease is not valid.
 RETRY = (
