@@ -348,11 +348,11 @@ class RedisScheduler:
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
         while True:
+            if self._closed:
+                return None
             lease = await self.next_request()
             if lease is not None:
                 return lease
-            if self._closed:
-                return None
             queued, inflight, wake = await self._peek()
             if not queued and not inflight:
                 return None

@@ -555,8 +555,10 @@ class SQLiteScheduler:
             out: list[Lease] = []
             buried = 0
             for rid, h, prio, token in picked:
-                record, attempts = records[rid]
+                record, attempts = records.get(rid, ("", 0))
                 try:
+                    if not record:
+                        raise ValueError("the request's row is missing")
                     request = Request.from_record(json.loads(record))
                 except (ValueError, KeyError, TypeError) as exc:
                     reason = f"undecodable request record: {exc}"
@@ -587,10 +589,12 @@ class SQLiteScheduler:
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
         while True:
+            if self._closed:
+                return None
             lease = await self.next_request()
             if lease is not None:
                 return lease
-            if self._closed or (not self._queued and not self._leases):
+            if not self._queued and not self._leases:
                 return None
             now = clock.now()
             if deadline is not None and now >= deadline:
