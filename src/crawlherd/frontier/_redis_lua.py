@@ -61,11 +61,15 @@ if HW > NOW then NOW = HW else redis.call('SET', P..':now', ARGV[2]) end
 local function qkey(host) return P..':q:'..host end
 
 local CAPS, DELAYS = {}, {}  -- policy lookups, memoised for this call
+-- most frontiers have no per-host policy at all: then there is nothing to look up
+local HAS_PCAP, HAS_PDELAY = nil, nil
 
 local function cap_of(host)
   local c = CAPS[host]
   if c == nil then
-    c = tonumber(redis.call('HGET', K_PCAP, host) or DEF_CAP)
+    if HAS_PCAP == nil then HAS_PCAP = redis.call('EXISTS', K_PCAP) == 1 end
+    c = DEF_CAP
+    if HAS_PCAP then c = tonumber(redis.call('HGET', K_PCAP, host) or DEF_CAP) end
     CAPS[host] = c
   end
   return c
@@ -74,7 +78,9 @@ end
 local function delay_of(host)
   local d = DELAYS[host]
   if d == nil then
-    d = tonumber(redis.call('HGET', K_PDELAY, host) or DEF_DELAY)
+    if HAS_PDELAY == nil then HAS_PDELAY = redis.call('EXISTS', K_PDELAY) == 1 end
+    d = DEF_DELAY
+    if HAS_PDELAY then d = tonumber(redis.call('HGET', K_PDELAY, host) or DEF_DELAY) end
     DELAYS[host] = d
   end
   return d
