@@ -1,7 +1,7 @@
 """Durable frontiers against the memory baseline, in one run, on loopback.
 
     .venv/bin/python bench/frontier_backends.py [--requests 200000] [--hosts 1000]
-        [--fingerprints 1000000] [--redis redis://127.0.0.1:6379/0] [--backends memory,sqlite,redis]
+        [--fingerprints 1000000] [--redis private|redis://host:port/db] [--backends memory,sqlite,redis]
 
 Workload (the frontier issue's): ``--requests`` requests across ``--hosts`` hosts, 20% of them exact
 duplicates of earlier ones, random priorities 0-100; enqueue them all (``enqueue_requests`` in
@@ -20,6 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -113,13 +116,53 @@ async def main() -> int:
     p.add_argument("--requests", type=int, default=200_000)
     p.add_argument("--hosts", type=int, default=1000)
     p.add_argument("--fingerprints", type=int, default=1_000_000)
-    p.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    p.add_argument(
+        "--redis",
+        default="private",
+        help="Redis URL, or 'private' (default): a redis-server of the benchmark's own on a free port, so that "
+        "its script time (INFO commandstats) is ours alone",
+    )
     p.add_argument("--backends", default="memory,sqlite,redis")
     args = p.parse_args()
     backends = args.backends.split(",")
 
+    server = None
+    if args.redis == "private" and "redis" in backends:
+        server, args.redis = start_private_redis()
+    try:
+        return await bench(args, backends)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+
+
+def start_private_redis() -> tuple[subprocess.Popen[bytes], str]:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise SystemExit("redis-server not found: pass --redis redis://host:port/db")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(200):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.1):
+                break
+        except OSError:
+            time.sleep(0.05)
+    return proc, f"redis://127.0.0.1:{port}/0"
+
+
+async def bench(args: argparse.Namespace, backends: list[str]) -> int:
     reqs = workload(args.requests, args.hosts)
     print(f"workload: {len(reqs):,} requests, {args.hosts:,} hosts, 20% duplicates, priorities 0-100")
+    if "redis" in backends:
+        print(f"redis: {args.redis}")
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in backends:
