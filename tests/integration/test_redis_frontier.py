@@ -217,3 +217,19 @@ async def test_cli_stats_and_purge_on_redis(redis_url: str, unique_name: str, cl
     purged = await asyncio.to_thread(runner.invoke, main, ["frontier", "purge", "--url", url, "--yes"])
     assert purged.exit_code == 0, purged.output
     assert [k async for k in client.scan_iter(match=f"{unique_name}:*")] == []
+
+
+async def test_negative_and_huge_priorities_keep_their_order(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    frontier = await open_redis(redis_url, unique_name)
+    try:
+        prios = [-3, 0, 10**9, 7, -3, -(10**9)]
+        for i, prio in enumerate(prios):
+            await frontier.enqueue_request(Request(f"http://n{i}.test/", priority=prio))
+        leases = await frontier.next_requests(10)
+        assert [lease.request.priority for lease in leases] == [10**9, 7, 0, -3, -3, -(10**9)]
+        assert [lease.request.url for lease in leases][3:5] == ["http://n0.test/", "http://n4.test/"]  # FIFO
+        await frontier.ack_many(leases)
+    finally:
+        await frontier.close()

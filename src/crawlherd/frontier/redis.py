@@ -191,11 +191,9 @@ class RedisScheduler:
                 raise BackendUnavailableError(f"redis at {self._url} refused: {text}", backend="redis") from exc
             raise FrontierError(f"redis frontier script failed: {text}") from exc
 
-    async def _run(self, name: str, *args: Any, now: float | None = None) -> Any:
+    async def _run(self, name: str, *args: Any) -> Any:
         opts = self.options
-        if now is None:
-            now = self._clock.now()
-        argv = [self.prefix, repr(now), repr(float(opts.delay)), opts.max_in_flight, *args]
+        argv = [self.prefix, repr(self._clock.now()), repr(float(opts.delay)), opts.max_in_flight, *args]
         script = self._scripts[name]
         return await self._guard(lambda: script(keys=[], args=argv))
 
