@@ -195,3 +195,41 @@ async def test_two_clients_never_lease_the_same_request(
     finally:
         await a.close()
         await b.close()
+
+
+async def test_cli_stats_and_purge_on_redis(redis_url: str, unique_name: str, client: aioredis.Redis) -> None:
+    import asyncio
+
+    from click.testing import CliRunner
+
+    from crawlherd.cli import main
+
+    url = f"{redis_url}?prefix={unique_name}"
+    async with open_scheduler(url) as f:
+        await f.enqueue_requests(Request(f"http://cli.test/{i}") for i in range(5))
+    runner = CliRunner()
+    # the CLI runs its own event loop: run it in a thread, as a user's shell would run it apart
+    result = await asyncio.to_thread(runner.invoke, main, ["frontier", "stats", "--url", url, "--json", "--memory"])
+    assert result.exit_code == 0, result.output
+    snapshot = json.loads(result.output)
+    assert snapshot["queued"] == 5
+    assert snapshot["memory_bytes"]["dupefilter"] > 0 and snapshot["memory_bytes"]["queue"] > 0
+    purged = await asyncio.to_thread(runner.invoke, main, ["frontier", "purge", "--url", url, "--yes"])
+    assert purged.exit_code == 0, purged.output
+    assert [k async for k in client.scan_iter(match=f"{unique_name}:*")] == []
+
+
+async def test_negative_and_huge_priorities_keep_their_order(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    frontier = await open_redis(redis_url, unique_name)
+    try:
+        prios = [-3, 0, 10**9, 7, -3, -(10**9)]
+        for i, prio in enumerate(prios):
+            await frontier.enqueue_request(Request(f"http://n{i}.test/", priority=prio))
+        leases = await frontier.next_requests(10)
+        assert [lease.request.priority for lease in leases] == [10**9, 7, 0, -3, -3, -(10**9)]
+        assert [lease.request.url for lease in leases][3:5] == ["http://n0.test/", "http://n4.test/"]  # FIFO
+        await frontier.ack_many(leases)
+    finally:
+        await frontier.close()

@@ -78,12 +78,16 @@ def purge(url: str, dupefilter: str | None, yes: bool) -> None:
         click.confirm(f"Delete the whole frontier at {redact_url(url)}?", abort=True)
 
     async def run() -> int:
-        async with open_scheduler(url, **_options(dupefilter)) as f:
+        f = open_scheduler(url, **_options(dupefilter))
+        try:
+            # not entered: a purge must work on a frontier this version cannot otherwise open
             wipe = getattr(f, "purge", None)
             if wipe is None:
                 raise ConfigurationError(f"the frontier at {redact_url(url)} keeps nothing to purge")
             n: int = await wipe()
             return n
+        finally:
+            await f.close()
 
     n = asyncio.run(run())
     click.echo(f"purged {redact_url(url)} ({n} deleted)")

@@ -60,16 +60,37 @@ if HW > NOW then NOW = HW else redis.call('SET', P..':now', ARGV[2]) end
 
 local function qkey(host) return P..':q:'..host end
 
+local CAPS, DELAYS = {}, {}  -- policy lookups, memoised for this call
+-- most frontiers have no per-host policy at all: then there is nothing to look up
+local HAS_PCAP, HAS_PDELAY = nil, nil
+
 local function cap_of(host)
-  local c = redis.call('HGET', K_PCAP, host)
-  if c then return tonumber(c) end
-  return DEF_CAP
+  local c = CAPS[host]
+  if c == nil then
+    if HAS_PCAP == nil then HAS_PCAP = redis.call('EXISTS', K_PCAP) == 1 end
+    c = DEF_CAP
+    if HAS_PCAP then c = tonumber(redis.call('HGET', K_PCAP, host) or DEF_CAP) end
+    CAPS[host] = c
+  end
+  return c
 end
 
 local function delay_of(host)
-  local d = redis.call('HGET', K_PDELAY, host)
-  if d then return tonumber(d) end
-  return DEF_DELAY
+  local d = DELAYS[host]
+  if d == nil then
+    if HAS_PDELAY == nil then HAS_PDELAY = redis.call('EXISTS', K_PDELAY) == 1 end
+    d = DEF_DELAY
+    if HAS_PDELAY then d = tonumber(redis.call('HGET', K_PDELAY, host) or DEF_DELAY) end
+    DELAYS[host] = d
+  end
+  return d
+end
+
+-- Commands taking many arguments, called in slices (Lua's unpack has a limit).
+local function bulk(cmd, key, args)
+  for i = 1, #args, 4000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 3999, #args)))
+  end
 end
 
 local function parse(payload)
@@ -117,17 +138,6 @@ local function bury(id, reason)
   redis.call('HDEL', K_ATT, id)
   redis.call('ZREM', K_AGE, id)
   redis.call('HINCRBY', K_C, 'bad', 1)
-end
-
--- A host with nothing queued, nothing in flight and no pending delay is forgotten.
-local function forget_if_idle(host)
-  if redis.call('EXISTS', qkey(host)) == 1 then return end
-  if tonumber(redis.call('HGET', K_HINF, host) or '0') > 0 then return end
-  if tonumber(redis.call('HGET', K_HREADY, host) or '0') > NOW then return end
-  redis.call('HDEL', K_HINF, host)
-  redis.call('HDEL', K_HREADY, host)
-  redis.call('SREM', K_HOSTS, host)
-  redis.call('ZREM', K_TIMERS, host)
 end
 
 -- Expired leases back to their queue, due delayed requests into theirs, due hosts into ready.
@@ -178,9 +188,39 @@ local function lease_of(token)
   return id, tonumber(prio), host
 end
 
+-- After leases of host were settled: where it goes now, or forget it when idle.
 local function after_settle(host)
-  schedule(host)
-  forget_if_idle(host)
+  local head = redis.call('ZRANGE', qkey(host), 0, 0, 'WITHSCORES')
+  local inf = tonumber(redis.call('HGET', K_HINF, host) or '0')
+  local ra = tonumber(redis.call('HGET', K_HREADY, host) or '0')
+  if #head == 0 then
+    redis.call('ZREM', K_READY, host)
+    redis.call('ZREM', K_TIMERS, host)
+    if inf <= 0 and ra <= NOW then
+      redis.call('HDEL', K_HINF, host)
+      redis.call('HDEL', K_HREADY, host)
+      redis.call('SREM', K_HOSTS, host)
+    end
+  elseif inf >= cap_of(host) then
+    redis.call('ZREM', K_READY, host)
+    redis.call('ZREM', K_TIMERS, host)
+  elseif ra > NOW then
+    redis.call('ZREM', K_READY, host)
+    redis.call('ZADD', K_TIMERS, ra, host)
+  else
+    redis.call('ZREM', K_TIMERS, host)
+    redis.call('ZADD', K_READY, head[2], host)
+  end
+end
+
+-- HMGET in slices; returns one value (or false) per field.
+local function hmget(key, fields)
+  local out = {}
+  for i = 1, #fields, 4000 do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 3999, #fields)))
+    for _, v in ipairs(part) do out[#out + 1] = v end
+  end
+  return out
 end
 """
 
@@ -209,7 +249,7 @@ return {'ok', redis.call('HGET', K_CFG, 'kind'), redis.call('HGET', K_CFG, 'bits
 """
 
 # ARGV[5] max_size (0 unbounded), [6] dupefilter kind, [7] "allow" when an unusable filter may be
-# bypassed, then 6 values per request: df_a, df_b, prio, host, not_before ('' none), payload.
+# bypassed, then one value per request: "<df_a> <df_b> <not_before or ''>\n<payload>".
 # Exact filter: df_a = bucket, df_b = fingerprint >> bits. Bloom: df_a, df_b = the two hash halves.
 # Returns {status, queued, processed, message}: status 'ok', 'full' (stopped at processed+1) or
 # 'dferr' (the filter could not be used and the policy is fail).
@@ -292,10 +332,13 @@ end
 local queued = tonumber(redis.call('HGET', K_C, 'queued') or '0')
 local n_new, n_dup, n_dfu, processed = 0, 0, 0, 0
 local status, message = 'ok', ''
-local touched = {}
-local i = 8
-while i + 5 <= #ARGV do
-  local a, b, prio, host, nb, payload = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]), ARGV[i+3], ARGV[i+4], ARGV[i+5]
+local nitems = #ARGV - 7
+local base = redis.call('INCRBY', K_SEQ, nitems) - nitems
+local reqs, ages, delayed, byhost = {}, {}, {}, {}
+for i = 8, #ARGV do
+  local a, b, nb, payload = string.match(ARGV[i], '^(%d+) (%d+) ([^\n]*)\n(.*)$')
+  local prio, host = parse(payload)
+  if not prio then return redis.error_reply('malformed enqueue argument '..(i - 7)) end
   local go = true
   if MAX > 0 and queued >= MAX then
     local seen, err = seen_has(a, b)
@@ -318,25 +361,37 @@ while i + 5 <= #ARGV do
     if new == 0 then
       n_dup = n_dup + 1
     else
-      local id = redis.call('INCR', K_SEQ)
-      redis.call('HSET', K_REQ, id, payload)
-      redis.call('ZADD', K_AGE, NOW, id)
+      local id = base + processed + 1
+      reqs[#reqs + 1] = id
+      reqs[#reqs + 1] = payload
+      ages[#ages + 1] = NOW
+      ages[#ages + 1] = id
       queued = queued + 1
       n_new = n_new + 1
       if nb ~= '' and tonumber(nb) > NOW then
-        redis.call('ZADD', K_DELAYED, tonumber(nb), id)
+        delayed[#delayed + 1] = tonumber(nb)
+        delayed[#delayed + 1] = id
       else
-        redis.call('ZADD', qkey(host), -prio * SHIFT + id, id)
-        redis.call('SADD', K_HOSTS, host)
-        touched[host] = true
+        local q = byhost[host]
+        if not q then q = {} byhost[host] = q end
+        q[#q + 1] = -prio * SHIFT + id
+        q[#q + 1] = id
       end
     end
   end
   processed = processed + 1
-  i = i + 6
 end
-for host in pairs(touched) do schedule(host) end
 if n_new > 0 then
+  bulk('HSET', K_REQ, reqs)
+  bulk('ZADD', K_AGE, ages)
+  if #delayed > 0 then bulk('ZADD', K_DELAYED, delayed) end
+  local hosts = {}
+  for host, q in pairs(byhost) do
+    bulk('ZADD', qkey(host), q)
+    hosts[#hosts + 1] = host
+  end
+  if #hosts > 0 then bulk('SADD', K_HOSTS, hosts) end
+  for _, host in ipairs(hosts) do schedule(host) end
   redis.call('HINCRBY', K_C, 'queued', n_new)
   redis.call('HINCRBY', K_C, 'enqueued', n_new)
 end
@@ -355,38 +410,87 @@ local LIMIT = tonumber(ARGV[5])
 local EXPIRES = NOW + tonumber(ARGV[6])
 refresh()
 local out = {string.format('%.17g', NOW)}
-local n = 0
-while n < LIMIT do
+-- host state read once, kept here while the batch is picked, written back at the end
+local INF, RA, RA_SET = {}, {}, {}
+local picked = {}
+while #picked < LIMIT do
   local top = redis.call('ZRANGE', K_READY, 0, 0)
   if #top == 0 then break end
   local host = top[1]
-  local popped = redis.call('ZPOPMIN', qkey(host))
+  local q = qkey(host)
+  local popped = redis.call('ZPOPMIN', q)
   if #popped == 0 then
     redis.call('ZREM', K_READY, host)
   else
-    local id = popped[1]
-    local payload = redis.call('HGET', K_REQ, id)
-    redis.call('ZREM', K_AGE, id)
-    redis.call('HINCRBY', K_C, 'queued', -1)
-    local prio = parse(payload)
-    if not prio then
-      bury(id, 'unreadable entry header')
-      schedule(host)
+    local prio = -math.floor(tonumber(popped[2]) / SHIFT)
+    picked[#picked + 1] = {popped[1], prio, host}
+    local inf = INF[host]
+    if inf == nil then inf = tonumber(redis.call('HGET', K_HINF, host) or '0') end
+    inf = inf + 1
+    INF[host] = inf
+    local ra = RA[host]
+    if ra == nil then ra = tonumber(redis.call('HGET', K_HREADY, host) or '0') end
+    local d = delay_of(host)
+    if d > 0 then
+      ra = NOW + d
+      RA_SET[host] = true
+    end
+    RA[host] = ra
+    if inf >= cap_of(host) then
+      redis.call('ZREM', K_READY, host)
+    elseif ra > NOW then
+      redis.call('ZREM', K_READY, host)
+      if redis.call('EXISTS', q) == 1 then redis.call('ZADD', K_TIMERS, ra, host) end
     else
-      redis.call('HINCRBY', K_HINF, host, 1)
-      local d = delay_of(host)
-      if d > 0 then redis.call('HSET', K_HREADY, host, NOW + d) end
-      schedule(host)
-      local token = id..':'..redis.call('INCR', P..':lseq')
-      redis.call('HSET', K_LEASE, id, token..'\t'..prio..'\t'..host)
-      redis.call('ZADD', K_LEXP, EXPIRES, id)
-      local att = tonumber(redis.call('HGET', K_ATT, id) or '0') + 1
-      out[#out + 1] = token
-      out[#out + 1] = payload
-      out[#out + 1] = att
-      n = n + 1
+      local head = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
+      if #head == 0 then redis.call('ZREM', K_READY, host) else redis.call('ZADD', K_READY, head[2], host) end
     end
   end
+end
+if #picked == 0 then return out end
+local infs, ras = {}, {}
+for host, v in pairs(INF) do
+  infs[#infs + 1] = host
+  infs[#infs + 1] = v
+end
+for host in pairs(RA_SET) do
+  ras[#ras + 1] = host
+  ras[#ras + 1] = string.format('%.17g', RA[host])
+end
+bulk('HSET', K_HINF, infs)
+if #ras > 0 then bulk('HSET', K_HREADY, ras) end
+local ids = {}
+for i, p in ipairs(picked) do ids[i] = p[1] end
+bulk('ZREM', K_AGE, ids)
+redis.call('HINCRBY', K_C, 'queued', -#picked)
+local payloads = hmget(K_REQ, ids)
+local atts = nil
+if redis.call('EXISTS', K_ATT) == 1 then atts = hmget(K_ATT, ids) end
+local serial = redis.call('INCR', P..':lseq')
+local leases, lexp = {}, {}
+for i, p in ipairs(picked) do
+  local id, prio, host = p[1], p[2], p[3]
+  local payload = payloads[i]
+  if not parse(payload) then
+    bury(id, 'unreadable entry header')
+    redis.call('HINCRBY', K_HINF, host, -1)
+    after_settle(host)
+  else
+    local token = id..':'..serial..'.'..i
+    leases[#leases + 1] = id
+    leases[#leases + 1] = token..'\t'..prio..'\t'..host
+    lexp[#lexp + 1] = EXPIRES
+    lexp[#lexp + 1] = id
+    local att = 1
+    if atts and atts[i] then att = tonumber(atts[i]) + 1 end
+    out[#out + 1] = token
+    out[#out + 1] = payload
+    out[#out + 1] = att
+  end
+end
+if #leases > 0 then
+  bulk('HSET', K_LEASE, leases)
+  bulk('ZADD', K_LEXP, lexp)
 end
 return out
 """
@@ -397,28 +501,41 @@ ACK = (
     _PRELUDE
     + r"""
 local MODE = ARGV[5]
-local bad = {}
-local done = 0
-local touched = {}
+local tokens, ids = {}, {}
 for i = 6, #ARGV do
-  local id, prio, host = lease_of(ARGV[i])
-  if id then
-    redis.call('HDEL', K_REQ, id)
-    redis.call('HDEL', K_ATT, id)
-    touched[host] = true
-    done = done + 1
+  tokens[#tokens + 1] = ARGV[i]
+  ids[#ids + 1] = string.match(ARGV[i], '^(%d+):') or '0'
+end
+local infos = hmget(K_LEASE, ids)
+local bad, done, perhost, settled = {}, {}, {}, {}
+for i, token in ipairs(tokens) do
+  local info = infos[i]
+  local tok, host
+  if info then tok, host = string.match(info, '^([^\t]*)\t%-?%d+\t(.*)$') end
+  if info and tok == token and not settled[ids[i]] then
+    settled[ids[i]] = true  -- the same token twice in one call is settled once
+    done[#done + 1] = ids[i]
+    perhost[host] = (perhost[host] or 0) + 1
   else
-    bad[#bad + 1] = ARGV[i]
+    bad[#bad + 1] = token
   end
 end
-for host in pairs(touched) do after_settle(host) end
-if done > 0 then
-  if MODE == 'ack' then redis.call('HINCRBY', K_C, 'acked', done)
-  else redis.call('HINCRBY', K_C, 'failures', done) end
+if #done > 0 then
+  bulk('HDEL', K_LEASE, done)
+  bulk('ZREM', K_LEXP, done)
+  bulk('HDEL', K_REQ, done)
+  if redis.call('EXISTS', K_ATT) == 1 then bulk('HDEL', K_ATT, done) end
+  for host, k in pairs(perhost) do
+    redis.call('HINCRBY', K_HINF, host, -k)
+    after_settle(host)
+  end
+  if MODE == 'ack' then redis.call('HINCRBY', K_C, 'acked', #done)
+  else redis.call('HINCRBY', K_C, 'failures', #done) end
 end
 return bad
 """
 )
+
 
 # ARGV[5] token, [6] delay, [7] attempt. Returns 1, or 0 when the lease is not valid.
 RETRY = (

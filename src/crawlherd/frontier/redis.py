@@ -191,11 +191,9 @@ class RedisScheduler:
                 raise BackendUnavailableError(f"redis at {self._url} refused: {text}", backend="redis") from exc
             raise FrontierError(f"redis frontier script failed: {text}") from exc
 
-    async def _run(self, name: str, *args: Any, now: float | None = None) -> Any:
+    async def _run(self, name: str, *args: Any) -> Any:
         opts = self.options
-        if now is None:
-            now = self._clock.now()
-        argv = [self.prefix, repr(now), repr(float(opts.delay)), opts.max_in_flight, *args]
+        argv = [self.prefix, repr(self._clock.now()), repr(float(opts.delay)), opts.max_in_flight, *args]
         script = self._scripts[name]
         return await self._guard(lambda: script(keys=[], args=argv))
 
@@ -244,12 +242,12 @@ class RedisScheduler:
             return fp & ((1 << self._bits) - 1), fp >> self._bits
         return fp & 0xFFFFFFFF, (fp >> 32) | 1
 
-    def _encode(self, request: Request) -> list[Any]:
+    def _encode(self, request: Request) -> str:
         a, b = self._filter_args(request)
         prio = max(-_PRIO_LIMIT, min(_PRIO_LIMIT, request.priority))
         body = json.dumps(request.to_record(), separators=(",", ":"), ensure_ascii=False)
         nb = "" if request.not_before is None else repr(float(request.not_before))
-        return [a, b, prio, request.host, nb, f"{prio}\t{request.host}\t{body}"]
+        return f"{a} {b} {nb}\n{prio}\t{request.host}\t{body}"
 
     # -- enqueue -----------------------------------------------------------------------------------
 
@@ -263,9 +261,7 @@ class RedisScheduler:
         start = 0
         while start < len(encoded):
             chunk = encoded[start : start + _BATCH]
-            args: list[Any] = [self.options.max_size, self._kind, self.options.dupefilter_unavailable]
-            for item in chunk:
-                args.extend(item)
+            args: list[Any] = [self.options.max_size, self._kind, self.options.dupefilter_unavailable, *chunk]
             status, n_new, processed, message = await self._run("ENQUEUE", *args)
             queued += int(n_new)
             start += int(processed)
@@ -280,7 +276,7 @@ class RedisScheduler:
                 )
             if status == "full":
                 if self.options.full_policy == "raise":
-                    url = json.loads(encoded[start][5].split("\t", 2)[2])["url"]
+                    url = json.loads(encoded[start].split("\t", 2)[2])["url"]
                     raise QueueFullError(
                         f"frontier is full (max_size={self.options.max_size}); {url} and the "
                         f"{len(encoded) - start - 1} request(s) after it were not queued and may be enqueued again"
@@ -350,11 +346,11 @@ class RedisScheduler:
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
         while True:
+            if self._closed:
+                return None
             lease = await self.next_request()
             if lease is not None:
                 return lease
-            if self._closed:
-                return None
             queued, inflight, wake = await self._peek()
             if not queued and not inflight:
                 return None

@@ -56,7 +56,6 @@ __all__ = ["SQLiteScheduler"]
 log = logging.getLogger(__name__)
 
 LAYOUT_VERSION = 1
-QUEUED, DELAYED, LEASED = 0, 1, 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -65,13 +64,14 @@ CREATE TABLE IF NOT EXISTS requests (
     host TEXT NOT NULL,
     priority INTEGER NOT NULL,
     seq INTEGER NOT NULL,            -- FIFO order among equal priorities
-    state INTEGER NOT NULL,          -- 0 queued, 1 delayed, 2 leased
-    not_before REAL,                 -- delayed: not handed out before
+    not_before REAL,                 -- not handed out before (enqueue's not_before, retry's delay)
     enqueued_at REAL NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
-    lease_token TEXT,
     record TEXT NOT NULL             -- JSON of Request.to_record() (versioned)
 );
+-- Leases out. Apart from requests so that leasing appends to a small table instead of rewriting
+-- request rows scattered over the file.
+CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, token TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS hosts (
     host TEXT PRIMARY KEY,
     ready_at REAL NOT NULL DEFAULT 0,
@@ -252,18 +252,20 @@ class SQLiteScheduler:
         self._queued = 0
 
         now = self._clock.now()
-        top = db.execute("SELECT COALESCE(MAX(seq), 0) FROM requests").fetchone()[0]
+        top = db.execute("SELECT MAX(COALESCE(MAX(seq), 0), COALESCE(MAX(id), 0)) FROM requests").fetchone()[0]
         self._seq = itertools.count(top + 1)
         self._token_base = f"{os.getpid()}.{int(now * 1000)}"
 
         # Leases in the file belong to a process that is gone (the lock says so): they come back now.
-        reclaimed = db.execute("SELECT id FROM requests WHERE state = ? ORDER BY seq", (LEASED,)).fetchall()
+        reclaimed = db.execute("SELECT r.id FROM leases l JOIN requests r ON r.id = l.id ORDER BY r.seq").fetchall()
         db.execute("BEGIN IMMEDIATE")
         if reclaimed:
             db.executemany(
-                "UPDATE requests SET state = ?, seq = ?, lease_token = NULL, enqueued_at = ? WHERE id = ?",
-                [(QUEUED, next(self._seq), now, rid) for (rid,) in reclaimed],
+                "UPDATE requests SET seq = ?, enqueued_at = ? WHERE id = ?",
+                [(next(self._seq), now, rid) for (rid,) in reclaimed],
             )
+        db.execute("DELETE FROM leases")
+        if reclaimed:
             self._counts["expired"] += len(reclaimed)
             log.info(
                 "sqlite frontier %s: %d lease(s) of a previous process returned to the queue", self.path, len(reclaimed)
@@ -274,10 +276,8 @@ class SQLiteScheduler:
         self._save_counters(db)
         db.execute("COMMIT")
 
-        for rid, host, prio, seq, state, nb in db.execute(
-            "SELECT id, host, priority, seq, state, not_before FROM requests"
-        ):
-            if state == DELAYED and nb is not None and nb > now:
+        for rid, host, prio, seq, nb in db.execute("SELECT id, host, priority, seq, not_before FROM requests"):
+            if nb is not None and nb > now:
                 heapq.heappush(self._delayed, (nb, seq, rid, host, prio))
                 self._queued += 1
             else:
@@ -355,7 +355,7 @@ class SQLiteScheduler:
 
     def _refresh(self, db: sqlite3.Connection, now: float) -> None:
         leases = self._leases
-        expired: list[tuple[int, int, float, int]] = []
+        expired: list[tuple[int, float, int]] = []
         while leases:
             token = next(iter(leases))
             held = leases[token]
@@ -367,22 +367,17 @@ class SQLiteScheduler:
             seq = next(self._seq)
             heapq.heappush(held.host.queue, (-held.priority, seq, held.id))
             self._queued += 1
-            expired.append((QUEUED, seq, now, held.id))
+            expired.append((seq, now, held.id))
             self._schedule(held.host, now)
         if expired:
-            db.executemany(
-                "UPDATE requests SET state = ?, seq = ?, enqueued_at = ?, lease_token = NULL WHERE id = ?", expired
-            )
+            db.executemany("UPDATE requests SET seq = ?, enqueued_at = ? WHERE id = ?", expired)
+            db.executemany("DELETE FROM leases WHERE id = ?", [(rid,) for _, _, rid in expired])
         delayed = self._delayed
-        promoted: list[tuple[int, int]] = []
         while delayed and delayed[0][0] <= now:
             _, seq, rid, host, prio = heapq.heappop(delayed)
             h = self._host(host)
             heapq.heappush(h.queue, (-prio, seq, rid))
-            promoted.append((QUEUED, rid))
             self._schedule(h, now)
-        if promoted:
-            db.executemany("UPDATE requests SET state = ? WHERE id = ?", promoted)
         timers = self._timers
         while timers and timers[0][0] <= now:
             at, name = heapq.heappop(timers)
@@ -454,18 +449,16 @@ class SQLiteScheduler:
             nb = request.not_before
             delayed = nb is not None and nb > now
             record = json.dumps(request.to_record(), separators=(",", ":"), ensure_ascii=False)
-            rows.append((request.host, request.priority, seq, DELAYED if delayed else QUEUED, nb, now, record))
+            # the id is the first sequence number: unique, and above every id ever used in the file
+            rows.append((seq, request.host, request.priority, seq, nb, now, record))
             fps.append((_signed(fp),))
             added.append((request, seq, fp, delayed))
         with self._tx() as db:
-            ids: list[int] = []
-            for row in rows:
-                cur = db.execute(
-                    "INSERT INTO requests (host, priority, seq, state, not_before, enqueued_at, record) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    row,
-                )
-                ids.append(int(cur.lastrowid or 0))
+            db.executemany(
+                "INSERT INTO requests (id, host, priority, seq, not_before, enqueued_at, record) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
             db.executemany("INSERT INTO seen_log (fp) VALUES (?)", fps)
             self._counts["duplicates"] += dups
             self._counts["enqueued"] += len(added)
@@ -476,7 +469,8 @@ class SQLiteScheduler:
         if self._logged >= self._snapshot_every:
             with self._tx() as db:
                 self._snapshot(db)
-        for (request, seq, _, delayed), rid in zip(added, ids, strict=True):
+        for request, rid, _, delayed in added:
+            seq = rid
             self._queued += 1
             if delayed:
                 assert request.not_before is not None
@@ -540,8 +534,8 @@ class SQLiteScheduler:
             if not picked:
                 return [], 0
             db.executemany(
-                "UPDATE requests SET state = ?, lease_token = ? WHERE id = ?",
-                [(LEASED, token, rid) for rid, _, _, token in picked],
+                "INSERT INTO leases (id, token) VALUES (?, ?)",
+                [(rid, token) for rid, _, _, token in picked],
             )
             if host_rows:
                 db.executemany(
@@ -561,14 +555,17 @@ class SQLiteScheduler:
             out: list[Lease] = []
             buried = 0
             for rid, h, prio, token in picked:
-                record, attempts = records[rid]
+                record, attempts = records.get(rid, ("", 0))
                 try:
+                    if not record:
+                        raise ValueError("the request's row is missing")
                     request = Request.from_record(json.loads(record))
                 except (ValueError, KeyError, TypeError) as exc:
                     reason = f"undecodable request record: {exc}"
                     log.warning("sqlite frontier %s: moved request %d aside to table bad: %s", self.path, rid, reason)
                     db.execute("INSERT OR REPLACE INTO bad VALUES (?, ?, ?)", (rid, reason, record))
                     db.execute("DELETE FROM requests WHERE id = ?", (rid,))
+                    db.execute("DELETE FROM leases WHERE id = ?", (rid,))
                     self._counts["bad"] += 1
                     h.in_flight -= 1
                     self._after_settle(h, now)
@@ -592,10 +589,12 @@ class SQLiteScheduler:
         clock = self._clock
         deadline = None if timeout is None else clock.now() + timeout
         while True:
+            if self._closed:
+                return None
             lease = await self.next_request()
             if lease is not None:
                 return lease
-            if self._closed or (not self._queued and not self._leases):
+            if not self._queued and not self._leases:
                 return None
             now = clock.now()
             if deadline is not None and now >= deadline:
@@ -645,7 +644,9 @@ class SQLiteScheduler:
         if valid:
             now = self._clock.now()
             with self._tx() as db:
-                db.executemany("DELETE FROM requests WHERE id = ?", [(h.id,) for h in valid])
+                gone = [(h.id,) for h in valid]
+                db.executemany("DELETE FROM requests WHERE id = ?", gone)
+                db.executemany("DELETE FROM leases WHERE id = ?", gone)
                 self._counts["acked"] += len(valid)
             for lease, h in zip(batch, held, strict=True):
                 if h is not None:
@@ -664,10 +665,10 @@ class SQLiteScheduler:
         later = delay > 0
         with self._tx() as db:
             db.execute(
-                "UPDATE requests SET state = ?, seq = ?, not_before = ?, enqueued_at = ?, attempts = ?, "
-                "lease_token = NULL WHERE id = ?",
-                (DELAYED if later else QUEUED, seq, now + delay if later else None, now, lease.attempt, held.id),
+                "UPDATE requests SET seq = ?, not_before = ?, enqueued_at = ?, attempts = ? WHERE id = ?",
+                (seq, now + delay if later else None, now, lease.attempt, held.id),
             )
+            db.execute("DELETE FROM leases WHERE id = ?", (held.id,))
             self._counts["retries"] += 1
         del self._leases[lease.token]
         h = held.host
@@ -684,6 +685,7 @@ class SQLiteScheduler:
         held = self._take(lease)
         with self._tx() as db:
             db.execute("DELETE FROM requests WHERE id = ?", (held.id,))
+            db.execute("DELETE FROM leases WHERE id = ?", (held.id,))
             self._counts["failures"] += 1
         del self._leases[lease.token]
         held.host.in_flight -= 1
@@ -744,11 +746,11 @@ class SQLiteScheduler:
         try:
             depth = dict(
                 db.execute(
-                    "SELECT host, COUNT(*) FROM requests WHERE state IN (?, ?) GROUP BY host", (QUEUED, DELAYED)
+                    "SELECT host, COUNT(*) FROM requests WHERE id NOT IN (SELECT id FROM leases) GROUP BY host"
                 ).fetchall()
             )
             oldest = db.execute(
-                "SELECT MIN(enqueued_at) FROM requests WHERE state IN (?, ?)", (QUEUED, DELAYED)
+                "SELECT MIN(enqueued_at) FROM requests WHERE id NOT IN (SELECT id FROM leases)"
             ).fetchone()[0]
         except sqlite3.Error as exc:
             raise BackendUnavailableError(f"sqlite frontier {self.path}: {exc}", backend="sqlite") from exc
@@ -777,7 +779,7 @@ class SQLiteScheduler:
         db = self._open()
         with self._tx() as tx:
             n = int(tx.execute("DELETE FROM requests").rowcount)
-            for table in ("hosts", "dupefilter", "seen_log", "bad"):
+            for table in ("leases", "hosts", "dupefilter", "seen_log", "bad"):
                 tx.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
             self._counts = dict.fromkeys(_COUNTERS, 0)
         # reload the (now empty) in-memory index
