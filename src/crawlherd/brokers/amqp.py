@@ -157,6 +157,7 @@ class AMQPBroker(BrokerBase):
         self._sub_gen = 0
         self._pub_lock = asyncio.Lock()
         self._delay_declared: dict[int, float] = {}
+        self._broken = False
         self.declared_queues: set[str] = set()
 
     @classmethod
@@ -170,6 +171,7 @@ class AMQPBroker(BrokerBase):
     # -- connection and topology --------------------------------------------------------------------
 
     def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
+        self._broken = True  # the next operation reconnects
         return BackendUnavailableError(f"{self!r}: RabbitMQ cannot be reached: {exc!r}", backend="amqp")
 
     async def _open(self) -> None:
@@ -198,6 +200,7 @@ class AMQPBroker(BrokerBase):
             await self._drop_connection()
             raise self._unavailable(exc) from exc
         self._delay_declared.clear()
+        self._broken = False
 
     async def _declare(self, ch: AbstractChannel) -> None:
         opts = self.options
@@ -239,7 +242,7 @@ class AMQPBroker(BrokerBase):
             await self._ensure_open()
         if self._closed:
             raise BrokerError(f"{self!r} is closed")
-        if self._connection is None or self._connection.is_closed:
+        if not self._alive():
             await self._drop_connection()
             await self._connect()
         elif self._pub is None or self._pub.is_closed:
@@ -249,6 +252,13 @@ class AMQPBroker(BrokerBase):
                 raise self._unavailable(exc) from exc
         assert self._pub is not None
         return self._pub
+
+    def _alive(self) -> bool:
+        conn = self._connection
+        if conn is None or conn.is_closed or self._broken:
+            return False
+        underlay = getattr(conn, "transport", None)  # aio-pika marks itself closed a little later than aiormq
+        return underlay is None or not underlay.connection.is_closed
 
     async def _shutdown(self) -> None:
         await self._drop_connection()
