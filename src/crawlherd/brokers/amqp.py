@@ -246,6 +246,7 @@ class AMQPBroker(BrokerBase):
             await self._drop_connection()
             await self._connect()
         elif self._pub is None or self._pub.is_closed:
+            assert self._connection is not None
             try:
                 self._pub = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
             except (TimeoutError, *_CONNECTION_ERRORS) as exc:
