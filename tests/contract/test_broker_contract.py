@@ -21,7 +21,8 @@ from crawlherd.errors import BackendUnavailableError, BrokerError, PublishError
 
 from .._netutil import TcpProxy, free_port
 
-BROKERS = ["memory", "sqlite", "redis", "amqp"]
+BROKERS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis),
+           pytest.param("amqp", marks=pytest.mark.rabbitmq)]
 GUARD = 15.0  # seconds: a guard against hanging, never an assertion on speed
 
 
