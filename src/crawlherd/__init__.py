@@ -19,7 +19,12 @@ from crawlherd.url import canonicalize_url
 __version__ = "0.1.0"
 
 # name -> module, imported lazily by __getattr__.
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "Broker": "crawlherd.brokers",
+    "DeadLetter": "crawlherd.brokers",
+    "Delivery": "crawlherd.brokers",
+    "open_broker": "crawlherd.brokers",
+}
 
 __all__ = [
     "Clock",

@@ -213,7 +213,9 @@ class BrokerBase:
         batch: list[Delivery] = []
         try:
             while True:
-                if not await self._race(session.wait_room()):
+                if session.room <= 0 and not await self._race(session.wait_room()):
+                    return
+                if self._closed:
                     return
                 fetched = await self._race(self._fetch(state, session.room))
                 if fetched is None:

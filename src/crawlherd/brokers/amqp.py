@@ -38,7 +38,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
@@ -57,7 +57,7 @@ from crawlherd.brokers._common import (
     new_id,
     positive,
 )
-from crawlherd.brokers.base import DeadLetter, Delivery
+from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
 
 __all__ = ["AMQPBroker", "AMQPBrokerOptions"]
@@ -124,7 +124,7 @@ def _header(headers: Mapping[str, Any] | None, name: str) -> str | None:
 
 
 class _ConsumeState:
-    __slots__ = ("channel", "gen", "inbox", "lost", "queue", "stopped", "tag")
+    __slots__ = ("channel", "gen", "inbox", "lost", "on_close", "queue", "stopped", "tag")
 
     def __init__(self, channel: AbstractChannel, gen: int) -> None:
         self.channel = channel
@@ -134,6 +134,7 @@ class _ConsumeState:
         self.queue: AbstractQueue | None = None
         self.tag: str | None = None
         self.stopped = False
+        self.on_close: Any = None
 
 
 class AMQPBroker(BrokerBase):
@@ -242,6 +243,14 @@ class AMQPBroker(BrokerBase):
             await self._ensure_open()
         if self._closed:
             raise BrokerError(f"{self!r} is closed")
+        if self._alive() and self._pub is not None and not self._pub.is_closed:
+            return self._pub
+        async with self._pub_lock:  # one reconnect at a time
+            return await self._reopen()
+
+    async def _reopen(self) -> AbstractChannel:
+        if self._closed:
+            raise BrokerError(f"{self!r} is closed")
         if not self._alive():
             await self._drop_connection()
             await self._connect()
@@ -267,8 +276,7 @@ class AMQPBroker(BrokerBase):
     # -- publishing ---------------------------------------------------------------------------------
 
     async def _send(self, exchange: str, routing_key: str, body: bytes, key: str, headers: Mapping[str, Any]) -> None:
-        async with self._pub_lock:
-            ch = await self._channel()
+        ch = await self._channel()
         message = aio_pika.Message(bytes(body), headers=dict(headers), message_id=key,
                                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT, timestamp=time.time())
         try:
@@ -326,7 +334,8 @@ class AMQPBroker(BrokerBase):
                 self._sub_gen += 1
             ch = self._sub
             state = _ConsumeState(ch, self._sub_gen)
-            ch.close_callbacks.add(lambda *_: state.lost.set())
+            state.on_close = lambda *_: state.lost.set()
+            ch.close_callbacks.add(state.on_close)
             await ch.set_qos(prefetch_count=session.prefetch)
             queue = await ch.get_queue(self.queue, ensure=False)
 
@@ -346,6 +355,8 @@ class AMQPBroker(BrokerBase):
 
     async def _stop_consume(self, state: _ConsumeState) -> None:
         state.stopped = True
+        if state.on_close is not None:
+            state.channel.close_callbacks.discard(state.on_close)
         if state.queue is not None and state.tag is not None and not state.channel.is_closed:
             try:
                 await asyncio.wait_for(state.queue.cancel(state.tag), 5)
@@ -530,8 +541,7 @@ class AMQPBroker(BrokerBase):
             log.debug("%r: closing a scratch channel: %r", self, exc)
 
     async def pending(self) -> int:
-        async with self._pub_lock:
-            ch = await self._channel()
+        ch = await self._channel()
         try:
             queue = await ch.declare_queue(self.queue, passive=True)
         except (TimeoutError, *_CONNECTION_ERRORS) as exc:
@@ -550,3 +560,7 @@ class AMQPBroker(BrokerBase):
             await ch.exchange_delete(self.dead_exchange)
         except (TimeoutError, *_CONNECTION_ERRORS) as exc:
             raise self._unavailable(exc) from exc
+
+
+if TYPE_CHECKING:
+    _conforms: type[Broker] = AMQPBroker

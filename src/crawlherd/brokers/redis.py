@@ -35,7 +35,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -47,7 +47,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_publish, log, new_id, positive
-from crawlherd.brokers.base import DeadLetter, Delivery
+from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
 
 __all__ = ["RedisBroker", "RedisBrokerOptions"]
@@ -444,3 +444,7 @@ class RedisBroker(BrokerBase):
             return int(length) - int(summary["pending"])
 
         return await self._call(count)
+
+
+if TYPE_CHECKING:
+    _conforms: type[Broker] = RedisBroker

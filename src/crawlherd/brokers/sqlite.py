@@ -28,11 +28,11 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_publish, new_id, positive
-from crawlherd.brokers.base import DeadLetter, Delivery
+from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
 
@@ -339,3 +339,7 @@ def _move_to_dead(conn: sqlite3.Connection, mid: int, reason: str, now: float, l
         f"SELECT queue, msg_key, body, headers, ?, deliveries, ? FROM broker_messages WHERE {cond}",
         [reason, now, *args])
     return int(conn.execute(f"DELETE FROM broker_messages WHERE {cond}", args).rowcount)
+
+
+if TYPE_CHECKING:
+    _conforms: type[Broker] = SQLiteBroker
