@@ -496,7 +496,7 @@ class AMQPBroker(BrokerBase):
         ch, queue, count = await self._scratch_channel(confirms=False)
         out: list[DeadLetter] = []
         try:
-            while len(out) < min(limit, count):
+            while len(out) < limit:
                 m = await queue.get(no_ack=False, fail=False, timeout=self.options.publish_timeout)
                 if m is None:
                     break
@@ -505,13 +505,15 @@ class AMQPBroker(BrokerBase):
             raise self._unavailable(exc) from exc
         finally:
             await self._close_quietly(ch)  # every message got goes back, in place
+        if out:
+            await self._wait_dead_count(count)
         return out
 
     async def requeue_dead(self, dead_id: str | None = None) -> int:
         ch, queue, count = await self._scratch_channel(confirms=True)
         moved = 0
         try:
-            for _ in range(count):
+            for _ in range(max(count, 1) * 2 + 100):  # a bound, in case dead letters keep arriving
                 m = await queue.get(no_ack=False, fail=False, timeout=self.options.publish_timeout)
                 if m is None:
                     break
@@ -532,7 +534,23 @@ class AMQPBroker(BrokerBase):
             raise self._unavailable(exc) from exc
         finally:
             await self._close_quietly(ch)
+        await self._wait_dead_count(count - moved)
         return moved
+
+    async def _wait_dead_count(self, expected: int) -> None:
+        """Wait (briefly) until the messages a closed scratch channel held are back in the dead-letter
+        queue: RabbitMQ returns them asynchronously (quorum queues through Raft), and a caller that lists
+        or requeues again right away must find them."""
+        ch = await self._channel()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                queue = await ch.declare_queue(self.dead_queue, passive=True)
+            except (TimeoutError, *_CONNECTION_ERRORS) as exc:
+                raise self._unavailable(exc) from exc
+            if (queue.declaration_result.message_count or 0) >= expected:
+                return
+            await asyncio.sleep(0.01)
 
     async def _close_quietly(self, ch: AbstractChannel) -> None:
         try:
