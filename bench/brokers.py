@@ -7,8 +7,11 @@ consume and ack all N (prefetch 100), for every broker, against a baseline measu
 - redis://   vs a raw redis-py loop: XADD; XREADGROUP COUNT 100 + XACK per message;
 - amqp://    vs raw aio-pika: publish with publisher confirms; consume with qos 100 + ack per message.
 
-Usage: ``python bench/brokers.py [-n 20000] [--only sqlite,redis,amqp]``. Needs the Redis and RabbitMQ
-of the machine (``CRAWLHERD_TEST_REDIS_URL`` / ``CRAWLHERD_TEST_AMQP_URL`` override the addresses);
+Usage: ``python bench/brokers.py [-n 20000] [--only sqlite,redis,amqp] [--concurrency 1]``;
+``--concurrency C`` publishes with C publishes in flight (as the relay's ``publish_concurrency``), for
+the brokers and the Redis/RabbitMQ/memory baselines alike (the raw sqlite3 loop stays sequential).
+Needs the Redis and RabbitMQ of the machine (``CRAWLHERD_TEST_REDIS_URL`` / ``CRAWLHERD_TEST_AMQP_URL``
+override the addresses);
 everything it creates has a unique name and is deleted afterwards. Prints messages/s and the ratio
 broker / baseline (1.0 = as fast as the raw driver loop).
 """
@@ -39,13 +42,30 @@ PAYLOAD = json.dumps({
 }).encode()
 
 Timing = tuple[float, float]  # (publish seconds, consume+ack seconds)
+CONCURRENCY = 1
+
+
+async def publish_all(n: int, one: Callable[[int], Awaitable[object]]) -> None:
+    """``one(i)`` for i < n, with CONCURRENCY of them in flight."""
+    if CONCURRENCY <= 1:
+        for i in range(n):
+            await one(i)
+        return
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def guarded(i: int) -> None:
+        async with sem:
+            await one(i)
+
+    async with asyncio.TaskGroup() as tg:
+        for i in range(n):
+            tg.create_task(guarded(i))
 
 
 async def crawlherd_broker(url: str, n: int, **options: object) -> Timing:
     async with open_broker(url, **options) as broker:
         t0 = time.perf_counter()
-        for i in range(n):
-            await broker.publish(PAYLOAD, key=f"{i}:2026-11-21T15:00:00+00:00")
+        await publish_all(n, lambda i: broker.publish(PAYLOAD, key=f"{i}:2026-11-21T15:00:00+00:00"))
         t1 = time.perf_counter()
         got = 0
         async for d in broker.consume(prefetch=100):
@@ -63,8 +83,7 @@ async def crawlherd_broker(url: str, n: int, **options: object) -> Timing:
 async def baseline_memory(n: int) -> Timing:
     q: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
     t0 = time.perf_counter()
-    for i in range(n):
-        await q.put((f"{i}", PAYLOAD))
+    await publish_all(n, lambda i: q.put((f"{i}", PAYLOAD)))
     t1 = time.perf_counter()
     for _ in range(n):
         await q.get()
@@ -100,8 +119,7 @@ async def baseline_redis(n: int) -> Timing:
     try:
         await client.xgroup_create(stream, group, id="0", mkstream=True)
         t0 = time.perf_counter()
-        for i in range(n):
-            await client.xadd(stream, {"k": f"{i}", "b": PAYLOAD})
+        await publish_all(n, lambda i: client.xadd(stream, {"k": f"{i}", "b": PAYLOAD}))
         t1 = time.perf_counter()
         done = 0
         while done < n:
@@ -125,10 +143,9 @@ async def baseline_amqp(n: int) -> Timing:
         ch = await conn.channel(publisher_confirms=True)
         queue = await ch.declare_queue(name, durable=True)
         t0 = time.perf_counter()
-        for i in range(n):
-            await ch.default_exchange.publish(
-                aio_pika.Message(PAYLOAD, message_id=f"{i}", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
-                routing_key=name)
+        await publish_all(n, lambda i: ch.default_exchange.publish(
+            aio_pika.Message(PAYLOAD, message_id=f"{i}", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+            routing_key=name))
         t1 = time.perf_counter()
         await ch.set_qos(prefetch_count=100)
         done = 0
@@ -153,7 +170,10 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=20_000, help="messages per broker (default 20000)")
     parser.add_argument("--only", default="memory,sqlite,redis,amqp", help="comma-separated brokers")
+    parser.add_argument("--concurrency", type=int, default=1, help="publishes in flight (default 1)")
     args = parser.parse_args()
+    global CONCURRENCY
+    CONCURRENCY = args.concurrency
     n = args.n
     tag = uuid.uuid4().hex[:8]
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,7 +184,8 @@ async def main() -> None:
             "redis": (lambda: crawlherd_broker(f"{REDIS_URL}?prefix=bench-{tag}", n), lambda: baseline_redis(n)),
             "amqp": (lambda: crawlherd_broker(f"{AMQP_URL}?queue=bench-{tag}", n), lambda: baseline_amqp(n)),
         }
-        print(f"{n} messages per broker; rates in messages/s; ratio = crawlherd / raw baseline (same run)")
+        print(f"{n} messages per broker, {CONCURRENCY} publish(es) in flight; rates in messages/s; "
+              "ratio = crawlherd / raw baseline (same run)")
         header = f"{'broker':8} {'publish':>9} {'raw pub':>9} {'ratio':>6} {'consume':>9} {'raw cons':>9} {'ratio':>6}"
         print(header)
         print("-" * len(header))

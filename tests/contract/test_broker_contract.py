@@ -190,6 +190,21 @@ async def test_many_publishers_one_queue_fifo(harness: Harness) -> None:
     assert seen == [str(i) for i in range(10)]
 
 
+async def test_concurrent_publishes_are_all_confirmed_and_delivered(harness: Harness) -> None:
+    broker = await harness.open()
+    keys = [f"t{i}:slot" for i in range(60)]
+    await asyncio.gather(*(broker.publish(k.encode(), key=k) for k in keys))
+    assert await broker.pending() == 60
+    got = []
+    it = broker.consume(prefetch=20)
+    for _ in keys:
+        d = await take(it)
+        got.append(d.key)
+        await broker.ack(d)
+    assert sorted(got) == sorted(keys)
+    assert await broker.pending() == 0
+
+
 async def test_nack_requeue_redelivers(harness: Harness) -> None:
     broker = await harness.open()
     await broker.publish(b"job", key="k1", headers={"h": "v"})

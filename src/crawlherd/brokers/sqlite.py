@@ -115,6 +115,9 @@ class SQLiteBroker(BrokerBase):
         self._clock = opts.clock
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
+        # group commit: publishes waiting for the next transaction, and the task that writes them
+        self._queued: list[tuple[tuple[Any, ...], asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteBroker:
@@ -173,6 +176,10 @@ class SQLiteBroker(BrokerBase):
         self._executor = executor
 
     async def _shutdown(self) -> None:
+        writer = self._writer
+        if writer is not None and not writer.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(writer), 10)
         conn, executor = self._conn, self._executor
         self._conn = self._executor = None
         if executor is None:
@@ -189,12 +196,45 @@ class SQLiteBroker(BrokerBase):
         hdrs = check_publish(body, key, headers, delay)
         now = self._clock.now()
         row = (self.queue, key, bytes(body), json.dumps(hdrs), now + delay, now)
+        if not self._opened:
+            await self._ensure_open()
+        if self._closed:
+            raise BrokerError(f"{self!r} is closed")
+        confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queued.append((row, confirmed))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_queued(), name=f"sqlite-broker-publish:{self.path}")
+        await confirmed
 
-        def insert(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT INTO broker_messages (queue, msg_key, body, headers, available_at, published_at) "
-                         "VALUES (?, ?, ?, ?, ?, ?)", row)
+    async def _write_queued(self) -> None:
+        """Group commit: every publish queued while the previous transaction ran goes into the next one
+        (in order); each publisher is told only after the COMMIT."""
+        while self._queued:
+            batch, self._queued = self._queued, []
+            rows = [row for row, _ in batch]
 
-        await self._run(insert, publishing=True)
+            def insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]] = rows) -> None:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany("INSERT INTO broker_messages (queue, msg_key, body, headers, available_at, "
+                                     "published_at) VALUES (?, ?, ?, ?, ?, ?)", rows)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+
+            try:
+                await self._run(insert, publishing=True)
+            except Exception as exc:  # noqa: BLE001 - handed to every publisher of the batch
+                for _, fut in batch:
+                    if not fut.done():
+                        err = PublishError(str(exc)) if not isinstance(exc, BrokerError) else type(exc)(str(exc))
+                        err.__cause__ = exc
+                        fut.set_exception(err)
+            else:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_result(None)
 
     async def _fetch(self, state: Any, n: int) -> Sequence[Delivery]:
         now = self._clock.now()
