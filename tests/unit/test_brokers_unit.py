@@ -14,7 +14,9 @@ from crawlherd.brokers.memory import MemoryBroker
 from crawlherd.brokers.redis import RedisBroker
 from crawlherd.brokers.sqlite import SQLiteBroker, sqlite_path
 from crawlherd.clock import FakeClock
-from crawlherd.errors import ConfigurationError
+from crawlherd.errors import BackendUnavailableError, ConfigurationError
+
+from .._netutil import free_port
 
 
 def test_unknown_scheme_names_the_known_ones() -> None:
@@ -66,6 +68,18 @@ def test_secrets_never_in_repr(url: str, secret: str) -> None:
     broker = open_broker(url)
     assert secret not in repr(broker)
     assert "***" in repr(broker)
+
+
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
+async def test_unreachable_service_error_is_prompt_and_keeps_secrets(scheme: str) -> None:
+    url = f"{scheme}://user:s3cr3t@127.0.0.1:{free_port()}/"
+    broker = open_broker(url, connect_timeout=2.0)
+    with pytest.raises(BackendUnavailableError) as info:
+        async with broker:
+            await broker.publish(b"x", key="k")
+    await broker.close()
+    assert "s3cr3t" not in str(info.value)
+    assert info.value.backend == scheme
 
 
 def test_sqlite_paths() -> None:

@@ -173,7 +173,8 @@ class AMQPBroker(BrokerBase):
 
     def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
         self._broken = True  # the next operation reconnects
-        return BackendUnavailableError(f"{self!r}: RabbitMQ cannot be reached: {exc!r}", backend="amqp")
+        return BackendUnavailableError(f"{self!r}: RabbitMQ cannot be reached: {redact_url(repr(exc))}",
+                                       backend="amqp")
 
     async def _open(self) -> None:
         await self._connect()

@@ -264,7 +264,8 @@ class RedisBroker(BrokerBase):
         try:
             return await fn(self.client)
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise BackendUnavailableError(f"{self!r}: Redis cannot be reached: {exc}", backend="redis") from exc
+            why = redact_url(str(exc))
+            raise BackendUnavailableError(f"{self!r}: Redis cannot be reached: {why}", backend="redis") from exc
         except ResponseError as exc:
             if "NOGROUP" in str(exc):
                 await self._create_group()
@@ -297,7 +298,8 @@ class RedisBroker(BrokerBase):
             await self._create_group()
         except (RedisError, OSError) as exc:
             await self._shutdown()
-            raise BackendUnavailableError(f"{self!r}: cannot set up the stream: {exc}", backend="redis") from exc
+            why = redact_url(str(exc))
+            raise BackendUnavailableError(f"{self!r}: cannot set up the stream: {why}", backend="redis") from exc
 
     async def _shutdown(self) -> None:
         client, self._client = self._client, None
