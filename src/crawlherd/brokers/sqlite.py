@@ -1,9 +1,10 @@
 """``sqlite:///path/to/file.db?queue=jobs``: a broker in a SQLite file (by default the config DB file).
 
 Two tables, created when missing (``CREATE TABLE IF NOT EXISTS``), shared by every queue of the file:
-``broker_messages`` and ``broker_dead_letters``. The file is put in WAL mode, each connection waits up
-to ``busy_timeout`` seconds for a lock, and commits with ``synchronous=FULL``: ``publish`` returns after
-the row is committed durably.
+``broker_messages`` and ``broker_dead_letters``. The file is put in WAL mode and each connection waits up
+to ``busy_timeout`` seconds for a lock. Publishes commit with ``synchronous=FULL`` (``publish`` returns
+after the row is committed durably; concurrent publishes share one commit); settlements commit with
+``synchronous=NORMAL``: one lost to a power cut means a redelivery, which at-least-once allows.
 
 Delivery model (the same as ``memory://``): each message has an ``available_at`` time. A consumer
 leases messages in one ``BEGIN IMMEDIATE`` transaction by pushing ``available_at`` to now +
@@ -158,7 +159,7 @@ class SQLiteBroker(BrokerBase):
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout * 1000)}")
                 conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = FULL")
+                conn.execute("PRAGMA synchronous = NORMAL")  # FULL for publishes, see _write_queued
                 conn.executescript(SCHEMA)
             except BaseException:
                 conn.close()
@@ -214,14 +215,20 @@ class SQLiteBroker(BrokerBase):
             rows = [row for row, _ in batch]
 
             def insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]] = rows) -> None:
-                conn.execute("BEGIN IMMEDIATE")
+                # a confirmed publish must survive a power cut: this commit syncs the WAL (and with it
+                # every earlier commit of this file)
+                conn.execute("PRAGMA synchronous = FULL")
                 try:
-                    conn.executemany("INSERT INTO broker_messages (queue, msg_key, body, headers, available_at, "
-                                     "published_at) VALUES (?, ?, ?, ?, ?, ?)", rows)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        conn.executemany("INSERT INTO broker_messages (queue, msg_key, body, headers, available_at, "
+                                         "published_at) VALUES (?, ?, ?, ?, ?, ?)", rows)
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        conn.execute("ROLLBACK")
+                        raise
+                finally:
+                    conn.execute("PRAGMA synchronous = NORMAL")
 
             try:
                 await self._run(insert, publishing=True)
