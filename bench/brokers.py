@@ -7,7 +7,9 @@ consume and ack all N (prefetch 100), for every broker, against a baseline measu
 - redis://   vs a raw redis-py loop: XADD; XREADGROUP COUNT 100 + XACK per message;
 - amqp://    vs raw aio-pika: publish with publisher confirms; consume with qos 100 + ack per message.
 
-Usage: ``python bench/brokers.py [-n 20000] [--only sqlite,redis,amqp] [--concurrency 1]``;
+Usage: ``python bench/brokers.py [-n 20000] [--only sqlite,redis,amqp] [--concurrency 1] [--rounds 3]``;
+each round runs the baseline then the broker; the table shows the median rate of the rounds (the
+machine is shared: medians of interleaved runs are steadier than one run).
 ``--concurrency C`` publishes with C publishes in flight (as the relay's ``publish_concurrency``), for
 the brokers and the Redis/RabbitMQ/memory baselines alike (the raw sqlite3 loop stays sequential).
 Needs the Redis and RabbitMQ of the machine (``CRAWLHERD_TEST_REDIS_URL`` / ``CRAWLHERD_TEST_AMQP_URL``
@@ -23,6 +25,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import statistics
 import tempfile
 import time
 import uuid
@@ -171,6 +174,7 @@ async def main() -> None:
     parser.add_argument("-n", type=int, default=20_000, help="messages per broker (default 20000)")
     parser.add_argument("--only", default="memory,sqlite,redis,amqp", help="comma-separated brokers")
     parser.add_argument("--concurrency", type=int, default=1, help="publishes in flight (default 1)")
+    parser.add_argument("--rounds", type=int, default=3, help="baseline/broker rounds; medians shown (default 3)")
     args = parser.parse_args()
     global CONCURRENCY
     CONCURRENCY = args.concurrency
@@ -179,22 +183,28 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cases: dict[str, tuple[Callable[[], Awaitable[Timing]], Callable[[], Awaitable[Timing]]]] = {
             "memory": (lambda: crawlherd_broker("memory://", n), lambda: baseline_memory(n)),
-            "sqlite": (lambda: crawlherd_broker(f"sqlite:///{tmp}/broker.db", n, poll_interval=0.01),
-                       lambda: baseline_sqlite(Path(tmp) / "raw.db", n)),
+            "sqlite": (lambda: crawlherd_broker(f"sqlite:///{tmp}/broker-{uuid.uuid4().hex}.db", n,
+                                                poll_interval=0.01),
+                       lambda: baseline_sqlite(Path(tmp) / f"raw-{uuid.uuid4().hex}.db", n)),
             "redis": (lambda: crawlherd_broker(f"{REDIS_URL}?prefix=bench-{tag}", n), lambda: baseline_redis(n)),
             "amqp": (lambda: crawlherd_broker(f"{AMQP_URL}?queue=bench-{tag}", n), lambda: baseline_amqp(n)),
         }
-        print(f"{n} messages per broker, {CONCURRENCY} publish(es) in flight; rates in messages/s; "
-              "ratio = crawlherd / raw baseline (same run)")
+        print(f"{n} messages per broker, {CONCURRENCY} publish(es) in flight, median of {args.rounds} rounds; "
+              "rates in messages/s; ratio = crawlherd / raw baseline (same run)")
         header = f"{'broker':8} {'publish':>9} {'raw pub':>9} {'ratio':>6} {'consume':>9} {'raw cons':>9} {'ratio':>6}"
         print(header)
         print("-" * len(header))
         for name in args.only.split(","):
             ours_fn, base_fn = cases[name]
-            base = await base_fn()
-            ours = await ours_fn()
-            pub, raw_pub = rate(n, ours[0]), rate(n, base[0])
-            con, raw_con = rate(n, ours[1]), rate(n, base[1])
+            runs: list[tuple[Timing, Timing]] = []
+            for _ in range(args.rounds):
+                base = await base_fn()
+                ours = await ours_fn()
+                runs.append((ours, base))
+            pub = statistics.median(rate(n, o[0]) for o, _ in runs)
+            raw_pub = statistics.median(rate(n, b[0]) for _, b in runs)
+            con = statistics.median(rate(n, o[1]) for o, _ in runs)
+            raw_con = statistics.median(rate(n, b[1]) for _, b in runs)
             print(f"{name:8} {pub:9.0f} {raw_pub:9.0f} {pub / raw_pub:6.2f} {con:9.0f} {raw_con:9.0f} "
                   f"{con / raw_con:6.2f}", flush=True)
 
