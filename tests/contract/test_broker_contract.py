@@ -366,6 +366,25 @@ async def test_unsettled_delivery_survives_end_of_consume_loop(harness: Harness)
     assert await broker.pending() == 0
 
 
+async def test_closing_the_consume_loop_gives_back_what_it_did_not_hand_out(harness: Harness) -> None:
+    broker = await harness.open()
+    for i in range(3):
+        await broker.publish(str(i).encode(), key=f"k{i}")
+    it = broker.consume(prefetch=10)
+    held = await take(it)
+    await it.aclose()
+    other = await harness.open()
+    got = []
+    it2 = other.consume()
+    for _ in range(2):
+        d = await take(it2)
+        got.append(d.body)
+        await other.ack(d)
+    assert sorted(got) == [b"1", b"2"]
+    await broker.ack(held)
+    assert await broker.pending() == 0
+
+
 # -- prefetch ----------------------------------------------------------------------------------------
 
 
