@@ -33,6 +33,10 @@ _LAZY: dict[str, str] = {
     "ExtractionRules": "crawlherd.extract.rules",
     "Pagination": "crawlherd.extract.pagination",
     "register_handler": "crawlherd.extract.handlers",
+    "Broker": "crawlherd.brokers",
+    "DeadLetter": "crawlherd.brokers",
+    "Delivery": "crawlherd.brokers",
+    "open_broker": "crawlherd.brokers",
 }
 
 __all__ = [

@@ -21,7 +21,8 @@ from crawlherd.errors import BackendUnavailableError, BrokerError, PublishError
 
 from .._netutil import TcpProxy, free_port
 
-BROKERS = ["memory", "sqlite", "redis", "amqp"]
+BROKERS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis),
+           pytest.param("amqp", marks=pytest.mark.rabbitmq)]
 GUARD = 15.0  # seconds: a guard against hanging, never an assertion on speed
 
 
@@ -189,6 +190,21 @@ async def test_many_publishers_one_queue_fifo(harness: Harness) -> None:
     assert seen == [str(i) for i in range(10)]
 
 
+async def test_concurrent_publishes_are_all_confirmed_and_delivered(harness: Harness) -> None:
+    broker = await harness.open()
+    keys = [f"t{i}:slot" for i in range(60)]
+    await asyncio.gather(*(broker.publish(k.encode(), key=k) for k in keys))
+    assert await broker.pending() == 60
+    got = []
+    it = broker.consume(prefetch=20)
+    for _ in keys:
+        d = await take(it)
+        got.append(d.key)
+        await broker.ack(d)
+    assert sorted(got) == sorted(keys)
+    assert await broker.pending() == 0
+
+
 async def test_nack_requeue_redelivers(harness: Harness) -> None:
     broker = await harness.open()
     await broker.publish(b"job", key="k1", headers={"h": "v"})
@@ -346,6 +362,25 @@ async def test_unsettled_delivery_survives_end_of_consume_loop(harness: Harness)
     async for d in broker.consume():
         held = d
         break
+    await broker.ack(held)
+    assert await broker.pending() == 0
+
+
+async def test_closing_the_consume_loop_gives_back_what_it_did_not_hand_out(harness: Harness) -> None:
+    broker = await harness.open()
+    for i in range(3):
+        await broker.publish(str(i).encode(), key=f"k{i}")
+    it = broker.consume(prefetch=10)
+    held = await take(it)
+    await it.aclose()
+    other = await harness.open()
+    got = []
+    it2 = other.consume()
+    for _ in range(2):
+        d = await take(it2)
+        got.append(d.body)
+        await other.ack(d)
+    assert sorted(got) == [b"1", b"2"]
     await broker.ack(held)
     assert await broker.pending() == 0
 

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
@@ -155,6 +155,8 @@ class BrokerBase:
         self._closing: asyncio.Event | None = None
         # delivery_id -> (delivery, session); the deliveries this object handed out and not settled
         self._outstanding: dict[str, tuple[Delivery, Session | None]] = {}
+        # fetched from the broker by a consume() loop but not handed out yet
+        self._unyielded: dict[str, Delivery] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -189,8 +191,9 @@ class BrokerBase:
             return
         self._closed = True
         self._closing_event().set()
-        leftovers = [d for d, _ in self._outstanding.values()]
+        leftovers = [d for d, _ in self._outstanding.values()] + list(self._unyielded.values())
         self._outstanding.clear()
+        self._unyielded.clear()
         try:
             if self._opened and leftovers:
                 try:
@@ -203,7 +206,7 @@ class BrokerBase:
 
     # -- consume -----------------------------------------------------------------------------------
 
-    async def consume(self, *, prefetch: int = 10) -> AsyncIterator[Delivery]:
+    async def consume(self, *, prefetch: int = 10) -> AsyncGenerator[Delivery, None]:
         """Deliveries as they arrive, at most ``prefetch`` unsettled at a time (see base.Broker)."""
         if not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch must be an int >= 1, not {prefetch!r}")
@@ -213,19 +216,25 @@ class BrokerBase:
         batch: list[Delivery] = []
         try:
             while True:
-                if not await self._race(session.wait_room()):
+                if session.room <= 0 and not await self._race(session.wait_room()):
+                    return
+                if self._closed:
                     return
                 fetched = await self._race(self._fetch(state, session.room))
                 if fetched is None:
                     return
                 batch = list(fetched)
+                self._unyielded.update((d.delivery_id, d) for d in batch)
                 while batch:
                     delivery = batch.pop(0)
+                    if self._unyielded.pop(delivery.delivery_id, None) is None:
+                        return  # the broker was closed meanwhile and gave it back
                     self._outstanding[delivery.delivery_id] = (delivery, session)
                     session.add(delivery.delivery_id)
                     yield delivery
         finally:
-            # fetched but never handed out: back to the queue at once
+            # fetched but never handed out: back to the queue at once (close() does it when closing)
+            batch = [d for d in batch if self._unyielded.pop(d.delivery_id, None) is not None]
             if batch and not self._closed:
                 try:
                     await asyncio.shield(self._release(batch))

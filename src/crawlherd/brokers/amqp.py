@@ -38,7 +38,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
@@ -57,7 +57,7 @@ from crawlherd.brokers._common import (
     new_id,
     positive,
 )
-from crawlherd.brokers.base import DeadLetter, Delivery
+from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
 
 __all__ = ["AMQPBroker", "AMQPBrokerOptions"]
@@ -124,7 +124,7 @@ def _header(headers: Mapping[str, Any] | None, name: str) -> str | None:
 
 
 class _ConsumeState:
-    __slots__ = ("channel", "gen", "inbox", "lost", "queue", "stopped", "tag")
+    __slots__ = ("channel", "gen", "inbox", "lost", "on_close", "queue", "stopped", "tag")
 
     def __init__(self, channel: AbstractChannel, gen: int) -> None:
         self.channel = channel
@@ -134,6 +134,7 @@ class _ConsumeState:
         self.queue: AbstractQueue | None = None
         self.tag: str | None = None
         self.stopped = False
+        self.on_close: Any = None
 
 
 class AMQPBroker(BrokerBase):
@@ -157,6 +158,7 @@ class AMQPBroker(BrokerBase):
         self._sub_gen = 0
         self._pub_lock = asyncio.Lock()
         self._delay_declared: dict[int, float] = {}
+        self._broken = False
         self.declared_queues: set[str] = set()
 
     @classmethod
@@ -170,7 +172,9 @@ class AMQPBroker(BrokerBase):
     # -- connection and topology --------------------------------------------------------------------
 
     def _unavailable(self, exc: BaseException) -> BackendUnavailableError:
-        return BackendUnavailableError(f"{self!r}: RabbitMQ cannot be reached: {exc!r}", backend="amqp")
+        self._broken = True  # the next operation reconnects
+        return BackendUnavailableError(f"{self!r}: RabbitMQ cannot be reached: {redact_url(repr(exc))}",
+                                       backend="amqp")
 
     async def _open(self) -> None:
         await self._connect()
@@ -198,6 +202,7 @@ class AMQPBroker(BrokerBase):
             await self._drop_connection()
             raise self._unavailable(exc) from exc
         self._delay_declared.clear()
+        self._broken = False
 
     async def _declare(self, ch: AbstractChannel) -> None:
         opts = self.options
@@ -239,10 +244,19 @@ class AMQPBroker(BrokerBase):
             await self._ensure_open()
         if self._closed:
             raise BrokerError(f"{self!r} is closed")
-        if self._connection is None or self._connection.is_closed:
+        if self._alive() and self._pub is not None and not self._pub.is_closed:
+            return self._pub
+        async with self._pub_lock:  # one reconnect at a time
+            return await self._reopen()
+
+    async def _reopen(self) -> AbstractChannel:
+        if self._closed:
+            raise BrokerError(f"{self!r} is closed")
+        if not self._alive():
             await self._drop_connection()
             await self._connect()
         elif self._pub is None or self._pub.is_closed:
+            assert self._connection is not None
             try:
                 self._pub = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
             except (TimeoutError, *_CONNECTION_ERRORS) as exc:
@@ -250,14 +264,20 @@ class AMQPBroker(BrokerBase):
         assert self._pub is not None
         return self._pub
 
+    def _alive(self) -> bool:
+        conn = self._connection
+        if conn is None or conn.is_closed or self._broken:
+            return False
+        underlay = getattr(conn, "transport", None)  # aio-pika marks itself closed a little later than aiormq
+        return underlay is None or not underlay.connection.is_closed
+
     async def _shutdown(self) -> None:
         await self._drop_connection()
 
     # -- publishing ---------------------------------------------------------------------------------
 
     async def _send(self, exchange: str, routing_key: str, body: bytes, key: str, headers: Mapping[str, Any]) -> None:
-        async with self._pub_lock:
-            ch = await self._channel()
+        ch = await self._channel()
         message = aio_pika.Message(bytes(body), headers=dict(headers), message_id=key,
                                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT, timestamp=time.time())
         try:
@@ -315,7 +335,8 @@ class AMQPBroker(BrokerBase):
                 self._sub_gen += 1
             ch = self._sub
             state = _ConsumeState(ch, self._sub_gen)
-            ch.close_callbacks.add(lambda *_: state.lost.set())
+            state.on_close = lambda *_: state.lost.set()
+            ch.close_callbacks.add(state.on_close)
             await ch.set_qos(prefetch_count=session.prefetch)
             queue = await ch.get_queue(self.queue, ensure=False)
 
@@ -335,6 +356,8 @@ class AMQPBroker(BrokerBase):
 
     async def _stop_consume(self, state: _ConsumeState) -> None:
         state.stopped = True
+        if state.on_close is not None:
+            state.channel.close_callbacks.discard(state.on_close)
         if state.queue is not None and state.tag is not None and not state.channel.is_closed:
             try:
                 await asyncio.wait_for(state.queue.cancel(state.tag), 5)
@@ -474,7 +497,7 @@ class AMQPBroker(BrokerBase):
         ch, queue, count = await self._scratch_channel(confirms=False)
         out: list[DeadLetter] = []
         try:
-            while len(out) < min(limit, count):
+            while len(out) < limit:
                 m = await queue.get(no_ack=False, fail=False, timeout=self.options.publish_timeout)
                 if m is None:
                     break
@@ -483,13 +506,15 @@ class AMQPBroker(BrokerBase):
             raise self._unavailable(exc) from exc
         finally:
             await self._close_quietly(ch)  # every message got goes back, in place
+        if out:
+            await self._wait_dead_count(count)
         return out
 
     async def requeue_dead(self, dead_id: str | None = None) -> int:
         ch, queue, count = await self._scratch_channel(confirms=True)
         moved = 0
         try:
-            for _ in range(count):
+            for _ in range(max(count, 1) * 2 + 100):  # a bound, in case dead letters keep arriving
                 m = await queue.get(no_ack=False, fail=False, timeout=self.options.publish_timeout)
                 if m is None:
                     break
@@ -510,7 +535,23 @@ class AMQPBroker(BrokerBase):
             raise self._unavailable(exc) from exc
         finally:
             await self._close_quietly(ch)
+        await self._wait_dead_count(count - moved)
         return moved
+
+    async def _wait_dead_count(self, expected: int) -> None:
+        """Wait (briefly) until the messages a closed scratch channel held are back in the dead-letter
+        queue: RabbitMQ returns them asynchronously (quorum queues through Raft), and a caller that lists
+        or requeues again right away must find them."""
+        ch = await self._channel()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                queue = await ch.declare_queue(self.dead_queue, passive=True)
+            except (TimeoutError, *_CONNECTION_ERRORS) as exc:
+                raise self._unavailable(exc) from exc
+            if (queue.declaration_result.message_count or 0) >= expected:
+                return
+            await asyncio.sleep(0.01)
 
     async def _close_quietly(self, ch: AbstractChannel) -> None:
         try:
@@ -519,8 +560,7 @@ class AMQPBroker(BrokerBase):
             log.debug("%r: closing a scratch channel: %r", self, exc)
 
     async def pending(self) -> int:
-        async with self._pub_lock:
-            ch = await self._channel()
+        ch = await self._channel()
         try:
             queue = await ch.declare_queue(self.queue, passive=True)
         except (TimeoutError, *_CONNECTION_ERRORS) as exc:
@@ -539,3 +579,7 @@ class AMQPBroker(BrokerBase):
             await ch.exchange_delete(self.dead_exchange)
         except (TimeoutError, *_CONNECTION_ERRORS) as exc:
             raise self._unavailable(exc) from exc
+
+
+if TYPE_CHECKING:
+    _conforms: type[Broker] = AMQPBroker

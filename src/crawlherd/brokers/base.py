@@ -30,7 +30,7 @@ Guarantees every broker keeps:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -81,9 +81,10 @@ class Broker(Protocol):
         ``delay``: not delivered before that many seconds."""
         ...
 
-    def consume(self, *, prefetch: int = 10) -> AsyncIterator[Delivery]:
+    def consume(self, *, prefetch: int = 10) -> AsyncGenerator[Delivery, None]:
         """Deliveries as they arrive, at most ``prefetch`` unsettled at a time. Runs until cancelled
-        or the broker is closed."""
+        or the broker is closed. ``aclose()`` it (or close the broker) when done: messages it fetched
+        but did not hand out go back to the queue then."""
         ...
 
     async def ack(self, delivery: Delivery) -> None:

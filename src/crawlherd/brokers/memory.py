@@ -22,11 +22,11 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_publish, new_id, positive
-from crawlherd.brokers.base import DeadLetter, Delivery
+from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.errors import BrokerError, ConfigurationError
 
@@ -274,3 +274,7 @@ class MemoryBroker(BrokerBase):
     async def pending(self) -> int:
         await self._ensure_open()
         return self.store.pending(self._clock.now())
+
+
+if TYPE_CHECKING:
+    _conforms: type[Broker] = MemoryBroker

@@ -35,7 +35,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -47,7 +47,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_publish, log, new_id, positive
-from crawlherd.brokers.base import DeadLetter, Delivery
+from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
 
 __all__ = ["RedisBroker", "RedisBrokerOptions"]
@@ -264,7 +264,8 @@ class RedisBroker(BrokerBase):
         try:
             return await fn(self.client)
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise BackendUnavailableError(f"{self!r}: Redis cannot be reached: {exc}", backend="redis") from exc
+            why = redact_url(str(exc))
+            raise BackendUnavailableError(f"{self!r}: Redis cannot be reached: {why}", backend="redis") from exc
         except ResponseError as exc:
             if "NOGROUP" in str(exc):
                 await self._create_group()
@@ -297,7 +298,8 @@ class RedisBroker(BrokerBase):
             await self._create_group()
         except (RedisError, OSError) as exc:
             await self._shutdown()
-            raise BackendUnavailableError(f"{self!r}: cannot set up the stream: {exc}", backend="redis") from exc
+            why = redact_url(str(exc))
+            raise BackendUnavailableError(f"{self!r}: cannot set up the stream: {why}", backend="redis") from exc
 
     async def _shutdown(self) -> None:
         client, self._client = self._client, None
@@ -444,3 +446,7 @@ class RedisBroker(BrokerBase):
             return int(length) - int(summary["pending"])
 
         return await self._call(count)
+
+
+if TYPE_CHECKING:
+    _conforms: type[Broker] = RedisBroker

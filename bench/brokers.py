@@ -1,0 +1,214 @@
+"""Broker throughput: publish N messages (each confirmed before the next, as the relay does), then
+consume and ack all N (prefetch 100), for every broker, against a baseline measured in the same run:
+
+- memory://  vs an asyncio.Queue put/get loop;
+- sqlite://  vs a raw sqlite3 loop (INSERT autocommit per message; SELECT 100 + DELETE per message),
+              same file settings (WAL; synchronous=FULL for inserts, NORMAL for deletes, as the broker);
+- redis://   vs a raw redis-py loop: XADD; XREADGROUP COUNT 100 + XACK per message;
+- amqp://    vs raw aio-pika: publish with publisher confirms; consume with qos 100 + ack per message.
+
+Usage: ``python bench/brokers.py [-n 20000] [--only sqlite,redis,amqp] [--concurrency 1] [--rounds 3]``;
+each round runs the baseline then the broker; the table shows the median rate of the rounds (the
+machine is shared: medians of interleaved runs are steadier than one run).
+``--concurrency C`` publishes with C publishes in flight (as the relay's ``publish_concurrency``), for
+the brokers and the Redis/RabbitMQ/memory baselines alike (the raw sqlite3 loop stays sequential).
+Needs the Redis and RabbitMQ of the machine (``CRAWLHERD_TEST_REDIS_URL`` / ``CRAWLHERD_TEST_AMQP_URL``
+override the addresses);
+everything it creates has a unique name and is deleted afterwards. Prints messages/s and the ratio
+broker / baseline (1.0 = as fast as the raw driver loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from crawlherd.brokers import open_broker
+
+REDIS_URL = os.environ.get("CRAWLHERD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AMQP_URL = os.environ.get("CRAWLHERD_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+PAYLOAD = json.dumps({
+    "schema_version": 1, "job_id": "0" * 32, "target_id": 123, "slot_at": "2026-11-21T15:00:00+00:00",
+    "website_id": 7, "website_name": "example jobs", "search_url": "https://jobs.example/search?q=python&l=berlin",
+    "requires_playwright": False, "pagination_type": "next_link", "keywords_used": "python",
+    "location_used": "berlin", "attempt_count": 0,
+}).encode()
+
+Timing = tuple[float, float]  # (publish seconds, consume+ack seconds)
+CONCURRENCY = 1
+
+
+async def publish_all(n: int, one: Callable[[int], Awaitable[object]]) -> None:
+    """``one(i)`` for i < n, with CONCURRENCY of them in flight."""
+    if CONCURRENCY <= 1:
+        for i in range(n):
+            await one(i)
+        return
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def guarded(i: int) -> None:
+        async with sem:
+            await one(i)
+
+    async with asyncio.TaskGroup() as tg:
+        for i in range(n):
+            tg.create_task(guarded(i))
+
+
+async def crawlherd_broker(url: str, n: int, **options: object) -> Timing:
+    async with open_broker(url, **options) as broker:
+        t0 = time.perf_counter()
+        await publish_all(n, lambda i: broker.publish(PAYLOAD, key=f"{i}:2026-11-21T15:00:00+00:00"))
+        t1 = time.perf_counter()
+        got = 0
+        async for d in broker.consume(prefetch=100):
+            await broker.ack(d)
+            got += 1
+            if got == n:
+                break
+        t2 = time.perf_counter()
+        assert await broker.pending() == 0
+        if hasattr(broker, "delete_queues"):
+            await broker.delete_queues()
+    return t1 - t0, t2 - t1
+
+
+async def baseline_memory(n: int) -> Timing:
+    q: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+    t0 = time.perf_counter()
+    await publish_all(n, lambda i: q.put((f"{i}", PAYLOAD)))
+    t1 = time.perf_counter()
+    for _ in range(n):
+        await q.get()
+        q.task_done()
+    return t1 - t0, time.perf_counter() - t1
+
+
+async def baseline_sqlite(path: Path, n: int) -> Timing:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE q (id INTEGER PRIMARY KEY, k TEXT, body BLOB)")
+    t0 = time.perf_counter()
+    for i in range(n):
+        conn.execute("INSERT INTO q (k, body) VALUES (?, ?)", (f"{i}", PAYLOAD))
+    t1 = time.perf_counter()
+    conn.execute("PRAGMA synchronous = NORMAL")  # the broker's policy for settlements, too
+    done = 0
+    while done < n:
+        rows = conn.execute("SELECT id, k, body FROM q ORDER BY id LIMIT 100").fetchall()
+        for row in rows:
+            conn.execute("DELETE FROM q WHERE id = ?", (row[0],))
+            done += 1
+    t2 = time.perf_counter()
+    conn.close()
+    return t1 - t0, t2 - t1
+
+
+async def baseline_redis(n: int) -> Timing:
+    import redis.asyncio as aioredis
+
+    stream, group = f"bench-{uuid.uuid4().hex[:8]}:raw", "g"
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        await client.xgroup_create(stream, group, id="0", mkstream=True)
+        t0 = time.perf_counter()
+        await publish_all(n, lambda i: client.xadd(stream, {"k": f"{i}", "b": PAYLOAD}))
+        t1 = time.perf_counter()
+        done = 0
+        while done < n:
+            res = await client.xreadgroup(group, "c1", {stream: ">"}, count=100, block=1000)
+            for eid, _fields in res[0][1]:
+                await client.xack(stream, group, eid)
+                done += 1
+        t2 = time.perf_counter()
+    finally:
+        await client.delete(stream)
+        await client.aclose()
+    return t1 - t0, t2 - t1
+
+
+async def baseline_amqp(n: int) -> Timing:
+    import aio_pika
+
+    name = f"bench-{uuid.uuid4().hex[:8]}.raw"
+    conn = await aio_pika.connect(AMQP_URL)
+    try:
+        ch = await conn.channel(publisher_confirms=True)
+        queue = await ch.declare_queue(name, durable=True)
+        t0 = time.perf_counter()
+        await publish_all(n, lambda i: ch.default_exchange.publish(
+            aio_pika.Message(PAYLOAD, message_id=f"{i}", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+            routing_key=name))
+        t1 = time.perf_counter()
+        await ch.set_qos(prefetch_count=100)
+        done = 0
+        async with queue.iterator() as it:
+            async for message in it:
+                await message.ack()
+                done += 1
+                if done == n:
+                    break
+        t2 = time.perf_counter()
+        await queue.delete(if_unused=False, if_empty=False)
+    finally:
+        await conn.close()
+    return t1 - t0, t2 - t1
+
+
+def rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("inf")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-n", type=int, default=20_000, help="messages per broker (default 20000)")
+    parser.add_argument("--only", default="memory,sqlite,redis,amqp", help="comma-separated brokers")
+    parser.add_argument("--concurrency", type=int, default=1, help="publishes in flight (default 1)")
+    parser.add_argument("--rounds", type=int, default=3, help="baseline/broker rounds; medians shown (default 3)")
+    args = parser.parse_args()
+    global CONCURRENCY
+    CONCURRENCY = args.concurrency
+    n = args.n
+    tag = uuid.uuid4().hex[:8]
+    with tempfile.TemporaryDirectory() as tmp:
+        cases: dict[str, tuple[Callable[[], Awaitable[Timing]], Callable[[], Awaitable[Timing]]]] = {
+            "memory": (lambda: crawlherd_broker("memory://", n), lambda: baseline_memory(n)),
+            "sqlite": (lambda: crawlherd_broker(f"sqlite:///{tmp}/broker-{uuid.uuid4().hex}.db", n,
+                                                poll_interval=0.01),
+                       lambda: baseline_sqlite(Path(tmp) / f"raw-{uuid.uuid4().hex}.db", n)),
+            "redis": (lambda: crawlherd_broker(f"{REDIS_URL}?prefix=bench-{tag}", n), lambda: baseline_redis(n)),
+            "amqp": (lambda: crawlherd_broker(f"{AMQP_URL}?queue=bench-{tag}", n), lambda: baseline_amqp(n)),
+        }
+        print(f"{n} messages per broker, {CONCURRENCY} publish(es) in flight, median of {args.rounds} rounds; "
+              "rates in messages/s; ratio = crawlherd / raw baseline (same run)")
+        header = f"{'broker':8} {'publish':>9} {'raw pub':>9} {'ratio':>6} {'consume':>9} {'raw cons':>9} {'ratio':>6}"
+        print(header)
+        print("-" * len(header))
+        for name in args.only.split(","):
+            ours_fn, base_fn = cases[name]
+            runs: list[tuple[Timing, Timing]] = []
+            for _ in range(args.rounds):
+                base = await base_fn()
+                ours = await ours_fn()
+                runs.append((ours, base))
+            pub = statistics.median(rate(n, o[0]) for o, _ in runs)
+            raw_pub = statistics.median(rate(n, b[0]) for _, b in runs)
+            con = statistics.median(rate(n, o[1]) for o, _ in runs)
+            raw_con = statistics.median(rate(n, b[1]) for _, b in runs)
+            print(f"{name:8} {pub:9.0f} {raw_pub:9.0f} {pub / raw_pub:6.2f} {con:9.0f} {raw_con:9.0f} "
+                  f"{con / raw_con:6.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

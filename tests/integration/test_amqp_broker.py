@@ -1,0 +1,105 @@
+"""RabbitMQ specifics beyond the contract: mandatory routing, quorum queues and their delivery limit,
+declaration conflicts, a live connection that the broker must not close."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aio_pika
+import pytest
+
+from crawlherd.brokers.amqp import AMQPBroker
+from crawlherd.errors import ConfigurationError, PublishError
+
+pytestmark = pytest.mark.rabbitmq
+GUARD = 15.0
+
+
+@pytest.fixture
+async def connection(amqp_url: str) -> AsyncIterator[aio_pika.abc.AbstractConnection]:
+    conn = await aio_pika.connect(amqp_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def cleanup(connection: aio_pika.abc.AbstractConnection, unique_name: str) -> AsyncIterator[list[str]]:
+    """Queue names to delete after the test (prefix match on the test's unique name)."""
+    names: list[str] = []
+    yield names
+    ch = await connection.channel()
+    for name in {unique_name, f"{unique_name}.dead", *names}:
+        await ch.queue_delete(name)
+    await ch.exchange_delete(f"{unique_name}.dlx")
+    await ch.close()
+
+
+async def test_unroutable_publish_raises(amqp_url: str, unique_name: str, connection: aio_pika.abc.AbstractConnection,
+                                         cleanup: list[str]) -> None:
+    async with AMQPBroker.from_url(f"{amqp_url}?queue={unique_name}") as broker:
+        await broker.publish(b"ok", key="k1")
+        ch = await connection.channel()
+        await ch.queue_delete(unique_name)  # someone removed the queue
+        await ch.close()
+        with pytest.raises(PublishError, match="unroutable"):
+            await broker.publish(b"lost?", key="k2")
+
+
+async def test_quorum_queue_delivery_limit_dead_letters_natively(amqp_url: str, unique_name: str,
+                                                                 cleanup: list[str]) -> None:
+    url = f"{amqp_url}?queue={unique_name}&queue_type=quorum&delivery_limit=1"
+    async with AMQPBroker.from_url(url) as broker:
+        await broker.publish(b"poison", key="p", headers={"a": "b"})
+        it = broker.consume()
+        for _ in range(2):
+            d = await anext(it)
+            await broker.nack(d, requeue=True)
+        # RabbitMQ dead-letters it itself once the limit is passed; wait for it (a guard, not a timing claim)
+        async with asyncio.timeout(GUARD):
+            while not (dead := await broker.dead_letters()):  # noqa: ASYNC110 - server state: no event to await
+                await asyncio.sleep(0.05)
+        assert [(x.key, x.body, dict(x.headers)) for x in dead] == [("p", b"poison", {"a": "b"})]
+        assert dead[0].reason == "rabbitmq: delivery_limit"
+        assert await broker.requeue_dead(dead[0].dead_id) == 1
+        again = await anext(it)  # (RabbitMQ pushes: the open consume() iterator gets it)
+        assert (again.key, again.body) == ("p", b"poison")
+        await broker.ack(again)
+        assert await broker.dead_letters() == []
+
+
+async def test_existing_queue_with_other_arguments_is_a_clear_error(amqp_url: str, unique_name: str,
+                                                                    cleanup: list[str]) -> None:
+    async with AMQPBroker.from_url(f"{amqp_url}?queue={unique_name}"):
+        pass
+    broker = AMQPBroker.from_url(f"{amqp_url}?queue={unique_name}&queue_type=quorum")
+    with pytest.raises(ConfigurationError, match="already exists with other arguments"):
+        await broker.__aenter__()
+    await broker.close()
+
+
+async def test_live_connection_is_used_and_not_closed(amqp_url: str, unique_name: str,
+                                                      connection: aio_pika.abc.AbstractConnection,
+                                                      cleanup: list[str]) -> None:
+    async with AMQPBroker.from_url(f"{amqp_url}?queue={unique_name}", connection=connection) as broker:
+        await broker.publish(b"x", key="k")
+        d = await anext(broker.consume())
+        await broker.ack(d)
+    assert not connection.is_closed
+    ch = await connection.channel()  # still usable
+    await ch.close()
+
+
+async def test_delay_queues_dead_letter_back_into_the_main_queue(amqp_url: str, unique_name: str,
+                                                                 cleanup: list[str]) -> None:
+    async with AMQPBroker.from_url(f"{amqp_url}?queue={unique_name}") as broker:
+        await broker.publish(b"later", key="k", delay=0.05, headers={"h": "1"})
+        cleanup.extend(broker.declared_queues)
+        assert f"{unique_name}.delay.50" in broker.declared_queues
+        d = await anext(broker.consume())
+        # x-death and friends, added by RabbitMQ on the way, are not shown as the publisher's headers
+        assert (d.key, d.body, dict(d.headers), d.redelivered) == ("k", b"later", {"h": "1"}, False)
+        assert "x-death" in (d.raw.headers or {})
+        await broker.ack(d)

@@ -1,0 +1,60 @@
+"""Redis specifics beyond the contract: the key layout, a live client, the dead-letter stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from crawlherd.brokers.redis import RedisBroker
+from crawlherd.errors import ConfigurationError
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+async def client(redis_url: str, unique_name: str) -> AsyncIterator[aioredis.Redis]:
+    c = aioredis.Redis.from_url(redis_url)
+    try:
+        yield c
+    finally:
+        keys = [k async for k in c.scan_iter(match=f"{unique_name}*")]
+        if keys:
+            await c.delete(*keys)
+        await c.aclose()
+
+
+async def test_stream_layout_and_dead_letter_stream(redis_url: str, unique_name: str,
+                                                    client: aioredis.Redis) -> None:
+    stream = f"{unique_name}.jobs"
+    async with RedisBroker.from_url(f"{redis_url}?stream={stream}&group=workers") as broker:
+        await broker.publish(b"body", key="t1:s1", headers={"a": "b"})
+        await broker.publish(b"later", key="t2:s1", delay=30)
+        assert await client.xlen(stream) == 1
+        assert await client.zcard(f"{stream}:delayed") == 1
+        groups = await client.xinfo_groups(stream)
+        assert [g["name"] for g in groups] == [b"workers"]
+        d = await anext(broker.consume())
+        await broker.dead_letter(d, "bad schema")
+        assert await client.xlen(stream) == 0  # settled entries are deleted
+        (entry_id, fields), = await client.xrange(f"{stream}:dead")
+        assert (fields[b"k"], fields[b"b"], fields[b"r"]) == (b"t1:s1", b"body", b"bad schema")
+        assert entry_id.decode() == (await broker.dead_letters())[0].dead_id
+
+
+async def test_live_client_is_used_and_not_closed(redis_url: str, unique_name: str,
+                                                  client: aioredis.Redis) -> None:
+    async with RedisBroker.from_url(f"{redis_url}?prefix={unique_name}", client=client) as broker:
+        await broker.publish(b"x", key="k")
+    assert await client.ping()
+    assert await client.xlen(f"{unique_name}:jobs") == 1
+
+
+async def test_client_decoding_responses_is_refused(redis_url: str) -> None:
+    decoding = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        with pytest.raises(ConfigurationError, match="decode_responses=False"):
+            RedisBroker.from_url(redis_url, client=decoding)
+    finally:
+        await decoding.aclose()
