@@ -18,9 +18,7 @@ from sqlalchemy import text
 from crawlherd.brokers.base import DeadLetter, Delivery
 from crawlherd.db.engine import create_engine
 
-DDL = (
-    "CREATE TABLE IF NOT EXISTS test_publishes (id {pk}, key TEXT NOT NULL, body TEXT NOT NULL, pid INTEGER NOT NULL)"
-)
+DDL = "CREATE TABLE IF NOT EXISTS test_publishes (id {pk}, key TEXT NOT NULL, body TEXT NOT NULL, pid INTEGER NOT NULL)"
 
 
 class TableBrokerDouble:
