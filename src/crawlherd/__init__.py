@@ -19,7 +19,12 @@ from crawlherd.url import canonicalize_url
 __version__ = "0.1.0"
 
 # name -> module, imported lazily by __getattr__.
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "Dispatcher": "crawlherd.service.dispatcher",
+    "JobMessage": "crawlherd.messages",
+    "decode_job": "crawlherd.messages",
+    "encode_job": "crawlherd.messages",
+}
 
 __all__ = [
     "Clock",

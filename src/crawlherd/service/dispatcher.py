@@ -375,6 +375,19 @@ class Dispatcher:
     ) -> None:
         if not (confirmed or failures or released):
             return
+        try:
+            await self._settle_rows(confirmed, failures, released)
+        except Exception as exc:
+            if _db_errors(exc):
+                # The leases run out and the rows are published again: duplicates, never a loss.
+                raise BackendUnavailableError(
+                    f"config DB failed marking {len(confirmed)} published row(s): {_short(exc)}", backend="database"
+                ) from exc
+            raise
+
+    async def _settle_rows(
+        self, confirmed: Sequence[int], failures: Sequence[tuple[_Leased, str]], released: Sequence[_Leased]
+    ) -> None:
         ob = DispatchOutbox
         async with self.engine.begin() as conn:
             now = await db_now(conn)
