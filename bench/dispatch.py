@@ -8,9 +8,10 @@ multi-row INSERTs and publishes with bounded concurrency, marking in batches.
         --broker-url amqp://guest:guest@127.0.0.1:5672/ --targets 100000
 
 ``--database-url`` names a server database (PostgreSQL: a scratch database is created next to it and
-dropped afterwards) or ``sqlite:///path`` (a scratch file). ``--broker-url`` is any broker URL
-(``sqlite:///...``, ``redis://...``, ``amqp://...``), or ``double://`` for the in-process broker test
-double (publishing costs nothing: this isolates the database side).
+dropped afterwards) or ``sqlite:///path`` (default: a scratch file). ``--broker-url`` is any broker URL
+(``redis://...``, ``amqp://...``: a scratch key prefix / queue is used and removed afterwards;
+``sqlite://`` = the config DB's own file, the embedded default), or ``double://`` for the in-process
+broker test double (publishing costs nothing: this isolates the database side).
 """
 
 from __future__ import annotations
@@ -47,13 +48,47 @@ from crawlherd.service.search_url import render_search_url  # noqa: E402
 HOUR = timedelta(hours=1)
 
 
+def scratch_broker_url(url: str, database_url: str) -> str:
+    """Benchmark brokers get their own queue / key prefix (removed afterwards); ``sqlite://`` with no
+    path means the config DB's own file (the embedded default)."""
+    tag = f"bench{uuid.uuid4().hex[:10]}"
+    sep = "&" if "?" in url else "?"
+    if url in ("sqlite://", "sqlite:///"):
+        return database_url
+    if url.startswith(("redis://", "rediss://")) and "prefix=" not in url:
+        return f"{url}{sep}prefix={tag}"
+    if url.startswith(("amqp://", "amqps://")) and "queue=" not in url:
+        return f"{url}{sep}queue={tag}"
+    return url
+
+
 @asynccontextmanager
 async def broker_for(url: str) -> AsyncIterator[Broker]:
     if url == "double://":
         yield MemoryBrokerDouble()
         return
     async with open_broker(url) as broker:
-        yield broker
+        try:
+            yield broker
+        finally:
+            await cleanup(url, broker)
+
+
+async def cleanup(url: str, broker: Broker) -> None:
+    """Remove what the benchmark put into a shared Redis / RabbitMQ."""
+    if url.startswith(("amqp://", "amqps://")) and hasattr(broker, "delete_queues"):
+        await broker.delete_queues()
+    elif url.startswith(("redis://", "rediss://")):
+        import redis.asyncio as aioredis
+
+        prefix = url.split("prefix=", 1)[1].split("&", 1)[0]
+        client = aioredis.from_url(url.split("?", 1)[0])
+        try:
+            keys = [key async for key in client.scan_iter(match=f"{prefix}:*", count=1000)]
+            for start in range(0, len(keys), 1000):
+                await client.delete(*keys[start : start + 1000])
+        finally:
+            await client.aclose()
 
 
 async def make_due(engine: AsyncEngine, site: int | None, n: int) -> int:
@@ -130,6 +165,7 @@ async def naive_loop(engine: AsyncEngine, broker: Broker) -> int:
 
 
 async def run(database_url: str, broker_url: str, n: int, batch: int, naive_n: int) -> None:
+    broker_url = scratch_broker_url(broker_url, database_url)
     engine = create_engine(database_url, pool_size=8)
     try:
         await upgrade(engine)
