@@ -225,3 +225,19 @@ async def test_message_body_is_stable_across_republish(engine: AsyncEngine) -> N
     (first_key, first), (second_key, second) = broker.published
     assert first_key == second_key and first == second
     assert json.loads(first)["job_id"] == json.loads(second)["job_id"]
+
+
+async def test_a_dispatcher_whose_lease_ran_out_does_not_touch_the_new_owners_lease(engine: AsyncEngine) -> None:
+    now = await database_now(engine)
+    site = await add_website(engine)
+    await add_targets(engine, site, 1, every=HOUR, anchor=now - timedelta(seconds=10))
+    broker = MemoryBrokerDouble()
+    broker.down = True
+    slow = Dispatcher(engine, broker, lease=30.0, owner="slow")
+    await slow.dispatch_due()
+    (leased,) = await slow._lease()
+    async with engine.begin() as conn:  # slow's lease ran out; "fast" leased the row meanwhile
+        await conn.execute(update(DispatchOutbox).values(lease_owner="fast", leased_until=now + timedelta(minutes=5)))
+    await slow._settle([], [(leased, "broker down")], [])
+    (row,) = await outbox(engine)
+    assert row.lease_owner == "fast" and row.leased_until == now + timedelta(minutes=5) and row.last_error is None

@@ -321,7 +321,8 @@ class Dispatcher:
                     group.create_task(publish(row), name=f"publish:{row.key}")
         finally:
             # Also on cancellation (shutdown): record what the broker confirmed, release the rest.
-            released = [r for r in leased if r.id not in set(confirmed) and r.id not in {f.id for f, _ in failures}]
+            settled = {*confirmed, *(row.id for row, _ in failures)}
+            released = [r for r in leased if r.id not in settled]
             await asyncio.shield(self._settle(confirmed, failures, released))
         if failures:
             log.warning(
@@ -408,7 +409,12 @@ class Dispatcher:
             if retries:
                 await conn.execute(
                     update(_OUTBOX)
-                    .where(_OUTBOX.c.id == bindparam("b_id"), _OUTBOX.c.status == "pending")
+                    .where(
+                        _OUTBOX.c.id == bindparam("b_id"),
+                        _OUTBOX.c.status == "pending",
+                        # Only our own lease: if it ran out and another dispatcher took the row, leave it.
+                        _OUTBOX.c.lease_owner == self.owner,
+                    )
                     .values(
                         leased_until=bindparam("b_until", type_=UTCDateTime()),
                         last_error=bindparam("b_error"),
