@@ -37,6 +37,10 @@ _LAZY: dict[str, str] = {
     "DeadLetter": "crawlherd.brokers",
     "Delivery": "crawlherd.brokers",
     "open_broker": "crawlherd.brokers",
+    "Dispatcher": "crawlherd.service.dispatcher",
+    "JobMessage": "crawlherd.messages",
+    "decode_job": "crawlherd.messages",
+    "encode_job": "crawlherd.messages",
 }
 
 __all__ = [

@@ -19,6 +19,7 @@ class MemoryBrokerDouble:
     def __init__(self) -> None:
         self.published: list[tuple[str, bytes]] = []
         self.down = False
+        self.fail_after: int | None = None  # go down after this many more successful publishes
         self.failed_publishes = 0
         self._queue: deque[Delivery] = deque()
         self._unsettled: dict[str, Delivery] = {}
@@ -43,6 +44,11 @@ class MemoryBrokerDouble:
         if self.closed:
             raise BrokerError("broker is closed")
         await asyncio.sleep(0)  # a real publish yields to the loop while waiting for the confirm
+        if self.fail_after is not None:
+            if self.fail_after <= 0:
+                self.down, self.fail_after = True, None
+            else:
+                self.fail_after -= 1
         if self.down:
             self.failed_publishes += 1
             raise BackendUnavailableError("test double broker is down", backend="memory-double")

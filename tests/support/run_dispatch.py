@@ -9,6 +9,7 @@ from crawlherd.brokers import BROKER_ALIASES
 from crawlherd.cli import main
 
 BROKER_ALIASES["testdb"] = "tests.support.table_broker:TableBrokerDouble"
+BROKER_ALIASES["die"] = "tests.support.real_brokers:DieAfterPublish"
 
 if __name__ == "__main__":
     sys.exit(main())

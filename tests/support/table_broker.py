@@ -13,14 +13,12 @@ import os
 import signal
 from collections.abc import AsyncIterator, Mapping
 
-from sqlalchemy import text
+import aiosqlite
+import asyncpg
 
 from crawlherd.brokers.base import DeadLetter, Delivery
-from crawlherd.db.engine import create_engine
 
-DDL = (
-    "CREATE TABLE IF NOT EXISTS test_publishes (id {pk}, key TEXT NOT NULL, body TEXT NOT NULL, pid INTEGER NOT NULL)"
-)
+DDL = "CREATE TABLE IF NOT EXISTS test_publishes (id {pk}, key TEXT NOT NULL, body TEXT NOT NULL, pid INTEGER NOT NULL)"
 
 
 class TableBrokerDouble:
@@ -28,7 +26,9 @@ class TableBrokerDouble:
 
     def __init__(self, url: str) -> None:
         self.url = url.split("+", 1)[1]
-        self.engine = create_engine(self.url)
+        self.sqlite_path = self.url[len("sqlite:///") :] if self.url.startswith("sqlite") else None
+        self.pool: asyncpg.Pool | None = None
+        self.db: aiosqlite.Connection | None = None
         self.die_after_publish = os.environ.get("CRAWLHERD_TEST_DIE_AFTER_PUBLISH") == "1"
 
     @classmethod
@@ -36,9 +36,14 @@ class TableBrokerDouble:
         return cls(url)
 
     async def __aenter__(self) -> TableBrokerDouble:
-        pk = "INTEGER PRIMARY KEY" if self.engine.dialect.name == "sqlite" else "BIGSERIAL PRIMARY KEY"
-        async with self.engine.begin() as conn:
-            await conn.execute(text(DDL.format(pk=pk)))
+        # Raw drivers in autocommit: one round trip per publish, so the double is not the bottleneck.
+        if self.sqlite_path is not None:
+            self.db = await aiosqlite.connect(self.sqlite_path, isolation_level=None, timeout=30)
+            await self.db.execute("PRAGMA busy_timeout=30000")
+            await self.db.execute(DDL.format(pk="INTEGER PRIMARY KEY"))
+        else:
+            self.pool = await asyncpg.create_pool(self.url, min_size=1, max_size=8)
+            await self.pool.execute(DDL.format(pk="BIGSERIAL PRIMARY KEY"))
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -47,10 +52,14 @@ class TableBrokerDouble:
     async def publish(
         self, body: bytes, *, key: str, headers: Mapping[str, str] | None = None, delay: float = 0.0
     ) -> None:
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                text("INSERT INTO test_publishes (key, body, pid) VALUES (:k, :b, :p)"),
-                {"k": key, "b": body.decode(), "p": os.getpid()},
+        if self.db is not None:
+            await self.db.execute(
+                "INSERT INTO test_publishes (key, body, pid) VALUES (?, ?, ?)", (key, body.decode(), os.getpid())
+            )
+        else:
+            assert self.pool is not None
+            await self.pool.execute(
+                "INSERT INTO test_publishes (key, body, pid) VALUES ($1, $2, $3)", key, body.decode(), os.getpid()
             )
         if self.die_after_publish:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -80,4 +89,9 @@ class TableBrokerDouble:
         return 0
 
     async def close(self) -> None:
-        await self.engine.dispose()
+        if self.db is not None:
+            await self.db.close()
+            self.db = None
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None

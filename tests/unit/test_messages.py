@@ -89,3 +89,13 @@ def test_the_sender_refuses_invalid_messages_too() -> None:
         encode_job({"schema_version": 1})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="frozen"):
         make().attempt_count = 3  # type: ignore[misc]
+
+
+def test_the_documented_example_is_valid() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "job-message.md").read_text()
+    example = doc.split("```json", 1)[1].split("```", 1)[0]
+    message = decode_job(example.encode())
+    assert message.idempotency_key == idempotency_key(message.target_id, message.slot_at)
+    assert message.job_id == job_id_for(message.target_id, message.slot_at)

@@ -25,16 +25,16 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import bindparam, func, select, true, update
+from sqlalchemy import Table, bindparam, func, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd.brokers.base import Broker
 from crawlherd.db.engine import db_now
-from crawlherd.db.models import DispatchOutbox, ScrapeTarget, Website
+from crawlherd.db.models import DispatchOutbox, ScrapeTarget, UTCDateTime, Website
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, CrawlherdError
 from crawlherd.messages import JobMessage, encode_job
 from crawlherd.service.schedule import make_schedule, plan_slots
@@ -44,6 +44,8 @@ __all__ = ["Dispatcher", "RelayResult", "TickResult"]
 
 log = logging.getLogger(__name__)
 
+_OUTBOX = cast(Table, DispatchOutbox.__table__)
+_TARGETS = cast(Table, ScrapeTarget.__table__)
 _INSERT_CHUNK = 1000  # rows per INSERT statement (keeps under the drivers' parameter limits)
 _BROKEN_TARGET_RETRY = timedelta(hours=1)
 
@@ -261,21 +263,20 @@ class Dispatcher:
                 log.error("target %d cannot be scheduled (%s); retrying in %s", row.id, exc, _BROKEN_TARGET_RETRY)
                 advances.append({"b_id": row.id, "b_next": now + _BROKEN_TARGET_RETRY, "b_last": None})
         inserted = 0
-        for start in range(0, len(outbox), _INSERT_CHUNK):
-            chunk = outbox[start : start + _INSERT_CHUNK]
-            ins = (postgresql.insert if self._dialect == "postgresql" else sqlite.insert)(DispatchOutbox)
-            result = await conn.execute(
-                ins.values(chunk).on_conflict_do_nothing(index_elements=["target_id", "slot_at"])
+        if outbox:
+            # executemany of one cached statement (SQLAlchemy batches it into multi-row INSERTs);
+            # RETURNING lists only the rows really inserted (not those the unique key turned away).
+            insert = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
+            stmt = (
+                insert(_OUTBOX).on_conflict_do_nothing(index_elements=["target_id", "slot_at"]).returning(_OUTBOX.c.id)
             )
-            inserted += max(result.rowcount, 0)
+            inserted = len((await conn.execute(stmt, outbox)).all())
         await conn.execute(
-            update(ScrapeTarget)
-            .where(ScrapeTarget.id == bindparam("b_id"))
+            update(_TARGETS)
+            .where(_TARGETS.c.id == bindparam("b_id"))
             .values(
-                next_run_at=bindparam("b_next"),
-                last_scheduled=func.coalesce(
-                    bindparam("b_last", type_=ScrapeTarget.last_scheduled.type), ScrapeTarget.last_scheduled
-                ),
+                next_run_at=bindparam("b_next", type_=UTCDateTime()),
+                last_scheduled=func.coalesce(bindparam("b_last", type_=UTCDateTime()), _TARGETS.c.last_scheduled),
                 updated_at=now,
             ),
             advances,
@@ -320,7 +321,8 @@ class Dispatcher:
                     group.create_task(publish(row), name=f"publish:{row.key}")
         finally:
             # Also on cancellation (shutdown): record what the broker confirmed, release the rest.
-            released = [r for r in leased if r.id not in set(confirmed) and r.id not in {f.id for f, _ in failures}]
+            settled = {*confirmed, *(row.id for row, _ in failures)}
+            released = [r for r in leased if r.id not in settled]
             await asyncio.shield(self._settle(confirmed, failures, released))
         if failures:
             log.warning(
@@ -374,6 +376,19 @@ class Dispatcher:
     ) -> None:
         if not (confirmed or failures or released):
             return
+        try:
+            await self._settle_rows(confirmed, failures, released)
+        except Exception as exc:
+            if _db_errors(exc):
+                # The leases run out and the rows are published again: duplicates, never a loss.
+                raise BackendUnavailableError(
+                    f"config DB failed marking {len(confirmed)} published row(s): {_short(exc)}", backend="database"
+                ) from exc
+            raise
+
+    async def _settle_rows(
+        self, confirmed: Sequence[int], failures: Sequence[tuple[_Leased, str]], released: Sequence[_Leased]
+    ) -> None:
         ob = DispatchOutbox
         async with self.engine.begin() as conn:
             now = await db_now(conn)
@@ -393,9 +408,18 @@ class Dispatcher:
             ] + [{"b_id": row.id, "b_until": now, "b_error": None} for row in released]
             if retries:
                 await conn.execute(
-                    update(ob)
-                    .where(ob.id == bindparam("b_id"), ob.status == "pending")
-                    .values(leased_until=bindparam("b_until"), last_error=bindparam("b_error"), lease_owner=None),
+                    update(_OUTBOX)
+                    .where(
+                        _OUTBOX.c.id == bindparam("b_id"),
+                        _OUTBOX.c.status == "pending",
+                        # Only our own lease: if it ran out and another dispatcher took the row, leave it.
+                        _OUTBOX.c.lease_owner == self.owner,
+                    )
+                    .values(
+                        leased_until=bindparam("b_until", type_=UTCDateTime()),
+                        last_error=bindparam("b_error"),
+                        lease_owner=None,
+                    ),
                     retries,
                 )
 
@@ -404,11 +428,20 @@ class Dispatcher:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    async def run_once(self) -> tuple[TickResult, RelayResult]:
-        """Dispatch everything due, then relay everything ready."""
-        tick = await self.dispatch_due()
-        relay = await self.relay_all()
-        return tick, relay
+    async def run_once(self, stop: asyncio.Event | None = None) -> tuple[TickResult, RelayResult]:
+        """Dispatch everything due, then relay everything ready (stopping early when ``stop`` is set)."""
+        targets = slots = inserted = leased = published = failed = 0
+        while stop is None or not stop.is_set():
+            tick = await self.tick()
+            targets, slots, inserted = targets + tick.targets, slots + tick.slots, inserted + tick.inserted
+            if tick.targets < self.batch_size:
+                break
+        while stop is None or not stop.is_set():
+            relay = await self.relay()
+            leased, published, failed = leased + relay.leased, published + relay.published, failed + relay.failed
+            if relay.leased < self.relay_batch or relay.failed:
+                break
+        return TickResult(targets, slots, inserted), RelayResult(leased, published, failed)
 
     async def run(
         self,
@@ -417,8 +450,9 @@ class Dispatcher:
         stop: asyncio.Event | None = None,
         on_cycle: Callable[[TickResult, RelayResult], None] | None = None,
     ) -> None:
-        """Run until ``stop`` is set: a cycle every ``interval`` seconds. ``on_cycle`` sees each
-        cycle that did something.
+        """Run until ``stop`` is set: a cycle every ``interval`` seconds, at once while work is left.
+        ``on_cycle`` sees each cycle that did something. ``stop`` is checked between batches, so a
+        shutdown waits for one tick transaction or one relay batch at most.
 
         A database or broker outage is logged and retried with backoff; the loop never dies of it.
         """
@@ -429,11 +463,12 @@ class Dispatcher:
         while not stop.is_set():
             wait = interval
             try:
-                tick, relay = await self.run_once()
+                tick = await self.tick()
+                relay = await self.relay() if not stop.is_set() else RelayResult()
                 failures = 0
-                if (tick.slots or relay.leased) and on_cycle is not None:
-                    on_cycle(tick, relay)
                 if tick.slots or relay.leased:
+                    if on_cycle is not None:
+                        on_cycle(tick, relay)
                     log.info(
                         "dispatched %d slot(s) of %d target(s); published %d, failed %d",
                         tick.inserted,
@@ -441,12 +476,15 @@ class Dispatcher:
                         relay.published,
                         relay.failed,
                     )
+                if tick.targets == self.batch_size or (relay.leased == self.relay_batch and not relay.failed):
+                    wait = 0.0  # more is due or pending: go on at once
             except BackendUnavailableError as exc:
                 failures += 1
                 wait = min(self.max_backoff, interval * 2 ** min(failures, 10))
                 log.warning("%s; retrying in %.1fs", exc, wait)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=wait)
+            if wait:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=wait)
 
 
 def _short(exc: BaseException) -> str:

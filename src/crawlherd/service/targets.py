@@ -336,7 +336,8 @@ def parse_targets(
                 for err in exc.errors():
                     loc = [section, index, *err["loc"]]
                     problems.append((_where(loc, lines), _message(err)))
-                if section == "targets" and ("every" in item) == ("cron" in item):
+                reported = any(_ONE_SCHEDULE in str(err["msg"]) for err in exc.errors())
+                if section == "targets" and ("every" in item) == ("cron" in item) and not reported:
                     # The whole-entry check did not run because a field failed: report it anyway.
                     problems.append((_where([section, index], lines), _ONE_SCHEDULE))
             if section == "targets" and isinstance(item.get("website"), str):

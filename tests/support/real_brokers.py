@@ -1,0 +1,128 @@
+"""Helpers for running the dispatcher against the REAL brokers (``crawlherd.brokers.{sqlite,redis,amqp}``,
+built in parallel; the tests skip until they are integrated): scratch queue names, draining a broker
+to count what was published, removing what a test created, and a kill-after-publish wrapper."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import os
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from crawlherd.brokers import open_broker
+from crawlherd.brokers.base import Broker, DeadLetter, Delivery
+
+REAL_BROKERS = {
+    "sqlite": "crawlherd.brokers.sqlite",
+    "redis": "crawlherd.brokers.redis",
+    "amqp": "crawlherd.brokers.amqp",
+}
+
+
+def real_broker_available(kind: str) -> bool:
+    try:
+        return importlib.util.find_spec(REAL_BROKERS[kind]) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def scratch_url(kind: str, name: str, *, sqlite_path: str, redis_url: str, amqp_url: str) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{sqlite_path}?queue={name}"
+    if kind == "redis":
+        return f"{redis_url}?prefix={name}"
+    return f"{amqp_url}?queue={name}"
+
+
+async def drain(url: str, *, idle: float = 3.0) -> list[Delivery]:
+    """Consume and ack everything in the broker until nothing arrives for ``idle`` seconds."""
+    got: list[Delivery] = []
+    async with open_broker(url) as broker:
+        stream = broker.consume(prefetch=200).__aiter__()
+        while True:
+            try:
+                delivery = await asyncio.wait_for(stream.__anext__(), idle)
+            except (TimeoutError, StopAsyncIteration):
+                break
+            got.append(delivery)
+            await broker.ack(delivery)
+        with contextlib.suppress(Exception):
+            await stream.aclose()  # type: ignore[attr-defined]
+    return got
+
+
+def keys_of(deliveries: list[Delivery]) -> Counter[str]:
+    return Counter(d.key for d in deliveries)
+
+
+async def remove(url: str, kind: str, name: str) -> None:
+    """Delete the test's queues (RabbitMQ) or keys (Redis); SQLite files live in tmp_path."""
+    if kind == "amqp":
+        async with open_broker(url) as broker:
+            await broker.delete_queues()  # type: ignore[attr-defined]
+    elif kind == "redis":
+        import redis.asyncio as aioredis
+
+        client = aioredis.from_url(url.split("?", 1)[0])
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{name}*", count=1000)]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()
+
+
+class DieAfterPublish:
+    """``die+<url>``: the real broker for ``<url>``, but the process SIGKILLs itself right after the
+    first publish is confirmed -- a dispatcher killed between publish and mark."""
+
+    def __init__(self, inner: Broker) -> None:
+        self.inner = inner
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> DieAfterPublish:
+        return cls(open_broker(url.split("+", 1)[1], **options))
+
+    async def __aenter__(self) -> DieAfterPublish:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.inner.__aexit__(*exc_info)
+
+    async def publish(
+        self, body: bytes, *, key: str, headers: Mapping[str, str] | None = None, delay: float = 0.0
+    ) -> None:
+        await self.inner.publish(body, key=key, headers=headers, delay=delay)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def consume(self, *, prefetch: int = 10) -> AsyncIterator[Delivery]:
+        return self.inner.consume(prefetch=prefetch)
+
+    async def ack(self, delivery: Delivery) -> None:
+        await self.inner.ack(delivery)
+
+    async def nack(self, delivery: Delivery, *, requeue: bool = True) -> None:
+        await self.inner.nack(delivery, requeue=requeue)
+
+    async def retry(self, delivery: Delivery, *, delay: float, body: bytes | None = None) -> None:
+        await self.inner.retry(delivery, delay=delay, body=body)
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        await self.inner.dead_letter(delivery, reason)
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        return await self.inner.dead_letters(limit)
+
+    async def requeue_dead(self, dead_id: str | None = None) -> int:
+        return await self.inner.requeue_dead(dead_id)
+
+    async def pending(self) -> int:
+        return await self.inner.pending()
+
+    async def close(self) -> None:
+        await self.inner.close()
