@@ -45,7 +45,7 @@ def _website(doc: dict[str, Any], name: str) -> dict[str, Any]:
 async def crawl_search(http: aiohttp.ClientSession, website: dict[str, Any], url: str) -> dict[str, dict[str, Any]]:
     """A tiny crawl loop: pages in order, 429 retried once, pagination by the website's settings."""
     rules = ExtractionRules.from_mapping(website["name"], website["extraction"])
-    pagination = Pagination.from_settings(website["pagination_type"], website["pagination"], website=website["name"])
+    pagination = Pagination.from_table(website["pagination"], website=website["name"])
     found: dict[str, dict[str, Any]] = {}
     pages = 0
     next_url: str | None = pagination.first_url(url)
@@ -59,7 +59,7 @@ async def crawl_search(http: aiohttp.ClientSession, website: dict[str, Any], url
         new = [item for item in result.items if item.fingerprint.hex() not in found]
         for item in new:
             fields = dict(item.fields)
-            if website.get("fetch_details"):
+            if rules.detail_fields:
                 _, _, detail = await get(http, item.url)
                 fields.update(rules.extract_detail(detail, item.url))
             found[item.fingerprint.hex()] = {"url": item.url, "fields": fields}

@@ -91,7 +91,7 @@ def test_demo_targets_toml_round_trips_and_rules_are_valid() -> None:
     assert [w["requires_playwright"] for w in doc["websites"]] == [False, False, True]
     for website in doc["websites"]:
         ExtractionRules.from_mapping(website["name"], website["extraction"])
-        Pagination.from_settings(website["pagination_type"], website["pagination"], website=website["name"])
+        Pagination.from_table(website["pagination"], website=website["name"])
         assert website["search_url_template"].startswith(base)
     urls = first_search_urls(doc)
     assert urls[0] == ("demo-jobs", f"{base}/search?q=python&l=berlin&page=1")
