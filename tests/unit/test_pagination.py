@@ -6,10 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawlherd.errors import ConfigurationError, InvalidURLError
+from crawlherd.errors import ConfigurationError
 from crawlherd.extract.pagination import (
     Pagination,
-    build_search_url,
     get_query_param,
     increment_query_param,
     next_link_url,
@@ -58,22 +57,6 @@ def test_next_link_url() -> None:
     assert next_link_url('<a class="next" href="?page=1#top">again</a>', page, "a.next") is None  # same page
     assert next_link_url('<a class="next" href="javascript:go()">x</a>', page, "a.next") is None
     assert next_link_url('<a class="next" data-u="/p/2">x</a>', page, "a.next@data-u") == "https://x.test/p/2"
-
-
-def test_build_search_url() -> None:
-    template = "https://x.test/search?q={keywords}&l={location}&page={page}"
-    assert build_search_url(template, keywords="data engineer", location="new york", page=1) == (
-        "https://x.test/search?q=data+engineer&l=new+york&page=1"
-    )
-    assert build_search_url("https://x.test/b/{keywords}/{location}", keywords="c++", location="x") == (
-        "https://x.test/b/c%2B%2B/x"
-    )
-    with pytest.raises(ConfigurationError, match="unknown placeholder"):
-        build_search_url("https://x.test/?q={kw}", keywords="a", location="b")
-    with pytest.raises(ConfigurationError, match="page"):
-        build_search_url(template, keywords="a", location="b")
-    with pytest.raises(InvalidURLError):
-        build_search_url("/relative?q={keywords}&l={location}", keywords="a", location="b")
 
 
 def test_page_param_pagination_stops_on_no_new_items_or_cap() -> None:

@@ -15,7 +15,6 @@ from crawlherd.extract.handlers import (
 from crawlherd.extract.pagination import (
     PAGINATION_TYPES,
     Pagination,
-    build_search_url,
     get_query_param,
     increment_query_param,
     next_link_url,
@@ -43,7 +42,6 @@ __all__ = [
     "Item",
     "Page",
     "Pagination",
-    "build_search_url",
     "get_handler",
     "get_query_param",
     "increment_query_param",

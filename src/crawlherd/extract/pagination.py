@@ -21,7 +21,6 @@ Settings table (all optional except ``selector`` for ``next_link``)::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,6 @@ from crawlherd.url import canonicalize_url
 __all__ = [
     "PAGINATION_TYPES",
     "Pagination",
-    "build_search_url",
     "get_query_param",
     "increment_query_param",
     "next_link_url",
@@ -49,8 +47,6 @@ _SETTINGS = {
     "page_param": frozenset({"param", "start", "step", "max_pages"}),
     "next_link": frozenset({"selector", "max_pages"}),
 }
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_TEMPLATE_NAMES = frozenset({"keywords", "location", "page"})
 
 
 def get_query_param(url: str, name: str) -> str | None:
@@ -119,31 +115,6 @@ def next_link_url(html: str | bytes | LexborHTMLParser, page_url: str, selector:
     except InvalidURLError:
         return None  # javascript:, mailto:, garbage: not a page to follow
     return target
-
-
-def build_search_url(template: str, *, keywords: str, location: str, page: int | None = None) -> str:
-    """Fill ``{keywords}``, ``{location}`` and ``{page}`` (URL-encoded) in a search URL template.
-
-    Another placeholder raises ConfigurationError; ``{page}`` left without a value also does.
-    """
-    values = {"keywords": quote_plus(keywords), "location": quote_plus(location)}
-    if page is not None:
-        values["page"] = str(page)
-
-    def fill(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in _TEMPLATE_NAMES:
-            raise ConfigurationError(
-                f"search URL template {template!r}: unknown placeholder {{{name}}}; use {{keywords}}, "
-                "{location} and {page}"
-            )
-        if name not in values:
-            raise ConfigurationError(f"search URL template {template!r} has {{page}}: give a page number")
-        return values[name]
-
-    url = _PLACEHOLDER.sub(fill, template)
-    canonicalize_url(url)  # a template that cannot make a URL fails here, with InvalidURLError
-    return url
 
 
 @dataclass(frozen=True, slots=True)

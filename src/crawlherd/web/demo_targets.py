@@ -43,8 +43,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from crawlherd.extract.pagination import Pagination, build_search_url
+from crawlherd.extract.pagination import Pagination
 from crawlherd.extract.rules import ExtractionRules, item_fingerprint
+from crawlherd.service.search_url import render_search_url
 
 __all__ = [
     "DEMO_WEBSITES",
@@ -192,9 +193,7 @@ def first_search_urls(document: Mapping[str, Any]) -> list[tuple[str, str]]:
     for website, keyword, location in iter_searches(document):
         spec = websites[website]
         pagination = Pagination.from_table(spec.get("pagination"), website=website)
-        template = spec["search_url_template"]
-        page = pagination.start if "{page}" in template else None
-        url = build_search_url(template, keywords=keyword, location=location, page=page)
+        url = render_search_url(spec["search_url_template"], keywords=keyword, location=location)
         urls.append((website, pagination.first_url(url)))  # what a worker fetches first
     return urls
 
