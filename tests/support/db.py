@@ -44,7 +44,7 @@ async def add_website(engine: AsyncEngine, name: str = "site", **overrides: Any)
         "requires_playwright": False,
         "pagination_type": "page_param",
         "pagination": {"param": "page", "max_pages": 3},
-        "extraction": {"item": "article"},
+        "extraction": {"item_selector": "article"},
         "metadata": {"country": "de"},
         "min_delay": 1.0,
         "max_concurrency": 2,

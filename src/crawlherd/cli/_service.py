@@ -7,7 +7,7 @@ from typing import Any
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.db import create_engine, current_revision, head_revision
+from crawlherd.db import create_engine, current_revision, head_revision, upgrade
 from crawlherd.errors import CrawlherdError
 from crawlherd.settings import Settings, load_settings
 
@@ -28,13 +28,26 @@ def settings_from(ctx: click.Context, **overrides: Any) -> Settings:
 
 
 async def ensure_migrated(engine: AsyncEngine) -> None:
-    """Refuse to work on a config DB that is not at the newest migration."""
+    """Create the tables of a fresh (empty) config DB; refuse to work on one at an older migration
+    (upgrading an existing database is the operator's decision: `crawlherd db upgrade`)."""
     current, head = await current_revision(engine), head_revision()
+    if current is None and not await _has_tables(engine):
+        click.echo("new config DB: creating its tables", err=True)
+        await upgrade(engine)
+        return
     if current != head:
         raise CrawlherdError(
             f"the config DB is at migration {current or '(none)'}, this crawlherd needs {head}: "
             "run `crawlherd db upgrade` first"
         )
+
+
+async def _has_tables(engine: AsyncEngine) -> bool:
+    from sqlalchemy import inspect
+
+    async with engine.connect() as conn:
+        names = await conn.run_sync(lambda sync: inspect(sync).get_table_names())
+    return any(not name.startswith("broker_") for name in names)
 
 
 def engine_for(settings: Settings, **options: Any) -> AsyncEngine:
