@@ -23,7 +23,7 @@ search_url_template = "https://shop.example/?q={{keywords}}"
         ('extraction = { item = "div.card" }', "unknown extraction key"),
         ('extraction = { fields = { title = "h2" } }', "need an item_selector"),
         ('extraction = { item_selector = "div", fields = { t = "h2@9bad" } }', "fields"),
-        ('pagination = { type = "next_link", selector = "a[rel" }', "not a valid CSS selector"),
+        ('pagination = { type = "next_link", selector = "a::nope" }', "not a valid CSS selector"),
     ],
 )
 def test_bad_rules_are_refused_at_import_naming_the_website(extra: str, problem: str) -> None:
