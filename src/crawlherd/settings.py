@@ -8,7 +8,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -41,7 +41,9 @@ class Settings(BaseModel):
     allow_private_addresses: bool = Field(
         False, description="Let the fetchers reach private, loopback and link-local addresses."
     )
-    log_level: str = Field("INFO", description="Logging level.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "WARNING", description="Logging level (-v and -vv raise it to INFO and DEBUG)."
+    )
 
     def redacted(self) -> dict[str, Any]:
         """The settings as a dict with secrets in URLs masked (for logs and ``config show``)."""

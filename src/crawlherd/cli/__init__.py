@@ -81,7 +81,10 @@ def main(ctx: click.Context, config_file: str | None, verbose: int) -> None:
 
     Settings come from defaults < crawlherd.toml < CRAWLHERD_* environment < flags.
     """
-    level = logging.WARNING - 10 * verbose
+    from crawlherd.settings import load_settings
+
+    configured = logging.getLevelName(load_settings(config_file).log_level)
+    level = min(configured, logging.WARNING - 10 * verbose) if verbose else configured
     logging.basicConfig(level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ctx.ensure_object(dict)
     ctx.obj["config_file"] = config_file
