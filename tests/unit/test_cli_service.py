@@ -34,7 +34,18 @@ def test_db_upgrade_and_current(db: Path) -> None:
     assert "current: 0001; newest: 0001" in run("db", "current").output
 
 
-def test_commands_refuse_an_unmigrated_db(db: Path) -> None:
+def test_a_fresh_db_is_created_on_first_use(db: Path) -> None:
+    result = run("targets", "list")
+    assert result.exit_code == 0, result.output
+    assert "creating its tables" in result.output
+    assert run("db", "current").exit_code == 0
+
+
+def test_commands_refuse_an_unmigrated_db_that_holds_other_tables(db: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE somebody_elses (x)")
     result = run("targets", "list")
     assert result.exit_code == 2 and "run `crawlherd db upgrade` first" in result.output
 
