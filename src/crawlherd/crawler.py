@@ -19,7 +19,8 @@ dispatcher, so politeness, re-fetches and memory-pressure re-queues all go throu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
@@ -124,37 +125,61 @@ class CrawlStream(AsyncIterator[CrawlResult]):
     """Results in completion order. ``aclose()`` (or leaving ``async with``) stops the run: work in
     flight is cancelled and nothing is left running."""
 
-    def __init__(self, agen: AsyncGenerator[CrawlResult, None], owner: Crawler, run: _Run) -> None:
-        self._agen = agen
+    def __init__(self, owner: Crawler, run: _Run, dispatcher: Dispatcher, first: list[CrawlResult]) -> None:
         self._owner = owner
         self._run = run
+        self._dispatcher = dispatcher
+        self._pending: deque[CrawlResult] = deque(first)
+        self._source: AsyncIterator[CrawlResult] | None = None
+        self._limiter: RateLimiter | None = None
         self._closed = False
         owner._streams.add(self)
 
     def __aiter__(self) -> CrawlStream:
         return self
 
+    def _start(self) -> AsyncIterator[CrawlResult]:
+        owner, run = self._owner, self._run
+        rl = self._limiter = self._dispatcher.rate_limiter
+        if rl is not None:
+            owner._send_limiters.append(rl)  # its slots are taken at send time (the send gate)
+        source = self._source = self._dispatcher.run(
+            run.frontier, lambda request: owner._process(request, run), clock=owner.clock, rate_limit_at_send=True
+        )
+        return source
+
     async def __anext__(self) -> CrawlResult:
+        if self._pending:
+            return self._pending.popleft()
         if self._closed:
             raise StopAsyncIteration
+        source = self._source or self._start()
         try:
-            return await self._agen.__anext__()
-        except StopAsyncIteration:
+            result = await source.__anext__()
+        except BaseException:  # exhausted, failed or cancelled: release everything, then say so
             await self.aclose()
             raise
-        except BaseException:
-            await self.aclose()
-            raise
+        dups = self._run.dups
+        if dups and result.request is not None:
+            twins = dups.pop(result.request.fingerprint, ())
+            self._pending.extend(dataclasses.replace(result, url=t.url, request=t) for t in twins)
+        return result
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self._owner._streams.discard(self)
+        self._pending.clear()
+        owner = self._owner
+        owner._streams.discard(self)
         try:
-            await self._agen.aclose()
+            if self._source is not None:
+                await self._source.aclose()  # type: ignore[attr-defined]
         finally:
-            await self._owner._end_run(self._run)
+            if self._limiter is not None:
+                owner._send_limiters.remove(self._limiter)
+                self._limiter = None
+            await owner._end_run(self._run)
 
     async def __aenter__(self) -> CrawlStream:
         return self
@@ -431,40 +456,12 @@ class Crawler:
         await frontier.enqueue_requests(requests)
         if dispatcher.monitor is not None:
             dispatcher.monitor.add_queued(len(requests))
-        agen = self._results(run, dispatcher, invalid)
-        out = CrawlStream(agen, self, run)
+        out = CrawlStream(self, run, dispatcher, invalid)
         use_stream = config.stream if stream is None else stream
         if use_stream:
             return out
         async with out:
             return [r async for r in out]
-
-    async def _results(
-        self, run: _Run, dispatcher: Dispatcher, first: list[CrawlResult]
-    ) -> AsyncGenerator[CrawlResult, None]:
-        frontier = run.frontier
-        try:
-            for result in first:
-                yield result
-            rl = dispatcher.rate_limiter
-            if rl is not None:
-                self._send_limiters.append(rl)
-            results = dispatcher.run(
-                frontier, lambda request: self._process(request, run), clock=self.clock, rate_limit_at_send=True
-            )
-            try:
-                dups = run.dups
-                async for result in results:
-                    yield result
-                    if dups and result.request is not None:
-                        for twin in dups.pop(result.request.fingerprint, ()):
-                            yield dataclasses.replace(result, url=twin.url, request=twin)
-            finally:
-                await results.aclose()  # type: ignore[attr-defined]
-                if rl is not None:
-                    self._send_limiters.remove(rl)
-        finally:
-            await self._end_run(run)
 
     async def _end_run(self, run: _Run) -> None:
         """Release what a run holds (idempotent): its send-gate delay, and its frontier if it opened it.
@@ -583,7 +580,7 @@ class Crawler:
         run.gate_delay = delay
         self._active_delays.append(delay)
         self._gate_delay = max(self._active_delays)
-        out = CrawlStream(self._results(run, dispatcher, invalid), self, run)
+        out = CrawlStream(self, run, dispatcher, invalid)
         if stream:
             return out
         async with out:

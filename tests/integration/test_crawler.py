@@ -313,3 +313,18 @@ async def test_crawl_uses_a_frontier_it_is_given_and_leaves_it_open(
         stats = await frontier.stats()
         assert stats.acked == 4 and stats.queued == 0
         assert not frontier._closed  # type: ignore[attr-defined]
+
+
+async def test_memory_adaptive_dispatcher_streams_through_the_crawler(
+    server: MisbehavingServer, crawler: Crawler
+) -> None:
+    from crawlherd import MemoryAdaptiveDispatcher
+
+    urls = [f"{server.url}/page/{i}" for i in range(10)] + [f"{server.url}/always/404"]
+    dispatcher = MemoryAdaptiveDispatcher(max_session_permit=3, memory_reader=lambda: 40.0)
+    stream = await crawler.arun_many(urls, dispatcher=dispatcher, stream=True)
+    async with stream:
+        results = [r async for r in stream]
+    assert sorted(r.url for r in results) == sorted(urls)
+    assert sum(r.success for r in results) == 10
+    assert all(r.dispatch is not None and r.dispatch.memory_at_start > 0 for r in results)

@@ -296,3 +296,23 @@ def test_system_memory_uses_the_machine_without_a_limit(tmp_path: Path) -> None:
     mem = SystemMemory(tmp_path)
     assert mem.source == "machine"
     assert 0.0 < mem() < 100.0
+
+
+async def test_a_lease_that_expired_mid_fetch_does_not_end_the_run(caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    frontier = open_scheduler("memory://", clock=clock, lease_timeout=5)
+    await frontier.enqueue_request(Request(URLS[0]))
+    work = Work()
+    results: list[CrawlResult] = []
+    runner = asyncio.create_task(collect(SemaphoreDispatcher(1).run(frontier, work, clock=clock), results))
+    await spin()
+    clock.advance(10)  # the lease expires while the fetch hangs ...
+    other = await frontier.next_request()  # ... and the frontier hands the URL to someone else
+    assert other is not None and other.request.url == URLS[0]
+    work.release_all()
+    await spin()
+    assert [r.url for r in results] == [URLS[0]]  # the late result is still reported,
+    assert "raise the frontier's lease_timeout" in caplog.text  # with the reason,
+    assert not runner.done()  # and the run goes on
+    await frontier.ack(other)
+    await runner

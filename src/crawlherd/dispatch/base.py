@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.dispatch.monitor import ProcessMemory
 from crawlherd.dispatch.rate_limiter import parse_retry_after
+from crawlherd.errors import LeaseError
 from crawlherd.frontier.base import Lease, Scheduler
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult, DispatchInfo
@@ -38,6 +40,7 @@ __all__ = ["BaseDispatcher", "Dispatcher", "ProcessFn"]
 ProcessFn = Callable[[Request], Awaitable[CrawlResult]]
 
 _DONE = object()
+log = logging.getLogger("crawlherd.dispatch")
 
 
 @runtime_checkable
@@ -198,10 +201,15 @@ class BaseDispatcher:
         if state.requeues:
             info.requeues = state.requeues.pop(request.fingerprint, 0)
         result.dispatch = info
-        if result.success:
-            await frontier.ack(lease)
-        else:
-            await frontier.fail(lease, result.error_message or f"HTTP {status}")
+        try:
+            if result.success:
+                await frontier.ack(lease)
+            else:
+                await frontier.fail(lease, result.error_message or f"HTTP {status}")
+        except LeaseError:
+            # The lease expired while the page was being fetched: the frontier has already put the URL
+            # back. The result is still reported; the frontier's lease_timeout is too short for this site.
+            log.warning("lease of %s expired before it was settled; raise the frontier's lease_timeout", request.url)
         if monitor is not None:
             monitor.task_finished(result)
         return result

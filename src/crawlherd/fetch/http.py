@@ -238,7 +238,79 @@ class HttpFetcher:
         progress = [time.monotonic(), read_timeout]
         self._watch[task] = progress
         try:
-            return await self._fetch(session, request, timeout, progress)
+            url = request.url
+            method = request.method
+            body = request.body
+            headers = request.headers or None
+            redirects: list[str] = []
+            gated = self.send_gate is not None
+            started = time.perf_counter()
+            try:
+                while True:
+                    if not limits.allow_private_addresses:
+                        self._guard_literal(url)
+                    progress[0] = time.monotonic()
+                    if gated:
+                        _HOP_HOST.set(request.host if not redirects else host_of(canonicalize_url(url)))
+                    async with session.request(
+                        method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
+                    ) as resp:
+                        status = resp.status
+                        if status in _REDIRECTS and "Location" in resp.headers:
+                            if len(redirects) >= limits.max_redirects:
+                                raise TooManyRedirectsError(
+                                    f"{url}: more than max_redirects={limits.max_redirects} redirects "
+                                    f"(started at {request.url})",
+                                    url=request.url,
+                                    request=request,
+                                )
+                            redirects.append(url)
+                            url = self._next_hop(url, resp.headers["Location"], request)
+                            if status == 303 or (status in (301, 302) and method == "POST"):
+                                method, body = "GET", None
+                            continue
+                        raw_headers = resp.headers
+                        ctype = raw_headers.get("Content-Type", "")
+                        if status < 400 and limits.allowed_content_types:
+                            self._check_type(ctype, url, request)
+                        data = await self._read_body(resp, url, request, progress)
+                        return Response(
+                            url=url,
+                            status=status,
+                            headers={k.lower(): v for k, v in raw_headers.items()},
+                            body=data,
+                            request=request,
+                            elapsed=time.perf_counter() - started,
+                            redirects=tuple(redirects),
+                            encoding=_charset(ctype) if ctype else "utf-8",
+                        )
+            except FetchError as exc:
+                if exc.request is None:
+                    exc.request = request
+                if exc.url is None or (isinstance(exc, AddressNotAllowedError) and exc.url != url):
+                    exc.url = url
+                raise
+            except TimeoutError as exc:
+                raise self._timeout_error(exc, url, request, timeout) from None
+            except aiohttp.ClientConnectorError as exc:
+                inner = exc.__cause__ or exc.os_error
+                if isinstance(inner, AddressNotAllowedError):
+                    inner.url, inner.request = url, request
+                    raise inner from None
+                raise FetchError(f"{url}: cannot connect to {exc.host}:{exc.port} ({exc.strerror or exc})", url=url,
+                                 request=request) from None
+            except aiohttp.ServerDisconnectedError:
+                raise FetchError(f"{url}: the server closed the connection without a response", url=url,
+                                 request=request) from None
+            except (aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError) as exc:
+                raise FetchError(f"{url}: connection broken mid-response ({_reason(exc)})", url=url,
+                                 request=request) from None
+            except aiohttp.InvalidURL as exc:
+                raise FetchError(f"{url}: invalid URL ({exc})", url=url, request=request) from None
+            except aiohttp.ClientError as exc:
+                raise FetchError(f"{url}: {type(exc).__name__}: {exc}", url=url, request=request) from None
+            except OSError as exc:
+                raise FetchError(f"{url}: {_reason(exc)}", url=url, request=request) from None
         except asyncio.CancelledError:
             if task in self._stalled:
                 self._stalled.discard(task)
@@ -250,84 +322,6 @@ class HttpFetcher:
         finally:
             self._watch.pop(task, None)
             self._stalled.discard(task)
-
-    async def _fetch(
-        self, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout, progress: list[float]
-    ) -> Response:
-        limits = self.limits
-        url = request.url
-        method = request.method
-        body = request.body
-        headers = request.headers or None
-        redirects: list[str] = []
-        gated = self.send_gate is not None
-        started = time.perf_counter()
-        try:
-            while True:
-                if not limits.allow_private_addresses:
-                    self._guard_literal(url)
-                progress[0] = time.monotonic()
-                if gated:
-                    _HOP_HOST.set(request.host if not redirects else host_of(canonicalize_url(url)))
-                async with session.request(
-                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
-                ) as resp:
-                    status = resp.status
-                    if status in _REDIRECTS and "Location" in resp.headers:
-                        if len(redirects) >= limits.max_redirects:
-                            raise TooManyRedirectsError(
-                                f"{url}: more than max_redirects={limits.max_redirects} redirects "
-                                f"(started at {request.url})",
-                                url=request.url,
-                                request=request,
-                            )
-                        redirects.append(url)
-                        url = self._next_hop(url, resp.headers["Location"], request)
-                        if status == 303 or (status in (301, 302) and method == "POST"):
-                            method, body = "GET", None
-                        continue
-                    raw_headers = resp.headers
-                    ctype = raw_headers.get("Content-Type", "")
-                    if status < 400 and limits.allowed_content_types:
-                        self._check_type(ctype, url, request)
-                    data = await self._read_body(resp, url, request, progress)
-                    return Response(
-                        url=url,
-                        status=status,
-                        headers={k.lower(): v for k, v in raw_headers.items()},
-                        body=data,
-                        request=request,
-                        elapsed=time.perf_counter() - started,
-                        redirects=tuple(redirects),
-                        encoding=_charset(ctype) if ctype else "utf-8",
-                    )
-        except FetchError as exc:
-            if exc.request is None:
-                exc.request = request
-            if exc.url is None or (isinstance(exc, AddressNotAllowedError) and exc.url != url):
-                exc.url = url
-            raise
-        except TimeoutError as exc:
-            raise self._timeout_error(exc, url, request, timeout) from None
-        except aiohttp.ClientConnectorError as exc:
-            inner = exc.__cause__ or exc.os_error
-            if isinstance(inner, AddressNotAllowedError):
-                inner.url, inner.request = url, request
-                raise inner from None
-            raise FetchError(f"{url}: cannot connect to {exc.host}:{exc.port} ({exc.strerror or exc})", url=url,
-                             request=request) from None
-        except aiohttp.ServerDisconnectedError:
-            raise FetchError(f"{url}: the server closed the connection without a response", url=url,
-                             request=request) from None
-        except (aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError) as exc:
-            raise FetchError(f"{url}: connection broken mid-response ({_reason(exc)})", url=url,
-                             request=request) from None
-        except aiohttp.InvalidURL as exc:
-            raise FetchError(f"{url}: invalid URL ({exc})", url=url, request=request) from None
-        except aiohttp.ClientError as exc:
-            raise FetchError(f"{url}: {type(exc).__name__}: {exc}", url=url, request=request) from None
-        except OSError as exc:
-            raise FetchError(f"{url}: {_reason(exc)}", url=url, request=request) from None
 
     def _timeout_error(
         self, exc: BaseException, url: str, request: Request, t: aiohttp.ClientTimeout

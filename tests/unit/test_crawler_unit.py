@@ -1,0 +1,101 @@
+"""Crawler logic with a fetcher double (no network): link following, domains, depth, cache, input."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawlherd import Crawler, CrawlerRunConfig, Request
+from crawlherd.crawler import extract_links
+from crawlherd.errors import ConfigurationError
+from crawlherd.fetch.base import FetchLimits, Response
+
+PAGE = (
+    b"<html><body><a href='http://other.example/a'>o</a> <a href='http://sub.site.example/b'>s</a>"
+    b" <a href='/c#frag'>c</a> <a href='javascript:void(0)'>j</a> <a href='mailto:a@b'>m</a></body></html>"
+)
+
+
+class LinkFetcher:
+    limits = FetchLimits()
+
+    def __init__(self) -> None:
+        self.fetched: list[str] = []
+
+    async def __aenter__(self) -> LinkFetcher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def fetch(self, request: Request) -> Response:
+        self.fetched.append(request.url)
+        return Response(url=request.url, status=200, headers={"content-type": "text/html; charset=utf-8"},
+                        body=PAGE, request=request)
+
+
+def test_extract_links() -> None:
+    links = extract_links(PAGE.decode(), "http://site.example/dir/page")
+    assert links == ["http://other.example/a", "http://sub.site.example/b", "http://site.example/c"]
+
+
+async def test_default_domains_are_the_seeds_hosts_and_subdomains() -> None:
+    f = LinkFetcher()
+    async with Crawler(fetcher=f) as crawler:
+        results = await crawler.crawl(["http://site.example/"], max_pages=10, max_depth=1, delay=0, stream=False)
+    assert sorted(r.url for r in results) == [
+        "http://site.example/", "http://site.example/c", "http://sub.site.example/b",
+    ]
+    assert max(r.depth for r in results) == 1
+
+
+async def test_allowed_domains_star_and_explicit() -> None:
+    async with Crawler(fetcher=LinkFetcher()) as crawler:
+        anywhere = await crawler.crawl(
+            ["http://site.example/"], max_pages=10, max_depth=1, delay=0, allowed_domains=["*"], stream=False
+        )
+        only_other = await crawler.crawl(
+            ["http://site.example/"], max_pages=10, max_depth=1, delay=0, allowed_domains=["other.example"],
+            stream=False,
+        )
+    assert "http://other.example/a" in {r.url for r in anywhere} and len(anywhere) == 4
+    assert sorted(r.url for r in only_other) == ["http://other.example/a", "http://site.example/"]
+
+
+async def test_max_pages_counts_queued_pages() -> None:
+    async with Crawler(fetcher=LinkFetcher()) as crawler:
+        results = await crawler.crawl(["http://site.example/"], max_pages=2, max_depth=5, delay=0, stream=False)
+    assert len(results) == 2
+
+
+async def test_cache_refresh_updates_and_enabled_reads() -> None:
+    f = LinkFetcher()
+    async with Crawler(fetcher=f) as crawler:
+        await crawler.arun("http://site.example/", CrawlerRunConfig(cache_mode="refresh"))
+        await crawler.arun("http://site.example/", CrawlerRunConfig(cache_mode="refresh"))
+        hit = await crawler.arun("http://site.example/", CrawlerRunConfig(cache_mode="enabled"))
+    assert len(f.fetched) == 2 and hit.success and hit.body == PAGE
+
+
+async def test_requests_keep_their_own_headers_over_the_run_config() -> None:
+    f = LinkFetcher()
+    async with Crawler(fetcher=f) as crawler:
+        results = await crawler.arun_many(
+            [Request("http://site.example/", headers={"X-A": "mine"})],
+            config=CrawlerRunConfig(headers={"X-A": "run", "X-B": "run"}),
+        )
+    assert results[0].request is not None and results[0].request.headers == {"X-A": "mine", "X-B": "run"}
+
+
+async def test_bad_input_is_refused_clearly() -> None:
+    async with Crawler(fetcher=LinkFetcher()) as crawler:
+        with pytest.raises(ConfigurationError, match="arun_many takes a list"):
+            await crawler.arun_many("http://site.example/")  # type: ignore[call-overload]
+        with pytest.raises(ConfigurationError, match="max_pages"):
+            await crawler.crawl(["http://site.example/"], max_pages=0, max_depth=1)
+        results = await crawler.arun_many([42, "http://site.example/"])  # type: ignore[list-item]
+        assert [r.success for r in results] == [False, True] and results[0].error_type == "InvalidURLError"
+    with pytest.raises(ConfigurationError, match="cache_mode"):
+        CrawlerRunConfig(cache_mode="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="not both"):
+        Crawler(fetcher=LinkFetcher(), allow_private_addresses=True)
