@@ -43,14 +43,15 @@ Exit status: 0 when at least one page was fetched, 1 when nothing could be crawl
               help="Stop after this many pages were queued (seeds included).")
 @click.option("--depth", "max_depth", type=click.IntRange(min=0), default=2, show_default=True,
               help="How many links away from a seed to go (0: only the seeds).")
-@click.option("--concurrency", type=click.IntRange(min=1, max=10_000), default=16, show_default=True,
-              help="Requests in flight at once, over all hosts.")
-@click.option("--per-host", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Requests in flight at once to one host.")
-@click.option("--delay", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Seconds between two requests to the same host.")
-@click.option("--respect-robots/--ignore-robots", default=False, show_default=True,
-              help="Obey robots.txt (disallowed pages are reported, not fetched) and its Crawl-delay.")
+@click.option("--concurrency", type=click.IntRange(min=1, max=10_000), default=None,
+              help="Requests in flight at once, over all hosts.  [default: setting concurrency, 16]")
+@click.option("--per-host", type=click.IntRange(min=1), default=None,
+              help="Requests in flight at once to one host.  [default: setting max_in_flight_per_host, 2]")
+@click.option("--delay", type=click.FloatRange(min=0), default=None,
+              help="Seconds between two requests to the same host.  [default: setting delay, 1.0]")
+@click.option("--respect-robots/--ignore-robots", default=None,
+              help="Obey robots.txt (disallowed pages are reported, not fetched) and its Crawl-delay.  "
+              "[default: setting respect_robots, on]")
 @click.option("--allow-private", is_flag=True, help="Allow private, loopback and link-local addresses.")
 @click.option("--domain", "domains", multiple=True, metavar="HOST",
               help="Follow links only to this host and its subdomains (repeatable; '*' for any).")
@@ -63,14 +64,17 @@ Exit status: 0 when at least one page was fetched, 1 when nothing could be crawl
               help="Frontier URL: memory://, sqlite:///crawl.db (resumable), redis://host/0?prefix=crawl.")
 @click.option("--progress/--no-progress", default=None,
               help="Live progress view (default: when the terminal is interactive).")
+@click.pass_context
 def crawl(
+    ctx: click.Context,
+    /,
     urls: tuple[str, ...],
     max_pages: int,
     max_depth: int,
-    concurrency: int,
-    per_host: int,
-    delay: float,
-    respect_robots: bool,
+    concurrency: int | None,
+    per_host: int | None,
+    delay: float | None,
+    respect_robots: bool | None,
     allow_private: bool,
     domains: tuple[str, ...],
     timeout: float,
@@ -81,14 +85,28 @@ def crawl(
 ) -> None:
     """Crawl from the seed URL(s), following links through the frontier, politely.
 
-    Prints a summary at the end; with --output, every page as a JSON line.
+    Prints a summary at the end; with --output, every page as a JSON line. Defaults of the
+    politeness options come from the settings (crawlherd.toml, CRAWLHERD_* variables).
     """
+    from crawlherd.settings import load_settings
+
+    settings = load_settings(
+        (ctx.find_root().obj or {}).get("config_file"),
+        concurrency=concurrency,
+        max_in_flight_per_host=per_host,
+        delay=delay,
+        respect_robots=respect_robots,
+    )
+    concurrency, per_host, delay = settings.concurrency, settings.max_in_flight_per_host, settings.delay
+    respect_robots = settings.respect_robots
+    allow_private = allow_private or settings.allow_private_addresses
     try:
         summary = asyncio.run(
             _crawl(
                 list(urls), max_pages=max_pages, max_depth=max_depth, concurrency=concurrency, per_host=per_host,
                 delay=delay, respect_robots=respect_robots, allow_private=allow_private, domains=domains,
                 timeout=timeout, output=output, with_body=with_body, frontier=frontier, progress=progress,
+                user_agent=settings.user_agent,
             )
         )
     except CrawlherdError as exc:
@@ -127,6 +145,7 @@ async def _crawl(
     with_body: bool,
     frontier: str,
     progress: bool | None,
+    user_agent: str,
 ) -> dict[str, object]:
     from collections import Counter
 
@@ -136,6 +155,7 @@ async def _crawl(
 
     defaults = FetchLimits()
     limits = FetchLimits(
+        user_agent=user_agent,
         allow_private_addresses=allow_private,
         total_timeout=timeout,
         read_timeout=min(timeout, defaults.read_timeout),

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from protego import Protego
 
 from crawlherd.clock import Clock, SystemClock
-from crawlherd.errors import BodyTooLargeError, ContentTypeError, FetchError
+from crawlherd.errors import AddressNotAllowedError, BodyTooLargeError, ContentTypeError, FetchError
 from crawlherd.fetch.base import Fetcher
 from crawlherd.request import Request
 
@@ -117,6 +117,8 @@ class RobotsCache:
             response = await self._fetcher.fetch(Request(origin + "/robots.txt"))
         except (ContentTypeError, BodyTooLargeError):
             return _Entry(None, False, now + self._ttl)  # not a robots.txt we can read: no rules
+        except AddressNotAllowedError:
+            raise  # the host itself may not be fetched: that is the reason to report, not robots.txt
         except FetchError:
             return _Entry(None, True, now + self._error_ttl)
         if response.status >= 500:
