@@ -18,10 +18,11 @@ import bisect
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from crawlherd.errors import LeaseError, QueueFullError
+from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
 from crawlherd.frontier.dupefilter import fp_to_int, make_dupefilter
 from crawlherd.frontier.options import FrontierOptions, HostPolicy
@@ -46,7 +47,7 @@ class _Host:
         self.timer_at = -1.0  # time of this host's entry in _timers, -1 when none
 
 
-class MemoryScheduler:
+class MemoryScheduler(WaitingMixin):
     """In-process frontier; see the module docstring. Create it with :func:`open_scheduler`."""
 
     def __init__(self, options: FrontierOptions | None = None) -> None:
@@ -165,11 +166,6 @@ class MemoryScheduler:
             return lease.expires_at <= now
         return False
 
-    def _notify(self) -> None:
-        fut = self._changed
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-        self._changed = None
 
     # -- enqueue -----------------------------------------------------------------------------------
 
@@ -255,6 +251,9 @@ class MemoryScheduler:
             out.append(lease)
         return out
 
+    async def _pending_and_wakeup(self) -> tuple[bool, float | None]:
+        return bool(self._queued or self._leases), self._next_wakeup()
+
     def _next_wakeup(self) -> float | None:
         times = []
         if self._timers:
@@ -264,37 +263,6 @@ class MemoryScheduler:
         if self._leases:
             times.append(self._leases[next(iter(self._leases))][0].expires_at)
         return min(times) if times else None
-
-    async def wait_next(self, timeout: float | None = None) -> Lease | None:
-        clock = self._clock
-        deadline = None if timeout is None else clock.now() + timeout
-        while True:
-            lease = self._next(clock.now())
-            if lease is not None:
-                return lease
-            if self._closed or (not self._queued and not self._leases):
-                return None
-            now = clock.now()
-            if deadline is not None and now >= deadline:
-                return None
-            wake = self._next_wakeup()
-            if deadline is not None:
-                wake = deadline if wake is None else min(wake, deadline)
-            if self._changed is None or self._changed.done():
-                self._changed = asyncio.get_running_loop().create_future()
-            changed = self._changed
-            if wake is None:
-                await changed
-                continue
-            sleeper = asyncio.ensure_future(clock.sleep(wake - now))
-            try:
-                await asyncio.wait({changed, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sleeper.cancel()
-
-    async def __aiter__(self) -> AsyncIterator[Lease]:
-        while (lease := await self.wait_next()) is not None:
-            yield lease
 
     # -- settle ------------------------------------------------------------------------------------
 

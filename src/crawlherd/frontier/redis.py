@@ -42,7 +42,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -61,6 +61,7 @@ from crawlherd.errors import (
     QueueFullError,
 )
 from crawlherd.frontier import _redis_lua as lua
+from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
 from crawlherd.frontier.dupefilter import fp_to_int
 from crawlherd.frontier.options import FrontierOptions
@@ -85,7 +86,7 @@ def _raw(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode("utf-8")
 
 
-class RedisScheduler:
+class RedisScheduler(WaitingMixin):
     """A frontier in Redis; see the module docstring. Create it with :func:`open_scheduler` or
     :meth:`from_url`, or pass a live client: ``RedisScheduler(client, prefix="crawl")``."""
 
@@ -224,11 +225,6 @@ class RedisScheduler:
             )
         self._ready = True
 
-    def _notify(self) -> None:
-        fut = self._changed
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-        self._changed = None
 
     def _room_made(self) -> None:
         fut = self._room
@@ -337,46 +333,14 @@ class RedisScheduler:
         await self._run("BURY", token, reason)
         self._notify()
 
+    async def _pending_and_wakeup(self) -> tuple[bool, float | None]:
+        queued, inflight, wake = await self._peek()
+        return bool(queued or inflight), wake
+
     async def _peek(self) -> tuple[int, int, float | None]:
         queued, inflight, wake = await self._run("PEEK")
         w = _text(wake)
         return int(queued), int(inflight), float(w) if w else None
-
-    async def wait_next(self, timeout: float | None = None) -> Lease | None:
-        clock = self._clock
-        deadline = None if timeout is None else clock.now() + timeout
-        while True:
-            if self._closed:
-                return None
-            lease = await self.next_request()
-            if lease is not None:
-                return lease
-            queued, inflight, wake = await self._peek()
-            if not queued and not inflight:
-                return None
-            now = clock.now()
-            if deadline is not None and now >= deadline:
-                return None
-            if deadline is not None:
-                wake = deadline if wake is None else min(wake, deadline)
-            if self._changed is None or self._changed.done():
-                self._changed = asyncio.get_running_loop().create_future()
-            waiters: set[asyncio.Future[Any]] = {
-                self._changed,
-                asyncio.ensure_future(asyncio.sleep(self._poll)),  # other workers' changes
-            }
-            if wake is not None:
-                waiters.add(asyncio.ensure_future(clock.sleep(max(0.0, wake - now))))
-            try:
-                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waiters:
-                    if w is not self._changed:
-                        w.cancel()
-
-    async def __aiter__(self) -> AsyncIterator[Lease]:
-        while (lease := await self.wait_next()) is not None:
-            yield lease
 
     # -- settle ------------------------------------------------------------------------------------
 

@@ -39,13 +39,14 @@ import logging
 import os
 import sqlite3
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, FrontierError, LeaseError, QueueFullError
+from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
 from crawlherd.frontier.dupefilter import BloomFilter, ExactFilter, fp_to_int, make_dupefilter
 from crawlherd.frontier.options import FrontierOptions, HostPolicy
@@ -116,7 +117,7 @@ class _Host:
         self.timer_at = -1.0
 
 
-class SQLiteScheduler:
+class SQLiteScheduler(WaitingMixin):
     """A persistent frontier in one SQLite file; see the module docstring."""
 
     def __init__(
@@ -395,11 +396,6 @@ class SQLiteScheduler:
             return self._leases[next(iter(self._leases))].expires_at <= now
         return False
 
-    def _notify(self) -> None:
-        fut = self._changed
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-        self._changed = None
 
     # -- enqueue -----------------------------------------------------------------------------------
 
@@ -575,6 +571,9 @@ class SQLiteScheduler:
                 out.append(Lease(token, request, expires, attempts + 1))
             return out, buried
 
+    async def _pending_and_wakeup(self) -> tuple[bool, float | None]:
+        return bool(self._queued or self._leases), self._next_wakeup()
+
     def _next_wakeup(self) -> float | None:
         times = []
         if self._timers:
@@ -584,39 +583,6 @@ class SQLiteScheduler:
         if self._leases:
             times.append(self._leases[next(iter(self._leases))].expires_at)
         return min(times) if times else None
-
-    async def wait_next(self, timeout: float | None = None) -> Lease | None:
-        clock = self._clock
-        deadline = None if timeout is None else clock.now() + timeout
-        while True:
-            if self._closed:
-                return None
-            lease = await self.next_request()
-            if lease is not None:
-                return lease
-            if not self._queued and not self._leases:
-                return None
-            now = clock.now()
-            if deadline is not None and now >= deadline:
-                return None
-            wake = self._next_wakeup()
-            if deadline is not None:
-                wake = deadline if wake is None else min(wake, deadline)
-            if self._changed is None or self._changed.done():
-                self._changed = asyncio.get_running_loop().create_future()
-            changed = self._changed
-            if wake is None:
-                await changed
-                continue
-            sleeper = asyncio.ensure_future(clock.sleep(wake - now))
-            try:
-                await asyncio.wait({changed, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sleeper.cancel()
-
-    async def __aiter__(self) -> AsyncIterator[Lease]:
-        while (lease := await self.wait_next()) is not None:
-            yield lease
 
     # -- settle ------------------------------------------------------------------------------------
 

@@ -1,0 +1,76 @@
+"""``wait_next()`` and async iteration, shared by every frontier backend.
+
+A backend provides ``next_request()`` and ``_pending_and_wakeup()`` (is anything queued or in flight,
+and when does the next timer, delayed request or lease expiry fall due) and calls ``_notify()`` when
+its state changes; waiting is then the same everywhere: until a lease is ready, the frontier is idle
+or closed, or the timeout passes -- sleeping on the frontier's clock, so tests drive it with FakeClock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from crawlherd.clock import Clock
+from crawlherd.frontier.base import Lease
+
+__all__ = ["WaitingMixin"]
+
+
+class WaitingMixin:
+    """Mix into a backend class; see the module docstring."""
+
+    _clock: Clock
+    _closed: bool
+    _changed: asyncio.Future[None] | None
+    #: Also look again every this many seconds: state that other processes change (Redis).
+    _poll: float | None = None
+
+    async def next_request(self) -> Lease | None:
+        raise NotImplementedError
+
+    async def _pending_and_wakeup(self) -> tuple[bool, float | None]:
+        """(anything queued or in flight, the time something next falls due or None)."""
+        raise NotImplementedError
+
+    def _notify(self) -> None:
+        """Wake the waiters: something was queued, settled or unblocked."""
+        fut = self._changed
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        self._changed = None
+
+    async def wait_next(self, timeout: float | None = None) -> Lease | None:
+        clock = self._clock
+        deadline = None if timeout is None else clock.now() + timeout
+        while True:
+            if self._closed:
+                return None
+            lease = await self.next_request()
+            if lease is not None:
+                return lease
+            busy, wake = await self._pending_and_wakeup()
+            if not busy:
+                return None
+            now = clock.now()
+            if deadline is not None:
+                if now >= deadline:
+                    return None
+                wake = deadline if wake is None else min(wake, deadline)
+            if self._changed is None or self._changed.done():
+                self._changed = asyncio.get_running_loop().create_future()
+            changed = self._changed
+            timers: list[asyncio.Future[None]] = []
+            if self._poll:
+                timers.append(asyncio.ensure_future(asyncio.sleep(self._poll)))
+            if wake is not None:
+                timers.append(asyncio.ensure_future(clock.sleep(max(0.0, wake - now))))
+            try:
+                await asyncio.wait({changed, *timers}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in timers:
+                    t.cancel()
+
+    async def __aiter__(self) -> AsyncIterator[Lease]:
+        while (lease := await self.wait_next()) is not None:
+            yield lease
