@@ -120,48 +120,58 @@ async def tick_and_relay(engine: AsyncEngine, broker: Broker, batch: int) -> int
 
 
 async def naive_loop(engine: AsyncEngine, broker: Broker) -> int:
-    """One SELECT, one publish, one UPDATE (and commit) per target."""
+    """One SELECT, one publish, one UPDATE per target.
+
+    PostgreSQL: all three in one transaction holding the target's row lock (``FOR UPDATE SKIP LOCKED``).
+    SQLite: the SELECT and the UPDATE in two transactions with the publish between them -- a publish
+    inside the write transaction would deadlock with a broker in the same file (``database is locked``).
+    """
     T, W = ScrapeTarget, Website  # noqa: N806
     done = 0
-    if engine.dialect.name == "postgresql":
-        db_clock: Any = func.now()
-    else:
-        db_clock = func.strftime("%Y-%m-%d %H:%M:%f", "now")
+    hold_lock = engine.dialect.name == "postgresql"
+    db_clock: Any = func.now() if hold_lock else func.strftime("%Y-%m-%d %H:%M:%f", "now")
+    query = (
+        select(T.id, T.website_id, T.keywords, T.location, T.interval_seconds, T.anchor_at, T.next_run_at)
+        .add_columns(W.name, W.search_url_template, db_clock.label("db_now"))
+        .join(W, W.id == T.website_id)
+        .where(T.active, T.next_run_at <= db_clock)
+        .order_by(T.next_run_at)
+        .limit(1)
+        .with_for_update(of=T, skip_locked=True)
+    )
+
+    async def publish_and_plan(row: Any) -> Any:
+        nonlocal done
+        now = row.db_now if isinstance(row.db_now, datetime) else datetime.fromisoformat(row.db_now)
+        now = now.replace(tzinfo=UTC) if now.tzinfo is None else now
+        schedule = make_schedule(kind="interval", interval_seconds=row.interval_seconds, anchor_at=row.anchor_at)
+        plan = plan_slots(schedule, next_slot=row.next_run_at, now=now, misfire="latest")
+        for slot in plan.slots:
+            message = JobMessage.for_slot(
+                target_id=row.id,
+                slot_at=slot,
+                created_at=now,
+                website_id=row.website_id,
+                website_name=row.name,
+                search_url=render_search_url(row.search_url_template, keywords=row.keywords, location=row.location),
+                keywords_used=row.keywords,
+                location_used=row.location or None,
+            )
+            await broker.publish(encode_job(message), key=message.idempotency_key)
+            done += 1
+        return update(T).where(T.id == row.id).values(next_run_at=plan.next_slot, last_scheduled=plan.slots[-1])
+
     while True:
         async with engine.begin() as conn:
-            row = (
-                await conn.execute(
-                    select(T.id, T.website_id, T.keywords, T.location, T.interval_seconds, T.anchor_at, T.next_run_at)
-                    .add_columns(W.name, W.search_url_template, db_clock.label("db_now"))
-                    .join(W, W.id == T.website_id)
-                    .where(T.active, T.next_run_at <= db_clock)
-                    .order_by(T.next_run_at)
-                    .limit(1)
-                    .with_for_update(of=T, skip_locked=True)
-                )
-            ).first()
+            row = (await conn.execute(query)).first()
             if row is None:
                 return done
-            now = row.db_now if isinstance(row.db_now, datetime) else datetime.fromisoformat(row.db_now)
-            now = now.replace(tzinfo=UTC) if now.tzinfo is None else now
-            schedule = make_schedule(kind="interval", interval_seconds=row.interval_seconds, anchor_at=row.anchor_at)
-            plan = plan_slots(schedule, next_slot=row.next_run_at, now=now, misfire="latest")
-            for slot in plan.slots:
-                message = JobMessage.for_slot(
-                    target_id=row.id,
-                    slot_at=slot,
-                    created_at=now,
-                    website_id=row.website_id,
-                    website_name=row.name,
-                    search_url=render_search_url(row.search_url_template, keywords=row.keywords, location=row.location),
-                    keywords_used=row.keywords,
-                    location_used=row.location or None,
-                )
-                await broker.publish(encode_job(message), key=message.idempotency_key)
-                done += 1
-            await conn.execute(
-                update(T).where(T.id == row.id).values(next_run_at=plan.next_slot, last_scheduled=plan.slots[-1])
-            )
+            if hold_lock:
+                await conn.execute(await publish_and_plan(row))
+                continue
+        advance = await publish_and_plan(row)
+        async with engine.begin() as conn:
+            await conn.execute(advance)
 
 
 async def run(database_url: str, broker_url: str, n: int, batch: int, naive_n: int) -> None:

@@ -67,22 +67,24 @@ def dispatch(
                         f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "
                         f"{redact_url(broker_target)}" + (" (once)" if once else f" every {interval:g}s")
                     )
-                if once:
-                    tick, relay = await dispatcher.run_once()
-                    progress(tick, relay)
-                    return
                 stop = asyncio.Event()
                 loop = asyncio.get_running_loop()
                 task = asyncio.current_task()
 
                 def on_signal() -> None:
+                    # First signal: finish the current batch and stop. Second: abort (the relay still
+                    # marks what the broker confirmed and releases the rest).
                     if stop.is_set() and task is not None:
-                        task.cancel()  # second signal: abort now
+                        task.cancel()
                     stop.set()
 
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.add_signal_handler(sig, on_signal)
                 try:
+                    if once:
+                        tick, relay = await dispatcher.run_once(stop)
+                        progress(tick, relay)
+                        return
                     await dispatcher.run(interval=interval, stop=stop, on_cycle=progress)
                 finally:
                     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -94,7 +94,7 @@ def test_the_sender_refuses_invalid_messages_too() -> None:
 def test_the_documented_example_is_valid() -> None:
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "job-message.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "job-message.md").read_text()
     example = doc.split("```json", 1)[1].split("```", 1)[0]
     message = decode_job(example.encode())
     assert message.idempotency_key == idempotency_key(message.target_id, message.slot_at)

@@ -21,7 +21,7 @@ from crawlherd.errors import CrawlherdError, TargetsFileError
 from crawlherd.service import targets as targets_module
 from crawlherd.service.targets import get_target, import_targets, list_targets, preview_target, set_active
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 async def counts(engine: AsyncEngine) -> tuple[int, int]:

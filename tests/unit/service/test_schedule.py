@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawlherd.errors import ScheduleError
@@ -182,3 +182,44 @@ def test_bad_schedules_are_refused() -> None:
         HOURLY.next_after(datetime(2026, 1, 1))
     with pytest.raises(ScheduleError, match="misfire"):
         plan_slots(HOURLY, next_slot=utc(2026, 1, 1), now=utc(2026, 1, 2), misfire="sometimes")  # type: ignore[arg-type]
+
+
+@given(
+    start=st.integers(min_value=0, max_value=10_000),
+    periods=st.integers(min_value=0, max_value=300),
+    rest=st.integers(min_value=0, max_value=7_199),
+    every=st.integers(min_value=1, max_value=7_200),
+    grace=st.integers(min_value=0, max_value=10_000),
+    policy=st.sampled_from(["skip", "latest", "backfill"]),
+    limit=st.integers(min_value=0, max_value=20),
+)
+@settings(deadline=None)
+def test_plan_slots_properties(
+    start: int, periods: int, rest: int, every: int, grace: int, policy: str, limit: int
+) -> None:
+    lag = periods * every + rest % every
+    schedule = IntervalSchedule(timedelta(seconds=every), utc(2026, 1, 1))
+    next_slot = utc(2026, 1, 1) + timedelta(seconds=every * start)
+    now = next_slot + timedelta(seconds=lag)
+    plan = plan_slots(
+        schedule,
+        next_slot=next_slot,
+        now=now,
+        misfire=policy,
+        backfill_limit=limit,
+        grace=timedelta(seconds=grace),  # type: ignore[arg-type]
+    )
+    slots = list(plan.slots)
+    due = [next_slot + timedelta(seconds=every * k) for k in range(lag // every + 1)]
+    on_time = [s for s in due if now - s <= timedelta(seconds=grace)]
+    late = [s for s in due if now - s > timedelta(seconds=grace)]
+    assert slots == sorted(set(slots)) and set(slots) <= set(due)  # on the grid, ordered, no repeats
+    assert set(on_time) <= set(slots)  # on-time slots always run
+    ran_late = [s for s in slots if s in late]
+    assert ran_late == late[len(late) - len(ran_late) :]  # only the most recent late ones
+    assert (
+        len(ran_late)
+        == {"skip": 0, "latest": 0 if on_time else min(1, len(late)), "backfill": min(limit, len(late))}[policy]
+    )
+    assert plan.next_slot == due[-1] + timedelta(seconds=every)  # the first slot after now: no drift
+    assert plan.skipped == (len(ran_late) < len(late))

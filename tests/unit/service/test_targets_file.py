@@ -9,7 +9,7 @@ import pytest
 from crawlherd.errors import TargetsFileError
 from crawlherd.service.targets import load_targets_file, parse_targets
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 @pytest.mark.parametrize("name", ["targets.toml", "targets.yaml"])

@@ -34,7 +34,7 @@ from crawlherd.messages import decode_job, idempotency_key
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.real_brokers import drain, real_broker_available, remove, scratch_url
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 BROKERS = [

@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 from crawlherd.brokers import BROKER_ALIASES
 from crawlherd.cli import main
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 @pytest.fixture

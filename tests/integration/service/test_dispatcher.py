@@ -6,13 +6,14 @@ import asyncio
 import json
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd.db import DispatchOutbox, ScrapeTarget, create_engine
-from crawlherd.errors import ConfigurationError
+from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.messages import decode_job, idempotency_key
 from crawlherd.service.dispatcher import Dispatcher
 from tests.support.db import add_targets, add_website, database_now
@@ -241,3 +242,26 @@ async def test_a_dispatcher_whose_lease_ran_out_does_not_touch_the_new_owners_le
     await slow._settle([], [(leased, "broker down")], [])
     (row,) = await outbox(engine)
     assert row.lease_owner == "fast" and row.leased_until == now + timedelta(minutes=5) and row.last_error is None
+
+
+async def test_a_tick_that_fails_midway_leaves_nothing_and_the_next_tick_redoes_it(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = await database_now(engine)
+    site = await add_website(engine)
+    await add_targets(engine, site, 5, every=HOUR, anchor=now - timedelta(seconds=10))
+    dispatcher = Dispatcher(engine, MemoryBrokerDouble())
+    real_execute = AsyncConnection.execute
+
+    async def crash_on_advance(self: AsyncConnection, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(statement, "is_update", False) and "scrape_targets" in str(statement):
+            raise OSError("connection reset by peer")  # after the outbox INSERT, before the commit
+        return await real_execute(self, statement, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncConnection, "execute", crash_on_advance)
+    with pytest.raises(BackendUnavailableError, match="during the tick"):
+        await dispatcher.tick()
+    monkeypatch.setattr(AsyncConnection, "execute", real_execute)
+    assert await outbox(engine) == []  # the outbox rows went with the rolled-back transaction
+    assert all(t.last_scheduled is None for t in (await targets(engine)).values())
+    assert (await dispatcher.tick()).inserted == 5
