@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import time
 
 import click
@@ -12,6 +11,7 @@ import click
 from crawlherd._redact import redact_url
 from crawlherd.brokers import open_broker
 from crawlherd.cli._service import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._signals import stop_on_signals
 from crawlherd.service.dispatcher import Dispatcher, RelayResult, TickResult
 
 __all__ = ["dispatch"]
@@ -67,28 +67,15 @@ def dispatch(
                         f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "
                         f"{redact_url(broker_target)}" + (" (once)" if once else f" every {interval:g}s")
                     )
+                # First signal: finish the current batch and stop. Second: abort (the relay still
+                # marks what the broker confirmed and releases the rest).
                 stop = asyncio.Event()
-                loop = asyncio.get_running_loop()
-                task = asyncio.current_task()
-
-                def on_signal() -> None:
-                    # First signal: finish the current batch and stop. Second: abort (the relay still
-                    # marks what the broker confirmed and releases the rest).
-                    if stop.is_set() and task is not None:
-                        task.cancel()
-                    stop.set()
-
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.add_signal_handler(sig, on_signal)
-                try:
+                with stop_on_signals(stop):
                     if once:
                         tick, relay = await dispatcher.run_once(stop)
                         progress(tick, relay)
                         return
                     await dispatcher.run(interval=interval, stop=stop, on_cycle=progress)
-                finally:
-                    for sig in (signal.SIGTERM, signal.SIGINT):
-                        loop.remove_signal_handler(sig)
                 if not quiet:
                     click.echo("dispatcher stopped")
         finally:
