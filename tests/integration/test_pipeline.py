@@ -32,6 +32,7 @@ from crawlherd.service.targets import import_targets
 from crawlherd.web.demo_site import DemoSite
 from crawlherd.web.demo_targets import demo_targets, expected_results, failing_targets, render_toml
 from crawlherd.worker.worker import Worker
+from tests.conftest import REDIS_URL
 from tests.support.db import fresh_postgres_database
 
 pytestmark = pytest.mark.slow
@@ -199,14 +200,22 @@ async def scaled(
     try:
         yield engine, pg_database, broker_url, frontier_url
     finally:
+        # Leave nothing behind on the shared services: the broker's queues or keys, the frontier's keys.
         async with open_broker(broker_url) as broker:
-            purge = getattr(broker, "purge", None)
-            if purge is not None:
-                await purge()
-        from crawlherd.frontier import open_scheduler
+            delete_queues = getattr(broker, "delete_queues", None)
+            if delete_queues is not None:
+                await delete_queues()
+        import redis.asyncio as aioredis
 
-        async with open_scheduler(frontier_url) as frontier:
-            await frontier.purge()  # type: ignore[attr-defined]
+        client = aioredis.from_url(REDIS_URL)
+        try:
+            prefix = broker_url.partition("prefix=")[2].partition("&")[0] or None
+            for pattern in filter(None, [prefix, frontier_url.partition("prefix=")[2]]):
+                keys = [k async for k in client.scan_iter(match=f"{pattern}*", count=1000)]
+                if keys:
+                    await client.delete(*keys)
+        finally:
+            await client.aclose()
         await engine.dispose()
 
 

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd.db.models import Item as ItemRow
 from crawlherd.extract.rules import Item
@@ -31,7 +31,20 @@ class SQLItemSink:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+        postgres = engine.dialect.name == "postgresql"
+        self._insert = postgresql.insert if postgres else sqlite.insert
+        # The merge of the stored fields with the new ones happens in the statement, under the row's
+        # lock: two workers storing one item at once (its listing, its detail page) never lose fields.
+        self._merged: ColumnElement[Any] = literal_column(
+            "(items.data::jsonb || excluded.data::jsonb)::json" if postgres else "json_patch(items.data, excluded.data)"
+        )
+
+    async def _stored(self, conn: AsyncConnection, fingerprints: list[str]) -> dict[str, dict[str, Any]]:
+        """The stored fields of these items (for the new/updated counts only)."""
+        rows = await conn.execute(
+            select(ItemRow.fingerprint, ItemRow.data).where(ItemRow.fingerprint.in_(fingerprints))
+        )
+        return {fp: data or {} for fp, data in rows}
 
     async def upsert(
         self, items: Sequence[Item], *, website_id: int, target_id: int | None, seen_at: datetime
@@ -43,18 +56,14 @@ class SQLItemSink:
         for start in range(0, len(keys), _BATCH):
             batch = keys[start : start + _BATCH]
             async with self.engine.begin() as conn:
-                rows = await conn.execute(
-                    select(ItemRow.fingerprint, ItemRow.data).where(ItemRow.fingerprint.in_(batch))
-                )
-                stored: dict[str, dict[str, Any]] = {fp: data or {} for fp, data in rows}
+                stored = await self._stored(conn, batch)
                 values = []
                 for fp in batch:
                     item = unique[fp]
                     old = stored.get(fp)
-                    data = {**(old or {}), **item.fields}
                     if old is None:
                         new += 1
-                    elif data != old:
+                    elif {**old, **item.fields} != old:
                         updated += 1
                     values.append(
                         {
@@ -62,7 +71,7 @@ class SQLItemSink:
                             "website_id": website_id,
                             "target_id": target_id,
                             "url": item.url,
-                            "data": data,
+                            "data": dict(item.fields),  # only what we saw: merged over the row in SQL
                             "first_seen": seen_at,
                             "last_seen": seen_at,
                         }
@@ -70,7 +79,7 @@ class SQLItemSink:
                 stmt = self._insert(ItemRow).values(values)
                 stmt = stmt.on_conflict_do_update(
                     index_elements=[ItemRow.fingerprint],
-                    set_={"data": stmt.excluded.data, "last_seen": stmt.excluded.last_seen, "url": stmt.excluded.url},
+                    set_={"data": self._merged, "last_seen": stmt.excluded.last_seen, "url": stmt.excluded.url},
                 )
                 await conn.execute(stmt)
         return UpsertCounts(new=new, updated=updated)
