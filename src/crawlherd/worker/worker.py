@@ -23,10 +23,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler
+from crawlherd.db.models import Website
 from crawlherd.dispatch import RateLimiter
 from crawlherd.errors import ConfigurationError, CrawlherdError, MessageError
 from crawlherd.extract.rules import ExtractionRules, Item
@@ -351,10 +353,6 @@ class Worker:
         by another worker)."""
         rules = self._detail_rules.get(website)
         if rules is None:
-            from sqlalchemy import select
-
-            from crawlherd.db.models import Website
-
             async with self.engine.connect() as conn:
                 extraction = (await conn.execute(select(Website.extraction).where(Website.name == website))).scalar()
             if extraction:
