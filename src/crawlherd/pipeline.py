@@ -7,12 +7,13 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker
-from crawlherd.db.models import DispatchOutbox, JobRun
+from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget
 from crawlherd.service.dispatcher import Dispatcher
 from crawlherd.worker.worker import Worker
 
@@ -25,6 +26,7 @@ class PipelineProgress:
 
     jobs: int
     published: int
+    due: int
     succeeded: int
     failed: int
     dead: int
@@ -36,8 +38,8 @@ class PipelineProgress:
 
     @property
     def idle(self) -> bool:
-        """Every job dispatched so far has succeeded or is dead."""
-        return self.jobs > 0 and self.published == self.jobs and self.settled >= self.jobs
+        """No target is due and every job dispatched so far has succeeded or is dead."""
+        return self.due == 0 and self.published == self.jobs and self.settled >= self.jobs
 
 
 async def progress_of(engine: AsyncEngine) -> PipelineProgress:
@@ -48,10 +50,18 @@ async def progress_of(engine: AsyncEngine) -> PipelineProgress:
                 select(func.count(), func.count(DispatchOutbox.published_at)).select_from(DispatchOutbox)
             )
         ).one()
+        due = (
+            await conn.execute(
+                select(func.count())
+                .select_from(ScrapeTarget)
+                .where(ScrapeTarget.active, ScrapeTarget.next_run_at <= datetime.now(UTC))
+            )
+        ).scalar_one()
         runs = dict((await conn.execute(select(JobRun.status, func.count()).group_by(JobRun.status))).all())
     return PipelineProgress(
         jobs=outbox[0],
         published=outbox[1],
+        due=due,
         succeeded=runs.get("succeeded", 0),
         failed=runs.get("failed", 0),
         dead=runs.get("dead", 0),

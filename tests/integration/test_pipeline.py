@@ -69,6 +69,17 @@ async def stored_items(engine: AsyncEngine) -> dict[str, dict[str, dict[str, Any
     return out
 
 
+def _difference(got: dict[str, Any], expected: dict[str, Any]) -> str:
+    """The first differences, readable (pytest's own diff of these nested dicts is cut short)."""
+    lines = []
+    for website in sorted(set(got) | set(expected)):
+        g, e = got.get(website, {}), expected.get(website, {})
+        for key in sorted(set(g) | set(e)):
+            if g.get(key) != e.get(key):
+                lines.append(f"{website} {key}: stored {g.get(key)!r} != listed {e.get(key)!r}")
+    return f"{len(lines)} item(s) differ:\n" + "\n".join(lines[:5])
+
+
 async def assert_items_match(engine: AsyncEngine, site: DemoSite, document: dict[str, Any], *, wait: float = 0) -> None:
     """Every item the site lists, with every field its rules read (detail pages included), stored once.
     ``wait``: seconds to let detail pages still in flight land first."""
@@ -76,7 +87,7 @@ async def assert_items_match(engine: AsyncEngine, site: DemoSite, document: dict
     deadline = time.monotonic() + wait
     while (got := await stored_items(engine)) != expected and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.3)
-    assert got == expected
+    assert got == expected, _difference(got, expected)
     pairs = select(Item.website_id, Item.url).distinct().subquery()
     async with engine.connect() as conn:
         rows = (await conn.execute(select(func.count()).select_from(Item))).scalar_one()
@@ -365,3 +376,40 @@ async def test_invalid_message_is_dead_lettered_not_crashed_on(tmp_path: Path) -
             assert any("not valid JSON" in r for r in reasons)
     finally:
         await engine.dispose()
+
+
+async def test_run_command_on_the_embedded_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`crawlherd targets import` then `crawlherd run --until-idle`: one SQLite file (config, broker,
+    items) and the frontier beside it; then `crawlherd items export`."""
+    monkeypatch.chdir(tmp_path)  # the embedded default is ./crawlherd.db
+    monkeypatch.delenv("CRAWLHERD_DATABASE_URL", raising=False)
+    monkeypatch.delenv("CRAWLHERD_BROKER_URL", raising=False)
+    monkeypatch.delenv("CRAWLHERD_FRONTIER_URL", raising=False)
+    runner = CliRunner()
+
+    async def invoke(*args: str) -> Any:
+        return await asyncio.to_thread(runner.invoke, cli, list(args))
+
+    async with DemoSite(throttle_every=0) as site:
+        document = http_only(demo_targets(site.url))
+        (tmp_path / "targets.toml").write_text(render_toml(document), encoding="utf-8")
+        imported = await invoke("targets", "import", "targets.toml")
+        assert imported.exit_code == 0, imported.output
+        nothing_due = await invoke("run", "--until-idle", "--allow-private")
+        assert nothing_due.exit_code == 0, nothing_due.output
+        assert "0 jobs" in nothing_due.output  # first slots are in the future: idle at once
+        engine = create_engine("sqlite:///crawlherd.db")
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+            ran = await invoke("run", "--until-idle", "--allow-private", "--interval", "0.2")
+            assert ran.exit_code == 0, ran.output
+            await assert_items_match(engine, site, document)
+        finally:
+            await engine.dispose()
+    assert (tmp_path / "crawlherd-frontier.db").exists()
+    exported = await invoke("items", "export", "--format", "csv", "-o", "items.csv")
+    assert exported.exit_code == 0, exported.output
+    lines = (tmp_path / "items.csv").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1 + sum(len(v) for v in expected_results(site, document).values())
+    assert lines[0].startswith("website,url,fingerprint,first_seen,last_seen")

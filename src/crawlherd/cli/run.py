@@ -25,7 +25,8 @@ __all__ = ["run"]
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: a table in the config DB.")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
               help="Seconds between dispatch cycles.")
-@click.option("--until-idle", is_flag=True, help="Exit once every job dispatched so far has succeeded or is dead.")
+@click.option("--until-idle", is_flag=True,
+              help="Exit once no target is due and every job dispatched has succeeded or is dead.")
 @worker_options
 @click.pass_context
 def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, interval: float, until_idle: bool,

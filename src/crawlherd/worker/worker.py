@@ -22,6 +22,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -312,31 +313,32 @@ class Worker:
         limiter = RateLimiter(base_delay=(0.0, 0.0), decay=0.5)  # 429 back-off; spacing is the frontier's
         while not stop.is_set():
             dispatcher = make_dispatcher(self.dispatcher, self.detail_concurrency, limiter)
-            results = dispatcher.run(frontier, self._fetch_detail)
+            results = dispatcher.run(frontier, self._fetch_and_store_detail)
             try:
                 async for result in results:
-                    await self._store_detail(result)
+                    if not result.success:
+                        self.stats.detail_failures += 1
+                        self._remember(f"detail page {result.url}: {result.error_message}")
                     if stop.is_set():
-                        break
+                        break  # what is in flight is cancelled and its leases go back
             finally:
                 await results.aclose()  # type: ignore[attr-defined]
             self._new_details.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(_first(stop.wait(), self._new_details.wait()), 1.0)
 
-    async def _fetch_detail(self, request: Request) -> CrawlResult:
-        crawler = await self._crawler_for(bool(request.meta.get(DETAIL_META, {}).get("browser")))
-        return await crawler.arun(request)
+    async def _fetch_and_store_detail(self, request: Request) -> CrawlResult:
+        """The dispatcher's work for one detail page: fetch it *and* store its item, so that the lease
+        is acked only once the item is stored (a worker stopped or killed in between loses nothing:
+        the lease comes back)."""
+        info = request.meta.get(DETAIL_META) or {}
+        crawler = await self._crawler_for(bool(info.get("browser")))
+        result = await crawler.arun(request)
+        if result.success and info:
+            await self._store_detail(result, info)
+        return result
 
-    async def _store_detail(self, result: CrawlResult) -> None:
-        request = result.request
-        info = request.meta.get(DETAIL_META) if request is not None else None
-        if not info:
-            return
-        if not result.success:
-            self.stats.detail_failures += 1
-            self._remember(f"detail page {result.url}: {result.error_message}")
-            return
+    async def _store_detail(self, result: CrawlResult, info: dict[str, Any]) -> None:
         rules = await self._rules_for(info["website"])
         detail = rules.extract_detail(result.text, result.final_url or result.url) if rules else {}
         fields = {**info["fields"], **{k: v for k, v in detail.items() if v not in (None, "", [])}}
