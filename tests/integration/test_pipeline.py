@@ -413,3 +413,54 @@ async def test_run_command_on_the_embedded_defaults(tmp_path: Path, monkeypatch:
     lines = (tmp_path / "items.csv").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1 + sum(len(v) for v in expected_results(site, document).values())
     assert lines[0].startswith("website,url,fingerprint,first_seen,last_seen")
+
+
+async def test_detail_pages_seen_in_an_earlier_run_are_not_fetched_again(tmp_path: Path) -> None:
+    """Two runs of one target: the second fetches its listing again but none of the detail pages (the
+    frontier's persistent duplicate filter); with a revisit age of 1 s, a third run fetches them again."""
+    db_url = f"sqlite:///{tmp_path / 'revisit.db'}"
+    engine = create_engine(db_url)
+    await upgrade(engine)
+    try:
+        async with DemoSite(throttle_every=0) as site:
+            document = http_only(demo_targets(site.url))
+            document["websites"] = [w for w in document["websites"] if w["name"] == "demo-jobs-browse"]
+            document["targets"] = [
+                t | {"keywords": ["rust"], "locations": ["berlin"]}
+                for t in document["targets"]
+                if t["website"] == "demo-jobs-browse"
+            ]
+
+            async def one_run() -> tuple[int, int]:
+                await load_targets(engine, document, tmp_path)
+                async with open_broker(db_url) as broker:
+                    worker = Worker(
+                        engine,
+                        broker,
+                        limits=FetchLimits(allow_private_addresses=True),
+                        frontier_url=f"sqlite:///{tmp_path / 'frontier.db'}",
+                    )
+                    async with worker:
+                        await run_pipeline(
+                            engine,
+                            broker,
+                            worker,
+                            stop=asyncio.Event(),
+                            interval=0.1,
+                            until_idle=True,
+                            progress_every=0.1,
+                        )
+                return site.log.count(prefix="/browse/"), site.log.count(prefix="/jobs/")
+
+            listings_1, details_1 = await one_run()
+            await assert_items_match(engine, site, document)
+            assert details_1 > 0
+            listings_2, details_2 = await one_run()
+            assert listings_2 > listings_1  # the listing is fetched every run ...
+            assert details_2 == details_1  # ... the detail pages only once
+            document["websites"][0]["metadata"] = {"revisit_age_seconds": 1}
+            await asyncio.sleep(1.1)  # the next revisit period (not a timing assertion)
+            _, details_3 = await one_run()
+            assert details_3 == 2 * details_1  # a new period: fetched again
+    finally:
+        await engine.dispose()
