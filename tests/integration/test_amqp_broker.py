@@ -10,7 +10,7 @@ import aio_pika
 import pytest
 
 from crawlherd.brokers.amqp import AMQPBroker
-from crawlherd.errors import ConfigurationError, PublishError
+from crawlherd.errors import BrokerError, ConfigurationError, PublishError
 
 pytestmark = pytest.mark.rabbitmq
 GUARD = 15.0
@@ -46,6 +46,22 @@ async def test_unroutable_publish_raises(amqp_url: str, unique_name: str, connec
         await ch.close()
         with pytest.raises(PublishError, match="unroutable"):
             await broker.publish(b"lost?", key="k2")
+
+
+async def test_consumer_cancelled_by_rabbitmq_raises(amqp_url: str, unique_name: str,
+                                                     connection: aio_pika.abc.AbstractConnection,
+                                                     cleanup: list[str]) -> None:
+    async with AMQPBroker.from_url(f"{amqp_url}?queue={unique_name}") as broker:
+        await broker.publish(b"x", key="k")
+        it = broker.consume()
+        d = await anext(it)
+        ch = await connection.channel()
+        await ch.queue_delete(unique_name)
+        await ch.close()
+        with pytest.raises(BrokerError, match="cancelled the consumer"):
+            async with asyncio.timeout(GUARD):
+                await anext(it)
+        await broker.ack(d)  # settling what it holds still works (RabbitMQ accepts the ack)
 
 
 async def test_quorum_queue_delivery_limit_dead_letters_natively(amqp_url: str, unique_name: str,

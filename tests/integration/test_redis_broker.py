@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -11,6 +12,7 @@ from crawlherd.brokers.redis import RedisBroker
 from crawlherd.errors import ConfigurationError
 
 pytestmark = pytest.mark.redis
+GUARD = 15.0
 
 
 @pytest.fixture
@@ -41,6 +43,34 @@ async def test_stream_layout_and_dead_letter_stream(redis_url: str, unique_name:
         (entry_id, fields), = await client.xrange(f"{stream}:dead")
         assert (fields[b"k"], fields[b"b"], fields[b"r"]) == (b"t1:s1", b"body", b"bad schema")
         assert entry_id.decode() == (await broker.dead_letters())[0].dead_id
+
+
+async def test_poison_message_is_dead_lettered_after_max_deliveries(redis_url: str, unique_name: str,
+                                                                    client: aioredis.Redis) -> None:
+    url = f"{redis_url}?prefix={unique_name}&claim_idle=0.1&block=0.05&max_deliveries=2"
+    brokers = []
+    try:
+        for _ in range(2):  # two consumers die holding it
+            b = await RedisBroker.from_url(url).__aenter__()
+            brokers.append(b)
+            if not brokers[1:]:
+                await b.publish(b"kills workers", key="poison")
+            async with asyncio.timeout(GUARD):
+                d = await anext(b.consume())
+            assert d.key == "poison"
+        third = await RedisBroker.from_url(url).__aenter__()
+        brokers.append(third)
+        consumer = asyncio.ensure_future(anext(third.consume()))
+        async with asyncio.timeout(GUARD):
+            while not (dead := await third.dead_letters()):  # noqa: ASYNC110 - server state: no event to await
+                await asyncio.sleep(0.05)
+        assert [(x.key, x.reason) for x in dead] == [("poison", "delivered 2 times without being settled")]
+        assert not consumer.done()
+        consumer.cancel()
+        assert await third.pending() == 0
+    finally:
+        for b in brokers:
+            await b.close()
 
 
 async def test_live_client_is_used_and_not_closed(redis_url: str, unique_name: str,

@@ -124,7 +124,8 @@ def _header(headers: Mapping[str, Any] | None, name: str) -> str | None:
 
 
 class _ConsumeState:
-    __slots__ = ("channel", "gen", "inbox", "lost", "on_close", "queue", "stopped", "tag")
+    __slots__ = ("cancelled", "channel", "gen", "inbox", "lost", "on_cancel", "on_close", "queue", "stopped", "tag",
+                 "underlay")
 
     def __init__(self, channel: AbstractChannel, gen: int) -> None:
         self.channel = channel
@@ -135,6 +136,9 @@ class _ConsumeState:
         self.tag: str | None = None
         self.stopped = False
         self.on_close: Any = None
+        self.on_cancel: Any = None
+        self.underlay: Any = None
+        self.cancelled = False
 
 
 class AMQPBroker(BrokerBase):
@@ -337,6 +341,15 @@ class AMQPBroker(BrokerBase):
             state = _ConsumeState(ch, self._sub_gen)
             state.on_close = lambda *_: state.lost.set()
             ch.close_callbacks.add(state.on_close)
+
+            def on_cancel(frame: Any) -> None:  # RabbitMQ cancelled our consumer (queue deleted, ...)
+                if frame.consumer_tag == state.tag:
+                    state.cancelled = True
+                    state.lost.set()
+
+            state.underlay = await ch.get_underlay_channel()
+            state.on_cancel = on_cancel
+            state.underlay.on_consumer_cancel_callbacks.add(on_cancel)
             await ch.set_qos(prefetch_count=session.prefetch)
             queue = await ch.get_queue(self.queue, ensure=False)
 
@@ -358,6 +371,8 @@ class AMQPBroker(BrokerBase):
         state.stopped = True
         if state.on_close is not None:
             state.channel.close_callbacks.discard(state.on_close)
+        if state.underlay is not None:
+            state.underlay.on_consumer_cancel_callbacks.discard(state.on_cancel)
         if state.queue is not None and state.tag is not None and not state.channel.is_closed:
             try:
                 await asyncio.wait_for(state.queue.cancel(state.tag), 5)
@@ -376,6 +391,8 @@ class AMQPBroker(BrokerBase):
 
     async def _fetch(self, state: _ConsumeState, n: int) -> Sequence[Delivery]:
         if state.inbox.empty():
+            if state.cancelled:
+                raise BrokerError(f"{self!r}: RabbitMQ cancelled the consumer (was queue {self.queue!r} deleted?)")
             if state.lost.is_set():
                 raise BackendUnavailableError(f"{self!r}: the consuming channel closed (connection lost?)",
                                               backend="amqp")
@@ -388,7 +405,7 @@ class AMQPBroker(BrokerBase):
                 if not getter.done():
                     getter.cancel()
             if not getter.done() or getter.cancelled():
-                return []
+                return []  # lost: the next call raises
             first = getter.result()
         else:
             first = state.inbox.get_nowait()

@@ -22,7 +22,9 @@ Options (URL query or keywords): ``prefix``, ``stream``, ``group`` (``crawlherd`
 (unique per broker object by default), ``claim_idle`` (seconds an entry may stay unsettled before
 another consumer claims it; 300), ``claim_interval`` (how often to look for such entries; default
 ``claim_idle / 2``), ``block`` (longest XREADGROUP wait, 1 s), ``connect_timeout`` (5 s),
-``socket_timeout`` (10 s). ``client=``: a live ``redis.asyncio.Redis`` (``decode_responses=False``)
+``socket_timeout`` (10 s), ``max_deliveries`` (0 = no limit; a message delivered that many times
+without being settled -- claimed from dead consumers, or nacked back -- is dead-lettered).
+``client=``: a live ``redis.asyncio.Redis`` (``decode_responses=False``)
 to use instead of opening one; it is not closed by :meth:`close`.
 """
 
@@ -195,6 +197,7 @@ class RedisBrokerOptions:
     block: float = 1.0
     connect_timeout: float = 5.0
     socket_timeout: float = 10.0
+    max_deliveries: int = 0
 
     def __post_init__(self) -> None:
         if not (self.stream or self.prefix):
@@ -206,6 +209,8 @@ class RedisBrokerOptions:
         positive("redis", "block", self.block)
         positive("redis", "connect_timeout", self.connect_timeout)
         positive("redis", "socket_timeout", self.socket_timeout)
+        if self.max_deliveries < 0:
+            raise ConfigurationError(f"redis broker option max_deliveries={self.max_deliveries!r}: must be >= 0")
         if self.block >= self.socket_timeout:
             raise ConfigurationError(
                 f"redis broker option block={self.block!r} must be shorter than socket_timeout={self.socket_timeout!r}"
@@ -358,6 +363,7 @@ class RedisBroker(BrokerBase):
                 state.next_claim = now  # more to look at
             claimed = [self._delivery(eid, f, True) for eid, f in res[1]
                        if f is not None and self._id(eid) not in self._outstanding]
+            claimed = await self._drop_poison(claimed, claimed=True)
             if claimed:
                 return claimed
         _, next_due = await self._script("promote", [self._delayed, self._delayed_data, self.stream], [100])
@@ -375,7 +381,30 @@ class RedisBroker(BrokerBase):
         if not read:
             return []
         entries = read[0][1] if isinstance(read, list) else next(iter(read.values()))[0]
-        return [self._delivery(eid, f, False) for eid, f in entries if f]
+        return await self._drop_poison([self._delivery(eid, f, False) for eid, f in entries if f], claimed=False)
+
+    def _pending_entry(self, entry_id: str) -> Callable[[aioredis.Redis], Awaitable[Any]]:
+        return lambda c: c.xpending_range(self.stream, self.group, entry_id, entry_id, 1)
+
+    async def _drop_poison(self, deliveries: list[Delivery], *, claimed: bool) -> list[Delivery]:
+        """With ``max_deliveries``: dead-letter the deliveries whose message was delivered that many times
+        already without being settled (earlier requeues, field ``n``, plus earlier claims/reads of this
+        entry, from the pending list)."""
+        limit = self.options.max_deliveries
+        if not limit:
+            return deliveries
+        keep = []
+        for d in deliveries:
+            earlier = int(d.raw.get(b"n", b"0"))
+            if claimed:
+                info: Any = await self._call(self._pending_entry(d.delivery_id))
+                earlier += max(0, int(info[0]["times_delivered"]) - 1) if info else 0
+            if earlier >= limit:
+                await self._script("dead", [self.stream, self.dead_stream],
+                                   [self.group, d.delivery_id, f"delivered {earlier} times without being settled"])
+            else:
+                keep.append(d)
+        return keep
 
     @staticmethod
     def _id(eid: bytes | str) -> str:
