@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from crawlherd.errors import LeaseError, QueueFullError
+from crawlherd.frontier._hosts import HostSlot, policy_of, schedule_host
 from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
 from crawlherd.frontier.dupefilter import fp_to_int, make_dupefilter
@@ -33,18 +34,7 @@ __all__ = ["MemoryScheduler"]
 _Entry = tuple[int, int, Request]
 
 
-class _Host:
-    __slots__ = ("delay", "in_flight", "max_in_flight", "name", "queue", "ready_at", "ready_seq", "timer_at")
-
-    def __init__(self, name: str, delay: float, max_in_flight: int) -> None:
-        self.name = name
-        self.queue: list[_Entry] = []
-        self.in_flight = 0
-        self.ready_at = 0.0
-        self.delay = delay
-        self.max_in_flight = max_in_flight
-        self.ready_seq = -1  # seq of this host's entry in _ready, -1 when none
-        self.timer_at = -1.0  # time of this host's entry in _timers, -1 when none
+_Host = HostSlot[Request]
 
 
 class MemoryScheduler(WaitingMixin):
@@ -94,27 +84,11 @@ class MemoryScheduler(WaitingMixin):
         return h
 
     def _policy(self, name: str) -> tuple[float, int]:
-        p = self._policies.get(name)
-        if p is None:
-            return self.options.delay, self.options.max_in_flight
-        return (
-            self.options.delay if p.delay is None else p.delay,
-            self.options.max_in_flight if p.max_in_flight is None else p.max_in_flight,
-        )
+        return policy_of(self.options, self._policies, name)
 
     def _schedule(self, h: _Host, now: float) -> None:
         """Put ``h`` where it belongs: in _ready if it may be fetched now, in _timers if later."""
-        if not h.queue or h.in_flight >= h.max_in_flight:
-            return
-        if h.ready_at > now:
-            if h.timer_at != h.ready_at:
-                h.timer_at = h.ready_at
-                heapq.heappush(self._timers, (h.ready_at, h.name))
-            return
-        head = h.queue[0]
-        if h.ready_seq != head[1]:
-            h.ready_seq = head[1]
-            heapq.heappush(self._ready, (head[0], head[1], h.name))
+        schedule_host(h, now, self._ready, self._timers)
 
     def _refresh(self, now: float) -> None:
         """Bring due timers, delayed requests and expired leases back into play."""
@@ -165,7 +139,6 @@ class MemoryScheduler(WaitingMixin):
             lease = self._leases[next(iter(self._leases))][0]
             return lease.expires_at <= now
         return False
-
 
     # -- enqueue -----------------------------------------------------------------------------------
 

@@ -225,7 +225,6 @@ class RedisScheduler(WaitingMixin):
             )
         self._ready = True
 
-
     def _room_made(self) -> None:
         fut = self._room
         if fut is not None and not fut.done():

@@ -46,6 +46,7 @@ from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, FrontierError, LeaseError, QueueFullError
+from crawlherd.frontier._hosts import HostSlot, policy_of, schedule_host
 from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
 from crawlherd.frontier.dupefilter import BloomFilter, ExactFilter, fp_to_int, make_dupefilter
@@ -103,18 +104,7 @@ class _Leased:
     expires_at: float
 
 
-class _Host:
-    __slots__ = ("delay", "in_flight", "max_in_flight", "name", "queue", "ready_at", "ready_seq", "timer_at")
-
-    def __init__(self, name: str, delay: float, max_in_flight: int) -> None:
-        self.name = name
-        self.queue: list[tuple[int, int, int]] = []  # (-priority, seq, id)
-        self.in_flight = 0
-        self.ready_at = 0.0
-        self.delay = delay
-        self.max_in_flight = max_in_flight
-        self.ready_seq = -1
-        self.timer_at = -1.0
+_Host = HostSlot[int]
 
 
 class SQLiteScheduler(WaitingMixin):
@@ -333,26 +323,10 @@ class SQLiteScheduler(WaitingMixin):
         return h
 
     def _policy(self, name: str) -> tuple[float, int]:
-        p = self._policies.get(name)
-        if p is None:
-            return self.options.delay, self.options.max_in_flight
-        return (
-            self.options.delay if p.delay is None else p.delay,
-            self.options.max_in_flight if p.max_in_flight is None else p.max_in_flight,
-        )
+        return policy_of(self.options, self._policies, name)
 
     def _schedule(self, h: _Host, now: float) -> None:
-        if not h.queue or h.in_flight >= h.max_in_flight:
-            return
-        if h.ready_at > now:
-            if h.timer_at != h.ready_at:
-                h.timer_at = h.ready_at
-                heapq.heappush(self._timers, (h.ready_at, h.name))
-            return
-        head = h.queue[0]
-        if h.ready_seq != head[1]:
-            h.ready_seq = head[1]
-            heapq.heappush(self._ready, (head[0], head[1], h.name))
+        schedule_host(h, now, self._ready, self._timers)
 
     def _refresh(self, db: sqlite3.Connection, now: float) -> None:
         leases = self._leases
@@ -395,7 +369,6 @@ class SQLiteScheduler(WaitingMixin):
         if self._leases:
             return self._leases[next(iter(self._leases))].expires_at <= now
         return False
-
 
     # -- enqueue -----------------------------------------------------------------------------------
 
