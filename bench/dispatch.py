@@ -41,7 +41,7 @@ from crawlherd.brokers import open_broker  # noqa: E402
 from crawlherd.brokers.base import Broker  # noqa: E402
 from crawlherd.db import DispatchOutbox, ScrapeTarget, Website, create_engine, db_now, upgrade  # noqa: E402
 from crawlherd.messages import JobMessage, encode_job  # noqa: E402
-from crawlherd.service.dispatcher import Dispatcher  # noqa: E402
+from crawlherd.service.dispatch_service import DispatchService  # noqa: E402
 from crawlherd.service.schedule import make_schedule, plan_slots  # noqa: E402
 from crawlherd.service.search_url import render_search_url  # noqa: E402
 
@@ -113,7 +113,7 @@ async def _now(engine: AsyncEngine) -> Any:
 
 
 async def tick_and_relay(engine: AsyncEngine, broker: Broker, batch: int) -> int:
-    dispatcher = Dispatcher(engine, broker, batch_size=batch, relay_batch=batch, publish_concurrency=64)
+    dispatcher = DispatchService(engine, broker, batch_size=batch, relay_batch=batch, publish_concurrency=64)
     tick, relay = await dispatcher.run_once()
     assert tick.inserted == relay.published, (tick, relay)
     return relay.published

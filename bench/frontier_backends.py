@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from crawlherd.frontier import Scheduler, open_scheduler
+from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.request import Request
 
 SCRAPY_REDIS_FP_BYTES = 88
@@ -52,7 +52,7 @@ def workload(n: int, hosts: int, seed: int = 7) -> list[Request]:
     return out
 
 
-async def run_workload(frontier: Scheduler, reqs: list[Request]) -> dict[str, float]:
+async def run_workload(frontier: Frontier, reqs: list[Request]) -> dict[str, float]:
     t0 = time.perf_counter()
     queued = 0
     for start in range(0, len(reqs), 1000):

@@ -11,7 +11,7 @@ from typing import Any
 
 from crawlherd.clock import Clock, FakeClock, SystemClock
 from crawlherd.errors import CrawlherdError, InvalidURLError
-from crawlherd.frontier import Lease, Scheduler, open_scheduler
+from crawlherd.frontier import Frontier, Lease, open_scheduler
 from crawlherd.request import Request
 from crawlherd.settings import Settings, load_settings
 from crawlherd.url import canonicalize_url
@@ -37,7 +37,7 @@ _LAZY: dict[str, str] = {
     "DeadLetter": "crawlherd.brokers",
     "Delivery": "crawlherd.brokers",
     "open_broker": "crawlherd.brokers",
-    "Dispatcher": "crawlherd.service.dispatcher",
+    "DispatchService": "crawlherd.service.dispatch_service",
     "JobMessage": "crawlherd.messages",
     "decode_job": "crawlherd.messages",
     "encode_job": "crawlherd.messages",
@@ -50,7 +50,7 @@ __all__ = [
     "InvalidURLError",
     "Lease",
     "Request",
-    "Scheduler",
+    "Frontier",
     "Settings",
     "SystemClock",
     "canonicalize_url",

@@ -33,7 +33,7 @@ from crawlherd.dispatch.semaphore import SemaphoreDispatcher
 from crawlherd.errors import ConfigurationError, CrawlherdError, FetchError, InvalidURLError, RobotsDisallowedError
 from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.robots import RobotsCache
-from crawlherd.frontier import Scheduler, open_scheduler
+from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
@@ -196,7 +196,7 @@ class _Run:
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "enqueued", "frontier", "max_depth",
                  "max_pages", "meta", "monitor", "owns_frontier", "ended", "gate_delay")
 
-    def __init__(self, frontier: Scheduler, config: CrawlerRunConfig) -> None:
+    def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
         self.config = config
         self.meta = config.request_meta()
@@ -279,7 +279,7 @@ class Crawler:
     async def arun(self, url_or_request: str | Request, config: CrawlerRunConfig | None = None) -> CrawlResult:
         """Fetch one URL (no frontier, no dispatcher): its result, failed or not."""
         config = config or self.config
-        run = _Run(cast(Scheduler, _NoFrontier()), config)
+        run = _Run(cast(Frontier, _NoFrontier()), config)
         try:
             request = self._request(url_or_request, run)
         except InvalidURLError as exc:
@@ -488,7 +488,7 @@ class Crawler:
         stream: Literal[True] = ...,
         dispatcher: Dispatcher | None = ...,
         config: CrawlerRunConfig | None = ...,
-        frontier: str | Scheduler = ...,
+        frontier: str | Frontier = ...,
         delay: float = ...,
         max_in_flight_per_host: int = ...,
     ) -> CrawlStream: ...
@@ -504,7 +504,7 @@ class Crawler:
         stream: Literal[False],
         dispatcher: Dispatcher | None = ...,
         config: CrawlerRunConfig | None = ...,
-        frontier: str | Scheduler = ...,
+        frontier: str | Frontier = ...,
         delay: float = ...,
         max_in_flight_per_host: int = ...,
     ) -> list[CrawlResult]: ...
@@ -519,7 +519,7 @@ class Crawler:
         stream: bool = True,
         dispatcher: Dispatcher | None = None,
         config: CrawlerRunConfig | None = None,
-        frontier: str | Scheduler = "memory://",
+        frontier: str | Frontier = "memory://",
         delay: float = 1.0,
         max_in_flight_per_host: int = 2,
     ) -> CrawlStream | list[CrawlResult]:
@@ -528,7 +528,7 @@ class Crawler:
 
         ``allowed_domains``: host names whose pages (and subdomains') are followed; None means the
         seeds' own hosts, ``["*"]`` anything. ``frontier``: a frontier URL (``memory://``,
-        ``sqlite:///crawl.db``, ``redis://...``; opened and closed here) or an open Scheduler (used,
+        ``sqlite:///crawl.db``, ``redis://...``; opened and closed here) or an open Frontier (used,
         not closed). ``delay`` and ``max_in_flight_per_host``: the frontier's per-host politeness
         (robots.txt's Crawl-delay raises it for its host). ``dispatcher`` defaults to a
         ``SemaphoreDispatcher(config.concurrency)`` with a ``RateLimiter`` that adds no spacing of its
@@ -546,7 +546,7 @@ class Crawler:
                 config.concurrency, rate_limiter=RateLimiter(base_delay=(0.0, 0.0), clock=self.clock)
             )
         owns = isinstance(frontier, str)
-        sched: Scheduler = (
+        sched: Frontier = (
             open_scheduler(frontier, clock=self.clock, delay=delay, max_in_flight=max_in_flight_per_host)
             if isinstance(frontier, str)
             else frontier

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from crawlherd.clock import FakeClock
-from crawlherd.frontier import Scheduler, open_scheduler
+from crawlherd.frontier import Frontier, open_scheduler
 
-OpenFrontier = Callable[..., Awaitable[Scheduler]]
+OpenFrontier = Callable[..., Awaitable[Frontier]]
 
 BACKENDS = ["memory", "sqlite", "redis"]
 
@@ -33,12 +33,12 @@ def clock() -> FakeClock:
 async def open_frontier(
     backend: str, clock: FakeClock, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[OpenFrontier]:
-    """``await open_frontier(**options)`` -> an entered Scheduler on the fake clock; closed after the
+    """``await open_frontier(**options)`` -> an entered Frontier on the fake clock; closed after the
     test, and checked to have released what it opened."""
-    opened: list[Scheduler] = []
+    opened: list[Frontier] = []
     redis_prefixes: list[tuple[str, str]] = []
 
-    async def make(**options: Any) -> Scheduler:
+    async def make(**options: Any) -> Frontier:
         options.setdefault("clock", clock)
         if backend == "memory":
             url = "memory://"

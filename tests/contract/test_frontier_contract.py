@@ -8,12 +8,12 @@ import pytest
 
 from crawlherd import FakeClock, Request
 from crawlherd.errors import LeaseError, QueueFullError
-from crawlherd.frontier import Lease, Scheduler
+from crawlherd.frontier import Frontier, Lease
 
 from .conftest import OpenFrontier
 
 
-async def drain(frontier: Scheduler) -> list[str]:
+async def drain(frontier: Frontier) -> list[str]:
     """Lease and ack everything ready now; the URLs in the order they were handed out."""
     urls = []
     while (lease := await frontier.next_request()) is not None:

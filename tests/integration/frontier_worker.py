@@ -22,7 +22,7 @@ from typing import TypeVar
 import aiohttp
 
 from crawlherd.errors import BackendUnavailableError, LeaseError
-from crawlherd.frontier import Lease, Scheduler, open_scheduler
+from crawlherd.frontier import Frontier, Lease, open_scheduler
 from crawlherd.request import Request
 
 T = TypeVar("T")
@@ -42,7 +42,7 @@ async def persist(op: Callable[[], Awaitable[T]]) -> T:
             pause = min(pause * 2, 1.0)
 
 
-async def settle(frontier: Scheduler, lease: Lease) -> None:
+async def settle(frontier: Frontier, lease: Lease) -> None:
     try:
         await persist(partial(frontier.ack, lease))
     except LeaseError:
@@ -50,7 +50,7 @@ async def settle(frontier: Scheduler, lease: Lease) -> None:
         log.info("ack of %s: lease already settled or expired", lease.request.url)
 
 
-async def fetch_loop(frontier: Scheduler, session: aiohttp.ClientSession, name: str) -> None:
+async def fetch_loop(frontier: Frontier, session: aiohttp.ClientSession, name: str) -> None:
     while True:
         lease = await persist(lambda: frontier.wait_next())
         if lease is None:

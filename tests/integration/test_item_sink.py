@@ -13,8 +13,7 @@ import pytest
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from crawlherd.db import Item as ItemRow
-from crawlherd.db import Website, create_engine, upgrade
+from crawlherd.db import StoredItem, Website, create_engine, upgrade
 from crawlherd.extract.rules import make_item
 from crawlherd.sinks import SQLItemSink
 from tests.support.db import fresh_postgres_database
@@ -62,8 +61,8 @@ async def test_upsert_counts_and_merges(engine: AsyncEngine) -> None:
     third = await sink.upsert([changed], website_id=1, target_id=None, seen_at=now)
     assert (third.new, third.updated) == (0, 1)
     async with engine.connect() as conn:
-        rows = (await conn.execute(select(func.count()).select_from(ItemRow))).scalar_one()
-        data = (await conn.execute(select(ItemRow.data).where(ItemRow.url == "https://shop.test/a"))).scalar_one()
+        rows = (await conn.execute(select(func.count()).select_from(StoredItem))).scalar_one()
+        data = (await conn.execute(select(StoredItem.data).where(StoredItem.url == "https://shop.test/a"))).scalar_one()
     assert rows == 2
     assert data == {"title": "A", "price": "2", "stock": "3"}
 
@@ -105,5 +104,5 @@ async def test_a_writer_with_a_stale_read_keeps_the_other_writers_fields(
     gate.set()  # ... then the listing writer writes.
     await listing
     async with engine.connect() as conn:
-        data = (await conn.execute(select(ItemRow.data).where(ItemRow.url == url))).scalar_one()
+        data = (await conn.execute(select(StoredItem.data).where(StoredItem.url == url))).scalar_one()
     assert data == {"title": "X2", "description": "long"}

@@ -24,10 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd.brokers import open_broker
 from crawlherd.cli import main as cli
 from crawlherd.cli.demo import _demo
-from crawlherd.db import Item, JobRun, ScrapeTarget, create_engine, upgrade
+from crawlherd.db import JobRun, ScrapeTarget, StoredItem, create_engine, upgrade
 from crawlherd.fetch.base import FetchLimits
-from crawlherd.pipeline import progress_of, run_pipeline
-from crawlherd.service.dispatcher import Dispatcher
+from crawlherd.service.dispatch_service import DispatchService
+from crawlherd.service.embedded import progress_of, run_pipeline
 from crawlherd.service.targets import import_targets
 from crawlherd.web.demo_site import DemoSite
 from crawlherd.web.demo_targets import demo_targets, expected_results, failing_targets, render_toml
@@ -88,9 +88,9 @@ async def assert_items_match(engine: AsyncEngine, site: DemoSite, document: dict
     while (got := await stored_items(engine)) != expected and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.3)
     assert got == expected, _difference(got, expected)
-    pairs = select(Item.website_id, Item.url).distinct().subquery()
+    pairs = select(StoredItem.website_id, StoredItem.url).distinct().subquery()
     async with engine.connect() as conn:
-        rows = (await conn.execute(select(func.count()).select_from(Item))).scalar_one()
+        rows = (await conn.execute(select(func.count()).select_from(StoredItem))).scalar_one()
         distinct = (await conn.execute(select(func.count()).select_from(pairs))).scalar_one()
     assert rows == distinct == sum(len(v) for v in expected.values())  # no item stored twice
 
@@ -232,7 +232,7 @@ async def scaled(
 
 async def dispatch_once(engine: AsyncEngine, broker_url: str) -> int:
     async with open_broker(broker_url) as broker:
-        tick, relay = await Dispatcher(engine, broker).run_once()
+        tick, relay = await DispatchService(engine, broker).run_once()
     assert relay.failed == 0
     return tick.inserted
 

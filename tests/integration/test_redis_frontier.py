@@ -15,7 +15,7 @@ from crawlherd.clock import FakeClock
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.frontier import open_scheduler
 from crawlherd.frontier.dupefilter import fp_to_int
-from crawlherd.frontier.redis import RedisScheduler
+from crawlherd.frontier.redis import RedisFrontier
 from crawlherd.request import Request
 
 from .test_durable_frontier import delete_prefix
@@ -32,10 +32,10 @@ async def client(redis_url: str, unique_name: str) -> AsyncIterator[aioredis.Red
     await delete_prefix(redis_url, unique_name + "b")
 
 
-async def open_redis(redis_url: str, prefix: str, **options: Any) -> RedisScheduler:
+async def open_redis(redis_url: str, prefix: str, **options: Any) -> RedisFrontier:
     options.setdefault("clock", FakeClock())
     frontier = open_scheduler(f"{redis_url}?prefix={prefix}", **options)
-    assert isinstance(frontier, RedisScheduler)
+    assert isinstance(frontier, RedisFrontier)
     return await frontier.__aenter__()
 
 
@@ -181,7 +181,7 @@ async def test_two_clients_never_lease_the_same_request(
     try:
         await a.enqueue_requests(Request(f"http://race{i % 5}.test/{i}") for i in range(500))
 
-        async def take(f: RedisScheduler) -> list[str]:
+        async def take(f: RedisFrontier) -> list[str]:
             got = []
             while leases := await f.next_requests(7):
                 got += [lease.request.url for lease in leases]

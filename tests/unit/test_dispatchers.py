@@ -13,7 +13,7 @@ import pytest
 from crawlherd.clock import FakeClock
 from crawlherd.dispatch import CrawlerMonitor, MemoryAdaptiveDispatcher, SemaphoreDispatcher, SystemMemory
 from crawlherd.errors import ConfigurationError, MemoryPressureError
-from crawlherd.frontier import Scheduler, open_scheduler
+from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
@@ -70,7 +70,7 @@ async def spin(n: int = 30) -> None:
         await asyncio.sleep(0)
 
 
-async def frontier_with(urls: list[str], clock: FakeClock | None = None) -> Scheduler:
+async def frontier_with(urls: list[str], clock: FakeClock | None = None) -> Frontier:
     frontier = open_scheduler("memory://", clock=clock or FakeClock(), max_in_flight=1000)
     await frontier.enqueue_requests([Request(u) for u in urls])
     return frontier

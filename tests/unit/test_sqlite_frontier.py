@@ -12,7 +12,7 @@ import pytest
 from crawlherd.clock import FakeClock
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.frontier import open_scheduler
-from crawlherd.frontier.sqlite import SQLiteScheduler
+from crawlherd.frontier.sqlite import SQLiteFrontier
 from crawlherd.request import Request
 
 
@@ -80,7 +80,7 @@ async def test_host_policy_and_ready_time_are_persisted(tmp_path: Path) -> None:
 
 async def test_crash_without_close_keeps_the_dupefilter_log(tmp_path: Path) -> None:
     db = tmp_path / "f.db"
-    f = SQLiteScheduler.from_url(url_of(db), snapshot_every=4, clock=FakeClock())
+    f = SQLiteFrontier.from_url(url_of(db), snapshot_every=4, clock=FakeClock())
     await f.__aenter__()
     assert await f.enqueue_requests(Request(f"http://c.test/{i}") for i in range(10)) == 10
     # what kill -9 leaves: no close, no final snapshot (the lock goes with the process)
@@ -111,7 +111,7 @@ async def test_bad_record_is_moved_aside(tmp_path: Path, caplog: pytest.LogCaptu
             con.execute("UPDATE requests SET record = ? WHERE host = 'a.test'", ('{"v": 42}',))
         leases = await f.next_requests(5)
         assert [lease.request.url for lease in leases] == ["http://b.test/"]
-        assert isinstance(f, SQLiteScheduler)
+        assert isinstance(f, SQLiteFrontier)
         bad = await f.bad_entries()
         assert len(bad) == 1 and "version-1" in next(iter(bad.values()))
         assert "moved request" in caplog.text
@@ -132,7 +132,7 @@ async def test_bloom_filter_persists_and_its_kind_is_fixed(tmp_path: Path) -> No
 
 async def test_purge_empties_everything(tmp_path: Path) -> None:
     async with open_scheduler(url_of(tmp_path / "f.db")) as f:
-        assert isinstance(f, SQLiteScheduler)
+        assert isinstance(f, SQLiteFrontier)
         await f.enqueue_request(Request("http://p.test/"))
         assert await f.purge() == 1
         assert await f.idle()

@@ -19,7 +19,7 @@ from crawlherd.brokers import open_broker
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.db import ScrapeTarget, create_engine, upgrade
 from crawlherd.fetch.base import FetchLimits
-from crawlherd.pipeline import PipelineProgress, progress_of, run_pipeline
+from crawlherd.service.embedded import PipelineProgress, progress_of, run_pipeline
 from crawlherd.service.targets import import_targets
 from crawlherd.settings import frontier_beside
 from crawlherd.sinks.export import iter_items

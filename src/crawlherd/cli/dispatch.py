@@ -12,7 +12,7 @@ from crawlherd._redact import redact_url
 from crawlherd.brokers import open_broker
 from crawlherd.cli._service import database_option, engine_for, ensure_migrated, settings_from
 from crawlherd.cli._signals import stop_on_signals
-from crawlherd.service.dispatcher import Dispatcher, RelayResult, TickResult
+from crawlherd.service.dispatch_service import DispatchService, RelayResult, TickResult
 
 __all__ = ["dispatch"]
 
@@ -61,7 +61,7 @@ def dispatch(
         try:
             await ensure_migrated(engine)
             async with open_broker(broker_target) as broker:
-                dispatcher = Dispatcher(engine, broker, batch_size=batch_size, lease=lease)
+                dispatcher = DispatchService(engine, broker, batch_size=batch_size, lease=lease)
                 if not quiet:
                     click.echo(
                         f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "

@@ -15,7 +15,7 @@ from crawlherd.cli._service import database_option, engine_for, settings_from
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.cli.worker import make_worker, worker_options
 from crawlherd.db import upgrade
-from crawlherd.pipeline import PipelineProgress, run_pipeline
+from crawlherd.service.embedded import PipelineProgress, run_pipeline
 
 __all__ = ["run"]
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from crawlherd.db.engine import async_database_url, create_engine, db_now, dialect_of
 from crawlherd.db.migrate import current_revision, head_revision, upgrade
-from crawlherd.db.models import Base, DispatchOutbox, Item, JobRun, ScrapeTarget, Website
+from crawlherd.db.models import Base, DispatchOutbox, JobRun, ScrapeTarget, StoredItem, Website
 
 __all__ = [
     "Base",
     "DispatchOutbox",
-    "Item",
+    "StoredItem",
     "JobRun",
     "ScrapeTarget",
     "Website",

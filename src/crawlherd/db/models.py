@@ -33,7 +33,7 @@ from sqlalchemy.types import TypeDecorator
 __all__ = [
     "Base",
     "DispatchOutbox",
-    "Item",
+    "StoredItem",
     "JobRun",
     "ScrapeTarget",
     "UTCDateTime",
@@ -199,7 +199,7 @@ class JobRun(Base):
     updated_at: Mapped[datetime] = mapped_column(default=lambda: datetime.now(UTC))
 
 
-class Item(Base):
+class StoredItem(Base):
     """A scraped item, upserted by the workers on ``fingerprint``."""
 
     __tablename__ = "items"

@@ -1,7 +1,7 @@
 """The dispatcher protocol: run the frontier's requests with bounded concurrency and hand back exactly
 one :class:`~crawlherd.result.CrawlResult` per request, in completion order.
 
-A dispatcher pulls leases from a :class:`~crawlherd.frontier.Scheduler`, calls the crawler's
+A dispatcher pulls leases from a :class:`~crawlherd.frontier.Frontier`, calls the crawler's
 ``process(request)`` (which never raises for a failed fetch: it returns a failed result) and settles
 each lease: ``ack`` for a success, ``fail`` for a failure, ``retry`` when the URL must be fetched again
 (rate limited, or pulled back under memory pressure) -- so everything goes back *through the
@@ -26,7 +26,7 @@ from crawlherd.clock import Clock, SystemClock
 from crawlherd.dispatch.monitor import ProcessMemory
 from crawlherd.dispatch.rate_limiter import parse_retry_after
 from crawlherd.errors import LeaseError
-from crawlherd.frontier.base import Lease, Scheduler
+from crawlherd.frontier.base import Frontier, Lease
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult, DispatchInfo
 
@@ -51,7 +51,7 @@ class Dispatcher(Protocol):
     monitor: CrawlerMonitor | None
 
     def run(
-        self, frontier: Scheduler, process: ProcessFn, *, clock: Clock | None = None, rate_limit_at_send: bool = False
+        self, frontier: Frontier, process: ProcessFn, *, clock: Clock | None = None, rate_limit_at_send: bool = False
     ) -> AsyncIterator[CrawlResult]:
         """Results as they complete, until the frontier is idle. Closing the iterator early cancels
         the work in flight (its leases go back to the frontier). A fatal condition (memory pressure
@@ -66,7 +66,7 @@ class Dispatcher(Protocol):
 class _RunState:
     __slots__ = ("clock", "frontier", "process", "reserve", "requeues", "retries", "task_ids")
 
-    def __init__(self, frontier: Scheduler, process: ProcessFn, clock: Clock, reserve: bool = True) -> None:
+    def __init__(self, frontier: Frontier, process: ProcessFn, clock: Clock, reserve: bool = True) -> None:
         self.reserve = reserve
         self.frontier = frontier
         self.process = process
@@ -86,7 +86,7 @@ class BaseDispatcher:
         self._memory = monitor.memory if monitor is not None else ProcessMemory()
 
     async def run(
-        self, frontier: Scheduler, process: ProcessFn, *, clock: Clock | None = None, rate_limit_at_send: bool = False
+        self, frontier: Frontier, process: ProcessFn, *, clock: Clock | None = None, rate_limit_at_send: bool = False
     ) -> AsyncIterator[CrawlResult]:
         state = _RunState(frontier, process, clock or SystemClock(), not rate_limit_at_send)
         queue: asyncio.Queue[object] = asyncio.Queue()

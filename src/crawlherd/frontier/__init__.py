@@ -1,6 +1,6 @@
 """The crawl frontier: priority queue + duplicate filter, with leases and per-host politeness.
 
-``open_scheduler(url="memory://", **options)`` returns a :class:`Scheduler` for the backend the URL
+``open_scheduler(url="memory://", **options)`` returns a :class:`Frontier` for the backend the URL
 names. Common options (every backend): ``clock``, ``delay`` (per-host minimum delay, seconds),
 ``max_in_flight`` (per-host cap), ``host_policies`` ({host: {"delay": s, "max_in_flight": n}}),
 ``lease_timeout``, ``max_size``, ``full_policy`` (``block`` | ``raise``), ``dupefilter`` (``exact`` |
@@ -12,25 +12,25 @@ from __future__ import annotations
 from typing import Any
 
 from crawlherd._registry import resolve_backend
-from crawlherd.frontier.base import FrontierStats, FullPolicy, Lease, Scheduler
+from crawlherd.frontier.base import Frontier, FrontierStats, FullPolicy, Lease
 
-__all__ = ["BACKEND_ALIASES", "FrontierStats", "FullPolicy", "Lease", "Scheduler", "open_scheduler"]
+__all__ = ["BACKEND_ALIASES", "FrontierStats", "FullPolicy", "Lease", "Frontier", "open_scheduler"]
 
 BACKEND_ALIASES: dict[str, str] = {
-    "memory": "crawlherd.frontier.memory:MemoryScheduler",
-    "sqlite": "crawlherd.frontier.sqlite:SQLiteScheduler",
-    "redis": "crawlherd.frontier.redis:RedisScheduler",
-    "rediss": "crawlherd.frontier.redis:RedisScheduler",
+    "memory": "crawlherd.frontier.memory:MemoryFrontier",
+    "sqlite": "crawlherd.frontier.sqlite:SQLiteFrontier",
+    "redis": "crawlherd.frontier.redis:RedisFrontier",
+    "rediss": "crawlherd.frontier.redis:RedisFrontier",
 }
 _EXTRAS = {"redis": "redis", "rediss": "redis"}
 
 
-def open_scheduler(url: str = "memory://", **options: Any) -> Scheduler:
+def open_scheduler(url: str = "memory://", **options: Any) -> Frontier:
     """A frontier for ``url``; use it as ``async with open_scheduler(url) as frontier: ...``.
 
     Query parameters of the URL are options too (``redis://host/0?prefix=crawl&dupefilter=bloom``);
     keyword options win over them.
     """
     cls = resolve_backend(url, BACKEND_ALIASES, "frontier", _EXTRAS)
-    scheduler: Scheduler = cls.from_url(url, **options)
+    scheduler: Frontier = cls.from_url(url, **options)
     return scheduler

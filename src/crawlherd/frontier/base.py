@@ -1,10 +1,10 @@
 """The frontier (scheduler) protocol: a request queue plus a duplicate filter, with leases and
 per-host politeness. Every backend (``memory://``, ``sqlite://``, ``redis://``) implements
-:class:`Scheduler` and passes the same contract suite (``tests/contract/test_frontier_contract.py``).
+:class:`Frontier` and passes the same contract suite (``tests/contract/test_frontier_contract.py``).
 
 Semantics every backend keeps:
 
-- **Order**: :meth:`Scheduler.next_request` hands out the highest-priority request whose host may be
+- **Order**: :meth:`Frontier.next_request` hands out the highest-priority request whose host may be
   fetched now; among equal priorities, the one enqueued first.
 - **Duplicates**: a request whose fingerprint was seen is refused (``enqueue_request`` returns False).
   A fingerprint is recorded only when its request is really queued, so a request refused because the
@@ -28,7 +28,7 @@ from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from crawlherd.request import Request
 
-__all__ = ["FrontierStats", "FullPolicy", "Lease", "Scheduler"]
+__all__ = ["FrontierStats", "FullPolicy", "Lease", "Frontier"]
 
 FullPolicy = Literal["block", "raise"]
 
@@ -68,10 +68,10 @@ class FrontierStats:
 
 
 @runtime_checkable
-class Scheduler(Protocol):
+class Frontier(Protocol):
     """A frontier backend. Use it as an async context manager; :meth:`close` releases what it opened."""
 
-    async def __aenter__(self) -> Scheduler: ...
+    async def __aenter__(self) -> Frontier: ...
 
     async def __aexit__(self, *exc_info: object) -> None: ...
 

@@ -1,4 +1,4 @@
-"""``memory://``: the in-process frontier. The reference implementation of :class:`Scheduler`, the
+"""``memory://``: the in-process frontier. The reference implementation of :class:`Frontier`, the
 default for one-process crawls, and the test double for the others. It dies with its process; use
 ``sqlite://`` or ``redis://`` when the crawl must survive one.
 
@@ -29,7 +29,7 @@ from crawlherd.frontier.dupefilter import fp_to_int, make_dupefilter
 from crawlherd.frontier.options import FrontierOptions, HostPolicy
 from crawlherd.request import Request
 
-__all__ = ["MemoryScheduler"]
+__all__ = ["MemoryFrontier"]
 
 _Entry = tuple[int, int, Request]
 
@@ -37,7 +37,7 @@ _Entry = tuple[int, int, Request]
 _Host = HostSlot[Request]
 
 
-class MemoryScheduler(WaitingMixin):
+class MemoryFrontier(WaitingMixin):
     """In-process frontier; see the module docstring. Create it with :func:`open_scheduler`."""
 
     def __init__(self, options: FrontierOptions | None = None) -> None:
@@ -62,18 +62,18 @@ class MemoryScheduler(WaitingMixin):
         self._enqueued = self._duplicates = self._acked = self._retries = self._failures = self._expired = 0
 
     @classmethod
-    def from_url(cls, url: str = "memory://", **options: Any) -> MemoryScheduler:
+    def from_url(cls, url: str = "memory://", **options: Any) -> MemoryFrontier:
         opts, _ = FrontierOptions.build(url, options)
         return cls(opts)
 
-    async def __aenter__(self) -> MemoryScheduler:
+    async def __aenter__(self) -> MemoryFrontier:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     def __repr__(self) -> str:
-        return f"<MemoryScheduler queued={self._queued} in_flight={len(self._leases)}>"
+        return f"<MemoryFrontier queued={self._queued} in_flight={len(self._leases)}>"
 
     # -- hosts -------------------------------------------------------------------------------------
 

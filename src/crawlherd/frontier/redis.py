@@ -67,7 +67,7 @@ from crawlherd.frontier.dupefilter import fp_to_int
 from crawlherd.frontier.options import FrontierOptions
 from crawlherd.request import Request
 
-__all__ = ["RedisScheduler"]
+__all__ = ["RedisFrontier"]
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +86,9 @@ def _raw(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode("utf-8")
 
 
-class RedisScheduler(WaitingMixin):
+class RedisFrontier(WaitingMixin):
     """A frontier in Redis; see the module docstring. Create it with :func:`open_scheduler` or
-    :meth:`from_url`, or pass a live client: ``RedisScheduler(client, prefix="crawl")``."""
+    :meth:`from_url`, or pass a live client: ``RedisFrontier(client, prefix="crawl")``."""
 
     def __init__(
         self,
@@ -128,7 +128,7 @@ class RedisScheduler(WaitingMixin):
         self._room: asyncio.Future[None] | None = None
 
     @classmethod
-    def from_url(cls, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> RedisScheduler:
+    def from_url(cls, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> RedisFrontier:
         opts, own = FrontierOptions.build(
             url, options, extra=("prefix", "client", "poll_interval", "socket_timeout", "dupefilter_bits")
         )
@@ -160,7 +160,7 @@ class RedisScheduler(WaitingMixin):
             url=url,
         )
 
-    async def __aenter__(self) -> RedisScheduler:
+    async def __aenter__(self) -> RedisFrontier:
         try:
             await self._init()
         except BaseException:
@@ -172,7 +172,7 @@ class RedisScheduler(WaitingMixin):
         await self.close()
 
     def __repr__(self) -> str:
-        return f"<RedisScheduler {self._url} prefix={self.prefix!r}>"
+        return f"<RedisFrontier {self._url} prefix={self.prefix!r}>"
 
     # -- plumbing ----------------------------------------------------------------------------------
 

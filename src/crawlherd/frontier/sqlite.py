@@ -53,7 +53,7 @@ from crawlherd.frontier.dupefilter import BloomFilter, ExactFilter, fp_to_int, m
 from crawlherd.frontier.options import FrontierOptions, HostPolicy
 from crawlherd.request import Request
 
-__all__ = ["SQLiteScheduler"]
+__all__ = ["SQLiteFrontier"]
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class _Leased:
 _Host = HostSlot[int]
 
 
-class SQLiteScheduler(WaitingMixin):
+class SQLiteFrontier(WaitingMixin):
     """A persistent frontier in one SQLite file; see the module docstring."""
 
     def __init__(
@@ -134,7 +134,7 @@ class SQLiteScheduler(WaitingMixin):
         self._room: asyncio.Future[None] | None = None
 
     @classmethod
-    def from_url(cls, url: str = "sqlite:///crawlherd-frontier.db", **options: Any) -> SQLiteScheduler:
+    def from_url(cls, url: str = "sqlite:///crawlherd-frontier.db", **options: Any) -> SQLiteFrontier:
         opts, own = FrontierOptions.build(url, options, extra=("synchronous", "snapshot_every"))
         parts = urlsplit(url)
         path = unquote(parts.path)[1:] if parts.path.startswith("/") else unquote(parts.path)
@@ -148,7 +148,7 @@ class SQLiteScheduler(WaitingMixin):
             raise ConfigurationError(f"snapshot_every={own['snapshot_every']!r} is not an integer") from None
         return cls(path, opts, synchronous=str(own.get("synchronous", "normal")), snapshot_every=every)
 
-    async def __aenter__(self) -> SQLiteScheduler:
+    async def __aenter__(self) -> SQLiteFrontier:
         self._open()
         return self
 
@@ -156,7 +156,7 @@ class SQLiteScheduler(WaitingMixin):
         await self.close()
 
     def __repr__(self) -> str:
-        return f"<SQLiteScheduler {self.path}>"
+        return f"<SQLiteFrontier {self.path}>"
 
     # -- opening -----------------------------------------------------------------------------------
 

@@ -10,8 +10,7 @@ from typing import Any, TextIO
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.db.models import Item as ItemRow
-from crawlherd.db.models import Website
+from crawlherd.db.models import StoredItem, Website
 from crawlherd.errors import ConfigurationError
 from crawlherd.sinks.sql import DETAIL_AT
 
@@ -23,9 +22,16 @@ FORMATS = ("jsonl", "csv")
 async def iter_items(engine: AsyncEngine, *, website: str | None = None) -> AsyncIterator[dict[str, Any]]:
     """Items as dicts: website, url, fingerprint, first_seen, last_seen and the item's fields."""
     query = (
-        select(Website.name, ItemRow.url, ItemRow.fingerprint, ItemRow.first_seen, ItemRow.last_seen, ItemRow.data)
-        .join(Website, Website.id == ItemRow.website_id)
-        .order_by(ItemRow.id)
+        select(
+            Website.name,
+            StoredItem.url,
+            StoredItem.fingerprint,
+            StoredItem.first_seen,
+            StoredItem.last_seen,
+            StoredItem.data,
+        )
+        .join(Website, Website.id == StoredItem.website_id)
+        .order_by(StoredItem.id)
     )
     if website is not None:
         query = query.where(Website.name == website)

@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from crawlherd.db.models import Item as ItemRow
+from crawlherd.db.models import StoredItem
 from crawlherd.extract.rules import Item
 from crawlherd.sinks.base import UpsertCounts
 
@@ -42,7 +42,7 @@ class SQLItemSink:
     async def _stored(self, conn: AsyncConnection, fingerprints: list[str]) -> dict[str, dict[str, Any]]:
         """The stored fields of these items (for the new/updated counts only)."""
         rows = await conn.execute(
-            select(ItemRow.fingerprint, ItemRow.data).where(ItemRow.fingerprint.in_(fingerprints))
+            select(StoredItem.fingerprint, StoredItem.data).where(StoredItem.fingerprint.in_(fingerprints))
         )
         return {fp: data or {} for fp, data in rows}
 
@@ -76,9 +76,9 @@ class SQLItemSink:
                             "last_seen": seen_at,
                         }
                     )
-                stmt = self._insert(ItemRow).values(values)
+                stmt = self._insert(StoredItem).values(values)
                 stmt = stmt.on_conflict_do_update(
-                    index_elements=[ItemRow.fingerprint],
+                    index_elements=[StoredItem.fingerprint],
                     set_={"data": self._merged, "last_seen": stmt.excluded.last_seen, "url": stmt.excluded.url},
                 )
                 await conn.execute(stmt)

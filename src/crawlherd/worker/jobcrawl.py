@@ -24,7 +24,7 @@ from crawlherd.errors import ConfigurationError, JobError
 from crawlherd.extract.handlers import Handler, resolve_extractor, run_extractor
 from crawlherd.extract.pagination import Pagination
 from crawlherd.extract.rules import ExtractionRules, Item, Page
-from crawlherd.frontier.base import Scheduler
+from crawlherd.frontier.base import Frontier
 from crawlherd.messages import JobMessage
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
@@ -131,7 +131,7 @@ async def crawl_job(
     job: JobMessage,
     *,
     crawler: Crawler,
-    frontier: Scheduler,
+    frontier: Frontier,
     limiters: RateLimiters,
     now: datetime | None = None,
 ) -> JobOutcome:
@@ -167,7 +167,7 @@ async def crawl_job(
 
 
 async def _enqueue_details(
-    job: JobMessage, site: SiteConfig, outcome: JobOutcome, frontier: Scheduler, now: datetime | None
+    job: JobMessage, site: SiteConfig, outcome: JobOutcome, frontier: Frontier, now: datetime | None
 ) -> None:
     """Queue the detail page of every item in the frontier. Its duplicate filter drops the pages
     already queued in this revisit period (by this or an earlier run, by this or another worker); the

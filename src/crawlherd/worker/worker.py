@@ -34,7 +34,7 @@ from crawlherd.dispatch import RateLimiter
 from crawlherd.errors import ConfigurationError, CrawlherdError, MessageError
 from crawlherd.extract.rules import ExtractionRules, Item
 from crawlherd.fetch.base import FetchLimits
-from crawlherd.frontier import Scheduler, open_scheduler
+from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.messages import JobMessage, decode_job, encode_job
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
@@ -126,7 +126,7 @@ class Worker:
         self.frontier_url = frontier_url
         self.detail_concurrency = detail_concurrency
         self.lease_timeout = lease_timeout
-        self.frontier: Scheduler | None = None
+        self.frontier: Frontier | None = None
         self._detail_rules: dict[str, ExtractionRules] = {}
         self._new_details = asyncio.Event()
 

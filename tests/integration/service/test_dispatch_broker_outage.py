@@ -22,7 +22,7 @@ from sqlalchemy import select, update
 
 from crawlherd.brokers import open_broker
 from crawlherd.db import DispatchOutbox, create_engine, upgrade
-from crawlherd.service.dispatcher import Dispatcher
+from crawlherd.service.dispatch_service import DispatchService
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.real_brokers import drain, real_broker_available
 
@@ -101,7 +101,7 @@ async def test_redis_stopped_mid_dispatch_jobs_wait_then_all_are_delivered(
         site = await add_website(engine)
         await add_targets(engine, site, 300, every=HOUR, anchor=now - timedelta(seconds=10))
         async with open_broker(broker_url) as broker:
-            dispatcher = Dispatcher(engine, broker, relay_batch=100, backoff=0.0, publish_timeout=5.0)
+            dispatcher = DispatchService(engine, broker, relay_batch=100, backoff=0.0, publish_timeout=5.0)
             assert (await dispatcher.dispatch_due()).inserted == 300
             assert (await dispatcher.relay()).published == 100
 

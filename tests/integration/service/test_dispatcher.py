@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from crawlherd.db import DispatchOutbox, ScrapeTarget, create_engine
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.messages import decode_job, idempotency_key
-from crawlherd.service.dispatcher import Dispatcher
+from crawlherd.service.dispatch_service import DispatchService
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.memory_broker import MemoryBrokerDouble
 
@@ -39,7 +39,7 @@ async def test_tick_writes_each_slot_once_and_advances_from_the_slot(engine: Asy
     # Slots at now-3.5h, -2.5h, -1.5h, -0.5h (all late), next at now+0.5h.
     anchor = now - timedelta(hours=3, minutes=30)
     ids = await add_targets(engine, site, 3, every=HOUR, anchor=anchor, misfire="backfill", backfill_limit=10)
-    dispatcher = Dispatcher(engine, MemoryBrokerDouble())
+    dispatcher = DispatchService(engine, MemoryBrokerDouble())
     result = await dispatcher.tick()
     assert (result.targets, result.slots, result.inserted) == (3, 12, 12)
     rows = await outbox(engine)
@@ -63,7 +63,7 @@ async def test_misfire_policies_after_downtime(engine: AsyncEngine, policy: str,
     site = await add_website(engine)
     anchor = now - timedelta(hours=5, minutes=30)
     (tid,) = await add_targets(engine, site, 1, every=HOUR, anchor=anchor, misfire=policy, backfill_limit=limit)
-    await Dispatcher(engine, MemoryBrokerDouble()).tick()
+    await DispatchService(engine, MemoryBrokerDouble()).tick()
     slots = [r.slot_at for r in await outbox(engine)]
     assert slots == [anchor + k * HOUR for k in range(6 - expected, 6)]
     assert (await targets(engine))[tid].next_run_at == anchor + 6 * HOUR
@@ -74,7 +74,7 @@ async def test_jitter_delays_the_run_but_not_the_slot(engine: AsyncEngine) -> No
     site = await add_website(engine)
     anchor = now - timedelta(minutes=30)
     await add_targets(engine, site, 1, every=HOUR, anchor=anchor, jitter_ms=20 * 60 * 1000, misfire="latest")
-    await Dispatcher(engine, MemoryBrokerDouble()).tick()  # due: anchor + 20 min < now
+    await DispatchService(engine, MemoryBrokerDouble()).tick()  # due: anchor + 20 min < now
     (row,) = await outbox(engine)
     assert row.slot_at == anchor
     (target,) = (await targets(engine)).values()
@@ -82,7 +82,7 @@ async def test_jitter_delays_the_run_but_not_the_slot(engine: AsyncEngine) -> No
     (late,) = await add_targets(
         engine, site, 1, every=HOUR, anchor=now - timedelta(minutes=5), jitter_ms=10 * 60_000, keyword_prefix="j"
     )
-    assert (await Dispatcher(engine, MemoryBrokerDouble()).tick()).targets == 0  # slot passed, jitter not yet
+    assert (await DispatchService(engine, MemoryBrokerDouble()).tick()).targets == 0  # slot passed, jitter not yet
 
 
 async def test_inactive_and_broken_targets(engine: AsyncEngine) -> None:
@@ -94,7 +94,7 @@ async def test_inactive_and_broken_targets(engine: AsyncEngine) -> None:
         await conn.execute(
             update(ScrapeTarget).where(ScrapeTarget.id == broken).values(schedule_kind="cron", cron="not a cron")
         )
-    result = await Dispatcher(engine, MemoryBrokerDouble()).tick()
+    result = await DispatchService(engine, MemoryBrokerDouble()).tick()
     assert result.targets == 2 and result.inserted == 1  # the broken one is skipped, not fatal
     assert [r.target_id for r in await outbox(engine)] == [good]
     rows = await targets(engine)
@@ -107,7 +107,7 @@ async def test_relay_publishes_each_row_once_with_its_key(engine: AsyncEngine) -
     site = await add_website(engine)
     await add_targets(engine, site, 30, every=HOUR, anchor=now - timedelta(seconds=10))
     broker = MemoryBrokerDouble()
-    dispatcher = Dispatcher(engine, broker, relay_batch=7)
+    dispatcher = DispatchService(engine, broker, relay_batch=7)
     tick, relay = await dispatcher.run_once()
     assert tick.inserted == 30 and relay.published == 30 and relay.failed == 0
     rows = await outbox(engine)
@@ -125,7 +125,7 @@ async def test_broker_down_mid_dispatch_rows_wait_then_all_are_delivered(engine:
     await add_targets(engine, site, 40, every=HOUR, anchor=now - timedelta(seconds=10))
     broker = MemoryBrokerDouble()
     broker.fail_after = 15  # the broker goes away in the middle of the batch
-    dispatcher = Dispatcher(engine, broker, backoff=3600.0, max_backoff=7200.0, publish_concurrency=1)
+    dispatcher = DispatchService(engine, broker, backoff=3600.0, max_backoff=7200.0, publish_concurrency=1)
     tick, relay = await dispatcher.run_once()
     assert tick.inserted == 40 and relay.published == 15 and relay.failed == 25
     rows = await outbox(engine)
@@ -143,7 +143,7 @@ async def test_broker_down_mid_dispatch_rows_wait_then_all_are_delivered(engine:
 
 
 async def test_backoff_grows_and_is_capped(engine: AsyncEngine) -> None:
-    dispatcher = Dispatcher(engine, MemoryBrokerDouble(), backoff=2.0, max_backoff=60.0)
+    dispatcher = DispatchService(engine, MemoryBrokerDouble(), backoff=2.0, max_backoff=60.0)
     assert [dispatcher._backoff(a) for a in (1, 2, 3, 6, 50)] == [2.0, 4.0, 8.0, 60.0, 60.0]
 
 
@@ -162,7 +162,7 @@ async def test_concurrent_dispatchers_write_and_publish_each_slot_once(db_url: s
             backfill_limit=5,
         )
         broker = MemoryBrokerDouble()
-        dispatchers = [Dispatcher(e, broker, batch_size=17, relay_batch=23) for e in engines]
+        dispatchers = [DispatchService(e, broker, batch_size=17, relay_batch=23) for e in engines]
         ticks = await asyncio.gather(*(d.dispatch_due() for d in dispatchers))
         assert sum(t.targets for t in ticks) == 120 and sum(t.inserted for t in ticks) == 360
         relays = await asyncio.gather(*(d.relay_all() for d in dispatchers))
@@ -180,7 +180,7 @@ async def test_cancelled_relay_marks_what_was_confirmed_and_releases_the_rest(en
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 10, every=HOUR, anchor=now - timedelta(seconds=10))
-    dispatcher = Dispatcher(engine, MemoryBrokerDouble(), publish_concurrency=1)
+    dispatcher = DispatchService(engine, MemoryBrokerDouble(), publish_concurrency=1)
     await dispatcher.dispatch_due()
 
     stalled = asyncio.Event()
@@ -193,7 +193,7 @@ async def test_cancelled_relay_marks_what_was_confirmed_and_releases_the_rest(en
             await super().publish(body, **kw)  # type: ignore[arg-type]
 
     stalling = Stalling()
-    relay = asyncio.create_task(Dispatcher(engine, stalling, publish_concurrency=1).relay())
+    relay = asyncio.create_task(DispatchService(engine, stalling, publish_concurrency=1).relay())
     await asyncio.wait_for(stalled.wait(), 30)
     relay.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -210,7 +210,7 @@ def test_options_are_validated() -> None:
     engine = create_engine("sqlite:///:memory:")
     for bad in ({"batch_size": 0}, {"lease": 0}, {"publish_concurrency": -1}, {"backoff": -1.0}):
         with pytest.raises(ConfigurationError):
-            Dispatcher(engine, MemoryBrokerDouble(), **bad)  # type: ignore[arg-type]
+            DispatchService(engine, MemoryBrokerDouble(), **bad)  # type: ignore[arg-type]
 
 
 async def test_message_body_is_stable_across_republish(engine: AsyncEngine) -> None:
@@ -218,7 +218,7 @@ async def test_message_body_is_stable_across_republish(engine: AsyncEngine) -> N
     site = await add_website(engine)
     await add_targets(engine, site, 1, every=HOUR, anchor=now - timedelta(seconds=10))
     broker = MemoryBrokerDouble()
-    dispatcher = Dispatcher(engine, broker)
+    dispatcher = DispatchService(engine, broker)
     await dispatcher.run_once()
     async with engine.begin() as conn:  # as if the mark had been lost
         await conn.execute(update(DispatchOutbox).values(status="pending", leased_until=now))
@@ -234,7 +234,7 @@ async def test_a_dispatcher_whose_lease_ran_out_does_not_touch_the_new_owners_le
     await add_targets(engine, site, 1, every=HOUR, anchor=now - timedelta(seconds=10))
     broker = MemoryBrokerDouble()
     broker.down = True
-    slow = Dispatcher(engine, broker, lease=30.0, owner="slow")
+    slow = DispatchService(engine, broker, lease=30.0, owner="slow")
     await slow.dispatch_due()
     (leased,) = await slow._lease()
     async with engine.begin() as conn:  # slow's lease ran out; "fast" leased the row meanwhile
@@ -250,7 +250,7 @@ async def test_a_tick_that_fails_midway_leaves_nothing_and_the_next_tick_redoes_
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 5, every=HOUR, anchor=now - timedelta(seconds=10))
-    dispatcher = Dispatcher(engine, MemoryBrokerDouble())
+    dispatcher = DispatchService(engine, MemoryBrokerDouble())
     real_execute = AsyncConnection.execute
 
     async def crash_on_advance(self: AsyncConnection, statement: Any, *args: Any, **kwargs: Any) -> Any:

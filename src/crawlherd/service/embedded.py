@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker
 from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget
-from crawlherd.service.dispatcher import Dispatcher
+from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.worker.worker import Worker
 
 __all__ = ["PipelineProgress", "progress_of", "run_pipeline"]
@@ -82,7 +82,7 @@ async def run_pipeline(
 ) -> PipelineProgress:
     """Run dispatcher and worker until ``stop`` is set -- or, with ``until_idle``, until every job
     dispatched so far is settled (succeeded or dead) and the worker's detail pages are fetched."""
-    dispatcher = Dispatcher(engine, broker)
+    dispatcher = DispatchService(engine, broker)
     async with asyncio.TaskGroup() as tg:
         tg.create_task(dispatcher.run(interval=interval, stop=stop), name="pipeline-dispatcher")
         tg.create_task(worker.run(stop), name="pipeline-worker")

@@ -1,13 +1,13 @@
 """The dispatcher service: due targets -> outbox (the tick) -> broker (the relay).
 
-**Tick** (:meth:`Dispatcher.tick`), one transaction on the **database clock**: claim due targets
+**Tick** (:meth:`DispatchService.tick`), one transaction on the **database clock**: claim due targets
 (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite transactions are ``BEGIN IMMEDIATE``), insert one
 outbox row per (target, slot) ``ON CONFLICT DO NOTHING``, advance ``last_scheduled`` and
 ``next_run_at`` (anchored to the slot). Commit. A target is claimed by exactly one dispatcher at a time
 and its slots move forward in the same commit as the outbox rows, so each (target, slot) is written
 once; the unique key makes a second write impossible anyway.
 
-**Relay** (:meth:`Dispatcher.relay`): lease pending outbox rows (a lease is ``leased_until`` in the
+**Relay** (:meth:`DispatchService.relay`): lease pending outbox rows (a lease is ``leased_until`` in the
 database clock, taken with ``SKIP LOCKED``), publish each with its idempotency key, and mark the
 confirmed ones published. A failed publish keeps its row and retries after exponential backoff. A
 dispatcher that dies between publish and mark leaves the lease to expire; another dispatcher
@@ -40,7 +40,7 @@ from crawlherd.messages import JobMessage, encode_job
 from crawlherd.service.schedule import make_schedule, plan_slots
 from crawlherd.service.search_url import render_search_url
 
-__all__ = ["Dispatcher", "RelayResult", "TickResult"]
+__all__ = ["DispatchService", "RelayResult", "TickResult"]
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def _db_errors(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError | InterfaceError | DBAPIError | OSError | ConnectionError)
 
 
-class Dispatcher:
+class DispatchService:
     """Turns due scrape targets into job messages on ``broker``, exactly once per (target, slot).
 
     Any number of dispatchers may share one database. ``engine`` and ``broker`` are owned by the caller.
