@@ -145,3 +145,11 @@ class BrokerError(CrawlherdError):
 
 class PublishError(BrokerError):
     """The broker did not confirm a published message, or returned it as unroutable."""
+
+
+def summarize(exc: BaseException) -> str:
+    """One line for logs and stored errors: ``"TypeName: first line of the message"`` (or the type
+    name alone when the message is empty). Driver messages often run to many lines; the first says
+    what happened."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

@@ -27,7 +27,7 @@ from crawlherd.cli.demo import _demo
 from crawlherd.db import JobRun, ScrapeTarget, StoredItem, create_engine, upgrade
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.service.dispatch_service import DispatchService
-from crawlherd.service.embedded import progress_of, run_pipeline
+from crawlherd.service.embedded import progress_of, run_embedded
 from crawlherd.service.targets import import_targets
 from crawlherd.web.demo_site import DemoSite
 from crawlherd.web.demo_targets import demo_targets, expected_results, failing_targets, render_toml
@@ -319,7 +319,7 @@ async def test_failing_site_goes_dead_with_growing_delays_and_can_be_sent_again(
             limits = FetchLimits(allow_private_addresses=True)
             worker = Worker(engine, broker, max_attempts=3, backoff=1.0, max_backoff=10.0, limits=limits)
             async with worker:
-                await run_pipeline(
+                await run_embedded(
                     engine, broker, worker, stop=asyncio.Event(), interval=0.1, until_idle=True, progress_every=0.1
                 )
             fails = [e.time for e in site.log if e.path.startswith("/fail/")]
@@ -441,7 +441,7 @@ async def test_detail_pages_seen_in_an_earlier_run_are_not_fetched_again(tmp_pat
                         frontier_url=f"sqlite:///{tmp_path / 'frontier.db'}",
                     )
                     async with worker:
-                        await run_pipeline(
+                        await run_embedded(
                             engine,
                             broker,
                             worker,

@@ -7,7 +7,7 @@ import asyncio
 import click
 
 from crawlherd._redact import redact_url
-from crawlherd.cli._service import database_option, engine_for, settings_from
+from crawlherd.cli._common import database_option, engine_for, settings_from
 from crawlherd.db import current_revision, head_revision, upgrade
 
 __all__ = ["db"]

@@ -19,7 +19,7 @@ from crawlherd.brokers import open_broker
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.db import ScrapeTarget, create_engine, upgrade
 from crawlherd.fetch.base import FetchLimits
-from crawlherd.service.embedded import PipelineProgress, progress_of, run_pipeline
+from crawlherd.service.embedded import RunProgress, progress_of, run_embedded
 from crawlherd.service.targets import import_targets
 from crawlherd.settings import frontier_beside
 from crawlherd.sinks.export import iter_items
@@ -125,7 +125,7 @@ async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: boo
                 ) as bar:
                     task = bar.add_task("", total=None)
 
-                    def show(p: PipelineProgress) -> None:
+                    def show(p: RunProgress) -> None:
                         bar.update(
                             task,
                             total=p.jobs or None,
@@ -137,7 +137,7 @@ async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: boo
 
                     async with worker:
                         with stop_on_signals(stop):
-                            final = await run_pipeline(
+                            final = await run_embedded(
                                 engine,
                                 broker,
                                 worker,
@@ -166,7 +166,7 @@ async def _summary(
     engine: Any,
     site: DemoSite,
     document: dict[str, Any],
-    p: PipelineProgress,
+    p: RunProgress,
     worker: Worker,
     workdir: Path,
     elapsed: float,

@@ -10,7 +10,7 @@ import click
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers import open_broker
-from crawlherd.cli._service import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.service.dispatch_service import DispatchService, RelayResult, TickResult
 
@@ -26,7 +26,8 @@ __all__ = ["dispatch"]
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True, help="Targets per tick.")
 @click.option(
-    "--lease", type=click.FloatRange(min=0.1), default=60.0, show_default=True, help="Outbox lease (seconds)."
+    "--lease", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
+    help="Outbox lease (seconds): how long a relay holds a row it publishes; a relay round may take half of it."
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 @click.pass_context

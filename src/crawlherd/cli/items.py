@@ -8,7 +8,7 @@ from typing import TextIO
 
 import click
 
-from crawlherd.cli._service import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
 from crawlherd.sinks.export import FORMATS, export_items
 
 __all__ = ["items"]

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from crawlherd.brokers import open_broker
-from crawlherd.cli._service import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
 from crawlherd.errors import CrawlherdError
 from crawlherd.worker.runs import RunStore
 

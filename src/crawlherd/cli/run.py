@@ -11,11 +11,11 @@ import click
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers import open_broker
-from crawlherd.cli._service import database_option, engine_for, settings_from
+from crawlherd.cli._common import database_option, engine_for, settings_from
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.cli.worker import make_worker, worker_options
 from crawlherd.db import upgrade
-from crawlherd.service.embedded import PipelineProgress, run_pipeline
+from crawlherd.service.embedded import RunProgress, run_embedded
 
 __all__ = ["run"]
 
@@ -43,7 +43,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
     settings = settings_from(ctx, database_url=database_url, broker_url=broker_url)
     target = settings.effective_broker_url
 
-    def show(p: PipelineProgress) -> None:
+    def show(p: RunProgress) -> None:
         click.echo(
             f"\r{time.strftime('%H:%M:%S')} jobs {p.jobs}: {p.succeeded} done, {p.running} running, "
             f"{p.failed} retrying, {p.dead} dead  ",
@@ -63,7 +63,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                 stop = asyncio.Event()
                 async with w:
                     with stop_on_signals(stop):
-                        p = await run_pipeline(
+                        p = await run_embedded(
                             engine, broker, w, stop=stop, interval=interval, until_idle=until_idle, on_progress=show
                         )
                 click.echo(

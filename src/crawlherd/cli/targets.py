@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.cli._service import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
 from crawlherd.service.targets import (
     TargetInfo,
     get_target,

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers import Broker, open_broker
-from crawlherd.cli._service import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings

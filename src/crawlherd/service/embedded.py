@@ -1,4 +1,5 @@
-"""The whole pipeline in one process: dispatcher (tick + relay) and worker side by side, on one
+"""The embedded runner: the dispatch service (tick + relay) and a worker side by side in one process,
+on one
 config DB and one broker. ``crawlherd run`` and ``crawlherd demo`` are built on it."""
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget
 from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.worker.worker import Worker
 
-__all__ = ["PipelineProgress", "progress_of", "run_pipeline"]
+__all__ = ["RunProgress", "progress_of", "run_embedded"]
 
 
 @dataclass(frozen=True, slots=True)
-class PipelineProgress:
-    """Where the pipeline stands: jobs written to the outbox, published, and runs by status."""
+class RunProgress:
+    """Where the run stands: jobs written to the outbox, published, and runs by status."""
 
     jobs: int
     published: int
@@ -42,8 +43,8 @@ class PipelineProgress:
         return self.due == 0 and self.published == self.jobs and self.settled >= self.jobs
 
 
-async def progress_of(engine: AsyncEngine) -> PipelineProgress:
-    """Read the pipeline's progress from the config DB."""
+async def progress_of(engine: AsyncEngine) -> RunProgress:
+    """Read the run's progress from the config DB."""
     async with engine.connect() as conn:
         outbox = (
             await conn.execute(
@@ -58,7 +59,7 @@ async def progress_of(engine: AsyncEngine) -> PipelineProgress:
             )
         ).scalar_one()
         runs = dict((await conn.execute(select(JobRun.status, func.count()).group_by(JobRun.status))).all())
-    return PipelineProgress(
+    return RunProgress(
         jobs=outbox[0],
         published=outbox[1],
         due=due,
@@ -69,7 +70,7 @@ async def progress_of(engine: AsyncEngine) -> PipelineProgress:
     )
 
 
-async def run_pipeline(
+async def run_embedded(
     engine: AsyncEngine,
     broker: Broker,
     worker: Worker,
@@ -77,15 +78,15 @@ async def run_pipeline(
     stop: asyncio.Event,
     interval: float = 1.0,
     until_idle: bool = False,
-    on_progress: Callable[[PipelineProgress], None] | None = None,
+    on_progress: Callable[[RunProgress], None] | None = None,
     progress_every: float = 0.5,
-) -> PipelineProgress:
+) -> RunProgress:
     """Run dispatcher and worker until ``stop`` is set -- or, with ``until_idle``, until every job
     dispatched so far is settled (succeeded or dead) and the worker's detail pages are fetched."""
-    dispatcher = DispatchService(engine, broker)
+    service = DispatchService(engine, broker)
     async with asyncio.TaskGroup() as tg:
-        tg.create_task(dispatcher.run(interval=interval, stop=stop), name="pipeline-dispatcher")
-        tg.create_task(worker.run(stop), name="pipeline-worker")
+        tg.create_task(service.run(interval=interval, stop=stop), name="embedded-dispatch")
+        tg.create_task(worker.run(stop), name="embedded-worker")
         progress = await progress_of(engine)
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):

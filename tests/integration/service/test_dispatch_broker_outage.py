@@ -24,6 +24,7 @@ from crawlherd.brokers import open_broker
 from crawlherd.db import DispatchOutbox, create_engine, upgrade
 from crawlherd.service.dispatch_service import DispatchService
 from tests.support.db import add_targets, add_website, database_now
+from tests.support.dispatch import dispatch_due, relay_all
 from tests.support.real_brokers import drain, real_broker_available
 
 HOUR = timedelta(hours=1)
@@ -102,7 +103,7 @@ async def test_redis_stopped_mid_dispatch_jobs_wait_then_all_are_delivered(
         await add_targets(engine, site, 300, every=HOUR, anchor=now - timedelta(seconds=10))
         async with open_broker(broker_url) as broker:
             dispatcher = DispatchService(engine, broker, relay_batch=100, backoff=0.0, publish_timeout=5.0)
-            assert (await dispatcher.dispatch_due()).inserted == 300
+            assert (await dispatch_due(dispatcher)).inserted == 300
             assert (await dispatcher.relay()).published == 100
 
             private_redis.kill()  # the broker goes away with 200 jobs still to publish
@@ -116,7 +117,7 @@ async def test_redis_stopped_mid_dispatch_jobs_wait_then_all_are_delivered(
 
             private_redis.start()  # back, same port, same data
             for _ in range(50):
-                result = await dispatcher.relay_all()
+                result = await relay_all(dispatcher)
                 async with engine.connect() as conn:
                     left = (
                         await conn.execute(select(DispatchOutbox.id).where(DispatchOutbox.status == "pending"))

@@ -17,6 +17,7 @@ from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.messages import decode_job, idempotency_key
 from crawlherd.service.dispatch_service import DispatchService
 from tests.support.db import add_targets, add_website, database_now
+from tests.support.dispatch import dispatch_due, relay_all
 from tests.support.memory_broker import MemoryBrokerDouble
 
 HOUR = timedelta(hours=1)
@@ -137,14 +138,14 @@ async def test_broker_down_mid_dispatch_rows_wait_then_all_are_delivered(engine:
     broker.down = False
     async with engine.begin() as conn:  # let the backoff run out (instead of waiting an hour)
         await conn.execute(update(DispatchOutbox).values(leased_until=now))
-    assert (await dispatcher.relay_all()).published == 25
+    assert (await relay_all(dispatcher)).published == 25
     assert Counter(k for k, _ in broker.published) == {r.key: 1 for r in rows}  # all, each once
     assert all(r.status == "published" for r in await outbox(engine))
 
 
 async def test_backoff_grows_and_is_capped(engine: AsyncEngine) -> None:
     dispatcher = DispatchService(engine, MemoryBrokerDouble(), backoff=2.0, max_backoff=60.0)
-    assert [dispatcher._backoff(a) for a in (1, 2, 3, 6, 50)] == [2.0, 4.0, 8.0, 60.0, 60.0]
+    assert [dispatcher.relayer.backoff_for(a) for a in (1, 2, 3, 6, 50)] == [2.0, 4.0, 8.0, 60.0, 60.0]
 
 
 async def test_concurrent_dispatchers_write_and_publish_each_slot_once(db_url: str) -> None:
@@ -163,9 +164,9 @@ async def test_concurrent_dispatchers_write_and_publish_each_slot_once(db_url: s
         )
         broker = MemoryBrokerDouble()
         dispatchers = [DispatchService(e, broker, batch_size=17, relay_batch=23) for e in engines]
-        ticks = await asyncio.gather(*(d.dispatch_due() for d in dispatchers))
+        ticks = await asyncio.gather(*(dispatch_due(d) for d in dispatchers))
         assert sum(t.targets for t in ticks) == 120 and sum(t.inserted for t in ticks) == 360
-        relays = await asyncio.gather(*(d.relay_all() for d in dispatchers))
+        relays = await asyncio.gather(*(relay_all(d) for d in dispatchers))
         assert sum(r.published for r in relays) == 360
         counts = Counter(k for k, _ in broker.published)
         assert len(counts) == 360 and set(counts.values()) == {1}
@@ -181,7 +182,7 @@ async def test_cancelled_relay_marks_what_was_confirmed_and_releases_the_rest(en
     site = await add_website(engine)
     await add_targets(engine, site, 10, every=HOUR, anchor=now - timedelta(seconds=10))
     dispatcher = DispatchService(engine, MemoryBrokerDouble(), publish_concurrency=1)
-    await dispatcher.dispatch_due()
+    await dispatch_due(dispatcher)
 
     stalled = asyncio.Event()
 
@@ -222,7 +223,7 @@ async def test_message_body_is_stable_across_republish(engine: AsyncEngine) -> N
     await dispatcher.run_once()
     async with engine.begin() as conn:  # as if the mark had been lost
         await conn.execute(update(DispatchOutbox).values(status="pending", leased_until=now))
-    await dispatcher.relay_all()
+    await relay_all(dispatcher)
     (first_key, first), (second_key, second) = broker.published
     assert first_key == second_key and first == second
     assert json.loads(first)["job_id"] == json.loads(second)["job_id"]
@@ -235,11 +236,11 @@ async def test_a_dispatcher_whose_lease_ran_out_does_not_touch_the_new_owners_le
     broker = MemoryBrokerDouble()
     broker.down = True
     slow = DispatchService(engine, broker, lease=30.0, owner="slow")
-    await slow.dispatch_due()
-    (leased,) = await slow._lease()
+    await dispatch_due(slow)
+    (leased,) = await slow.relayer.lease()
     async with engine.begin() as conn:  # slow's lease ran out; "fast" leased the row meanwhile
         await conn.execute(update(DispatchOutbox).values(lease_owner="fast", leased_until=now + timedelta(minutes=5)))
-    await slow._settle([], [(leased, "broker down")], [])
+    await slow.relayer.settle([], [(leased, "broker down")], [])
     (row,) = await outbox(engine)
     assert row.lease_owner == "fast" and row.leased_until == now + timedelta(minutes=5) and row.last_error is None
 
@@ -265,3 +266,46 @@ async def test_a_tick_that_fails_midway_leaves_nothing_and_the_next_tick_redoes_
     assert await outbox(engine) == []  # the outbox rows went with the rolled-back transaction
     assert all(t.last_scheduled is None for t in (await targets(engine)).values())
     assert (await dispatcher.tick()).inserted == 5
+
+
+class HungBroker(MemoryBrokerDouble):
+    """A broker that accepts the connection and never confirms (a partition, a blocked broker)."""
+
+    async def publish(self, body: bytes, **kw: object) -> None:  # type: ignore[override]
+        await asyncio.Event().wait()
+
+
+async def test_a_hung_broker_does_not_stop_the_tick_and_each_round_ends_at_its_deadline(engine: AsyncEngine) -> None:
+    """The tick and the relay are independent loops: with every publish hanging, due targets are still
+    claimed into the outbox, and each relay round gives up at its deadline with the reason on the row."""
+    now = await database_now(engine)
+    site = await add_website(engine)
+    await add_targets(engine, site, 5, every=HOUR, anchor=now - timedelta(seconds=10))
+    service = DispatchService(engine, HungBroker(), lease=2.0, round_timeout=0.5, publish_timeout=60.0)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(service.run(interval=0.05, stop=stop))
+    try:
+        for _ in range(400):  # bounded wait for the loops to get there, not a timing assertion
+            rows = await outbox(engine)
+            if len(rows) == 5 and all(r.last_error for r in rows):
+                break
+            await asyncio.sleep(0.05)
+        # Second batch of targets falls due while the broker still hangs: claimed all the same.
+        await add_targets(engine, site, 3, every=HOUR, anchor=now - timedelta(seconds=5), keyword_prefix="late")
+        for _ in range(400):
+            rows = await outbox(engine)
+            if len(rows) == 8:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        stop.set()
+        await asyncio.wait_for(runner, 30)
+    assert len(rows) == 8 and all(r.status == "pending" for r in rows)
+    assert any(r.last_error and "deadline" in r.last_error for r in rows)
+    assert service.relayer.last_error is not None and "deadline" in service.relayer.last_error
+
+
+def test_the_relay_round_must_fit_in_the_outbox_lease() -> None:
+    engine = create_engine("sqlite:///:memory:")
+    with pytest.raises(ConfigurationError, match="at most 80% of the outbox lease"):
+        DispatchService(engine, MemoryBrokerDouble(), lease=10.0, round_timeout=9.0)

@@ -1,4 +1,4 @@
-"""Helpers shared by the service commands (db, targets, dispatch)."""
+"""Options and helpers shared by the commands that open the config DB."""
 
 from __future__ import annotations
 
