@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Unpack
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,7 +22,7 @@ from crawlherd.brokers.base import Broker
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.service import outbox
 from crawlherd.service.outbox import TickResult
-from crawlherd.service.relay import Relay, RelayResult
+from crawlherd.service.relay import Relay, RelayOptions, RelayResult
 
 __all__ = ["DispatchService", "RelayResult", "TickResult"]
 
@@ -36,10 +37,10 @@ class DispatchService:
     ``engine`` and ``broker`` are owned by the caller.
 
     Options (keyword-only, validated here): ``batch_size`` targets claimed per tick transaction;
-    ``max_slots_per_target`` slots one target may emit in one tick; and the relay's (see
-    :class:`~crawlherd.service.relay.Relay`): ``relay_batch`` rows per round, ``lease`` seconds,
-    ``publish_concurrency``, ``publish_timeout``, ``round_timeout``, ``backoff`` / ``max_backoff``,
-    ``owner``.
+    ``max_slots_per_target`` slots one target may emit in one tick; and the relay's
+    (:class:`~crawlherd.service.relay.RelayOptions`): ``relay_batch`` rows per round, ``lease``
+    seconds, ``publish_concurrency``, ``publish_timeout``, ``round_timeout``, ``backoff`` /
+    ``max_backoff``, ``owner``.
     """
 
     def __init__(
@@ -48,15 +49,8 @@ class DispatchService:
         broker: Broker,
         *,
         batch_size: int = 500,
-        relay_batch: int = 500,
-        lease: float = 60.0,
-        publish_concurrency: int = 32,
-        publish_timeout: float = 10.0,
-        round_timeout: float | None = None,
-        backoff: float = 1.0,
-        max_backoff: float = 300.0,
         max_slots_per_target: int = 1000,
-        owner: str | None = None,
+        **relay_options: Unpack[RelayOptions],
     ) -> None:
         for name, value in (("batch_size", batch_size), ("max_slots_per_target", max_slots_per_target)):
             if not isinstance(value, int) or value < 1:
@@ -65,18 +59,7 @@ class DispatchService:
         self.broker = broker
         self.batch_size = batch_size
         self.max_slots_per_target = max_slots_per_target
-        self.relayer = Relay(
-            engine,
-            broker,
-            batch=relay_batch,
-            lease=lease,
-            concurrency=publish_concurrency,
-            publish_timeout=publish_timeout,
-            round_timeout=round_timeout,
-            backoff=backoff,
-            max_backoff=max_backoff,
-            owner=owner,
-        )
+        self.relayer = Relay(engine, broker, **relay_options)
         self.owner = self.relayer.owner
 
     async def tick(self) -> TickResult:
@@ -117,48 +100,48 @@ class DispatchService:
             raise ConfigurationError(f"interval must be > 0 seconds, got {interval!r}")
         stop = stop or asyncio.Event()
         new_rows = asyncio.Event()
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._tick_loop(interval, stop, new_rows, on_cycle), name="dispatch-tick")
-            group.create_task(self._relay_loop(interval, stop, new_rows, on_cycle), name="dispatch-relay")
 
-    async def _tick_loop(
-        self, interval: float, stop: asyncio.Event, new_rows: asyncio.Event, on_cycle: ProgressFn | None
-    ) -> None:
-        failures = 0
-        while not stop.is_set():
-            try:
-                tick = await self.tick()
-            except BackendUnavailableError as exc:
-                failures += 1
-                await _pause(stop, self._outage_wait(interval, failures, exc))
-                continue
-            failures = 0
-            if tick.slots:
+        async def tick() -> bool:
+            result = await self.tick()
+            if result.slots:
                 new_rows.set()
-                log.info("dispatched %d slot(s) of %d target(s)", tick.inserted, tick.targets)
+                log.info("dispatched %d slot(s) of %d target(s)", result.inserted, result.targets)
                 if on_cycle is not None:
-                    on_cycle(tick, RelayResult())
-            await _pause(stop, 0.0 if tick.targets == self.batch_size else interval)
+                    on_cycle(result, RelayResult())
+            return result.targets == self.batch_size
 
-    async def _relay_loop(
-        self, interval: float, stop: asyncio.Event, new_rows: asyncio.Event, on_cycle: ProgressFn | None
+        async def relay() -> bool:
+            new_rows.clear()
+            result = await self.relay()
+            if result.leased:
+                log.info("published %d job(s), %d failed", result.published, result.failed)
+                if on_cycle is not None:
+                    on_cycle(TickResult(), result)
+            return result.leased == self.relayer.batch and not result.failed
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._repeat(tick, interval, stop), name="dispatch-tick")
+            group.create_task(self._repeat(relay, interval, stop, wake=new_rows), name="dispatch-relay")
+
+    async def _repeat(
+        self,
+        step: Callable[[], Awaitable[bool]],
+        interval: float,
+        stop: asyncio.Event,
+        wake: asyncio.Event | None = None,
     ) -> None:
+        """Run ``step`` until ``stop``: again at once when it says more is left, else after ``interval``
+        (or when ``wake`` is set); after an outage, with a growing back-off."""
         failures = 0
         while not stop.is_set():
-            new_rows.clear()
             try:
-                relay = await self.relay()
+                more = await step()
             except BackendUnavailableError as exc:
                 failures += 1
                 await _pause(stop, self._outage_wait(interval, failures, exc))
                 continue
             failures = 0
-            if relay.leased:
-                log.info("published %d job(s), %d failed", relay.published, relay.failed)
-                if on_cycle is not None:
-                    on_cycle(TickResult(), relay)
-            more = relay.leased == self.relayer.batch and not relay.failed
-            await _pause(stop, 0.0 if more else interval, new_rows)
+            await _pause(stop, 0.0 if more else interval, wake)
 
     def _outage_wait(self, interval: float, failures: int, exc: BackendUnavailableError) -> float:
         wait = float(min(self.relayer.max_backoff, interval * 2 ** min(failures, 10)))

@@ -34,7 +34,7 @@ from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, ScrapeTarget, UTCDateTime, Website
 from crawlherd.errors import CrawlherdError
 from crawlherd.messages import JobMessage, encode_job
-from crawlherd.service.schedule import make_schedule, plan_slots
+from crawlherd.service.schedule import plan_slots, schedule_of
 from crawlherd.service.search_url import render_search_url
 
 __all__ = ["TickResult", "advance_targets", "claim_due", "plan_target", "tick", "write_outbox"]
@@ -130,15 +130,8 @@ def plan_target(row: Row[Any], *, now: datetime, max_slots: int) -> TargetPlan:
     logged and retried in :data:`BROKEN_TARGET_RETRY`; it never stops the others."""
     jitter = timedelta(milliseconds=row.jitter_ms)
     try:
-        schedule = make_schedule(
-            kind=row.schedule_kind,
-            interval_seconds=row.interval_seconds,
-            cron=row.cron,
-            timezone=row.timezone,
-            anchor_at=row.anchor_at,
-        )
         plan = plan_slots(
-            schedule,
+            schedule_of(row),
             next_slot=row.next_run_at - jitter,
             now=now - jitter,
             misfire=row.misfire_policy,

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import cast
+from typing import TypedDict, cast
 
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -37,7 +37,7 @@ from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, UTCDateTime
 from crawlherd.errors import ConfigurationError, summarize
 
-__all__ = ["LeasedRow", "Relay", "RelayResult"]
+__all__ = ["LeasedRow", "Relay", "RelayOptions", "RelayResult"]
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +69,23 @@ class LeasedRow:
     attempts: int
 
 
+class RelayOptions(TypedDict, total=False):
+    """The relay's options, as :class:`Relay` and :class:`~crawlherd.service.DispatchService` take them."""
+
+    relay_batch: int
+    lease: float
+    publish_concurrency: int
+    publish_timeout: float
+    round_timeout: float | None
+    backoff: float
+    max_backoff: float
+    owner: str | None
+
+
 class Relay:
     """Publishes the outbox of ``engine`` to ``broker`` (both the caller's). Options, keyword-only and
-    validated here: ``batch`` rows per round; ``lease`` seconds a leased row is ours;
-    ``concurrency`` publishes in flight; ``publish_timeout`` per publish; ``round_timeout`` per round
+    validated here: ``relay_batch`` rows per round; ``lease`` seconds a leased row is ours;
+    ``publish_concurrency`` publishes in flight; ``publish_timeout`` per publish; ``round_timeout`` per round
     (default: half the lease; at most 80% of it); ``backoff`` / ``max_backoff``
     for failed publishes; ``owner`` names this relay in ``lease_owner``."""
 
@@ -81,16 +94,16 @@ class Relay:
         engine: AsyncEngine,
         broker: Broker,
         *,
-        batch: int = 500,
+        relay_batch: int = 500,
         lease: float = 60.0,
-        concurrency: int = 32,
+        publish_concurrency: int = 32,
         publish_timeout: float = 10.0,
         round_timeout: float | None = None,
         backoff: float = 1.0,
         max_backoff: float = 300.0,
         owner: str | None = None,
     ) -> None:
-        for name, value in (("relay_batch", batch), ("publish_concurrency", concurrency)):
+        for name, value in (("relay_batch", relay_batch), ("publish_concurrency", publish_concurrency)):
             if not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
         for name, seconds in (("lease", lease), ("publish_timeout", publish_timeout), ("max_backoff", max_backoff)):
@@ -106,9 +119,9 @@ class Relay:
             )
         self.engine = engine
         self.broker = broker
-        self.batch = batch
+        self.batch = relay_batch
         self.lease_time = timedelta(seconds=lease)
-        self.concurrency = concurrency
+        self.concurrency = publish_concurrency
         self.publish_timeout = publish_timeout
         self.round_timeout = round_timeout
         self.backoff = backoff

@@ -31,7 +31,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -49,6 +49,7 @@ __all__ = [
     "make_schedule",
     "parse_duration",
     "plan_slots",
+    "schedule_of",
     "upcoming",
 ]
 
@@ -303,3 +304,14 @@ def make_schedule(
             raise ScheduleError("cron schedule without an expression")
         return CronSchedule(cron, timezone)
     raise ScheduleError(f"unknown schedule kind {kind!r}: use interval or cron")
+
+
+def schedule_of(row: Any) -> Schedule:
+    """The schedule of a ``scrape_targets`` row (an ORM object or a result row with its columns)."""
+    return make_schedule(
+        kind=row.schedule_kind,
+        interval_seconds=row.interval_seconds,
+        cron=row.cron,
+        timezone=row.timezone,
+        anchor_at=row.anchor_at,
+    )
