@@ -25,6 +25,7 @@ The tree::
     ├── JobError                    a job that could not be completed (its listing could not be read)
     └── BrokerError
         └── PublishError            the broker did not confirm (or returned) a message
+            └── MessageRejectedError  the broker answered and refused this message (unroutable, nacked)
 
 Driver exceptions (aiohttp, redis-py, SQLAlchemy, aio-pika) are translated into these at the backend
 boundary, so callers only ever need ``except CrawlherdError``. Messages say what was wrong and, when
@@ -145,6 +146,11 @@ class BrokerError(CrawlherdError):
 
 class PublishError(BrokerError):
     """The broker did not confirm a published message, or returned it as unroutable."""
+
+
+class MessageRejectedError(PublishError):
+    """The broker answered and refused the message (returned as unroutable, nacked, too large): trying
+    again will not help until something changes. The relay dead-letters an outbox row after a few."""
 
 
 def summarize(exc: BaseException) -> str:

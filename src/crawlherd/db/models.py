@@ -44,7 +44,7 @@ PAGINATION_TYPES = ("none", "next_link", "page_param")
 ROBOTS_POLICIES = ("obey", "ignore")
 SCHEDULE_KINDS = ("interval", "cron")
 MISFIRE_POLICIES = ("skip", "latest", "backfill")
-OUTBOX_STATUSES = ("pending", "published")
+OUTBOX_STATUSES = ("pending", "published", "dead")
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead")
 
 # SQLite makes only "INTEGER PRIMARY KEY" an auto-incrementing rowid alias.
@@ -156,6 +156,12 @@ class DispatchOutbox(Base):
             "id",
             postgresql_where=text("status = 'pending'"),
             sqlite_where=text("status = 'pending'"),
+        ),
+        Index(
+            "ix_dispatch_outbox_published",
+            "published_at",
+            postgresql_where=text("status = 'published'"),
+            sqlite_where=text("status = 'published'"),
         ),
     )
 

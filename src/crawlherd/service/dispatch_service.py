@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Unpack
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,9 +25,12 @@ from crawlherd.service import outbox
 from crawlherd.service.outbox import TickResult
 from crawlherd.service.relay import Relay, RelayOptions, RelayResult
 
-__all__ = ["DispatchService", "RelayResult", "TickResult"]
+__all__ = ["PRUNE_EVERY", "DispatchService", "RelayResult", "TickResult"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two prunings of the outbox's published rows.
+PRUNE_EVERY = 600.0
 
 #: Called with what one tick or one relay round did (the other part is empty).
 ProgressFn = Callable[[TickResult, RelayResult], None]
@@ -37,7 +41,8 @@ class DispatchService:
     ``engine`` and ``broker`` are owned by the caller.
 
     Options (keyword-only, validated here): ``batch_size`` targets claimed per tick transaction;
-    ``max_slots_per_target`` slots one target may emit in one tick; and the relay's
+    ``max_slots_per_target`` slots one target may emit in one tick; ``outbox_retention`` seconds a
+    published outbox row is kept (then pruned, every ``PRUNE_EVERY`` seconds); and the relay's
     (:class:`~crawlherd.service.relay.RelayOptions`): ``relay_batch`` rows per round, ``lease``
     seconds, ``publish_concurrency``, ``publish_timeout``, ``round_timeout``, ``backoff`` /
     ``max_backoff``, ``owner``.
@@ -50,8 +55,11 @@ class DispatchService:
         *,
         batch_size: int = 500,
         max_slots_per_target: int = 1000,
+        outbox_retention: float = 7 * 86400.0,
         **relay_options: Unpack[RelayOptions],
     ) -> None:
+        if not outbox_retention > 0:
+            raise ConfigurationError(f"outbox_retention must be > 0 seconds, got {outbox_retention!r}")
         for name, value in (("batch_size", batch_size), ("max_slots_per_target", max_slots_per_target)):
             if not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
@@ -59,6 +67,7 @@ class DispatchService:
         self.broker = broker
         self.batch_size = batch_size
         self.max_slots_per_target = max_slots_per_target
+        self.outbox_retention = timedelta(seconds=outbox_retention)
         self.relayer = Relay(engine, broker, **relay_options)
         self.owner = self.relayer.owner
 
@@ -119,9 +128,16 @@ class DispatchService:
                     on_cycle(TickResult(), result)
             return result.leased == self.relayer.batch and not result.failed
 
+        async def prune() -> bool:
+            pruned = await self.relayer.prune(self.outbox_retention)
+            if pruned:
+                log.info("pruned %d published outbox row(s) older than %s", pruned, self.outbox_retention)
+            return False
+
         async with asyncio.TaskGroup() as group:
             group.create_task(self._repeat(tick, interval, stop), name="dispatch-tick")
             group.create_task(self._repeat(relay, interval, stop, wake=new_rows), name="dispatch-relay")
+            group.create_task(self._repeat(prune, PRUNE_EVERY, stop), name="dispatch-prune")
 
     async def _repeat(
         self,

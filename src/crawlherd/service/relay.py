@@ -7,8 +7,13 @@ One round (:meth:`Relay.run_round`):
 2. :meth:`Relay.publish` -- publish each with its idempotency key, ``concurrency`` at a time, every
    publish bounded by ``publish_timeout`` and the whole round by ``round_timeout``.
 3. :meth:`Relay.settle` -- mark the confirmed rows published; a failed row keeps its lease until a
-   back-off has passed (doubling per attempt, with its ``last_error``); rows the round did not reach
-   are released at once.
+   back-off has passed (doubling per attempt, with its ``last_error``); a row the broker refused
+   (:class:`~crawlherd.errors.MessageRejectedError`: unroutable, nacked) on its ``dead_after``-th
+   attempt or later goes ``dead`` with the reason (listed with the dead jobs); rows the round did not
+   reach are released at once.
+
+Published rows are kept ``retention`` and then deleted by :meth:`Relay.prune` (the service runs it
+every few minutes): the outbox stays bounded. An outage never kills a row: only refusals count.
 
 The lease is always longer than a round can take (checked at construction), so no other relay takes
 a row while its publish may still be confirmed. A relay that dies between publish and mark leaves the
@@ -28,16 +33,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypedDict, cast
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, UTCDateTime
-from crawlherd.errors import ConfigurationError, summarize
+from crawlherd.errors import ConfigurationError, MessageRejectedError, summarize
 
-__all__ = ["LeasedRow", "Relay", "RelayOptions", "RelayResult"]
+__all__ = ["Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,16 @@ class RelayResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Failure:
+    """A publish that failed: the row, the reason, and whether the broker refused it (a refusal
+    counts towards ``dead_after``; an outage or a timeout never does)."""
+
+    row: LeasedRow
+    error: str
+    rejected: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class LeasedRow:
     """An outbox row this relay holds the lease of."""
 
@@ -79,6 +94,7 @@ class RelayOptions(TypedDict, total=False):
     round_timeout: float | None
     backoff: float
     max_backoff: float
+    dead_after: int
     owner: str | None
 
 
@@ -87,7 +103,8 @@ class Relay:
     validated here: ``relay_batch`` rows per round; ``lease`` seconds a leased row is ours;
     ``publish_concurrency`` publishes in flight; ``publish_timeout`` per publish; ``round_timeout`` per round
     (default: half the lease; at most 80% of it); ``backoff`` / ``max_backoff``
-    for failed publishes; ``owner`` names this relay in ``lease_owner``."""
+    for failed publishes; ``dead_after`` attempts before a refused row is dead; ``owner`` names this
+    relay in ``lease_owner``."""
 
     def __init__(
         self,
@@ -101,9 +118,14 @@ class Relay:
         round_timeout: float | None = None,
         backoff: float = 1.0,
         max_backoff: float = 300.0,
+        dead_after: int = 5,
         owner: str | None = None,
     ) -> None:
-        for name, value in (("relay_batch", relay_batch), ("publish_concurrency", publish_concurrency)):
+        for name, value in (
+            ("relay_batch", relay_batch),
+            ("publish_concurrency", publish_concurrency),
+            ("dead_after", dead_after),
+        ):
             if not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
         for name, seconds in (("lease", lease), ("publish_timeout", publish_timeout), ("max_backoff", max_backoff)):
@@ -126,6 +148,7 @@ class Relay:
         self.round_timeout = round_timeout
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.dead_after = dead_after
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         #: The last publish failure, while failures go on (None once a publish succeeds again).
         self.last_error: str | None = None
@@ -136,20 +159,20 @@ class Relay:
         if not leased:
             return RelayResult()
         confirmed: list[int] = []
-        failures: list[tuple[LeasedRow, str]] = []
+        failures: list[Failure] = []
         try:
             await self.publish(leased, confirmed, failures)
         finally:
             # Also on cancellation (shutdown): record what the broker confirmed, release the rest.
-            settled = {*confirmed, *(row.id for row, _ in failures)}
+            settled = {*confirmed, *(f.row.id for f in failures)}
             released = [r for r in leased if r.id not in settled]
             await asyncio.shield(self.settle(confirmed, failures, released))
         if failures:
             log.warning(
                 "%d publish(es) failed, kept in the outbox for a retry; first: %s: %s",
                 len(failures),
-                failures[0][0].key,
-                failures[0][1],
+                failures[0].row.key,
+                failures[0].error,
             )
         return RelayResult(leased=len(leased), published=len(confirmed), failed=len(failures))
 
@@ -178,7 +201,7 @@ class Relay:
         return sorted((LeasedRow(r.id, r.key, r.body, r.attempts) for r in rows), key=lambda r: r.id)
 
     async def publish(
-        self, rows: Sequence[LeasedRow], confirmed: list[int], failures: list[tuple[LeasedRow, str]]
+        self, rows: Sequence[LeasedRow], confirmed: list[int], failures: list[Failure]
     ) -> None:
         """Publish ``rows``, appending each confirmed id to ``confirmed`` and each failure (with its
         reason) to ``failures`` as it happens. Returns at the round deadline at the latest: what is
@@ -196,7 +219,7 @@ class Relay:
                         self.publish_timeout,
                     )
                 except Exception as exc:  # noqa: BLE001 - any failure keeps the row for a retry
-                    self._failed(row, summarize(exc), failures)
+                    self._failed(Failure(row, summarize(exc), isinstance(exc, MessageRejectedError)), failures)
                 else:
                     confirmed.append(row.id)
                     self.last_error = None
@@ -211,16 +234,16 @@ class Relay:
             # back-off (a duplicate at worst). Rows never started are released by the caller.
             for row_id, row in started.items():
                 if row_id not in finished:
-                    self._failed(row, f"{_ROUND_ERROR} ({self.round_timeout:g}s)", failures)
+                    self._failed(Failure(row, f"{_ROUND_ERROR} ({self.round_timeout:g}s)"), failures)
 
-    def _failed(self, row: LeasedRow, error: str, failures: list[tuple[LeasedRow, str]]) -> None:
-        failures.append((row, error))
+    def _failed(self, failure: Failure, failures: list[Failure]) -> None:
+        failures.append(failure)
         if self.last_error is None:
-            log.warning("publish of %s failed: %s", row.key, error)
-        self.last_error = error
+            log.warning("publish of %s failed: %s", failure.row.key, failure.error)
+        self.last_error = failure.error
 
     async def settle(
-        self, confirmed: Sequence[int], failures: Sequence[tuple[LeasedRow, str]], released: Sequence[LeasedRow]
+        self, confirmed: Sequence[int], failures: Sequence[Failure], released: Sequence[LeasedRow]
     ) -> None:
         """Mark ``confirmed`` published; hold each failed row for its back-off; release ``released`` now.
         Only rows still leased by this relay are touched (a lease that ran out belongs to another)."""
@@ -239,13 +262,29 @@ class Relay:
                             status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
                         )
                     )
+                dead = [f for f in failures if f.rejected and f.row.attempts >= self.dead_after]
+                if dead:
+                    await conn.execute(
+                        update(_OUTBOX)
+                        .where(
+                            _OUTBOX.c.id == bindparam("b_id"),
+                            _OUTBOX.c.status == "pending",
+                            _OUTBOX.c.lease_owner == self.owner,
+                        )
+                        .values(status="dead", leased_until=None, lease_owner=None, last_error=bindparam("b_error")),
+                        [{"b_id": f.row.id, "b_error": f.error[:1000]} for f in dead],
+                    )
+                    for f in dead:
+                        log.error("outbox row %s is dead after %d refused attempt(s): %s", f.row.key, f.row.attempts,
+                                  f.error)
                 retries = [
                     {
-                        "b_id": row.id,
-                        "b_until": now + timedelta(seconds=self.backoff_for(row.attempts)),
-                        "b_error": error[:1000],
+                        "b_id": f.row.id,
+                        "b_until": now + timedelta(seconds=self.backoff_for(f.row.attempts)),
+                        "b_error": f.error[:1000],
                     }
-                    for row, error in failures
+                    for f in failures
+                    if not (f.rejected and f.row.attempts >= self.dead_after)
                 ] + [{"b_id": row.id, "b_until": now, "b_error": None} for row in released]
                 if retries:
                     await conn.execute(
@@ -262,6 +301,27 @@ class Relay:
                         ),
                         retries,
                     )
+
+    async def prune(self, retention: timedelta, *, chunk: int = 5000) -> int:
+        """Delete rows published more than ``retention`` ago (in chunks, so no lock is held long);
+        how many. Their jobs are recorded in ``job_runs``; the slot cannot come back (the tick only
+        moves forward), so the unique key is not needed for them any more."""
+        ob = DispatchOutbox
+        deleted = 0
+        with translate_db_errors("pruning the outbox"):
+            while True:
+                async with self.engine.begin() as conn:
+                    cutoff = await db_now(conn) - retention
+                    ids = (
+                        select(ob.id)
+                        .where(ob.status == "published", ob.published_at < cutoff)
+                        .limit(chunk)
+                        .scalar_subquery()
+                    )
+                    count = (await conn.execute(delete(ob).where(ob.id.in_(ids)))).rowcount
+                deleted += count
+                if count < chunk:
+                    return deleted
 
     def backoff_for(self, attempts: int) -> float:
         """Seconds a row waits after its ``attempts``-th failed publish: doubling, capped."""

@@ -13,9 +13,10 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd.db import DispatchOutbox, ScrapeTarget, create_engine
-from crawlherd.errors import BackendUnavailableError, ConfigurationError
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, MessageRejectedError
 from crawlherd.messages import decode_job, idempotency_key
 from crawlherd.service.dispatch_service import DispatchService
+from crawlherd.service.relay import Failure
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.dispatch import dispatch_due, relay_all
 from tests.support.memory_broker import MemoryBrokerDouble
@@ -240,7 +241,7 @@ async def test_a_dispatcher_whose_lease_ran_out_does_not_touch_the_new_owners_le
     (leased,) = await slow.relayer.lease()
     async with engine.begin() as conn:  # slow's lease ran out; "fast" leased the row meanwhile
         await conn.execute(update(DispatchOutbox).values(lease_owner="fast", leased_until=now + timedelta(minutes=5)))
-    await slow.relayer.settle([], [(leased, "broker down")], [])
+    await slow.relayer.settle([], [Failure(leased, "broker down")], [])
     (row,) = await outbox(engine)
     assert row.lease_owner == "fast" and row.leased_until == now + timedelta(minutes=5) and row.last_error is None
 
@@ -309,3 +310,64 @@ def test_the_relay_round_must_fit_in_the_outbox_lease() -> None:
     engine = create_engine("sqlite:///:memory:")
     with pytest.raises(ConfigurationError, match="at most 80% of the outbox lease"):
         DispatchService(engine, MemoryBrokerDouble(), lease=10.0, round_timeout=9.0)
+
+
+class RefusingBroker(MemoryBrokerDouble):
+    """A broker that answers and refuses every message (as RabbitMQ returns an unroutable one)."""
+
+    async def publish(self, body: bytes, **kw: object) -> None:  # type: ignore[override]
+        raise MessageRejectedError("returned as unroutable (no queue 'jobs')")
+
+
+async def test_a_row_the_broker_keeps_refusing_goes_dead_with_its_reason(engine: AsyncEngine) -> None:
+    now = await database_now(engine)
+    site = await add_website(engine)
+    await add_targets(engine, site, 2, every=HOUR, anchor=now - timedelta(seconds=10))
+    service = DispatchService(engine, RefusingBroker(), dead_after=3, backoff=0.0)
+    await dispatch_due(service)
+    for attempt in range(1, 4):
+        result = await service.relay()
+        assert result.failed == 2
+        rows = await outbox(engine)
+        expected = "dead" if attempt == 3 else "pending"
+        assert all(r.status == expected and r.attempts == attempt for r in rows), (attempt, rows)
+    assert all("unroutable" in (r.last_error or "") and r.leased_until is None for r in rows)
+    assert (await service.relay()).leased == 0  # dead rows are never leased again
+
+
+async def test_an_outage_never_kills_a_row(engine: AsyncEngine) -> None:
+    now = await database_now(engine)
+    site = await add_website(engine)
+    await add_targets(engine, site, 1, every=HOUR, anchor=now - timedelta(seconds=10))
+    broker = MemoryBrokerDouble()
+    broker.down = True
+    service = DispatchService(engine, broker, dead_after=2, backoff=0.0)
+    await dispatch_due(service)
+    for _ in range(5):
+        assert (await service.relay()).failed == 1
+    (row,) = await outbox(engine)
+    assert row.status == "pending" and row.attempts == 5
+    broker.down = False
+    assert (await service.relay()).published == 1
+
+
+async def test_published_rows_are_pruned_after_the_retention(engine: AsyncEngine) -> None:
+    now = await database_now(engine)
+    site = await add_website(engine)
+    await add_targets(engine, site, 6, every=HOUR, anchor=now - timedelta(seconds=10))
+    service = DispatchService(engine, MemoryBrokerDouble())
+    await service.run_once()
+    rows = await outbox(engine)
+    old, recent = [r.id for r in rows[:4]], [r.id for r in rows[4:]]
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(DispatchOutbox).where(DispatchOutbox.id.in_(old)).values(published_at=now - timedelta(days=8))
+        )
+        # A pending row, however old, is never pruned.
+        await conn.execute(
+            update(DispatchOutbox)
+            .where(DispatchOutbox.id == recent[0])
+            .values(status="pending", published_at=None, created_at=now - timedelta(days=30))
+        )
+    assert await service.relayer.prune(timedelta(days=7), chunk=3) == 4
+    assert sorted(r.id for r in await outbox(engine)) == sorted(recent)

@@ -1,0 +1,37 @@
+"""The outbox is bounded: rows the broker keeps refusing go ``dead``; published rows are pruned.
+
+Revision ID: 0004
+Revises: 0001
+Create Date: 2026-11-24
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0004"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("dispatch_outbox") as batch:
+        batch.drop_constraint("ck_dispatch_outbox_status", type_="check")
+        batch.create_check_constraint("ck_dispatch_outbox_status", "status IN ('pending', 'published', 'dead')")
+    op.create_index(
+        "ix_dispatch_outbox_published",
+        "dispatch_outbox",
+        ["published_at"],
+        postgresql_where=sa.text("status = 'published'"),
+        sqlite_where=sa.text("status = 'published'"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_dispatch_outbox_published", table_name="dispatch_outbox")
+    op.execute("DELETE FROM dispatch_outbox WHERE status = 'dead'")
+    with op.batch_alter_table("dispatch_outbox") as batch:
+        batch.drop_constraint("ck_dispatch_outbox_status", type_="check")
+        batch.create_check_constraint("ck_dispatch_outbox_status", "status IN ('pending', 'published')")
