@@ -21,6 +21,9 @@ class TcpProxy:
 
     ``down()`` stops listening and aborts every proxied connection (the client sees a reset, new
     connections are refused: the service "went away"); ``up()`` listens again on the same port.
+    ``hang()`` keeps every connection open and accepts new ones but forwards nothing, either way (a
+    network partition, a broker blocked on a full disk); ``resume()`` forwards again, what was held
+    back included.
     """
 
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
@@ -29,6 +32,14 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+
+    def hang(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
 
     async def __aenter__(self) -> TcpProxy:
         await self.up()
@@ -60,6 +71,7 @@ class TcpProxy:
             await server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._flowing.wait()
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
@@ -74,6 +86,7 @@ class TcpProxy:
     async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
         try:
             while data := await src.read(65536):
+                await self._flowing.wait()
                 dst.write(data)
                 await dst.drain()
         except (ConnectionError, OSError):
