@@ -16,6 +16,14 @@ times), then converted to UTC:
 - a wall-clock time that happens twice (the hour repeated when clocks go back) runs once, at its first
   occurrence (``30 2 * * *`` runs at 02:30 CEST, not again at 02:30 CET).
 
+Cron expressions have five fields (``minute hour day-of-month month day-of-week``) or are one of the
+aliases ``@yearly``/``@annually``, ``@monthly``, ``@weekly``, ``@daily``/``@midnight``, ``@hourly``.
+When both day-of-month and day-of-week are restricted, a day matches when **either** does, as in
+standard (Vixie) cron: ``0 9 1 * 1`` runs on the 1st of every month *and* on every Monday (APScheduler
+and Celery require both). Refused, with a message that says why: a field out of range (``61 7 * * *``:
+the minute is 0-59), ``R`` (croniter's random value: another slot on every evaluation, so slots and
+idempotency keys would not be stable), and an expression that can never fire (``0 0 31 2 *``).
+
 **Misfires** (:func:`plan_slots`): a slot is *late* when the time is more than ``grace`` past it. Slots
 that are not late always run. Late slots run according to the target's policy: ``skip`` (none; the
 target waits for its next future slot), ``latest`` (only the most recent late slot, and only when no
@@ -29,21 +37,23 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from crawlherd.errors import ScheduleError
 
 __all__ = [
+    "CRON_ALIASES",
     "CronSchedule",
     "IntervalSchedule",
     "MisfirePolicy",
     "Schedule",
     "SlotPlan",
+    "check_cron",
     "format_duration",
     "jitter_for",
     "make_schedule",
@@ -115,21 +125,80 @@ class IntervalSchedule:
         return self._slot(-((-_us(_aware(t) - self.anchor)) // _us(self.every)) - 1)
 
 
+CRON_ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_CRON_FIELDS = (
+    ("minute", 0, 59, ()),
+    ("hour", 0, 23, ()),
+    ("day-of-month", 1, 31, ()),
+    ("month", 1, 12, ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")),
+    ("day-of-week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
+)
+_CRON_FORM = "expected 5 fields 'minute hour day-of-month month day-of-week' (e.g. '30 7 * * 1-5') or @daily/@hourly/..."
+
+
+def check_cron(expression: str) -> str:
+    """Validate a cron expression (see the module docstring) and return its five-field form; a
+    :class:`ScheduleError` says what is wrong with it."""
+    text = " ".join(expression.split())
+    expanded = CRON_ALIASES.get(text.lower(), text)
+    if expanded.startswith("@"):
+        raise ScheduleError(f"unknown cron alias {text!r}: use one of {', '.join(CRON_ALIASES)}")
+    fields = expanded.split(" ")
+    if len(fields) != 5:
+        raise ScheduleError(f"invalid cron expression {expression!r}: {_CRON_FORM}")
+    for value, (name, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
+        _check_cron_field(expression, value, name, low, high, names)
+    if not croniter.is_valid(expanded):
+        raise ScheduleError(f"invalid cron expression {expression!r}: {_CRON_FORM}")
+    try:
+        croniter(expanded, datetime(2000, 1, 1)).get_next(datetime)
+    except CroniterBadDateError:
+        raise ScheduleError(
+            f"cron {expression!r} can never fire: no date matches its day-of-month and month "
+            "(e.g. 31 February, 31 April)"
+        ) from None
+    return expanded
+
+
+def _check_cron_field(expression: str, value: str, name: str, low: int, high: int, names: tuple[str, ...]) -> None:
+    if "r" in value.lower() and value.lower() not in names and not any(n in value.lower() for n in names):
+        raise ScheduleError(
+            f"cron {expression!r}: the {name} {value!r} uses R (random), which gives another slot on every "
+            "evaluation; slots and job keys must be stable -- pick a fixed value"
+        )
+    for part in value.split(","):
+        span, _, step = part.partition("/")
+        if step and not (step.isdigit() and int(step) >= 1):
+            raise ScheduleError(f"cron {expression!r}: the {name} step {step!r} must be a whole number >= 1")
+        if span == "*":
+            continue
+        for bound in span.split("-", 1):
+            if bound.isdigit():
+                if not low <= int(bound) <= high:
+                    raise ScheduleError(f"cron {expression!r}: the {name} {bound} is out of range {low}-{high}")
+            elif bound.lower() not in names:
+                raise ScheduleError(f"cron {expression!r}: the {name} {bound!r} is not a number from {low} to {high}")
+
+
 @dataclass(frozen=True, slots=True)
 class CronSchedule:
     """A five-field cron expression evaluated on the wall clock of ``timezone`` (see the module docstring)."""
 
     expression: str
     timezone: str = "UTC"
+    _cron: str = field(default="", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _zone(self.timezone)
-        fields = self.expression.split()
-        if len(fields) != 5 or not croniter.is_valid(self.expression):
-            raise ScheduleError(
-                f"invalid cron expression {self.expression!r}: expected 5 fields "
-                "'minute hour day-of-month month day-of-week', e.g. '30 7 * * 1-5'"
-            )
+        object.__setattr__(self, "_cron", check_cron(self.expression))
 
     def _to_utc(self, naive: datetime) -> datetime:
         tz = _zone(self.timezone)
@@ -152,7 +221,7 @@ class CronSchedule:
         t = _aware(t)
         # The naive-local -> UTC mapping never decreases and maps local(t) to <= t, so no wall time
         # before local(t) can give a slot after t.
-        it = croniter(self.expression, self._local(t))
+        it = croniter(self._cron, self._local(t))
         for _ in range(_MAX_WALK):
             slot = self._to_utc(it.get_next(datetime))
             if slot > t:
@@ -162,7 +231,7 @@ class CronSchedule:
     def prev_before(self, t: datetime) -> datetime | None:
         t = _aware(t)
         # In a repeated hour, wall times after local(t) can map before t: start past any fold.
-        it = croniter(self.expression, self._local(t) + timedelta(hours=2))
+        it = croniter(self._cron, self._local(t) + timedelta(hours=2))
         for _ in range(_MAX_WALK):
             slot = self._to_utc(it.get_prev(datetime))
             if slot < t:

@@ -223,3 +223,49 @@ def test_plan_slots_properties(
     )
     assert plan.next_slot == due[-1] + timedelta(seconds=every)  # the first slot after now: no drift
     assert plan.skipped == (len(ran_late) < len(late))
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("0 0 31 2 *", "cron '0 0 31 2 *' can never fire: no date matches its day-of-month and month"),
+        ("* * 31 4 *", "cron '* * 31 4 *' can never fire"),
+        ("61 7 * * *", "cron '61 7 * * *': the minute 61 is out of range 0-59"),
+        ("0 24 * * *", "the hour 24 is out of range 0-23"),
+        ("0 0 0 * *", "the day-of-month 0 is out of range 1-31"),
+        ("0 0 * 13 *", "the month 13 is out of range 1-12"),
+        ("0 0 * * 8", "the day-of-week 8 is out of range 0-7"),
+        ("0 0 * * */0", "the day-of-week step '0' must be a whole number >= 1"),
+        ("R 7 * * *", "uses R (random), which gives another slot on every evaluation"),
+        ("@sometimes", "unknown cron alias '@sometimes'"),
+        ("* * * *", "expected 5 fields"),
+    ],
+)
+def test_cron_expressions_that_cannot_be_used_are_refused_with_the_reason(expression: str, message: str) -> None:
+    with pytest.raises(ScheduleError) as info:
+        CronSchedule(expression)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("alias", "same_as"),
+    [("@daily", "0 0 * * *"), ("@midnight", "0 0 * * *"), ("@hourly", "0 * * * *"), ("@weekly", "0 0 * * 0"),
+     ("@monthly", "0 0 1 * *"), ("@yearly", "0 0 1 1 *"), ("@annually", "0 0 1 1 *")],
+)
+def test_cron_aliases_mean_their_five_field_form(alias: str, same_as: str) -> None:
+    t = utc(2026, 3, 14, 15, 9)
+    a, b = CronSchedule(alias, "Europe/Berlin"), CronSchedule(same_as, "Europe/Berlin")
+    assert [a.next_after(t), a.prev_before(t)] == [b.next_after(t), b.prev_before(t)]
+
+
+def test_cron_day_of_month_or_day_of_week_as_standard_cron() -> None:
+    """``0 9 1 * 1``: the 1st of every month *and* every Monday (either field matches)."""
+    cron = CronSchedule("0 9 1 * 1")
+    slots, t = [], utc(2026, 5, 28)
+    for _ in range(4):
+        t = cron.next_after(t)
+        slots.append(t)
+    # Mon 1 June 2026 is both; then Mondays 8, 15, 22 June.
+    assert slots == [utc(2026, 6, 1, 9), utc(2026, 6, 8, 9), utc(2026, 6, 15, 9), utc(2026, 6, 22, 9)]
+    may = CronSchedule("0 9 1 * 1").next_after(utc(2026, 4, 28))
+    assert may == utc(2026, 5, 1, 9)  # Friday 1 May: the day of month alone matches
