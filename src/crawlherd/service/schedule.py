@@ -141,7 +141,9 @@ _CRON_FIELDS = (
     ("month", 1, 12, ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")),
     ("day-of-week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
 )
-_CRON_FORM = "expected 5 fields 'minute hour day-of-month month day-of-week' (e.g. '30 7 * * 1-5') or @daily/@hourly/..."
+_CRON_FORM = (
+    "expected 5 fields 'minute hour day-of-month month day-of-week' (e.g. '30 7 * * 1-5') or @daily/@hourly/..."
+)
 
 
 def check_cron(expression: str) -> str:
