@@ -50,6 +50,7 @@ async def _has_tables(engine: AsyncEngine) -> bool:
     return any(not name.startswith("broker_") for name in names)
 
 
-def engine_for(settings: Settings, **options: Any) -> AsyncEngine:
-    """An engine for ``settings.database_url``."""
-    return create_engine(settings.database_url, **options)
+def engine_for(settings: Settings, *, read_only: bool = False, **options: Any) -> AsyncEngine:
+    """An engine for ``settings.database_url``. ``read_only`` commands refuse a SQLite path that does
+    not exist (a typo must not create an empty database)."""
+    return create_engine(settings.database_url, must_exist=read_only, **options)

@@ -6,7 +6,9 @@ the async drivers here, and never logged with their secrets.
 from __future__ import annotations
 
 import logging
+import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -48,8 +50,15 @@ def dialect_of(url: str) -> str:
     return "sqlite" if async_database_url(url).startswith("sqlite") else "postgresql"
 
 
-def create_engine(url: str, *, busy_timeout: float = 30.0, pool_size: int = 5, echo: bool = False) -> AsyncEngine:
+def create_engine(
+    url: str, *, busy_timeout: float = 30.0, pool_size: int = 5, echo: bool = False, must_exist: bool = False
+) -> AsyncEngine:
     """An :class:`AsyncEngine` for ``url``.
+
+    A SQLite file that does not exist yet is created readable by its owner only (the config DB holds
+    targets, items and, on the embedded defaults, the broker's messages) -- unless ``must_exist``
+    (commands that only read: a mistyped path must not silently become an empty database), which
+    raises :class:`ConfigurationError` instead.
 
     SQLite: WAL journal, ``busy_timeout`` seconds of waiting for a lock, foreign keys on, and every
     transaction opened with ``BEGIN IMMEDIATE`` (the write lock is taken up front, so two writers
@@ -67,10 +76,27 @@ def create_engine(url: str, *, busy_timeout: float = 30.0, pool_size: int = 5, e
         raise ConfigurationError(f"cannot parse database URL {redact_url(url)!r}: {exc}") from None
     log.debug("config DB: %s", redact_url(url))
     if parsed.get_backend_name() == "sqlite":
+        _prepare_sqlite_file(parsed.database, url, must_exist=must_exist)
         engine = create_async_engine(parsed, echo=echo, connect_args={"timeout": busy_timeout})
         _configure_sqlite(engine, busy_timeout)
         return engine
     return create_async_engine(parsed, echo=echo, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def _prepare_sqlite_file(database: str | None, url: str, *, must_exist: bool) -> None:
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database)
+    if path.exists():
+        return
+    if must_exist:
+        raise ConfigurationError(
+            f"no config DB at {path} ({redact_url(url)}): check the path (--database-url or "
+            "CRAWLHERD_DATABASE_URL), or create it with `crawlherd db upgrade` or `crawlherd targets import FILE`"
+        )
+    if path.parent.exists():
+        # SQLite gives its -wal and -shm files the permissions of the database file.
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
 
 
 def _configure_sqlite(engine: AsyncEngine, busy_timeout: float) -> None:

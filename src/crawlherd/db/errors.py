@@ -7,6 +7,7 @@ driver's own first line, and never a SQLAlchemy or asyncpg traceback.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,13 +15,37 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from crawlherd.errors import BackendUnavailableError, CrawlherdError, summarize
 
-__all__ = ["is_db_unavailable", "translate_db_errors"]
+__all__ = ["describe_db_error", "is_db_unavailable", "translate_db_errors"]
 
 
 def is_db_unavailable(exc: BaseException) -> bool:
     """True for the failures that mean "the database cannot be used right now" (connection refused
     or lost, server shutting down, locked past the busy timeout), as opposed to a bug."""
     return isinstance(exc, OperationalError | InterfaceError | DBAPIError | OSError | ConnectionError)
+
+
+def describe_db_error(exc: BaseException) -> str:
+    """What went wrong, in the operator's words: the database is missing, the login was refused, the
+    server cannot be reached or its host name is unknown; else the driver's first line."""
+    root: BaseException = exc
+    while True:  # SQLAlchemy wraps the DBAPI adapter's error, which wraps the driver's own
+        inner = getattr(root, "orig", None) or root.__cause__
+        if inner is None or inner is root:
+            break
+        root = inner
+    kind = type(root).__name__
+    text = str(root).strip().splitlines()[0] if str(root).strip() else kind
+    if kind == "InvalidCatalogNameError":
+        return f"the database does not exist ({text}); create it (createdb NAME) or fix the URL"
+    if kind in ("InvalidAuthorizationSpecificationError", "InvalidPasswordError"):
+        return f"the server refused the login ({text}); check the user and password in the URL"
+    if isinstance(root, socket.gaierror):
+        return f"unknown host ({text}); check the host name in the URL"
+    if isinstance(root, ConnectionRefusedError):
+        return f"nothing answers at that address ({text}); is the server running, and is the port right?"
+    if isinstance(root, TimeoutError):
+        return "the server did not answer in time; is it reachable from here?"
+    return summarize(root)
 
 
 @contextmanager
@@ -33,5 +58,6 @@ def translate_db_errors(doing: str) -> Iterator[None]:
         raise
     except Exception as exc:
         if is_db_unavailable(exc):
-            raise BackendUnavailableError(f"config DB failed {doing}: {summarize(exc)}", backend="database") from exc
+            message = f"config DB failed {doing}: {describe_db_error(exc)}"
+            raise BackendUnavailableError(message, backend="database") from exc
         raise

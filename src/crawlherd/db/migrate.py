@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._redact import redact_url
 from crawlherd.db.engine import create_engine
+from crawlherd.db.errors import describe_db_error
 from crawlherd.errors import BackendUnavailableError
 
 __all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
@@ -50,7 +51,7 @@ async def upgrade(engine_or_url: AsyncEngine | str, revision: str = "head") -> s
     except (OperationalError, DBAPIError, OSError) as exc:
         raise BackendUnavailableError(
             f"cannot migrate the config DB {redact_url(engine.url.render_as_string(hide_password=True))}: "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            f"{describe_db_error(exc)}",
             backend="database",
         ) from exc
     finally:
@@ -69,6 +70,7 @@ async def current_revision(engine: AsyncEngine) -> str | None:
             return await conn.run_sync(_current)
     except (OperationalError, DBAPIError, OSError) as exc:
         raise BackendUnavailableError(
-            f"cannot read the config DB {engine.url.render_as_string(hide_password=True)}: {type(exc).__name__}",
+            f"cannot read the config DB {redact_url(engine.url.render_as_string(hide_password=True))}: "
+            f"{describe_db_error(exc)}",
             backend="database",
         ) from exc

@@ -1,0 +1,59 @@
+"""The config DB's errors say what went wrong, with the URL redacted; a missing SQLite file is not
+created by a command that only reads."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from crawlherd.db import create_engine, current_revision, upgrade
+from crawlherd.errors import BackendUnavailableError, ConfigurationError
+from tests._netutil import free_port
+
+
+async def _message(url: str) -> str:
+    engine = create_engine(url)
+    try:
+        with pytest.raises(BackendUnavailableError) as info:
+            await current_revision(engine)
+    finally:
+        await engine.dispose()
+    return str(info.value)
+
+
+@pytest.mark.postgres
+async def test_a_missing_postgres_database_is_named(postgres_url: str) -> None:
+    url = postgres_url.rsplit("/", 1)[0] + "/crawlherd_no_such_db"
+    message = await _message(url)
+    assert "the database does not exist" in message and 'database "crawlherd_no_such_db" does not exist' in message
+
+
+@pytest.mark.postgres
+async def test_a_refused_login_says_so_and_hides_the_password(postgres_url: str) -> None:
+    url = postgres_url.replace("postgresql://", "postgresql://crawlherd_nobody:s3cret@", 1).replace("postgres@", "")
+    message = await _message(url)
+    assert "the server refused the login" in message and "crawlherd_nobody" in message
+    assert "s3cret" not in message and "***" in message
+
+
+async def test_nothing_listening_and_unknown_host() -> None:
+    refused = await _message(f"postgresql://u:pw@127.0.0.1:{free_port()}/db")
+    assert "nothing answers at that address" in refused and "pw@" not in refused
+    unknown = await _message("postgresql://u@no-such-host.invalid:5432/db")
+    assert "unknown host" in unknown
+
+
+def test_a_mistyped_sqlite_path_is_not_created_for_reading(tmp_path: Path) -> None:
+    path = tmp_path / "crawlherd-typo.db"
+    with pytest.raises(ConfigurationError, match=r"no config DB at .*crawlherd-typo.db .*check the path"):
+        create_engine(f"sqlite:///{path}", must_exist=True)
+    assert not path.exists()
+
+
+async def test_a_new_sqlite_config_db_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "config.db"
+    await upgrade(f"sqlite:///{path}")
+    for file in [path, *tmp_path.glob("config.db-*")]:
+        assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
