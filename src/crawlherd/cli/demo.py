@@ -18,13 +18,13 @@ from sqlalchemy import update
 from crawlherd.brokers import open_broker
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.db import ScrapeTarget, create_engine, upgrade
+from crawlherd.demo import DemoSite
+from crawlherd.demo.targets import demo_targets, expected_results, targets_toml, without_browser
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.service.embedded import PipelineProgress, progress_of, run_pipeline
 from crawlherd.service.targets import import_targets
 from crawlherd.settings import frontier_beside
 from crawlherd.sinks.export import iter_items
-from crawlherd.web.demo_site import DemoSite
-from crawlherd.web.demo_targets import demo_targets, expected_results, render_toml
 from crawlherd.worker.worker import Worker
 
 __all__ = ["demo"]
@@ -93,10 +93,10 @@ async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: boo
         document: dict[str, Any] = demo_targets(site.url)
         reason = "--no-browser" if no_browser else _browser_available()
         if reason:
-            document = _without_browser(document)
+            document = without_browser(document)
             console.print(f"[yellow]JavaScript-rendered website left out: {reason}[/yellow]")
         targets_file = workdir / "targets.toml"
-        await asyncio.to_thread(targets_file.write_text, render_toml(document), encoding="utf-8")
+        await asyncio.to_thread(targets_file.write_text, targets_toml(document), encoding="utf-8")
         engine = create_engine(db_url)
         try:
             await upgrade(engine)
@@ -152,14 +152,6 @@ async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: boo
             )
         finally:
             await engine.dispose()
-
-
-def _without_browser(document: dict[str, Any]) -> dict[str, Any]:
-    keep = {w["name"] for w in document["websites"] if not w.get("requires_playwright")}
-    return {
-        "websites": [w for w in document["websites"] if w["name"] in keep],
-        "targets": [t for t in document["targets"] if t["website"] in keep],
-    }
 
 
 async def _summary(
