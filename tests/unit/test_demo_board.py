@@ -5,8 +5,10 @@ from __future__ import annotations
 import tomllib
 
 import pytest
+from click.testing import CliRunner
 
 from crawlherd.demo import DemoSite
+from crawlherd.demo.__main__ import serve
 from crawlherd.demo.board import JobBoard
 from crawlherd.demo.log import RequestLog, ServedRequest
 from crawlherd.demo.targets import (
@@ -133,3 +135,9 @@ def test_request_log_is_bounded() -> None:
     assert log.count(prefix="/p1") == 1
     log.clear()
     assert len(log) == 0
+
+
+def test_serve_command_refuses_bad_options_without_a_traceback() -> None:
+    result = CliRunner().invoke(serve, ["--throttle-every", "-1"])
+    assert result.exit_code == 2
+    assert "--throttle-every" in result.output and "Traceback" not in result.output

@@ -55,7 +55,8 @@ def demo(workdir: str, timeout: float, concurrency: int, no_browser: bool) -> No
     1. starts the demo site on 127.0.0.1 (paginated search, next-link browsing with detail pages,
        a JavaScript-rendered listing, and a 429 with Retry-After now and then);
     2. creates a fresh SQLite config DB in --dir and imports the demo targets (--dir/targets.toml);
-    3. runs dispatcher, broker (a table in the same file) and worker until every demo job is settled;
+    3. runs the dispatch service, the broker (a table in the same file) and a worker until every demo
+       job is settled;
     4. prints a summary and checks the items against the demo site's own listing.
     """
     console = Console()

@@ -18,15 +18,13 @@ __all__ = ["serve"]
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="0: a free port.")
 @click.option("--seed", type=int, default=42, show_default=True, help="The job board's seed.")
-@click.option(
-    "--throttle-every",
-    type=click.IntRange(min=0),
-    default=4,
-    show_default=True,
-    help="About 1 in N /search URLs answer 429 on their first request (0: never).",
-)
+@click.option("--throttle-every", type=click.IntRange(0), default=4, show_default=True, help="1 in N URLs: 429 once.")
 def serve(host: str, port: int, seed: int, throttle_every: int) -> None:
-    """Serve the demo job board. Prints its URL, then one JSON line with its URL and totals."""
+    """Serve the demo job board. Prints its URL, then one JSON line with its URL and totals.
+
+    With --throttle-every N, about one /search URL in N answers its first request with 429 and
+    Retry-After (0: never).
+    """
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(DemoSite(seed=seed, throttle_every=throttle_every), host, port))
 
