@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 
+from crawlherd.demo import DemoSite
+from crawlherd.demo.targets import demo_targets
 from crawlherd.extract.rules import ExtractionRules
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.fetch.browser import BrowserFetcher
 from crawlherd.request import Request
-from crawlherd.web.demo_site import DemoSite
-from crawlherd.web.demo_targets import demo_targets
 
 
 async def timed(label: str, count: int, run: Callable[[], Awaitable[None]]) -> float:

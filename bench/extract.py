@@ -18,24 +18,24 @@ from urllib.parse import urljoin
 
 from parsel import Selector
 
+from crawlherd.demo import DemoSite
+from crawlherd.demo import pages as demo_pages
+from crawlherd.demo.targets import demo_targets
 from crawlherd.extract.rules import ExtractionRules, item_fingerprint
-from crawlherd.web.demo_site import DemoSite, _html, _listing
-from crawlherd.web.demo_targets import demo_targets
 
 BASE = "http://127.0.0.1:8080"
 
 
 def make_pages(count: int) -> list[tuple[str, str]]:
     site = DemoSite(seed=42, page_size=20)
-    searches = [(k, loc) for k in site.board.keywords for loc in site.board.locations]
-    pages = []
+    searches = site.searches()
+    out = []
     for i in range(count):
         keyword, location = searches[i % len(searches)]
         jobs = site.board.page(keyword, location, 1, site.page_size)
-        response = _html("bench", _listing(keyword, location, 1, jobs))
-        assert response.text is not None
-        pages.append((f"{BASE}/search?q={keyword}&l={location}&page=1", response.text))
-    return pages
+        html = demo_pages.document("bench", demo_pages.listing(keyword, location, 1, jobs))
+        out.append((f"{BASE}/search?q={keyword}&l={location}&page=1", html))
+    return out
 
 
 def with_rules(pages: list[tuple[str, str]]) -> list[tuple[str, bytes, dict[str, Any]]]:

@@ -29,7 +29,7 @@ _LAZY: dict[str, str] = {
     "RateLimiter": "crawlherd.dispatch.rate_limiter",
     "SemaphoreDispatcher": "crawlherd.dispatch.semaphore",
     "BrowserFetcher": "crawlherd.fetch.browser",
-    "DemoSite": "crawlherd.web.demo_site",
+    "DemoSite": "crawlherd.demo",
     "ExtractionRules": "crawlherd.extract.rules",
     "Pagination": "crawlherd.extract.pagination",
     "register_handler": "crawlherd.extract.handlers",

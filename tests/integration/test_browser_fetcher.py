@@ -11,6 +11,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from crawlherd.demo import DemoSite
+from crawlherd.demo.targets import demo_targets, expected_results
 from crawlherd.errors import (
     AddressNotAllowedError,
     BodyTooLargeError,
@@ -23,8 +25,7 @@ from crawlherd.extract.rules import ExtractionRules
 from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.browser import BrowserFetcher, find_chromium
 from crawlherd.request import Request
-from crawlherd.web.demo_site import DemoSite
-from crawlherd.web.demo_targets import demo_targets, expected_results, first_search_urls
+from tests.support.demo import first_search_urls
 
 pytestmark = pytest.mark.browser
 

@@ -14,10 +14,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from crawlherd.demo import DemoSite
+from crawlherd.demo.targets import demo_targets, expected_results
 from crawlherd.extract.pagination import Pagination
 from crawlherd.extract.rules import ExtractionRules
-from crawlherd.web.demo_site import DemoSite
-from crawlherd.web.demo_targets import demo_targets, expected_results, first_search_urls
+from tests.support.demo import first_search_urls
 
 
 @pytest.fixture
@@ -189,7 +190,7 @@ async def test_module_serves_from_the_command_line(http: aiohttp.ClientSession) 
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "crawlherd.web.demo_site",
+        "crawlherd.demo",
         "--port",
         str(port),
         "--seed",

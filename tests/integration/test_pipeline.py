@@ -25,31 +25,24 @@ from crawlherd.brokers import open_broker
 from crawlherd.cli import main as cli
 from crawlherd.cli.demo import _demo
 from crawlherd.db import JobRun, ScrapeTarget, StoredItem, create_engine, upgrade
+from crawlherd.demo import DemoSite
+from crawlherd.demo.targets import demo_targets, expected_results, targets_toml, without_browser
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.service.embedded import progress_of, run_embedded
 from crawlherd.service.targets import import_targets
-from crawlherd.web.demo_site import DemoSite
-from crawlherd.web.demo_targets import demo_targets, expected_results, failing_targets, render_toml
 from crawlherd.worker.worker import Worker
 from tests.conftest import REDIS_URL
 from tests.support.db import fresh_postgres_database
+from tests.support.demo import failing_targets
 
 pytestmark = pytest.mark.slow
-
-
-def http_only(document: dict[str, Any]) -> dict[str, Any]:
-    keep = {w["name"] for w in document["websites"] if not w.get("requires_playwright")}
-    return {
-        "websites": [w for w in document["websites"] if w["name"] in keep],
-        "targets": [t for t in document["targets"] if t["website"] in keep],
-    }
 
 
 async def load_targets(engine: AsyncEngine, document: dict[str, Any], tmp_path: Path) -> None:
     """Import ``document`` and make every target due now."""
     path = tmp_path / f"targets-{time.monotonic_ns()}.toml"
-    path.write_text(render_toml(document), encoding="utf-8")
+    path.write_text(targets_toml(document), encoding="utf-8")
     await import_targets(engine, path)
     async with engine.begin() as conn:
         await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
@@ -243,7 +236,7 @@ async def test_three_worker_processes_on_postgres_and_a_real_broker(
     """PostgreSQL + RabbitMQ (or Redis Streams) + a Redis frontier, three `crawlherd worker` processes."""
     engine, database_url, broker_url, frontier_url = scaled
     async with DemoSite(throttle_every=12) as site:
-        document = http_only(demo_targets(site.url))
+        document = without_browser(demo_targets(site.url))
         await load_targets(engine, document, tmp_path)
         jobs = await dispatch_once(engine, broker_url)
         assert jobs == len(document["targets"][0]["keywords"]) * 4 + 4
@@ -272,7 +265,7 @@ async def test_worker_killed_mid_job_is_redelivered_and_completed(
     engine, database_url, broker_url, frontier_url = scaled
     # Every listing page answers 429 (Retry-After 1 s) at first: jobs take seconds, so one is in flight.
     async with DemoSite(throttle_every=1, retry_after=1) as site:
-        document = http_only(demo_targets(site.url))
+        document = without_browser(demo_targets(site.url))
         document["targets"] = [document["targets"][0] | {"keywords": ["python", "rust"], "locations": ["berlin"]}]
         document["websites"] = [w for w in document["websites"] if w["name"] == "demo-jobs"]
         await load_targets(engine, document, tmp_path)
@@ -391,8 +384,8 @@ async def test_run_command_on_the_embedded_defaults(tmp_path: Path, monkeypatch:
         return await asyncio.to_thread(runner.invoke, cli, list(args))
 
     async with DemoSite(throttle_every=0) as site:
-        document = http_only(demo_targets(site.url))
-        (tmp_path / "targets.toml").write_text(render_toml(document), encoding="utf-8")
+        document = without_browser(demo_targets(site.url))
+        (tmp_path / "targets.toml").write_text(targets_toml(document), encoding="utf-8")
         imported = await invoke("targets", "import", "targets.toml")
         assert imported.exit_code == 0, imported.output
         nothing_due = await invoke("run", "--until-idle", "--allow-private")
@@ -423,7 +416,7 @@ async def test_detail_pages_seen_in_an_earlier_run_are_not_fetched_again(tmp_pat
     await upgrade(engine)
     try:
         async with DemoSite(throttle_every=0) as site:
-            document = http_only(demo_targets(site.url))
+            document = without_browser(demo_targets(site.url))
             document["websites"] = [w for w in document["websites"] if w["name"] == "demo-jobs-browse"]
             document["targets"] = [
                 t | {"keywords": ["rust"], "locations": ["berlin"]}

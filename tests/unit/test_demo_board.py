@@ -5,20 +5,24 @@ from __future__ import annotations
 import tomllib
 
 import pytest
+from click.testing import CliRunner
 
+from crawlherd.demo import DemoSite
+from crawlherd.demo.__main__ import serve
+from crawlherd.demo.board import JobBoard
+from crawlherd.demo.log import RequestLog, ServedRequest
+from crawlherd.demo.targets import (
+    DEMO_WEBSITES,
+    demo_targets,
+    expected_results,
+    iter_searches,
+    targets_toml,
+    without_browser,
+)
 from crawlherd.errors import ConfigurationError
 from crawlherd.extract.pagination import Pagination
 from crawlherd.extract.rules import ExtractionRules
-from crawlherd.web.demo_site import DemoSite, JobBoard
-from crawlherd.web.demo_targets import (
-    DEMO_WEBSITES,
-    demo_targets,
-    demo_targets_toml,
-    expected_results,
-    first_search_urls,
-    iter_searches,
-    render_toml,
-)
+from tests.support.demo import first_search_urls
 
 
 def test_board_is_deterministic_per_seed() -> None:
@@ -86,7 +90,7 @@ def test_url_before_start_is_an_error() -> None:
 def test_demo_targets_toml_round_trips_and_rules_are_valid() -> None:
     base = "http://127.0.0.1:8123"
     doc = demo_targets(base)
-    assert tomllib.loads(demo_targets_toml(base)) == doc
+    assert tomllib.loads(targets_toml(doc)) == doc
     assert [w["name"] for w in doc["websites"]] == list(DEMO_WEBSITES)
     assert [w["requires_playwright"] for w in doc["websites"]] == [False, False, True]
     for website in doc["websites"]:
@@ -99,13 +103,13 @@ def test_demo_targets_toml_round_trips_and_rules_are_valid() -> None:
     assert len(iter_searches(doc)) == 20 + 4 + 4
 
 
-def test_render_toml_handles_inline_tables_and_escapes() -> None:
-    doc = {
-        "a": 'quote " and \\ and é',
-        "t": {"f": {"selector": "x", "all": True}, "empty": {}},
-        "arr": [{"n": 1}, {"n": 2}],
-    }
-    assert tomllib.loads(render_toml(doc)) == doc
+def test_without_browser_drops_the_browser_websites_and_their_targets() -> None:
+    doc = demo_targets("http://127.0.0.1:8123")
+    plain = without_browser(doc)
+    assert [w["name"] for w in plain["websites"]] == ["demo-jobs", "demo-jobs-browse"]
+    assert [t["website"] for t in plain["targets"]] == ["demo-jobs", "demo-jobs-browse"]
+    assert tomllib.loads(targets_toml(plain)) == plain
+    assert len(doc["websites"]) == 3  # the document given is left as it was
 
 
 def test_expected_results_dedupe_within_a_website() -> None:
@@ -123,8 +127,6 @@ def test_expected_results_dedupe_within_a_website() -> None:
 
 
 def test_request_log_is_bounded() -> None:
-    from crawlherd.web.demo_site import RequestLog, ServedRequest
-
     log = RequestLog(max_entries=3)
     for n in range(5):
         log.entries.append(ServedRequest(float(n), "GET", f"/p{n % 2}", "", 200))
@@ -133,3 +135,9 @@ def test_request_log_is_bounded() -> None:
     assert log.count(prefix="/p1") == 1
     log.clear()
     assert len(log) == 0
+
+
+def test_serve_command_refuses_bad_options_without_a_traceback() -> None:
+    result = CliRunner().invoke(serve, ["--throttle-every", "-1"])
+    assert result.exit_code == 2
+    assert "--throttle-every" in result.output and "Traceback" not in result.output

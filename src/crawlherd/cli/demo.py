@@ -18,13 +18,13 @@ from sqlalchemy import update
 from crawlherd.brokers import open_broker
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.db import ScrapeTarget, create_engine, upgrade
+from crawlherd.demo import DemoSite
+from crawlherd.demo.targets import demo_targets, expected_results, targets_toml, without_browser
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.service.embedded import RunProgress, progress_of, run_embedded
 from crawlherd.service.targets import import_targets
 from crawlherd.settings import frontier_beside
 from crawlherd.sinks.export import iter_items
-from crawlherd.web.demo_site import DemoSite
-from crawlherd.web.demo_targets import demo_targets, expected_results, render_toml
 from crawlherd.worker.worker import Worker
 
 __all__ = ["demo"]
@@ -55,7 +55,8 @@ def demo(workdir: str, timeout: float, concurrency: int, no_browser: bool) -> No
     1. starts the demo site on 127.0.0.1 (paginated search, next-link browsing with detail pages,
        a JavaScript-rendered listing, and a 429 with Retry-After now and then);
     2. creates a fresh SQLite config DB in --dir and imports the demo targets (--dir/targets.toml);
-    3. runs dispatcher, broker (a table in the same file) and worker until every demo job is settled;
+    3. runs the dispatch service, the broker (a table in the same file) and a worker until every demo
+       job is settled;
     4. prints a summary and checks the items against the demo site's own listing.
     """
     console = Console()
@@ -93,10 +94,10 @@ async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: boo
         document: dict[str, Any] = demo_targets(site.url)
         reason = "--no-browser" if no_browser else _browser_available()
         if reason:
-            document = _without_browser(document)
+            document = without_browser(document)
             console.print(f"[yellow]JavaScript-rendered website left out: {reason}[/yellow]")
         targets_file = workdir / "targets.toml"
-        await asyncio.to_thread(targets_file.write_text, render_toml(document), encoding="utf-8")
+        await asyncio.to_thread(targets_file.write_text, targets_toml(document), encoding="utf-8")
         engine = create_engine(db_url)
         try:
             await upgrade(engine)
@@ -152,14 +153,6 @@ async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: boo
             )
         finally:
             await engine.dispose()
-
-
-def _without_browser(document: dict[str, Any]) -> dict[str, Any]:
-    keep = {w["name"] for w in document["websites"] if not w.get("requires_playwright")}
-    return {
-        "websites": [w for w in document["websites"] if w["name"] in keep],
-        "targets": [t for t in document["targets"] if t["website"] in keep],
-    }
 
 
 async def _summary(

@@ -1,0 +1,16 @@
+"""The built-in demo: a job board on loopback that ``crawlherd demo`` and the tests crawl.
+
+- :mod:`crawlherd.demo.board`: the board's data, deterministic from a seed (no I/O);
+- :mod:`crawlherd.demo.pages`: its HTML (and ``render.js``, the JavaScript-rendered listing);
+- :mod:`crawlherd.demo.site`: :class:`DemoSite`, the aiohttp app serving it, with its request log
+  (:mod:`crawlherd.demo.log`);
+- :mod:`crawlherd.demo.targets`: the demo's targets document and what crawling it must find.
+
+Serve it by hand: ``python -m crawlherd.demo --port 8080``.
+"""
+
+from __future__ import annotations
+
+from crawlherd.demo.site import DemoSite
+
+__all__ = ["DemoSite"]
