@@ -89,10 +89,12 @@ async def assert_items_match(engine: AsyncEngine, site: DemoSite, document: dict
 
 
 async def wait_settled(engine: AsyncEngine, timeout: float) -> None:
+    """Until every job dispatched so far is settled (no dispatcher runs here: a target falling due
+    meanwhile -- an hourly slot passing -- does not count)."""
     deadline = time.monotonic() + timeout
     while True:
         progress = await progress_of(engine)
-        if progress.idle:
+        if progress.all_settled:
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"jobs not settled in {timeout}s: {progress}")

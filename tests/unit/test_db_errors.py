@@ -3,6 +3,7 @@ created by a command that only reads."""
 
 from __future__ import annotations
 
+import asyncio
 import stat
 from pathlib import Path
 
@@ -52,8 +53,8 @@ def test_a_mistyped_sqlite_path_is_not_created_for_reading(tmp_path: Path) -> No
     assert not path.exists()
 
 
-async def test_a_new_sqlite_config_db_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+def test_a_new_sqlite_config_db_is_readable_by_its_owner_only(tmp_path: Path) -> None:
     path = tmp_path / "config.db"
-    await upgrade(f"sqlite:///{path}")
+    asyncio.run(upgrade(f"sqlite:///{path}"))
     for file in [path, *tmp_path.glob("config.db-*")]:
         assert stat.S_IMODE(file.stat().st_mode) == 0o600, file

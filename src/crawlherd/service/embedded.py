@@ -8,12 +8,12 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker
+from crawlherd.db.engine import db_now
 from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget
 from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.worker.worker import Worker
@@ -38,9 +38,14 @@ class RunProgress:
         return self.succeeded + self.dead
 
     @property
+    def all_settled(self) -> bool:
+        """Every job dispatched so far is published and has succeeded or is dead."""
+        return self.published == self.jobs and self.settled >= self.jobs
+
+    @property
     def idle(self) -> bool:
         """No target is due and every job dispatched so far has succeeded or is dead."""
-        return self.due == 0 and self.published == self.jobs and self.settled >= self.jobs
+        return self.due == 0 and self.all_settled
 
 
 async def progress_of(engine: AsyncEngine) -> RunProgress:
@@ -55,7 +60,7 @@ async def progress_of(engine: AsyncEngine) -> RunProgress:
             await conn.execute(
                 select(func.count())
                 .select_from(ScrapeTarget)
-                .where(ScrapeTarget.active, ScrapeTarget.next_run_at <= datetime.now(UTC))
+                .where(ScrapeTarget.active, ScrapeTarget.next_run_at <= await db_now(conn))
             )
         ).scalar_one()
         runs = dict((await conn.execute(select(JobRun.status, func.count()).group_by(JobRun.status))).all())
