@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from crawlherd.errors import ConfigurationError
+from crawlherd.content_type import HasBody, media_type
+from crawlherd.errors import ConfigurationError, ContentTypeError
 from crawlherd.request import Request
 
 __all__ = ["DEFAULT_CONTENT_TYPES", "FetchLimits", "Fetcher", "Response"]
@@ -60,10 +61,24 @@ class FetchLimits:
         except ValueError as exc:
             raise ConfigurationError(f"FetchLimits.allowed_networks: {exc}") from None
 
+    def check_content_type(self, content_type: str, *, url: str, request: Request | None = None) -> None:
+        """Raise ContentTypeError when the media type of ``content_type`` (a header value) is not in
+        ``allowed_content_types``. Every fetcher calls it on a final response below 400; nothing
+        declared passes (the caller then sees an empty content type), as does anything when the
+        allow-list is empty."""
+        allowed = self.allowed_content_types
+        mime = media_type(content_type)
+        if allowed and mime and mime not in allowed:
+            raise ContentTypeError(
+                f"{url}: content type {mime!r} is not allowed (allowed: {', '.join(allowed)})", url=url, request=request
+            )
+
 
 @dataclass(slots=True)
-class Response:
-    """What a fetch returned. ``url`` is the final URL after redirects; ``headers`` keys are lower-case."""
+class Response(HasBody):
+    """What a fetch returned. ``url`` is the final URL after redirects; ``headers`` keys are lower-case;
+    ``encoding`` the charset of the ``content-type`` header (:func:`crawlherd.content_type.charset_of`).
+    ``text`` and ``content_type`` come from :class:`~crawlherd.content_type.HasBody`."""
 
     url: str
     status: int
@@ -74,14 +89,6 @@ class Response:
     redirects: tuple[str, ...] = ()
     screenshot: bytes | None = None
     encoding: str = field(default="utf-8")
-
-    @property
-    def text(self) -> str:
-        return self.body.decode(self.encoding, errors="replace")
-
-    @property
-    def content_type(self) -> str:
-        return self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
 @runtime_checkable

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from crawlherd.content_type import charset_of, media_type
 from crawlherd.errors import (
     AddressNotAllowedError,
     BodyTooLargeError,
@@ -111,18 +112,6 @@ def find_chromium(executable_path: str | None = None) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _mime(content_type: str) -> str:
-    return content_type.split(";", 1)[0].strip().lower()
-
-
-def _charset(content_type: str) -> str:
-    for part in content_type.split(";")[1:]:
-        key, _, value = part.partition("=")
-        if key.strip().lower() == "charset" and value.strip():
-            return value.strip().strip('"')
-    return "utf-8"
 
 
 def _host_port(url: str) -> tuple[str, int]:
@@ -435,7 +424,7 @@ class BrowserFetcher:
     ) -> Response:
         headers = dict(state.main_headers)
         content_type = headers.get("content-type", "")
-        mime = _mime(content_type)
+        mime = media_type(content_type)
         state.stage = "reading the rendered page"
         if mime in _HTML_TYPES or not mime:
             body = (await page.content()).encode("utf-8")
@@ -445,7 +434,7 @@ class BrowserFetcher:
             encoding = "utf-8"
         else:
             body = state.main_body
-            encoding = _charset(content_type)
+            encoding = charset_of(content_type)
         if len(body) > self.limits.max_body_size:
             raise BodyTooLargeError(
                 f"{page.url}: rendered page is {len(body)} bytes, over max_body_size={self.limits.max_body_size}",
@@ -536,15 +525,14 @@ class BrowserFetcher:
             await route.abort("aborted")  # the fetch loop navigates to the next hop itself
             return
         headers = {k.lower(): v for k, v in fetched.headers.items()}
-        mime = _mime(headers.get("content-type", ""))
-        allowed = self.limits.allowed_content_types
-        if allowed and mime not in allowed:
-            state.error = ContentTypeError(
-                f"{url}: content type {mime or '(none)'!r} is not in the allow-list {list(allowed)}", url=url
-            )
-            await fetched.dispose()
-            await route.abort("blockedbyclient")
-            return
+        if fetched.status < 400:
+            try:
+                self.limits.check_content_type(headers.get("content-type", ""), url=url)
+            except ContentTypeError as exc:
+                state.error = exc
+                await fetched.dispose()
+                await route.abort("blockedbyclient")
+                return
         declared = headers.get("content-length", "")
         size = int(declared) if declared.isdigit() else 0
         body = b""

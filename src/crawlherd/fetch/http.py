@@ -30,10 +30,10 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
+from crawlherd.content_type import charset_of
 from crawlherd.errors import (
     AddressNotAllowedError,
     BodyTooLargeError,
-    ContentTypeError,
     FetchError,
     FetchTimeoutError,
     TooManyRedirectsError,
@@ -99,14 +99,6 @@ def _gated_request_class(fetcher: HttpFetcher) -> type[aiohttp.ClientRequest]:
             return await super().send(conn)
 
     return GatedRequest
-
-
-def _charset(content_type: str) -> str:
-    i = content_type.find("charset=")
-    if i == -1:
-        return "utf-8"
-    value = content_type[i + 8 :].split(";", 1)[0].strip().strip("\"'")
-    return value.lower() or "utf-8"
 
 
 class HttpFetcher:
@@ -271,8 +263,8 @@ class HttpFetcher:
                             continue
                         raw_headers = resp.headers
                         ctype = raw_headers.get("Content-Type", "")
-                        if status < 400 and limits.allowed_content_types:
-                            self._check_type(ctype, url, request)
+                        if status < 400:
+                            limits.check_content_type(ctype, url=url, request=request)
                         data = await self._read_body(resp, url, request, progress)
                         return Response(
                             url=url,
@@ -282,7 +274,7 @@ class HttpFetcher:
                             request=request,
                             elapsed=time.perf_counter() - started,
                             redirects=tuple(redirects),
-                            encoding=_charset(ctype) if ctype else "utf-8",
+                            encoding=charset_of(ctype),
                         )
             except FetchError as exc:
                 if exc.request is None:
@@ -354,16 +346,6 @@ class HttpFetcher:
         if not target.startswith(("http://", "https://")):
             raise FetchError(f"{url}: redirect to a non-HTTP URL {target[:200]!r}", url=url, request=request)
         return target
-
-    def _check_type(self, content_type: str, url: str, request: Request) -> None:
-        if not content_type:
-            return  # nothing declared: let it through, the caller sees an empty content type
-        ctype = content_type.split(";", 1)[0].strip().lower()
-        if ctype not in self.limits.allowed_content_types:
-            allowed = ", ".join(self.limits.allowed_content_types)
-            raise ContentTypeError(
-                f"{url}: content type {ctype!r} is not allowed (allowed: {allowed})", url=url, request=request
-            )
 
     async def _read_body(
         self, resp: aiohttp.ClientResponse, url: str, request: Request, progress: list[float]
