@@ -4,9 +4,11 @@ Every fetcher (``HttpFetcher`` on aiohttp, ``BrowserFetcher`` on Playwright + sy
 enforces the same :class:`FetchLimits`: timeouts, maximum body size, maximum redirects, a content-type
 allow-list and the address guard (:mod:`crawlherd.fetch.guard`).
 
+Every fetcher also honours a per-host send gate (``send_gate``, :mod:`crawlherd.fetch.gate`).
+
 Per-request overrides travel in ``Request.meta`` (JSON-safe, so they survive a persistent frontier):
-``"crawlherd.timeouts": {"connect": s, "read": s, "total": s}`` and ``"crawlherd.screenshot": True``
-(browser fetchers). ``Request.headers`` are sent on top of the fetcher's own.
+``"crawlherd.timeouts": {"connect": s, "read": s, "total": s}`` (read with :meth:`Timeouts.of`) and
+``"crawlherd.screenshot": True`` (browser fetchers). ``Request.headers`` are sent on top of the fetcher's own.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from typing import Protocol, runtime_checkable
 
 from crawlherd.content_type import HasBody, media_type
 from crawlherd.errors import ConfigurationError, ContentTypeError
+from crawlherd.fetch.gate import SendGate
 from crawlherd.request import Request
 
-__all__ = ["DEFAULT_CONTENT_TYPES", "FetchLimits", "Fetcher", "Response"]
+__all__ = ["DEFAULT_CONTENT_TYPES", "FetchLimits", "Fetcher", "Response", "Timeouts"]
 
 DEFAULT_CONTENT_TYPES: tuple[str, ...] = (
     "text/html",
@@ -74,6 +77,26 @@ class FetchLimits:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """The timeouts of one request, in seconds: the limits', with ``meta["crawlherd.timeouts"]`` over them."""
+
+    connect: float
+    read: float
+    total: float
+
+    @classmethod
+    def of(cls, request: Request, limits: FetchLimits) -> Timeouts:
+        t = request.meta.get("crawlherd.timeouts") if request.meta else None
+        if not t:
+            return cls(limits.connect_timeout, limits.read_timeout, limits.total_timeout)
+        return cls(
+            float(t.get("connect") or limits.connect_timeout),
+            float(t.get("read") or limits.read_timeout),
+            float(t.get("total") or limits.total_timeout),
+        )
+
+
 @dataclass(slots=True)
 class Response(HasBody):
     """What a fetch returned. ``url`` is the final URL after redirects; ``headers`` keys are lower-case;
@@ -93,9 +116,17 @@ class Response(HasBody):
 
 @runtime_checkable
 class Fetcher(Protocol):
-    """Fetches one request. An async context manager; ``close`` releases its pool / browser."""
+    """Fetches one request. An async context manager; ``close`` releases its pool / browser.
+
+    ``send_gate`` (None by default) is the per-host send gate (:mod:`crawlherd.fetch.gate`): when set,
+    the fetcher awaits :func:`~crawlherd.fetch.gate.pass_gate` with the request's politeness key
+    (``Request.host``; for a redirect hop, the key of that hop's URL) as late as it can before each
+    request -- every redirect hop too -- is sent. The :class:`~crawlherd.crawler.Crawler` sets it
+    before the first fetch.
+    """
 
     limits: FetchLimits
+    send_gate: SendGate | None
 
     async def __aenter__(self) -> Fetcher: ...
 

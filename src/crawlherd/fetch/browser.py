@@ -36,8 +36,9 @@ from crawlherd.errors import (
     FetchTimeoutError,
     TooManyRedirectsError,
 )
-from crawlherd.fetch.base import FetchLimits, Response
-from crawlherd.fetch.guard import check_address
+from crawlherd.fetch.base import FetchLimits, Response, Timeouts
+from crawlherd.fetch.gate import SendGate, hop_host, pass_gate
+from crawlherd.fetch.guard import check_address, parse_networks
 from crawlherd.request import Request
 
 __all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "AddressCheck", "BrowserFetcher", "find_chromium"]
@@ -151,10 +152,11 @@ class BrowserFetcher:
     - ``wait_until``: when navigation counts as done (``networkidle`` waits for 500 ms without traffic).
     - ``wait_for``: a selector that must be attached before the HTML is taken (a request's
       ``meta["wait_for"]`` overrides it); it never appearing is a FetchTimeoutError.
-    - ``screenshot``: a full-page PNG in ``Response.screenshot`` (``meta["screenshot"]`` overrides).
+    - ``screenshot``: a full-page PNG in ``Response.screenshot`` (``meta["crawlherd.screenshot"]``, as
+      ``CrawlerRunConfig(screenshot=True)`` sets it, or ``meta["screenshot"]`` overrides).
     - ``block_resource_types``: Playwright resource types to refuse (e.g. ``("image", "media", "font")``).
     - ``address_check``: replaces the default guard (:func:`crawlherd.fetch.guard.check_address` with
-      ``limits.allow_private_addresses``) for every request the page makes.
+      ``limits.allow_private_addresses`` and ``limits.allowed_networks``) for every request the page makes.
 
     The browser is launched by ``__aenter__`` (or the first fetch) and closed by :meth:`close`.
     Pages are pooled (blanked and reused after a clean fetch, closed after a failed one). Only GET
@@ -203,6 +205,7 @@ class BrowserFetcher:
         self.block_resource_types = blocked
         self.extra_args = tuple(extra_args)
         self.launch_timeout = launch_timeout
+        self._networks = parse_networks(self.limits.allowed_networks)
         self._address_check: AddressCheck = address_check or self._default_check
         self._semaphore = asyncio.Semaphore(max_pages)
         self._start_lock = asyncio.Lock()
@@ -213,9 +216,14 @@ class BrowserFetcher:
         self.pages_open = 0
         self._idle_pages: list[Any] = []
         self._page_states: dict[Any, _PageState] = {}
+        #: The per-host send gate (see :class:`~crawlherd.fetch.base.Fetcher`): awaited right before
+        #: each navigation -- every redirect hop too -- once the page is ready.
+        self.send_gate: SendGate | None = None
 
     async def _default_check(self, host: str, port: int, url: str) -> None:
-        await check_address(host, port, url=url, allow_private=self.limits.allow_private_addresses)
+        await check_address(
+            host, port, url=url, allow_private=self.limits.allow_private_addresses, allowed_networks=self._networks
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -302,15 +310,16 @@ class BrowserFetcher:
             raise
         if self._browser is None or not self._browser.is_connected():
             await self.start()
+        total = Timeouts.of(request, self.limits).total
         async with self._semaphore:
             started = time.monotonic()
-            state = _PageState(deadline=started + self.limits.total_timeout)
+            state = _PageState(deadline=started + total)
             try:
-                async with asyncio.timeout(self.limits.total_timeout):
+                async with asyncio.timeout(total):
                     return await self._render(request, state, started)
             except TimeoutError:
                 raise FetchTimeoutError(
-                    f"{url}: the page was not ready within total_timeout={self.limits.total_timeout:g}s "
+                    f"{url}: the page was not ready within total_timeout={total:g}s "
                     f"(while {state.stage})",
                     url=url,
                     request=request,
@@ -374,6 +383,9 @@ class BrowserFetcher:
             response: Any = None
             while True:
                 state.redirect_to = None
+                if self.send_gate is not None:
+                    state.stage = "waiting for the send gate"
+                    await pass_gate(self.send_gate, hop_host(url) if hops else request.host)
                 state.stage = f"loading {url}"
                 try:
                     response = await page.goto(url, wait_until=self.wait_until, timeout=state.timeout_ms())
@@ -443,7 +455,7 @@ class BrowserFetcher:
             )
         shot = None
         state.stage = "taking the screenshot"
-        if request.meta.get("screenshot", self.screenshot):
+        if request.meta.get("crawlherd.screenshot", request.meta.get("screenshot", self.screenshot)):
             shot = await page.screenshot(full_page=True, type="png", timeout=state.timeout_ms())
         return Response(
             url=page.url,

@@ -22,7 +22,7 @@ import contextvars
 import socket
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urljoin
 
@@ -38,10 +38,10 @@ from crawlherd.errors import (
     FetchTimeoutError,
     TooManyRedirectsError,
 )
-from crawlherd.fetch.base import FetchLimits, Response
+from crawlherd.fetch.base import FetchLimits, Response, Timeouts
+from crawlherd.fetch.gate import SendGate, hop_host
 from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
 from crawlherd.request import Request
-from crawlherd.url import canonicalize_url, host_of
 
 __all__ = ["HttpFetcher"]
 
@@ -67,11 +67,6 @@ class _GuardedResolver(AbstractResolver):
 
     async def close(self) -> None:
         await self._inner.close()
-
-
-#: Called with the host (``host[:port]``) right before a request is written; returns None to send at
-#: once, or an awaitable to wait on first.
-SendGate = Callable[[str], Awaitable[None] | None]
 
 
 # The politeness key (``host[:port]``, as the frontier spells it) of the hop being sent, per task.
@@ -133,8 +128,8 @@ class HttpFetcher:
         self._watchdog: asyncio.Task[None] | None = None
         self._tick = min(1.0, max(0.05, self.limits.read_timeout / 10))
         #: Consulted with the host (``host[:port]``, the frontier's key) right before each request --
-        #: every redirect hop too -- is written to its connection (see SendGate). Set it before the
-        #: first fetch; the Crawler uses it to space requests to a host at the moment they leave.
+        #: every redirect hop too -- is written to its connection (see SendGate). The Crawler uses it
+        #: to space requests to a host at the moment they leave.
         self.send_gate: SendGate | None = None
 
     def __repr__(self) -> str:
@@ -167,7 +162,7 @@ class HttpFetcher:
             timeout=self._default_timeout,
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
-            request_class=_gated_request_class(self) if self.send_gate is not None else aiohttp.ClientRequest,
+            request_class=_gated_request_class(self),
         )
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_reads(), name="crawlherd-read-watchdog")
         return session
@@ -215,15 +210,10 @@ class HttpFetcher:
         limits = self.limits
         timeout = self._default_timeout
         read_timeout = limits.read_timeout
-        if request.meta:
-            t = request.meta.get("crawlherd.timeouts")
-            if t:
-                read_timeout = float(t.get("read") or read_timeout)
-                timeout = self._timeout(
-                    float(t.get("connect") or limits.connect_timeout),
-                    read_timeout,
-                    float(t.get("total") or limits.total_timeout),
-                )
+        if request.meta and request.meta.get("crawlherd.timeouts"):
+            t = Timeouts.of(request, limits)
+            read_timeout = t.read
+            timeout = self._timeout(t.connect, t.read, t.total)
         task = asyncio.current_task()
         if task is None:
             raise FetchError("HttpFetcher.fetch must run inside an asyncio task", url=request.url, request=request)
@@ -243,7 +233,7 @@ class HttpFetcher:
                         self._guard_literal(url)
                     progress[0] = time.monotonic()
                     if gated:
-                        _HOP_HOST.set(request.host if not redirects else host_of(canonicalize_url(url)))
+                        _HOP_HOST.set(request.host if not redirects else hop_host(url))
                     async with session.request(
                         method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
                     ) as resp:
