@@ -92,11 +92,9 @@ class CrawlStream(AsyncIterator[CrawlResult]):
     ) -> None:
         self._run = run
         self._dispatcher = dispatcher
-        self._process = process
-        self._gate = gate
-        self._clock = clock
-        self._registry = registry
         self._pending: deque[CrawlResult] = deque(first)
+        # what the crawler lends the stream: its fetch step, send gate, clock, and set of open streams
+        self._process, self._gate, self._clock, self._registry = process, gate, clock, registry
         self._source: AsyncIterator[CrawlResult] | None = None
         self._limiter: RateLimiter | None = None
         self._closed = False

@@ -18,18 +18,10 @@ from crawlherd.fetch.mock import MockFetcher, MockHandler, MockResponse
 
 _LAZY = {"HttpFetcher": "crawlherd.fetch.http", "BrowserFetcher": "crawlherd.fetch.browser"}
 
-__all__ = [
-    "DEFAULT_CONTENT_TYPES",
-    "BrowserFetcher",
-    "FetchLimits",
-    "Fetcher",
-    "HostGate",
-    "HttpFetcher",
-    "MockFetcher",
-    "MockHandler",
-    "MockResponse",
-    "Response",
-    "SendGate",
+__all__ = [  # grouped: the protocol and its types, the fetchers, the gate
+    "DEFAULT_CONTENT_TYPES", "FetchLimits", "Fetcher", "Response",
+    "BrowserFetcher", "HttpFetcher", "MockFetcher", "MockHandler", "MockResponse",
+    "HostGate", "SendGate",
 ]
 
 

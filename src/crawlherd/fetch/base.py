@@ -24,13 +24,9 @@ from crawlherd.request import Request
 
 __all__ = ["DEFAULT_CONTENT_TYPES", "FetchLimits", "Fetcher", "Response", "Timeouts"]
 
+#: What fetchers accept by default: HTML and XHTML, plain text, JSON and XML.
 DEFAULT_CONTENT_TYPES: tuple[str, ...] = (
-    "text/html",
-    "application/xhtml+xml",
-    "text/plain",
-    "application/json",
-    "application/xml",
-    "text/xml",
+    "text/html", "application/xhtml+xml", "text/plain", "application/json", "application/xml", "text/xml",
 )
 
 
