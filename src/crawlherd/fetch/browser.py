@@ -4,8 +4,9 @@ The browser never touches the network by itself: every request the page makes go
 handler that runs the address guard on its URL and fetches it through Playwright's request context
 with redirects turned off, so each redirect hop is checked too. The main document must pass the
 content-type allow-list and the body-size limit before the browser sees it; its redirects are
-followed (and counted against ``max_redirects``) by this fetcher, one navigation per hop. The whole
-fetch runs under ``total_timeout``; the rendered HTML is held to ``max_body_size`` as well.
+followed (and counted against ``max_redirects``) by this fetcher, one navigation per hop, each after
+the send gate. The whole fetch runs under ``total_timeout`` (or the request's
+``meta["crawlherd.timeouts"]["total"]``); the rendered HTML is held to ``max_body_size`` as well.
 
 Which Chromium: the ``executable_path`` option, else ``$CRAWLHERD_CHROMIUM``, else ``/usr/bin/chromium``,
 else ``chromium`` / ``chromium-browser`` on ``PATH``. crawlherd never downloads a browser
