@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from crawlherd.content_type import HasBody
 from crawlherd.request import Request
 
 __all__ = ["CrawlResult", "DispatchInfo"]
@@ -44,14 +45,15 @@ class DispatchInfo:
 
 
 @dataclass(slots=True)
-class CrawlResult:
+class CrawlResult(HasBody):
     """The outcome of one URL.
 
     ``success`` is True for a fetched page with a status below 400. ``status_code`` is None when no
     response arrived (timeout, refused address, reset ...); ``error_message`` then says why, and
     ``error_type`` names the crawlherd error class. ``url`` is the URL as asked for, ``final_url`` the
     one after redirects. ``elapsed`` is the fetch time in seconds; ``dispatch`` the dispatcher's
-    record (timing, memory, retries).
+    record (timing, memory, retries). ``text`` and ``content_type`` come from
+    :class:`~crawlherd.content_type.HasBody`.
     """
 
     url: str
@@ -70,15 +72,6 @@ class CrawlResult:
     screenshot: bytes | None = None
     request: Request | None = None
     dispatch: DispatchInfo | None = None
-
-    @property
-    def text(self) -> str:
-        """The body decoded with the response's charset (undecodable bytes replaced)."""
-        return self.body.decode(self.encoding, errors="replace")
-
-    @property
-    def content_type(self) -> str:
-        return self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
     def to_dict(self, *, body: bool = False) -> dict[str, Any]:
         """A JSON-safe dict (the body only when asked for, as text)."""

@@ -11,8 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 
 from crawlherd import Crawler, CrawlerMonitor, CrawlerRunConfig, RateLimiter, SemaphoreDispatcher
-from crawlherd.fetch.base import FetchLimits, Response
-from crawlherd.request import Request
+from crawlherd.fetch import MockFetcher, MockResponse
 from tests.servers.misbehaving import Hit, MisbehavingServer
 from tests.servers.timestamping import Stamp, TimestampingServer
 
@@ -256,31 +255,8 @@ async def test_run_config_headers_reach_the_server(server: MisbehavingServer, cr
     assert r.request.meta["crawlherd.timeouts"]["total"] == 5
 
 
-class EchoFetcher:
-    """A fetcher of our own: the Crawler takes any object with the Fetcher protocol."""
-
-    limits = FetchLimits()
-
-    def __init__(self) -> None:
-        self.entered = self.closed = False
-
-    async def __aenter__(self) -> EchoFetcher:
-        self.entered = True
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        self.closed = True
-
-    async def fetch(self, request: Request) -> Response:
-        return Response(url=request.url, status=200, headers={"content-type": "text/html"},
-                        body=b"<a href='/x'>x</a>", request=request)
-
-
 async def test_crawler_takes_a_fetcher_instance() -> None:
-    fetcher = EchoFetcher()
+    fetcher = MockFetcher(lambda request: MockResponse(200, "<a href='/x'>x</a>", content_type="text/html"))
     async with Crawler(fetcher=fetcher) as crawler:
         assert fetcher.entered
         results = await crawler.crawl(["http://site.example/"], max_pages=2, max_depth=1, delay=0, stream=False)
@@ -292,11 +268,11 @@ async def test_a_stream_closed_before_iterating_releases_its_frontier(
     server: MisbehavingServer, crawler: Crawler
 ) -> None:
     stream = await crawler.crawl([server.url + "/page/1"], max_pages=5, max_depth=2, delay=0.5)
-    assert crawler._gate_delay == 0.5
+    assert crawler.gate.delay == 0.5
     frontier = stream._run.frontier
     await stream.aclose()
     assert frontier._closed  # type: ignore[attr-defined]
-    assert crawler._gate_delay == 0.0 and not crawler._active_delays
+    assert crawler.gate.delay == 0.0 and not crawler.gate.delays
     assert server.hits == []
 
 

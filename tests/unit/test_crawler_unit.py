@@ -1,13 +1,16 @@
-"""Crawler logic with a fetcher double (no network): link following, domains, depth, cache, input."""
+"""Crawler logic with a MockFetcher (no network): link following, domains, depth, cache, input."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
 from crawlherd import Crawler, CrawlerRunConfig, Request
-from crawlherd.crawler import extract_links
+from crawlherd.clock import FakeClock
 from crawlherd.errors import ConfigurationError
-from crawlherd.fetch.base import FetchLimits, Response
+from crawlherd.extract.links import extract_links
+from crawlherd.fetch import FetchLimits, HostGate, MockFetcher, MockResponse
 
 PAGE = (
     b"<html><body><a href='http://other.example/a'>o</a> <a href='http://sub.site.example/b'>s</a>"
@@ -15,23 +18,9 @@ PAGE = (
 )
 
 
-class LinkFetcher:
-    limits = FetchLimits()
-
-    def __init__(self) -> None:
-        self.fetched: list[str] = []
-
-    async def __aenter__(self) -> LinkFetcher:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def fetch(self, request: Request) -> Response:
-        self.fetched.append(request.url)
-        return Response(url=request.url, status=200, headers={"content-type": "text/html; charset=utf-8"},
-                        body=PAGE, request=request)
+def link_fetcher() -> MockFetcher:
+    """Every URL answers the same page of links."""
+    return MockFetcher(lambda request: MockResponse(200, PAGE, content_type="text/html; charset=utf-8"))
 
 
 def test_extract_links() -> None:
@@ -40,7 +29,7 @@ def test_extract_links() -> None:
 
 
 async def test_default_domains_are_the_seeds_hosts_and_subdomains() -> None:
-    f = LinkFetcher()
+    f = link_fetcher()
     async with Crawler(fetcher=f) as crawler:
         results = await crawler.crawl(["http://site.example/"], max_pages=10, max_depth=1, delay=0, stream=False)
     assert sorted(r.url for r in results) == [
@@ -50,7 +39,7 @@ async def test_default_domains_are_the_seeds_hosts_and_subdomains() -> None:
 
 
 async def test_allowed_domains_star_and_explicit() -> None:
-    async with Crawler(fetcher=LinkFetcher()) as crawler:
+    async with Crawler(fetcher=link_fetcher()) as crawler:
         anywhere = await crawler.crawl(
             ["http://site.example/"], max_pages=10, max_depth=1, delay=0, allowed_domains=["*"], stream=False
         )
@@ -63,22 +52,22 @@ async def test_allowed_domains_star_and_explicit() -> None:
 
 
 async def test_max_pages_counts_queued_pages() -> None:
-    async with Crawler(fetcher=LinkFetcher()) as crawler:
+    async with Crawler(fetcher=link_fetcher()) as crawler:
         results = await crawler.crawl(["http://site.example/"], max_pages=2, max_depth=5, delay=0, stream=False)
     assert len(results) == 2
 
 
 async def test_cache_refresh_updates_and_enabled_reads() -> None:
-    f = LinkFetcher()
+    f = link_fetcher()
     async with Crawler(fetcher=f) as crawler:
         await crawler.arun("http://site.example/", CrawlerRunConfig(cache_mode="refresh"))
         await crawler.arun("http://site.example/", CrawlerRunConfig(cache_mode="refresh"))
         hit = await crawler.arun("http://site.example/", CrawlerRunConfig(cache_mode="enabled"))
-    assert len(f.fetched) == 2 and hit.success and hit.body == PAGE
+    assert len(f.requests) == 2 and hit.success and hit.body == PAGE
 
 
 async def test_requests_keep_their_own_headers_over_the_run_config() -> None:
-    f = LinkFetcher()
+    f = link_fetcher()
     async with Crawler(fetcher=f) as crawler:
         results = await crawler.arun_many(
             [Request("http://site.example/", headers={"X-A": "mine"})],
@@ -88,7 +77,7 @@ async def test_requests_keep_their_own_headers_over_the_run_config() -> None:
 
 
 async def test_bad_input_is_refused_clearly() -> None:
-    async with Crawler(fetcher=LinkFetcher()) as crawler:
+    async with Crawler(fetcher=link_fetcher()) as crawler:
         with pytest.raises(ConfigurationError, match="arun_many takes a list"):
             await crawler.arun_many("http://site.example/")  # type: ignore[call-overload]
         with pytest.raises(ConfigurationError, match="max_pages"):
@@ -98,4 +87,33 @@ async def test_bad_input_is_refused_clearly() -> None:
     with pytest.raises(ConfigurationError, match="cache_mode"):
         CrawlerRunConfig(cache_mode="sometimes")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="not both"):
-        Crawler(fetcher=LinkFetcher(), allow_private_addresses=True)
+        Crawler(fetcher=link_fetcher(), allow_private_addresses=True)
+
+
+async def test_a_fetcher_without_a_send_gate_is_refused_clearly() -> None:
+    class NoGate:
+        limits = FetchLimits()
+
+    with pytest.raises(ConfigurationError, match="send_gate"):
+        Crawler(fetcher=NoGate())  # type: ignore[arg-type]
+
+
+async def test_the_crawler_sets_its_gate_on_the_fetcher_and_spaces_sends_by_the_crawl_delay() -> None:
+    clock = FakeClock()
+    f = link_fetcher()
+    crawler = Crawler(fetcher=f, clock=clock)
+    gate: HostGate = crawler.gate
+    assert f.send_gate == gate
+    gate.hold(2.0)
+    first = gate("site.example")
+    assert first is not None
+    await first  # the first send claims the host's slot at once ...
+    second = gate("site.example")
+    assert second is not None
+    waiting = asyncio.ensure_future(second)
+    await asyncio.sleep(0)
+    assert not waiting.done()  # ... the next waits out the delay on the clock
+    clock.advance(2.0)
+    await waiting
+    gate.release(2.0)
+    assert gate("site.example") is None

@@ -316,3 +316,24 @@ async def test_a_lease_that_expired_mid_fetch_does_not_end_the_run(caplog: pytes
     assert not runner.done()  # and the run goes on
     await frontier.ack(other)
     await runner
+
+
+def test_the_monitor_and_the_dispatcher_share_one_memory_reader(tmp_path: Path) -> None:
+    (tmp_path / "memory.max").write_text("1000\n")
+    (tmp_path / "memory.current").write_text("400\n")
+    reader = SystemMemory(tmp_path)
+    monitor = CrawlerMonitor(enable_ui=False, system_memory=reader)
+    d = MemoryAdaptiveDispatcher(monitor=monitor)
+    assert d.memory_reader is reader
+    d.check_memory(0.0)
+    assert d.last_reading == pytest.approx(40.0)
+    assert "40% of cgroup v2" in str(_render_text(monitor, reader))
+
+
+def _render_text(monitor: CrawlerMonitor, reader: SystemMemory) -> str:
+    from rich.console import Console
+
+    monitor.memory_percent = reader()
+    console = Console(record=True, width=120)
+    console.print(monitor.render())
+    return console.export_text()

@@ -1,4 +1,4 @@
-"""RobotsCache with a fetcher double: RFC 9309 status handling, caching, single flight, Crawl-delay."""
+"""RobotsCache with a MockFetcher: RFC 9309 status handling, caching, single flight, Crawl-delay."""
 
 from __future__ import annotations
 
@@ -8,34 +8,30 @@ import pytest
 
 from crawlherd.clock import FakeClock
 from crawlherd.errors import ContentTypeError, FetchError
-from crawlherd.fetch.base import FetchLimits, Response
+from crawlherd.fetch import FetchLimits, MockFetcher, MockResponse
 from crawlherd.fetch.robots import RobotsCache
 from crawlherd.request import Request
 
 
-class RobotsFetcher:
-    limits = FetchLimits(user_agent="crawlherd-test")
+class RobotsFetcher(MockFetcher):
+    """A MockFetcher answering robots.txt with ``status`` and ``text`` (or raising ``error``); ``gate``,
+    when set, holds every answer until it is set."""
 
     def __init__(self, status: int = 200, text: str = "", error: FetchError | None = None) -> None:
+        super().__init__(self._answer, FetchLimits(user_agent="crawlherd-test"))
         self.status, self.text, self.error = status, text, error
-        self.calls: list[str] = []
         self.gate: asyncio.Event | None = None
 
-    async def __aenter__(self) -> RobotsFetcher:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def fetch(self, request: Request) -> Response:
-        self.calls.append(request.url)
+    async def _answer(self, request: Request) -> MockResponse:
         if self.gate is not None:
             await self.gate.wait()
         if self.error is not None:
             raise self.error
-        return Response(url=request.url, status=self.status, headers={"content-type": "text/plain"},
-                        body=self.text.encode(), request=request)
+        return MockResponse(self.status, self.text, content_type="text/plain")
+
+    @property
+    def calls(self) -> list[str]:
+        return self.urls
 
 
 ROBOTS = "User-agent: *\nDisallow: /private\nCrawl-delay: 4\n\nUser-agent: other\nDisallow: /\n"

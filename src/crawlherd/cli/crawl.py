@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import IO
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING
 
 import click
 
 from crawlherd.errors import CrawlherdError
+
+if TYPE_CHECKING:
+    from crawlherd.crawler import CrawlerRunConfig
+    from crawlherd.fetch.base import FetchLimits
 
 __all__ = ["crawl"]
 
@@ -97,16 +102,24 @@ def crawl(
         delay=delay,
         respect_robots=respect_robots,
     )
-    concurrency, per_host, delay = settings.concurrency, settings.max_in_flight_per_host, settings.delay
-    respect_robots = settings.respect_robots
-    allow_private = allow_private or settings.allow_private_addresses
+    from crawlherd.crawler import CrawlerRunConfig
+    from crawlherd.fetch.base import FetchLimits
+
+    defaults = FetchLimits()
+    limits = FetchLimits(
+        user_agent=settings.user_agent,
+        allow_private_addresses=allow_private or settings.allow_private_addresses,
+        total_timeout=timeout,
+        read_timeout=min(timeout, defaults.read_timeout),
+        connect_timeout=min(timeout, defaults.connect_timeout),
+    )
+    config = CrawlerRunConfig(check_robots_txt=settings.respect_robots, concurrency=settings.concurrency)
     try:
         summary = asyncio.run(
             _crawl(
-                list(urls), max_pages=max_pages, max_depth=max_depth, concurrency=concurrency, per_host=per_host,
-                delay=delay, respect_robots=respect_robots, allow_private=allow_private, domains=domains,
-                timeout=timeout, output=output, with_body=with_body, frontier=frontier, progress=progress,
-                user_agent=settings.user_agent,
+                list(urls), limits, config, max_pages=max_pages, max_depth=max_depth, domains=domains,
+                frontier=frontier, delay=settings.delay, per_host=settings.max_in_flight_per_host,
+                output=output, with_body=with_body, progress=progress,
             )
         )
     except CrawlherdError as exc:
@@ -114,54 +127,49 @@ def crawl(
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
-    ok = int(summary["ok"])  # type: ignore[call-overload]
-    total = int(summary["total"])  # type: ignore[call-overload]
+    ok, total = summary.ok, summary.total
     click.echo(
-        f"crawled {total} page(s): {ok} ok, {total - ok} failed in {summary['elapsed']:.1f} s "
-        f"({summary['rate']:.1f} pages/s)",
+        f"crawled {total} page(s): {ok} ok, {total - ok} failed in {summary.elapsed:.1f} s "
+        f"({summary.rate:.1f} pages/s)",
         err=True,
     )
-    statuses: dict[str, int] = summary["statuses"]  # type: ignore[assignment]
-    for label, count in sorted(statuses.items(), key=lambda kv: -kv[1]):
+    for label, count in sorted(summary.statuses.items(), key=lambda kv: -kv[1]):
         click.echo(f"  {label}: {count}", err=True)
     if ok == 0:
         click.echo("nothing could be crawled", err=True)
         sys.exit(1)
 
 
+@dataclass(frozen=True)
+class _Summary:
+    ok: int
+    total: int
+    elapsed: float
+    rate: float
+    statuses: dict[str, int]
+
+
 async def _crawl(
     urls: list[str],
+    limits: FetchLimits,
+    config: CrawlerRunConfig,
     *,
     max_pages: int,
     max_depth: int,
-    concurrency: int,
-    per_host: int,
-    delay: float,
-    respect_robots: bool,
-    allow_private: bool,
     domains: tuple[str, ...],
-    timeout: float,
+    frontier: str,
+    delay: float,
+    per_host: int,
     output: IO[str] | None,
     with_body: bool,
-    frontier: str,
     progress: bool | None,
-    user_agent: str,
-) -> dict[str, object]:
+) -> _Summary:
     from collections import Counter
 
-    from crawlherd.crawler import Crawler, CrawlerRunConfig
+    from crawlherd.crawler import Crawler
     from crawlherd.dispatch import CrawlerMonitor, RateLimiter, SemaphoreDispatcher
-    from crawlherd.fetch.base import FetchLimits
 
-    defaults = FetchLimits()
-    limits = FetchLimits(
-        user_agent=user_agent,
-        allow_private_addresses=allow_private,
-        total_timeout=timeout,
-        read_timeout=min(timeout, defaults.read_timeout),
-        connect_timeout=min(timeout, defaults.connect_timeout),
-    )
-    config = CrawlerRunConfig(check_robots_txt=respect_robots, concurrency=concurrency)
+    concurrency = config.concurrency
     monitor = CrawlerMonitor(enable_ui=progress, concurrency=concurrency)
     dispatcher = SemaphoreDispatcher(
         concurrency, rate_limiter=RateLimiter(base_delay=(0.0, 0.0)), monitor=monitor
@@ -188,10 +196,4 @@ async def _crawl(
                 if output is not None:
                     output.write(json.dumps(result.to_dict(body=with_body), ensure_ascii=False) + "\n")
     stats = monitor.get_statistics()
-    return {
-        "ok": ok,
-        "total": total,
-        "elapsed": stats["elapsed"],
-        "rate": stats["pages_per_second"],
-        "statuses": dict(statuses),
-    }
+    return _Summary(ok, total, stats["elapsed"], stats["pages_per_second"], dict(statuses))

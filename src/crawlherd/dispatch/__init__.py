@@ -4,7 +4,8 @@ monitor. See :mod:`crawlherd.dispatch.base` for the protocol."""
 from __future__ import annotations
 
 from crawlherd.dispatch.base import Dispatcher, ProcessFn
-from crawlherd.dispatch.memory_adaptive import MemoryAdaptiveDispatcher, SystemMemory
+from crawlherd.dispatch.memory import ProcessMemory, SystemMemory
+from crawlherd.dispatch.memory_adaptive import MemoryAdaptiveDispatcher
 from crawlherd.dispatch.monitor import CrawlerMonitor
 from crawlherd.dispatch.rate_limiter import RateLimiter, parse_retry_after
 from crawlherd.dispatch.semaphore import SemaphoreDispatcher
@@ -14,6 +15,7 @@ __all__ = [
     "Dispatcher",
     "MemoryAdaptiveDispatcher",
     "ProcessFn",
+    "ProcessMemory",
     "RateLimiter",
     "SemaphoreDispatcher",
     "SystemMemory",

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from crawlherd.clock import Clock, SystemClock
-from crawlherd.dispatch.monitor import ProcessMemory
+from crawlherd.dispatch.memory import ProcessMemory
 from crawlherd.dispatch.rate_limiter import parse_retry_after
 from crawlherd.errors import LeaseError
 from crawlherd.frontier.base import Frontier, Lease

@@ -1,9 +1,9 @@
 """``MemoryAdaptiveDispatcher``: as many requests in flight as memory allows.
 
-Memory is read as a percentage of the **container's limit** when there is one (cgroup v2
-``memory.max``/``memory.current``, then cgroup v1 ``memory.limit_in_bytes``/``memory.usage_in_bytes``),
-else of the machine's memory (psutil). The reading is injectable (``memory_reader``) so tests drive it
-without allocating.
+Memory is read by :class:`~crawlherd.dispatch.memory.SystemMemory`: a percentage of the **container's
+limit** when there is one (cgroup v2, then v1), else of the machine's memory -- the same reader the
+monitor shows (with a monitor and no ``memory_reader``, the dispatcher uses the monitor's). The reading
+is injectable (``memory_reader``) so tests drive it without allocating.
 
 States, with hysteresis:
 
@@ -23,13 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
-
-import psutil
 
 from crawlherd.clock import Clock
 from crawlherd.dispatch.base import BaseDispatcher, _RunState
+from crawlherd.dispatch.memory import SystemMemory
 from crawlherd.errors import ConfigurationError, MemoryPressureError
 from crawlherd.frontier.base import Lease
 
@@ -37,54 +35,9 @@ if TYPE_CHECKING:
     from crawlherd.dispatch.monitor import CrawlerMonitor
     from crawlherd.dispatch.rate_limiter import RateLimiter
 
-__all__ = ["MemoryAdaptiveDispatcher", "SystemMemory"]
+__all__ = ["MemoryAdaptiveDispatcher"]
 
 State = Literal["normal", "pressure", "critical"]
-
-
-class SystemMemory:
-    """Memory in use, in percent of the container's limit (cgroup v2, then v1) or else of the
-    machine. ``SystemMemory(cgroup_root="/sys/fs/cgroup")``; call it for a reading."""
-
-    def __init__(self, cgroup_root: str | Path = "/sys/fs/cgroup") -> None:
-        self.root = Path(cgroup_root)
-        self.source, self._files = self._detect()
-
-    def _detect(self) -> tuple[str, tuple[Path, Path] | None]:
-        total = psutil.virtual_memory().total
-        v2 = (self.root / "memory.max", self.root / "memory.current")
-        v1 = (self.root / "memory" / "memory.limit_in_bytes", self.root / "memory" / "memory.usage_in_bytes")
-        for name, files in (("cgroup v2", v2), ("cgroup v1", v1)):
-            limit = _read_int(files[0])
-            # "max" (v2) or a huge number (v1: no limit set) means the machine's memory is the limit.
-            if limit is not None and 0 < limit < total and _read_int(files[1]) is not None:
-                return name, files
-        return "machine", None
-
-    @property
-    def limit(self) -> int:
-        """The limit readings are a percentage of, in bytes."""
-        if self._files is not None:
-            value = _read_int(self._files[0])
-            if value:
-                return value
-        return int(psutil.virtual_memory().total)
-
-    def __call__(self) -> float:
-        if self._files is not None:
-            limit = _read_int(self._files[0])
-            used = _read_int(self._files[1])
-            if limit and used is not None:
-                return 100.0 * used / limit
-        return float(psutil.virtual_memory().percent)
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
 
 
 class MemoryAdaptiveDispatcher(BaseDispatcher):
@@ -124,7 +77,9 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
         self.check_interval = check_interval
         self.max_session_permit = max_session_permit
         self.memory_wait_timeout = memory_wait_timeout
-        self.memory_reader: Callable[[], float] = memory_reader or SystemMemory()
+        if memory_reader is None:
+            memory_reader = monitor.system_memory if monitor is not None else SystemMemory()
+        self.memory_reader: Callable[[], float] = memory_reader
         if monitor is not None and monitor.concurrency is None:
             monitor.concurrency = max_session_permit
         self.state: State = "normal"

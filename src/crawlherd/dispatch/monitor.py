@@ -10,34 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
-import psutil
-
+from crawlherd.dispatch.memory import ProcessMemory, SystemMemory
 from crawlherd.result import CrawlResult
 
-__all__ = ["CrawlerMonitor", "ProcessMemory"]
-
-
-class ProcessMemory:
-    """This process's resident memory in bytes, read at most every ``interval`` seconds (a psutil
-    read costs tens of microseconds; the dispatcher asks twice per page)."""
-
-    def __init__(self, interval: float = 0.25) -> None:
-        self._process = psutil.Process()
-        self._interval = interval
-        self._at = -1e18
-        self._value = 0
-        self.peak = 0
-
-    def rss(self) -> int:
-        now = time.monotonic()
-        if now - self._at >= self._interval:
-            self._at = now
-            self._value = self._process.memory_info().rss
-            if self._value > self.peak:
-                self.peak = self._value
-        return self._value
+__all__ = ["CrawlerMonitor"]
 
 
 class CrawlerMonitor:
@@ -56,6 +35,7 @@ class CrawlerMonitor:
         console: Any = None,
         concurrency: int | None = None,
         memory: ProcessMemory | None = None,
+        system_memory: Callable[[], float] | None = None,
     ) -> None:
         if refresh_per_second <= 0:
             raise ValueError(f"refresh_per_second={refresh_per_second!r}: must be > 0")
@@ -64,6 +44,9 @@ class CrawlerMonitor:
         self._console = console
         self.concurrency = concurrency
         self.memory = memory or ProcessMemory()
+        #: Memory in use in percent of the container's limit or the machine (sampled by the timer).
+        self.system_memory: Callable[[], float] = system_memory or SystemMemory()
+        self.memory_percent: float | None = None
         self.completed = 0
         self.failed = 0
         self.retried = 0
@@ -149,7 +132,8 @@ class CrawlerMonitor:
 
     def get_statistics(self) -> dict[str, Any]:
         """A snapshot: completed, failed, retried, requeued, in_flight, queued, total, elapsed,
-        pages_per_second, status_counts, domain_counts, avg_memory, peak_memory (bytes), avg_duration
+        pages_per_second, status_counts, domain_counts, avg_memory, peak_memory (bytes, this process),
+        memory_percent (of the container's limit or the machine; None before the first sample), avg_duration
         and eta_seconds (None until it can be estimated)."""
         start = self._started_at
         end = self._stopped_at or time.perf_counter()
@@ -180,6 +164,7 @@ class CrawlerMonitor:
             "domain_counts": self.domain_counts,
             "avg_memory": self._mem_sum // self._mem_n if self._mem_n else 0,
             "peak_memory": max(self._mem_peak, self.memory.peak),
+            "memory_percent": self.memory_percent,
             "avg_duration": avg_duration,
             "eta_seconds": eta,
         }
@@ -213,6 +198,7 @@ class CrawlerMonitor:
         while True:
             await asyncio.sleep(1.0 / self._refresh)
             self.record_memory(self.memory.rss())
+            self.memory_percent = float(self.system_memory())
             if self._live is not None:
                 self._live.update(self.render())
 
@@ -241,7 +227,10 @@ class CrawlerMonitor:
         table.add_row("completed", f"{s['completed']}  failed {s['failed']}  retried {s['retried']}")
         table.add_row("in flight", f"{s['in_flight']}  queued {s['queued']}")
         table.add_row("pages/s", f"{s['pages_per_second']:.1f}  ETA {'-' if eta is None else f'{eta:.0f} s'}")
-        table.add_row("memory", f"avg {s['avg_memory'] / 2**20:.0f} MiB  peak {s['peak_memory'] / 2**20:.0f} MiB")
+        pct = s["memory_percent"]
+        limit = "" if pct is None else f"  {pct:.0f}% of {getattr(self.system_memory, 'source', 'the limit')}"
+        rss = f"avg {s['avg_memory'] / 2**20:.0f} MiB  peak {s['peak_memory'] / 2**20:.0f} MiB"
+        table.add_row("memory", rss + limit)
         statuses = sorted(s["status_counts"].items(), key=lambda kv: -kv[1])[:6]
         table.add_row("status", "  ".join(f"{k}:{v}" for k, v in statuses) or "-")
         domains = sorted(s["domain_counts"].items(), key=lambda kv: -kv[1])[:5]

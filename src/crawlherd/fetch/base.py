@@ -4,9 +4,11 @@ Every fetcher (``HttpFetcher`` on aiohttp, ``BrowserFetcher`` on Playwright + sy
 enforces the same :class:`FetchLimits`: timeouts, maximum body size, maximum redirects, a content-type
 allow-list and the address guard (:mod:`crawlherd.fetch.guard`).
 
+Every fetcher also honours a per-host send gate (``send_gate``, :mod:`crawlherd.fetch.gate`).
+
 Per-request overrides travel in ``Request.meta`` (JSON-safe, so they survive a persistent frontier):
-``"crawlherd.timeouts": {"connect": s, "read": s, "total": s}`` and ``"crawlherd.screenshot": True``
-(browser fetchers). ``Request.headers`` are sent on top of the fetcher's own.
+``"crawlherd.timeouts": {"connect": s, "read": s, "total": s}`` (read with :meth:`Timeouts.of`) and
+``"crawlherd.screenshot": True`` (browser fetchers). ``Request.headers`` are sent on top of the fetcher's own.
 """
 
 from __future__ import annotations
@@ -15,18 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from crawlherd.errors import ConfigurationError
+from crawlherd.content_type import HasBody, media_type
+from crawlherd.errors import ConfigurationError, ContentTypeError
+from crawlherd.fetch.gate import SendGate
 from crawlherd.request import Request
 
-__all__ = ["DEFAULT_CONTENT_TYPES", "FetchLimits", "Fetcher", "Response"]
+__all__ = ["DEFAULT_CONTENT_TYPES", "FetchLimits", "Fetcher", "Response", "Timeouts"]
 
+#: What fetchers accept by default: HTML and XHTML, plain text, JSON and XML.
 DEFAULT_CONTENT_TYPES: tuple[str, ...] = (
-    "text/html",
-    "application/xhtml+xml",
-    "text/plain",
-    "application/json",
-    "application/xml",
-    "text/xml",
+    "text/html", "application/xhtml+xml", "text/plain", "application/json", "application/xml", "text/xml",
 )
 
 
@@ -60,10 +60,44 @@ class FetchLimits:
         except ValueError as exc:
             raise ConfigurationError(f"FetchLimits.allowed_networks: {exc}") from None
 
+    def check_content_type(self, content_type: str, *, url: str, request: Request | None = None) -> None:
+        """Raise ContentTypeError when the media type of ``content_type`` (a header value) is not in
+        ``allowed_content_types``. Every fetcher calls it on a final response below 400; nothing
+        declared passes (the caller then sees an empty content type), as does anything when the
+        allow-list is empty."""
+        allowed = self.allowed_content_types
+        mime = media_type(content_type)
+        if allowed and mime and mime not in allowed:
+            raise ContentTypeError(
+                f"{url}: content type {mime!r} is not allowed (allowed: {', '.join(allowed)})", url=url, request=request
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """The timeouts of one request, in seconds: the limits', with ``meta["crawlherd.timeouts"]`` over them."""
+
+    connect: float
+    read: float
+    total: float
+
+    @classmethod
+    def of(cls, request: Request, limits: FetchLimits) -> Timeouts:
+        t = request.meta.get("crawlherd.timeouts") if request.meta else None
+        if not t:
+            return cls(limits.connect_timeout, limits.read_timeout, limits.total_timeout)
+        return cls(
+            float(t.get("connect") or limits.connect_timeout),
+            float(t.get("read") or limits.read_timeout),
+            float(t.get("total") or limits.total_timeout),
+        )
+
 
 @dataclass(slots=True)
-class Response:
-    """What a fetch returned. ``url`` is the final URL after redirects; ``headers`` keys are lower-case."""
+class Response(HasBody):
+    """What a fetch returned. ``url`` is the final URL after redirects; ``headers`` keys are lower-case;
+    ``encoding`` the charset of the ``content-type`` header (:func:`crawlherd.content_type.charset_of`).
+    ``text`` and ``content_type`` come from :class:`~crawlherd.content_type.HasBody`."""
 
     url: str
     status: int
@@ -75,20 +109,20 @@ class Response:
     screenshot: bytes | None = None
     encoding: str = field(default="utf-8")
 
-    @property
-    def text(self) -> str:
-        return self.body.decode(self.encoding, errors="replace")
-
-    @property
-    def content_type(self) -> str:
-        return self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-
 
 @runtime_checkable
 class Fetcher(Protocol):
-    """Fetches one request. An async context manager; ``close`` releases its pool / browser."""
+    """Fetches one request. An async context manager; ``close`` releases its pool / browser.
+
+    ``send_gate`` (None by default) is the per-host send gate (:mod:`crawlherd.fetch.gate`): when set,
+    the fetcher awaits :func:`~crawlherd.fetch.gate.pass_gate` with the request's politeness key
+    (``Request.host``; for a redirect hop, the key of that hop's URL) as late as it can before each
+    request -- every redirect hop too -- is sent. The :class:`~crawlherd.crawler.Crawler` sets it
+    before the first fetch.
+    """
 
     limits: FetchLimits
+    send_gate: SendGate | None
 
     async def __aenter__(self) -> Fetcher: ...
 

@@ -4,8 +4,9 @@ The browser never touches the network by itself: every request the page makes go
 handler that runs the address guard on its URL and fetches it through Playwright's request context
 with redirects turned off, so each redirect hop is checked too. The main document must pass the
 content-type allow-list and the body-size limit before the browser sees it; its redirects are
-followed (and counted against ``max_redirects``) by this fetcher, one navigation per hop. The whole
-fetch runs under ``total_timeout``; the rendered HTML is held to ``max_body_size`` as well.
+followed (and counted against ``max_redirects``) by this fetcher, one navigation per hop, each after
+the send gate. The whole fetch runs under ``total_timeout`` (or the request's
+``meta["crawlherd.timeouts"]["total"]``); the rendered HTML is held to ``max_body_size`` as well.
 
 Which Chromium: the ``executable_path`` option, else ``$CRAWLHERD_CHROMIUM``, else ``/usr/bin/chromium``,
 else ``chromium`` / ``chromium-browser`` on ``PATH``. crawlherd never downloads a browser
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from crawlherd.content_type import charset_of, media_type
 from crawlherd.errors import (
     AddressNotAllowedError,
     BodyTooLargeError,
@@ -35,8 +37,9 @@ from crawlherd.errors import (
     FetchTimeoutError,
     TooManyRedirectsError,
 )
-from crawlherd.fetch.base import FetchLimits, Response
-from crawlherd.fetch.guard import check_address
+from crawlherd.fetch.base import FetchLimits, Response, Timeouts
+from crawlherd.fetch.gate import SendGate, hop_host, pass_gate
+from crawlherd.fetch.guard import check_address, parse_networks
 from crawlherd.request import Request
 
 __all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "AddressCheck", "BrowserFetcher", "find_chromium"]
@@ -113,18 +116,6 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _mime(content_type: str) -> str:
-    return content_type.split(";", 1)[0].strip().lower()
-
-
-def _charset(content_type: str) -> str:
-    for part in content_type.split(";")[1:]:
-        key, _, value = part.partition("=")
-        if key.strip().lower() == "charset" and value.strip():
-            return value.strip().strip('"')
-    return "utf-8"
-
-
 def _host_port(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
@@ -162,10 +153,11 @@ class BrowserFetcher:
     - ``wait_until``: when navigation counts as done (``networkidle`` waits for 500 ms without traffic).
     - ``wait_for``: a selector that must be attached before the HTML is taken (a request's
       ``meta["wait_for"]`` overrides it); it never appearing is a FetchTimeoutError.
-    - ``screenshot``: a full-page PNG in ``Response.screenshot`` (``meta["screenshot"]`` overrides).
+    - ``screenshot``: a full-page PNG in ``Response.screenshot`` (``meta["crawlherd.screenshot"]``, as
+      ``CrawlerRunConfig(screenshot=True)`` sets it, or ``meta["screenshot"]`` overrides).
     - ``block_resource_types``: Playwright resource types to refuse (e.g. ``("image", "media", "font")``).
     - ``address_check``: replaces the default guard (:func:`crawlherd.fetch.guard.check_address` with
-      ``limits.allow_private_addresses``) for every request the page makes.
+      ``limits.allow_private_addresses`` and ``limits.allowed_networks``) for every request the page makes.
 
     The browser is launched by ``__aenter__`` (or the first fetch) and closed by :meth:`close`.
     Pages are pooled (blanked and reused after a clean fetch, closed after a failed one). Only GET
@@ -214,6 +206,7 @@ class BrowserFetcher:
         self.block_resource_types = blocked
         self.extra_args = tuple(extra_args)
         self.launch_timeout = launch_timeout
+        self._networks = parse_networks(self.limits.allowed_networks)
         self._address_check: AddressCheck = address_check or self._default_check
         self._semaphore = asyncio.Semaphore(max_pages)
         self._start_lock = asyncio.Lock()
@@ -224,9 +217,14 @@ class BrowserFetcher:
         self.pages_open = 0
         self._idle_pages: list[Any] = []
         self._page_states: dict[Any, _PageState] = {}
+        #: The per-host send gate (see :class:`~crawlherd.fetch.base.Fetcher`): awaited right before
+        #: each navigation -- every redirect hop too -- once the page is ready.
+        self.send_gate: SendGate | None = None
 
     async def _default_check(self, host: str, port: int, url: str) -> None:
-        await check_address(host, port, url=url, allow_private=self.limits.allow_private_addresses)
+        await check_address(
+            host, port, url=url, allow_private=self.limits.allow_private_addresses, allowed_networks=self._networks
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -313,15 +311,16 @@ class BrowserFetcher:
             raise
         if self._browser is None or not self._browser.is_connected():
             await self.start()
+        total = Timeouts.of(request, self.limits).total
         async with self._semaphore:
             started = time.monotonic()
-            state = _PageState(deadline=started + self.limits.total_timeout)
+            state = _PageState(deadline=started + total)
             try:
-                async with asyncio.timeout(self.limits.total_timeout):
+                async with asyncio.timeout(total):
                     return await self._render(request, state, started)
             except TimeoutError:
                 raise FetchTimeoutError(
-                    f"{url}: the page was not ready within total_timeout={self.limits.total_timeout:g}s "
+                    f"{url}: the page was not ready within total_timeout={total:g}s "
                     f"(while {state.stage})",
                     url=url,
                     request=request,
@@ -385,6 +384,9 @@ class BrowserFetcher:
             response: Any = None
             while True:
                 state.redirect_to = None
+                if self.send_gate is not None:
+                    state.stage = "waiting for the send gate"
+                    await pass_gate(self.send_gate, hop_host(url) if hops else request.host)
                 state.stage = f"loading {url}"
                 try:
                     response = await page.goto(url, wait_until=self.wait_until, timeout=state.timeout_ms())
@@ -435,7 +437,7 @@ class BrowserFetcher:
     ) -> Response:
         headers = dict(state.main_headers)
         content_type = headers.get("content-type", "")
-        mime = _mime(content_type)
+        mime = media_type(content_type)
         state.stage = "reading the rendered page"
         if mime in _HTML_TYPES or not mime:
             body = (await page.content()).encode("utf-8")
@@ -445,7 +447,7 @@ class BrowserFetcher:
             encoding = "utf-8"
         else:
             body = state.main_body
-            encoding = _charset(content_type)
+            encoding = charset_of(content_type)
         if len(body) > self.limits.max_body_size:
             raise BodyTooLargeError(
                 f"{page.url}: rendered page is {len(body)} bytes, over max_body_size={self.limits.max_body_size}",
@@ -454,7 +456,7 @@ class BrowserFetcher:
             )
         shot = None
         state.stage = "taking the screenshot"
-        if request.meta.get("screenshot", self.screenshot):
+        if request.meta.get("crawlherd.screenshot", request.meta.get("screenshot", self.screenshot)):
             shot = await page.screenshot(full_page=True, type="png", timeout=state.timeout_ms())
         return Response(
             url=page.url,
@@ -536,15 +538,14 @@ class BrowserFetcher:
             await route.abort("aborted")  # the fetch loop navigates to the next hop itself
             return
         headers = {k.lower(): v for k, v in fetched.headers.items()}
-        mime = _mime(headers.get("content-type", ""))
-        allowed = self.limits.allowed_content_types
-        if allowed and mime not in allowed:
-            state.error = ContentTypeError(
-                f"{url}: content type {mime or '(none)'!r} is not in the allow-list {list(allowed)}", url=url
-            )
-            await fetched.dispose()
-            await route.abort("blockedbyclient")
-            return
+        if fetched.status < 400:
+            try:
+                self.limits.check_content_type(headers.get("content-type", ""), url=url)
+            except ContentTypeError as exc:
+                state.error = exc
+                await fetched.dispose()
+                await route.abort("blockedbyclient")
+                return
         declared = headers.get("content-length", "")
         size = int(declared) if declared.isdigit() else 0
         body = b""

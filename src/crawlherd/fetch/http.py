@@ -22,7 +22,7 @@ import contextvars
 import socket
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urljoin
 
@@ -30,18 +30,18 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
+from crawlherd.content_type import charset_of
 from crawlherd.errors import (
     AddressNotAllowedError,
     BodyTooLargeError,
-    ContentTypeError,
     FetchError,
     FetchTimeoutError,
     TooManyRedirectsError,
 )
-from crawlherd.fetch.base import FetchLimits, Response
+from crawlherd.fetch.base import FetchLimits, Response, Timeouts
+from crawlherd.fetch.gate import SendGate, hop_host
 from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
 from crawlherd.request import Request
-from crawlherd.url import canonicalize_url, host_of
 
 __all__ = ["HttpFetcher"]
 
@@ -69,11 +69,6 @@ class _GuardedResolver(AbstractResolver):
         await self._inner.close()
 
 
-#: Called with the host (``host[:port]``) right before a request is written; returns None to send at
-#: once, or an awaitable to wait on first.
-SendGate = Callable[[str], Awaitable[None] | None]
-
-
 # The politeness key (``host[:port]``, as the frontier spells it) of the hop being sent, per task.
 _HOP_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("crawlherd_hop_host", default="")
 
@@ -99,14 +94,6 @@ def _gated_request_class(fetcher: HttpFetcher) -> type[aiohttp.ClientRequest]:
             return await super().send(conn)
 
     return GatedRequest
-
-
-def _charset(content_type: str) -> str:
-    i = content_type.find("charset=")
-    if i == -1:
-        return "utf-8"
-    value = content_type[i + 8 :].split(";", 1)[0].strip().strip("\"'")
-    return value.lower() or "utf-8"
 
 
 class HttpFetcher:
@@ -141,8 +128,8 @@ class HttpFetcher:
         self._watchdog: asyncio.Task[None] | None = None
         self._tick = min(1.0, max(0.05, self.limits.read_timeout / 10))
         #: Consulted with the host (``host[:port]``, the frontier's key) right before each request --
-        #: every redirect hop too -- is written to its connection (see SendGate). Set it before the
-        #: first fetch; the Crawler uses it to space requests to a host at the moment they leave.
+        #: every redirect hop too -- is written to its connection (see SendGate). The Crawler uses it
+        #: to space requests to a host at the moment they leave.
         self.send_gate: SendGate | None = None
 
     def __repr__(self) -> str:
@@ -175,7 +162,7 @@ class HttpFetcher:
             timeout=self._default_timeout,
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
-            request_class=_gated_request_class(self) if self.send_gate is not None else aiohttp.ClientRequest,
+            request_class=_gated_request_class(self),
         )
         self._watchdog = asyncio.get_running_loop().create_task(self._watch_reads(), name="crawlherd-read-watchdog")
         return session
@@ -223,15 +210,10 @@ class HttpFetcher:
         limits = self.limits
         timeout = self._default_timeout
         read_timeout = limits.read_timeout
-        if request.meta:
-            t = request.meta.get("crawlherd.timeouts")
-            if t:
-                read_timeout = float(t.get("read") or read_timeout)
-                timeout = self._timeout(
-                    float(t.get("connect") or limits.connect_timeout),
-                    read_timeout,
-                    float(t.get("total") or limits.total_timeout),
-                )
+        if request.meta and request.meta.get("crawlherd.timeouts"):
+            t = Timeouts.of(request, limits)
+            read_timeout = t.read
+            timeout = self._timeout(t.connect, t.read, t.total)
         task = asyncio.current_task()
         if task is None:
             raise FetchError("HttpFetcher.fetch must run inside an asyncio task", url=request.url, request=request)
@@ -251,7 +233,7 @@ class HttpFetcher:
                         self._guard_literal(url)
                     progress[0] = time.monotonic()
                     if gated:
-                        _HOP_HOST.set(request.host if not redirects else host_of(canonicalize_url(url)))
+                        _HOP_HOST.set(request.host if not redirects else hop_host(url))
                     async with session.request(
                         method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
                     ) as resp:
@@ -271,8 +253,8 @@ class HttpFetcher:
                             continue
                         raw_headers = resp.headers
                         ctype = raw_headers.get("Content-Type", "")
-                        if status < 400 and limits.allowed_content_types:
-                            self._check_type(ctype, url, request)
+                        if status < 400:
+                            limits.check_content_type(ctype, url=url, request=request)
                         data = await self._read_body(resp, url, request, progress)
                         return Response(
                             url=url,
@@ -282,7 +264,7 @@ class HttpFetcher:
                             request=request,
                             elapsed=time.perf_counter() - started,
                             redirects=tuple(redirects),
-                            encoding=_charset(ctype) if ctype else "utf-8",
+                            encoding=charset_of(ctype),
                         )
             except FetchError as exc:
                 if exc.request is None:
@@ -354,16 +336,6 @@ class HttpFetcher:
         if not target.startswith(("http://", "https://")):
             raise FetchError(f"{url}: redirect to a non-HTTP URL {target[:200]!r}", url=url, request=request)
         return target
-
-    def _check_type(self, content_type: str, url: str, request: Request) -> None:
-        if not content_type:
-            return  # nothing declared: let it through, the caller sees an empty content type
-        ctype = content_type.split(";", 1)[0].strip().lower()
-        if ctype not in self.limits.allowed_content_types:
-            allowed = ", ".join(self.limits.allowed_content_types)
-            raise ContentTypeError(
-                f"{url}: content type {ctype!r} is not allowed (allowed: {allowed})", url=url, request=request
-            )
 
     async def _read_body(
         self, resp: aiohttp.ClientResponse, url: str, request: Request, progress: list[float]

@@ -19,198 +19,44 @@ dispatcher, so politeness, re-fetches and memory-pressure re-queues all go throu
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
-from dataclasses import dataclass, field
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
-from urllib.parse import urljoin, urlsplit
+from collections.abc import Iterable
+from typing import Any, Literal, TypedDict, Unpack, cast, overload
+from urllib.parse import urlsplit
 
 from crawlherd.clock import Clock, SystemClock
+from crawlherd.crawler.config import CrawlerRunConfig
+from crawlherd.crawler.stream import CrawlRun, CrawlStream
 from crawlherd.dispatch.base import Dispatcher
 from crawlherd.dispatch.rate_limiter import RateLimiter
 from crawlherd.dispatch.semaphore import SemaphoreDispatcher
 from crawlherd.errors import ConfigurationError, CrawlherdError, FetchError, InvalidURLError, RobotsDisallowedError
+from crawlherd.extract.links import extract_links
 from crawlherd.fetch.base import Fetcher, FetchLimits
+from crawlherd.fetch.gate import HostGate
 from crawlherd.fetch.robots import RobotsCache
 from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
-if TYPE_CHECKING:
-    from crawlherd.dispatch.monitor import CrawlerMonitor
+__all__ = ["Crawler"]
 
-__all__ = ["CacheMode", "CrawlStream", "Crawler", "CrawlerRunConfig", "extract_links"]
-
-CacheMode = Literal["bypass", "enabled", "refresh"]
-_CACHE_MODES = ("bypass", "enabled", "refresh")
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
 
 
-@dataclass(frozen=True)
-class CrawlerRunConfig:
-    """Per-run options.
+class _ManyOptions(TypedDict, total=False):
+    """The keyword options of :meth:`Crawler.arun_many` besides ``stream`` (for its overloads)."""
 
-    - ``stream``: ``arun_many`` returns an async iterator (completion order) instead of a list.
-    - ``connect_timeout``, ``read_timeout``, ``total_timeout``: override the fetcher's limits (None
-      keeps them).
-    - ``headers``: sent with every request of the run, on top of the fetcher's.
-    - ``check_robots_txt``: obey robots.txt (a disallowed URL gives a failed result,
-      ``RobotsDisallowedError``); its ``Crawl-delay`` becomes the frontier's delay for that host.
-    - ``screenshot``: ask the fetcher for a screenshot (browser fetchers; HTTP ignores it).
-    - ``cache_mode``: ``bypass`` (always fetch, keep nothing), ``enabled`` (a URL fetched successfully
-      earlier by this crawler is answered from memory), ``refresh`` (always fetch, update the cache).
-    - ``concurrency``: requests in flight when no dispatcher is given.
-    """
-
-    stream: bool = False
-    connect_timeout: float | None = None
-    read_timeout: float | None = None
-    total_timeout: float | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    check_robots_txt: bool = False
-    screenshot: bool = False
-    cache_mode: CacheMode = "bypass"
-    concurrency: int = 16
-
-    def __post_init__(self) -> None:
-        for name in ("connect_timeout", "read_timeout", "total_timeout"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigurationError(f"CrawlerRunConfig.{name}={value!r}: must be > 0 seconds or None")
-        if self.cache_mode not in _CACHE_MODES:
-            raise ConfigurationError(f"CrawlerRunConfig.cache_mode={self.cache_mode!r}: use one of {_CACHE_MODES}")
-        if not isinstance(self.concurrency, int) or self.concurrency < 1:
-            raise ConfigurationError(f"CrawlerRunConfig.concurrency={self.concurrency!r}: must be an int >= 1")
-
-    def clone(self, **changes: Any) -> CrawlerRunConfig:
-        """A copy with some options changed."""
-        return dataclasses.replace(self, **changes)
-
-    def request_meta(self) -> dict[str, Any]:
-        """The per-request overrides fetchers read from ``Request.meta``."""
-        meta: dict[str, Any] = {}
-        if self.connect_timeout or self.read_timeout or self.total_timeout:
-            meta["crawlherd.timeouts"] = {
-                "connect": self.connect_timeout,
-                "read": self.read_timeout,
-                "total": self.total_timeout,
-            }
-        if self.screenshot:
-            meta["crawlherd.screenshot"] = True
-        return meta
+    dispatcher: Dispatcher | None
+    config: CrawlerRunConfig | None
 
 
-def extract_links(html: str, base_url: str) -> list[str]:
-    """Absolute http(s) links of ``<a href>`` in ``html`` (``<base href>`` honoured), fragments
-    dropped, duplicates removed, document order kept."""
-    from selectolax.lexbor import LexborHTMLParser as HTMLParser
+class _CrawlOptions(_ManyOptions, total=False):
+    """The keyword options of :meth:`Crawler.crawl` besides the budget and ``stream``."""
 
-    tree = HTMLParser(html)
-    base = tree.css_first("base[href]")
-    if base is not None:
-        base_url = urljoin(base_url, base.attributes.get("href") or "")
-    seen: dict[str, None] = {}
-    for node in tree.css("a[href]"):
-        href = (node.attributes.get("href") or "").strip()
-        if not href or href.startswith(("#", "javascript:", "mailto:", "tel:", "data:")):
-            continue
-        url = urljoin(base_url, href).split("#", 1)[0]
-        if url.startswith(("http://", "https://")):
-            seen.setdefault(url, None)
-    return list(seen)
-
-
-class CrawlStream(AsyncIterator[CrawlResult]):
-    """Results in completion order. ``aclose()`` (or leaving ``async with``) stops the run: work in
-    flight is cancelled and nothing is left running."""
-
-    def __init__(self, owner: Crawler, run: _Run, dispatcher: Dispatcher, first: list[CrawlResult]) -> None:
-        self._owner = owner
-        self._run = run
-        self._dispatcher = dispatcher
-        self._pending: deque[CrawlResult] = deque(first)
-        self._source: AsyncIterator[CrawlResult] | None = None
-        self._limiter: RateLimiter | None = None
-        self._closed = False
-        owner._streams.add(self)
-
-    def __aiter__(self) -> CrawlStream:
-        return self
-
-    def _start(self) -> AsyncIterator[CrawlResult]:
-        owner, run = self._owner, self._run
-        rl = self._limiter = self._dispatcher.rate_limiter
-        if rl is not None:
-            owner._send_limiters.append(rl)  # its slots are taken at send time (the send gate)
-        source = self._source = self._dispatcher.run(
-            run.frontier, lambda request: owner._process(request, run), clock=owner.clock, rate_limit_at_send=True
-        )
-        return source
-
-    async def __anext__(self) -> CrawlResult:
-        if self._pending:
-            return self._pending.popleft()
-        if self._closed:
-            raise StopAsyncIteration
-        source = self._source or self._start()
-        try:
-            result = await source.__anext__()
-        except BaseException:  # exhausted, failed or cancelled: release everything, then say so
-            await self.aclose()
-            raise
-        dups = self._run.dups
-        if dups and result.request is not None:
-            twins = dups.pop(result.request.fingerprint, ())
-            self._pending.extend(dataclasses.replace(result, url=t.url, request=t) for t in twins)
-        return result
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._pending.clear()
-        owner = self._owner
-        owner._streams.discard(self)
-        try:
-            if self._source is not None:
-                await self._source.aclose()  # type: ignore[attr-defined]
-        finally:
-            if self._limiter is not None:
-                owner._send_limiters.remove(self._limiter)
-                self._limiter = None
-            await owner._end_run(self._run)
-
-    async def __aenter__(self) -> CrawlStream:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-
-class _Run:
-    """One arun_many / crawl: the frontier, and what the process function needs."""
-
-    __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "enqueued", "frontier", "max_depth",
-                 "max_pages", "meta", "monitor", "owns_frontier", "ended", "gate_delay")
-
-    def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
-        self.frontier = frontier
-        self.config = config
-        self.meta = config.request_meta()
-        self.dups: dict[bytes, list[Request]] = {}
-        self.delayed_hosts: set[str] = set()
-        self.base_delay = 0.0
-        self.max_pages = 0
-        self.max_depth = -1
-        self.enqueued = 0
-        self.allowed: tuple[str, ...] | None = None
-        self.owns_frontier = True
-        self.ended = False
-        self.gate_delay: float | None = None
-        self.monitor: CrawlerMonitor | None = None
+    allowed_domains: Iterable[str] | None
+    frontier: str | Frontier
+    delay: float
+    max_in_flight_per_host: int
 
 
 class Crawler:
@@ -218,8 +64,10 @@ class Crawler:
     config=None, clock=None, max_connections=100)``; use it as ``async with Crawler() as crawler``.
 
     Without ``fetcher`` an :class:`~crawlherd.fetch.http.HttpFetcher` is made from ``limits`` (and
-    ``allow_private_addresses``). A fetcher passed in (``BrowserFetcher``, a test double...) is taken
-    over: the crawler enters it and closes it, as httpx does with a transport.
+    ``allow_private_addresses``). A fetcher passed in (``BrowserFetcher``, a ``MockFetcher``...) is
+    taken over: the crawler enters it and closes it, as httpx does with a transport, and sets its
+    ``send_gate`` to the crawler's :class:`~crawlherd.fetch.gate.HostGate` (:attr:`gate`), which keeps
+    per-host spacing at the moment requests leave.
     """
 
     def __init__(
@@ -241,23 +89,21 @@ class Crawler:
             if allow_private_addresses is not None:
                 limits = dataclasses.replace(limits, allow_private_addresses=allow_private_addresses)
             fetcher = HttpFetcher(limits, max_connections=max_connections)
+        if not hasattr(fetcher, "send_gate"):
+            raise ConfigurationError(
+                f"{type(fetcher).__name__} has no send_gate attribute: a fetcher must implement the Fetcher "
+                "protocol (crawlherd.fetch.base), send gate included"
+            )
         self.fetcher: Fetcher = fetcher
         self.config = config or CrawlerRunConfig()
         self.clock: Clock = clock or SystemClock()
         self.robots = RobotsCache(fetcher, clock=self.clock)
+        #: Per-host spacing at send time: the running crawls' delay, robots.txt's, the rate limiters'.
+        self.gate = HostGate(clock=self.clock)
+        fetcher.send_gate = self.gate
         self._cache: dict[bytes, CrawlResult] = {}
         self._streams: set[CrawlStream] = set()
         self._entered = False
-        # Per-host spacing at send time (see _send_gate): the delay of the crawl running, robots.txt
-        # overrides, and when each host may next be sent to.
-        self._gate_delay = 0.0
-        self._active_delays: list[float] = []
-        self._host_delay: dict[str, float] = {}
-        self._host_next: dict[str, float] = {}
-        self._send_limiters: list[RateLimiter] = []
-        self._gate_outside = not hasattr(fetcher, "send_gate")
-        if not self._gate_outside:
-            fetcher.send_gate = self._send_gate  # type: ignore[attr-defined]
 
     async def __aenter__(self) -> Crawler:
         await self.fetcher.__aenter__()
@@ -279,14 +125,14 @@ class Crawler:
     async def arun(self, url_or_request: str | Request, config: CrawlerRunConfig | None = None) -> CrawlResult:
         """Fetch one URL (no frontier, no dispatcher): its result, failed or not."""
         config = config or self.config
-        run = _Run(cast(Frontier, _NoFrontier()), config)
+        run = CrawlRun(cast(Frontier, _NoFrontier()), config)
         try:
             request = self._request(url_or_request, run)
         except InvalidURLError as exc:
             return _failed(str(url_or_request), exc)
         return await self._process(request, run)
 
-    def _request(self, item: str | Request, run: _Run, **kw: Any) -> Request:
+    def _request(self, item: str | Request, run: CrawlRun, **kw: Any) -> Request:
         meta = run.meta
         headers = run.config.headers
         if isinstance(item, Request):
@@ -297,7 +143,7 @@ class Crawler:
             raise InvalidURLError(f"expected a URL string or a Request, got {type(item).__name__}: {item!r:.100}")
         return Request(item, meta=meta or None, headers=headers or None, **kw)
 
-    async def _process(self, request: Request, run: _Run) -> CrawlResult:
+    async def _process(self, request: Request, run: CrawlRun) -> CrawlResult:
         config = run.config
         cache_mode = config.cache_mode
         try:
@@ -307,10 +153,6 @@ class Crawler:
                 hit = self._cache.get(request.fingerprint)
                 if hit is not None:
                     return dataclasses.replace(hit, url=request.url, request=request, dispatch=None)
-            if self._gate_outside:
-                wait = self._send_gate(request.host)
-                if wait is not None:
-                    await wait
             response = await self.fetcher.fetch(request)
         except FetchError as exc:
             return _failed(request.url, exc, request)
@@ -336,48 +178,7 @@ class Crawler:
             await self._follow(result, request, run)
         return result
 
-    def _send_gate(self, host: str) -> Awaitable[None] | None:
-        """Keep a host's spacing between the moments requests *leave*, not only between the moments
-        the frontier or the rate limiter let them go: a request let go earlier may leave later (a busy
-        worker, a new connection, a robots.txt fetch), and the server must still never see two
-        requests closer than the delay. The HTTP fetcher calls this once the connection is ready,
-        right before writing; None means "send now" (the common, allocation-free case)."""
-        wait = 0.0
-        claim = False
-        for rl in self._send_limiters:
-            w = rl.reserve(host)  # the rate limiter's slot is taken here, once per request sent
-            if w > wait:
-                wait = w
-            if not claim and rl.spaced(host):
-                claim = True
-        delay = self._host_delay.get(host, self._gate_delay) if (self._gate_delay or self._host_delay) else 0.0
-        if not delay and not claim:
-            return self.clock.sleep(wait) if wait > 0 else None
-        return self._space(host, delay, wait, claim)
-
-    async def _space(self, host: str, delay: float, wait: float, claim: bool) -> None:
-        clock = self.clock
-        if wait > 0:
-            await clock.sleep(wait)
-        if claim:
-            for rl in self._send_limiters:
-                while (w := rl.claim(host)) > 0:
-                    await clock.sleep(w)
-        if not delay:
-            return
-        host_next = self._host_next
-        while True:
-            now = clock.now()
-            ready = host_next.get(host, 0.0)
-            if ready <= now:
-                if len(host_next) > 50_000:  # forget hosts whose spacing has passed
-                    for name in [h for h, t in host_next.items() if t <= now]:
-                        del host_next[name]
-                host_next[host] = now + delay
-                return
-            await clock.sleep(ready - now)
-
-    async def _robots(self, request: Request, run: _Run) -> None:
+    async def _robots(self, request: Request, run: CrawlRun) -> None:
         if not await self.robots.allowed(request.url):
             raise RobotsDisallowedError(f"{request.url}: disallowed by robots.txt", url=request.url, request=request)
         host = request.host
@@ -385,39 +186,24 @@ class Crawler:
             run.delayed_hosts.add(host)
             delay = self.robots.crawl_delay(request.url)
             if delay and delay > run.base_delay:
-                self._host_delay[host] = delay
+                self.gate.set_host_delay(host, delay)
                 await run.frontier.set_host_policy(host, delay=delay)
 
     # -- many URLs ------------------------------------------------------------------------------------
 
     @overload
     async def arun_many(
-        self,
-        urls_or_requests: Iterable[str | Request],
-        *,
-        dispatcher: Dispatcher | None = ...,
-        config: CrawlerRunConfig | None = ...,
-        stream: Literal[False],
+        self, urls_or_requests: Iterable[str | Request], *, stream: Literal[False], **options: Unpack[_ManyOptions]
     ) -> list[CrawlResult]: ...
 
     @overload
     async def arun_many(
-        self,
-        urls_or_requests: Iterable[str | Request],
-        *,
-        dispatcher: Dispatcher | None = ...,
-        config: CrawlerRunConfig | None = ...,
-        stream: Literal[True],
+        self, urls_or_requests: Iterable[str | Request], *, stream: Literal[True], **options: Unpack[_ManyOptions]
     ) -> CrawlStream: ...
 
     @overload
     async def arun_many(
-        self,
-        urls_or_requests: Iterable[str | Request],
-        *,
-        dispatcher: Dispatcher | None = ...,
-        config: CrawlerRunConfig | None = ...,
-        stream: bool | None = ...,
+        self, urls_or_requests: Iterable[str | Request], *, stream: bool | None = ..., **options: Unpack[_ManyOptions]
     ) -> list[CrawlResult] | CrawlStream: ...
 
     async def arun_many(
@@ -437,7 +223,7 @@ class Crawler:
             raise ConfigurationError("arun_many takes a list of URLs or Requests; for one URL use arun()")
         dispatcher = dispatcher or SemaphoreDispatcher(config.concurrency)
         frontier = open_scheduler("memory://", clock=self.clock, max_in_flight=1_000_000)
-        run = _Run(frontier, config)
+        run = CrawlRun(frontier, config)
         invalid: list[CrawlResult] = []
         requests: list[Request] = []
         seen: dict[bytes, Request] = {}
@@ -456,57 +242,31 @@ class Crawler:
         await frontier.enqueue_requests(requests)
         if dispatcher.monitor is not None:
             dispatcher.monitor.add_queued(len(requests))
-        out = CrawlStream(self, run, dispatcher, invalid)
+        out = self._stream(run, dispatcher, invalid)
         use_stream = config.stream if stream is None else stream
         if use_stream:
             return out
         async with out:
             return [r async for r in out]
 
-    async def _end_run(self, run: _Run) -> None:
-        """Release what a run holds (idempotent): its send-gate delay, and its frontier if it opened it.
-        Called when its stream ends or is closed -- even one that was never iterated."""
-        if run.ended:
-            return
-        run.ended = True
-        if run.gate_delay is not None:  # a crawl: its delay no longer holds
-            self._active_delays.remove(run.gate_delay)
-            self._gate_delay = max(self._active_delays, default=0.0)
-        if run.owns_frontier:
-            await run.frontier.close()
+    def _stream(self, run: CrawlRun, dispatcher: Dispatcher, first: list[CrawlResult]) -> CrawlStream:
+        return CrawlStream(
+            run, dispatcher, first, process=lambda request: self._process(request, run), gate=self.gate,
+            clock=self.clock, registry=self._streams,
+        )
 
     # -- following links ------------------------------------------------------------------------------
 
     @overload
     async def crawl(
-        self,
-        seeds: Iterable[str | Request],
-        *,
-        max_pages: int,
-        max_depth: int,
-        allowed_domains: Iterable[str] | None = ...,
-        stream: Literal[True] = ...,
-        dispatcher: Dispatcher | None = ...,
-        config: CrawlerRunConfig | None = ...,
-        frontier: str | Frontier = ...,
-        delay: float = ...,
-        max_in_flight_per_host: int = ...,
+        self, seeds: Iterable[str | Request], *, max_pages: int, max_depth: int, stream: Literal[True] = ...,
+        **options: Unpack[_CrawlOptions],
     ) -> CrawlStream: ...
 
     @overload
     async def crawl(
-        self,
-        seeds: Iterable[str | Request],
-        *,
-        max_pages: int,
-        max_depth: int,
-        allowed_domains: Iterable[str] | None = ...,
-        stream: Literal[False],
-        dispatcher: Dispatcher | None = ...,
-        config: CrawlerRunConfig | None = ...,
-        frontier: str | Frontier = ...,
-        delay: float = ...,
-        max_in_flight_per_host: int = ...,
+        self, seeds: Iterable[str | Request], *, max_pages: int, max_depth: int, stream: Literal[False],
+        **options: Unpack[_CrawlOptions],
     ) -> list[CrawlResult]: ...
 
     async def crawl(
@@ -551,7 +311,7 @@ class Crawler:
             if isinstance(frontier, str)
             else frontier
         )
-        run = _Run(sched, config)
+        run = CrawlRun(sched, config)
         run.base_delay = delay
         run.max_pages = max_pages
         run.max_depth = max_depth
@@ -578,15 +338,14 @@ class Crawler:
         run.owns_frontier = owns
         run.monitor = dispatcher.monitor
         run.gate_delay = delay
-        self._active_delays.append(delay)
-        self._gate_delay = max(self._active_delays)
-        out = CrawlStream(self, run, dispatcher, invalid)
+        self.gate.hold(delay)
+        out = self._stream(run, dispatcher, invalid)
         if stream:
             return out
         async with out:
             return [r async for r in out]
 
-    async def _follow(self, result: CrawlResult, request: Request, run: _Run) -> None:
+    async def _follow(self, result: CrawlResult, request: Request, run: CrawlRun) -> None:
         """Queue the links of a fetched page (before its lease is settled, so the frontier never
         looks idle while children are on their way)."""
         if result.content_type not in _HTML_TYPES:

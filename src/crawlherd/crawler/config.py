@@ -1,0 +1,69 @@
+"""``CrawlerRunConfig``: the per-run options of the :class:`~crawlherd.crawler.Crawler`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from crawlherd.errors import ConfigurationError
+
+__all__ = ["CacheMode", "CrawlerRunConfig"]
+
+CacheMode = Literal["bypass", "enabled", "refresh"]
+_CACHE_MODES = ("bypass", "enabled", "refresh")
+
+
+@dataclass(frozen=True)
+class CrawlerRunConfig:
+    """Per-run options.
+
+    - ``stream``: ``arun_many`` returns an async iterator (completion order) instead of a list.
+    - ``connect_timeout``, ``read_timeout``, ``total_timeout``: override the fetcher's limits (None
+      keeps them).
+    - ``headers``: sent with every request of the run, on top of the fetcher's.
+    - ``check_robots_txt``: obey robots.txt (a disallowed URL gives a failed result,
+      ``RobotsDisallowedError``); its ``Crawl-delay`` becomes the frontier's delay for that host.
+    - ``screenshot``: ask the fetcher for a screenshot (browser fetchers; HTTP ignores it).
+    - ``cache_mode``: ``bypass`` (always fetch, keep nothing), ``enabled`` (a URL fetched successfully
+      earlier by this crawler is answered from memory), ``refresh`` (always fetch, update the cache).
+    - ``concurrency``: requests in flight when no dispatcher is given.
+    """
+
+    stream: bool = False
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
+    total_timeout: float | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    check_robots_txt: bool = False
+    screenshot: bool = False
+    cache_mode: CacheMode = "bypass"
+    concurrency: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout", "read_timeout", "total_timeout"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigurationError(f"CrawlerRunConfig.{name}={value!r}: must be > 0 seconds or None")
+        if self.cache_mode not in _CACHE_MODES:
+            raise ConfigurationError(f"CrawlerRunConfig.cache_mode={self.cache_mode!r}: use one of {_CACHE_MODES}")
+        if not isinstance(self.concurrency, int) or self.concurrency < 1:
+            raise ConfigurationError(f"CrawlerRunConfig.concurrency={self.concurrency!r}: must be an int >= 1")
+
+    def clone(self, **changes: Any) -> CrawlerRunConfig:
+        """A copy with some options changed."""
+        return dataclasses.replace(self, **changes)
+
+    def request_meta(self) -> dict[str, Any]:
+        """The per-request overrides fetchers read from ``Request.meta``."""
+        meta: dict[str, Any] = {}
+        if self.connect_timeout or self.read_timeout or self.total_timeout:
+            meta["crawlherd.timeouts"] = {
+                "connect": self.connect_timeout,
+                "read": self.read_timeout,
+                "total": self.total_timeout,
+            }
+        if self.screenshot:
+            meta["crawlherd.screenshot"] = True
+        return meta

@@ -1,0 +1,155 @@
+"""One run of the crawler (``arun_many`` or ``crawl``): its bookkeeping (:class:`CrawlRun`) and the
+async iterator of its results (:class:`CrawlStream`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from crawlherd.clock import Clock
+from crawlherd.crawler.config import CrawlerRunConfig
+from crawlherd.dispatch.base import Dispatcher
+from crawlherd.dispatch.rate_limiter import RateLimiter
+from crawlherd.fetch.gate import HostGate
+from crawlherd.frontier import Frontier
+from crawlherd.request import Request
+from crawlherd.result import CrawlResult
+
+if TYPE_CHECKING:
+    from crawlherd.dispatch.monitor import CrawlerMonitor
+
+__all__ = ["CrawlRun", "CrawlStream"]
+
+
+class CrawlRun:
+    """One arun_many / crawl: its frontier, options, and what the crawler's process step needs
+    (repeated URLs to answer twice, hosts whose robots.txt delay is known, the page budget)."""
+
+    __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueued", "frontier",
+                 "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier")
+
+    def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
+        self.frontier = frontier
+        self.config = config
+        self.meta = config.request_meta()
+        self.dups: dict[bytes, list[Request]] = {}
+        self.delayed_hosts: set[str] = set()
+        self.base_delay = 0.0
+        self.max_pages = 0
+        self.max_depth = -1
+        self.enqueued = 0
+        self.allowed: tuple[str, ...] | None = None
+        self.owns_frontier = True
+        self.ended = False
+        #: The per-host delay this run holds in the send gate (a crawl), released when it ends.
+        self.gate_delay: float | None = None
+        self.monitor: CrawlerMonitor | None = None
+
+    def twins(self, result: CrawlResult) -> list[CrawlResult]:
+        """``result`` again for each repeat of its URL given to the same run."""
+        if not self.dups or result.request is None:
+            return []
+        repeats = self.dups.pop(result.request.fingerprint, ())
+        return [dataclasses.replace(result, url=t.url, request=t) for t in repeats]
+
+    async def end(self, gate: HostGate) -> None:
+        """Release what the run holds (idempotent): its send-gate delay, and its frontier if it opened
+        it. Called when its stream ends or is closed -- even one that was never iterated."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.gate_delay is not None:
+            gate.release(self.gate_delay)
+        if self.owns_frontier:
+            await self.frontier.close()
+
+
+ProcessFn = Callable[[Request], Awaitable[CrawlResult]]
+
+
+class CrawlStream(AsyncIterator[CrawlResult]):
+    """Results in completion order. ``aclose()`` (or leaving ``async with``) stops the run: work in
+    flight is cancelled and nothing is left running.
+
+    Made by the crawler: ``CrawlStream(run, dispatcher, first, *, process, gate, clock, registry)``
+    -- ``first`` are results known before fetching (invalid URLs), ``process`` fetches one request,
+    ``registry`` is the crawler's set of open streams (the stream is in it until closed).
+    """
+
+    def __init__(
+        self,
+        run: CrawlRun,
+        dispatcher: Dispatcher,
+        first: list[CrawlResult],
+        *,
+        process: ProcessFn,
+        gate: HostGate,
+        clock: Clock,
+        registry: set[CrawlStream],
+    ) -> None:
+        self._run = run
+        self._dispatcher = dispatcher
+        self._pending: deque[CrawlResult] = deque(first)
+        # what the crawler lends the stream: its fetch step, send gate, clock, and set of open streams
+        self._process, self._gate, self._clock, self._registry = process, gate, clock, registry
+        self._source: AsyncIterator[CrawlResult] | None = None
+        self._limiter: RateLimiter | None = None
+        self._closed = False
+        registry.add(self)
+
+    @property
+    def run(self) -> CrawlRun:
+        """The run this stream reports on."""
+        return self._run
+
+    def __aiter__(self) -> CrawlStream:
+        return self
+
+    def _start(self) -> AsyncIterator[CrawlResult]:
+        rl = self._limiter = self._dispatcher.rate_limiter
+        if rl is not None:
+            self._gate.add_limiter(rl)  # its slots are taken at send time (the send gate)
+        source = self._source = self._dispatcher.run(
+            self._run.frontier, self._process, clock=self._clock, rate_limit_at_send=True
+        )
+        return source
+
+    async def __anext__(self) -> CrawlResult:
+        if self._pending:
+            return self._pending.popleft()
+        if self._closed:
+            raise StopAsyncIteration
+        source = self._source or self._start()
+        try:
+            result = await source.__anext__()
+        except BaseException:  # exhausted, failed or cancelled: release everything, then say so
+            await self.aclose()
+            raise
+        self._pending.extend(self._run.twins(result))
+        return result
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pending.clear()
+        self._registry.discard(self)
+        try:
+            if self._source is not None:
+                await self._source.aclose()  # type: ignore[attr-defined]
+        finally:
+            if self._limiter is not None:
+                self._gate.remove_limiter(self._limiter)
+                self._limiter = None
+            await self._run.end(self._gate)
+
+    async def __aenter__(self) -> CrawlStream:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,138 @@
+"""The send gate: per-host spacing kept at the moment requests *leave*.
+
+Every fetcher has a ``send_gate`` attribute (declared in :class:`~crawlherd.fetch.base.Fetcher`): a
+:data:`SendGate` it calls with the politeness key of the host (``host[:port]``, as the frontier spells
+it) right before a request -- every redirect hop too -- is sent, and awaits what it returns. The
+:class:`~crawlherd.crawler.Crawler` sets it to a :class:`HostGate`.
+
+Why at send time: the frontier and the rate limiter decide when a request may *go*, but a request let
+go on time may leave later (a busy worker, a new connection, a robots.txt fetch first), and the server
+must still never see two requests to one host closer than the delay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from crawlherd.clock import Clock, SystemClock
+from crawlherd.url import canonicalize_url, host_of
+
+__all__ = ["HostGate", "SendGate", "SlotLimiter", "hop_host", "pass_gate"]
+
+#: Called with the host (``host[:port]``) right before a request is written; returns None to send at
+#: once (the common, allocation-free case), or an awaitable to wait on first.
+SendGate = Callable[[str], Awaitable[None] | None]
+
+_FORGET_AFTER = 50_000  # hosts remembered before those whose spacing has passed are dropped
+
+
+class SlotLimiter(Protocol):
+    """What the gate needs of a rate limiter (:class:`~crawlherd.dispatch.rate_limiter.RateLimiter`)."""
+
+    def reserve(self, domain: str) -> float:
+        """Take ``domain``'s next slot: the seconds to wait for it (0: now)."""
+        ...
+
+    def spaced(self, domain: str) -> bool:
+        """True when sends to ``domain`` must be spaced (then :meth:`claim` is called)."""
+        ...
+
+    def claim(self, domain: str) -> float:
+        """Right before sending: 0.0 means go (and records the send), else the seconds still to wait."""
+        ...
+
+
+def hop_host(url: str) -> str:
+    """The politeness key (``host[:port]``) of a redirect hop's URL, as ``Request.host`` spells it."""
+    return host_of(canonicalize_url(url))
+
+
+async def pass_gate(gate: SendGate | None, host: str) -> None:
+    """Wait until ``gate`` lets a request to ``host`` leave (at once without a gate)."""
+    if gate is not None:
+        wait = gate(host)
+        if wait is not None:
+            await wait
+
+
+class HostGate:
+    """A :data:`SendGate` that keeps, per host, the spacing of
+
+    - the running crawls' ``delay`` (:meth:`hold` / :meth:`release`; the largest one holds),
+    - a per-host delay (robots.txt ``Crawl-delay``: :meth:`set_host_delay`), over the crawl's,
+    - the slots of the rate limiters of the running streams (:meth:`add_limiter`): a slot is taken
+      here, once per request sent.
+
+    ``HostGate(*, clock=None)``. Idle hosts are forgotten once more than 50 000 are remembered.
+    """
+
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.delay = 0.0
+        self._delays: list[float] = []
+        self._host_delay: dict[str, float] = {}
+        self._host_next: dict[str, float] = {}
+        self._limiters: list[SlotLimiter] = []
+
+    @property
+    def delays(self) -> tuple[float, ...]:
+        """The delays of the crawls running (held and not yet released)."""
+        return tuple(self._delays)
+
+    def hold(self, delay: float) -> None:
+        """A crawl with this per-host ``delay`` starts."""
+        self._delays.append(delay)
+        self.delay = max(self._delays)
+
+    def release(self, delay: float) -> None:
+        """A crawl that :meth:`hold` its ``delay`` ended."""
+        self._delays.remove(delay)
+        self.delay = max(self._delays, default=0.0)
+
+    def set_host_delay(self, host: str, delay: float) -> None:
+        """``host``'s own spacing (robots.txt ``Crawl-delay``), used instead of the crawl's."""
+        self._host_delay[host] = delay
+
+    def add_limiter(self, limiter: SlotLimiter) -> None:
+        """Take ``limiter``'s slots at send time until :meth:`remove_limiter`."""
+        self._limiters.append(limiter)
+
+    def remove_limiter(self, limiter: SlotLimiter) -> None:
+        self._limiters.remove(limiter)
+
+    def __call__(self, host: str) -> Awaitable[None] | None:
+        wait = 0.0
+        claim = False
+        for rl in self._limiters:
+            w = rl.reserve(host)  # the rate limiter's slot is taken here, once per request sent
+            if w > wait:
+                wait = w
+            if not claim and rl.spaced(host):
+                claim = True
+        delay = self._host_delay.get(host, self.delay) if (self.delay or self._host_delay) else 0.0
+        if not delay and not claim:
+            return self.clock.sleep(wait) if wait > 0 else None
+        return self._space(host, delay, wait, claim)
+
+    async def _space(self, host: str, delay: float, wait: float, claim: bool) -> None:
+        clock = self.clock
+        if wait > 0:
+            await clock.sleep(wait)
+        if claim:
+            for rl in self._limiters:
+                while (w := rl.claim(host)) > 0:
+                    await clock.sleep(w)
+        if not delay:
+            return
+        host_next = self._host_next
+        while True:
+            now = clock.now()
+            ready = host_next.get(host, 0.0)
+            if ready <= now:
+                if len(host_next) > _FORGET_AFTER:  # forget hosts whose spacing has passed
+                    for name in [h for h, t in host_next.items() if t <= now]:
+                        del host_next[name]
+                host_next[host] = now + delay
+                return
+            await clock.sleep(ready - now)

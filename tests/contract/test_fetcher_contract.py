@@ -1,0 +1,239 @@
+"""The fetcher contract: the same assertions for every fetcher.
+
+- ``mock``: :class:`~crawlherd.fetch.mock.MockFetcher` whose handler answers what the local server
+  below answers (the same route table, the same hit log);
+- ``http``: :class:`~crawlherd.fetch.http.HttpFetcher` against the local server;
+- ``browser``: :class:`~crawlherd.fetch.browser.BrowserFetcher` with the system Chromium (marked
+  ``browser``).
+
+A fetcher joins the suite with a ``_make_<name>`` factory and its name in ``FETCHERS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from crawlherd.errors import (
+    AddressNotAllowedError,
+    BodyTooLargeError,
+    ContentTypeError,
+    FetchTimeoutError,
+    TooManyRedirectsError,
+)
+from crawlherd.fetch import Fetcher, FetchLimits, MockFetcher, MockResponse
+from crawlherd.request import Request
+
+BODY_LIMIT = 10_000
+MAX_REDIRECTS = 3
+LIMITS = FetchLimits(
+    allow_private_addresses=True, max_body_size=BODY_LIMIT, max_redirects=MAX_REDIRECTS, total_timeout=20
+)
+OK_PAGE = "<html><head><title>ok</title></head><body><p>ok</p></body></html>"
+
+
+class Site:
+    """The route table both the local server and the mock's handler answer from; ``hits`` logs every
+    request either saw (path only)."""
+
+    def __init__(self) -> None:
+        self.hits: list[str] = []
+        self.release = asyncio.Event()  # /slow answers only once this is set (at teardown)
+        self.base = ""
+
+    async def answer(self, path: str) -> MockResponse:
+        self.hits.append(path)
+        html = "text/html; charset=utf-8"
+        if path == "/ok":
+            return MockResponse(200, OK_PAGE, content_type=html)
+        if path == "/missing":
+            return MockResponse(404, "<html><body>not here</body></html>", content_type=html)
+        if path.startswith("/redirect/"):
+            left = int(path.rsplit("/", 1)[1])
+            return MockResponse(302, headers={"Location": f"/redirect/{left - 1}" if left > 1 else "/ok"})
+        if path == "/big":
+            return MockResponse(200, "<html><body>" + "x" * (2 * BODY_LIMIT) + "</body></html>", content_type=html)
+        if path == "/png":
+            return MockResponse(200, b"\x89PNG\r\n\x1a\n" + b"\0" * 64, content_type="image/png")
+        if path == "/latin1":
+            return MockResponse(200, "<html><body><p>café</p></body></html>".encode("latin-1"),
+                                content_type="text/html; charset=ISO-8859-1")
+        if path == "/bogus-charset":
+            return MockResponse(200, b"ok \xff", content_type="text/plain; charset=bogus")
+        if path == "/slow":
+            await asyncio.wait_for(self.release.wait(), timeout=60)
+            return MockResponse(200, OK_PAGE, content_type=html)
+        return MockResponse(404, "no such route", content_type="text/plain")
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[Site]:
+    site = Site()
+
+    async def handle(request: web.Request) -> web.Response:
+        answer = await site.answer(request.path)
+        body = answer.body.encode() if isinstance(answer.body, str) else answer.body
+        return web.Response(status=answer.status, body=body, headers=answer.header_map())
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    server = web.TCPSite(runner, "127.0.0.1", 0)
+    await server.start()
+    port = runner.addresses[0][1]
+    site.base = f"http://127.0.0.1:{port}"
+    yield site
+    site.release.set()
+    await runner.cleanup()
+
+
+async def _mock_answer(site: Site, request: Request) -> MockResponse:
+    return await site.answer("/" + request.url.split("/", 3)[3])
+
+
+def _make_mock(site: Site, limits: FetchLimits) -> Fetcher:
+    return MockFetcher(lambda request: _mock_answer(site, request), limits)
+
+
+def _make_http(site: Site, limits: FetchLimits) -> Fetcher:
+    from crawlherd.fetch.http import HttpFetcher
+
+    return HttpFetcher(limits)
+
+
+def _make_browser(site: Site, limits: FetchLimits, chromium: str) -> Fetcher:
+    from crawlherd.fetch.browser import BrowserFetcher
+
+    return BrowserFetcher(limits, executable_path=chromium, wait_until="load")
+
+
+FETCHERS = ["mock", "http", pytest.param("browser", marks=pytest.mark.browser)]
+MakeFetcher = Callable[..., Awaitable[Fetcher]]
+
+
+@pytest.fixture(params=FETCHERS)
+async def make_fetcher(request: pytest.FixtureRequest, site: Site) -> AsyncIterator[MakeFetcher]:
+    """``await make_fetcher(**limit_changes)`` -> an entered fetcher of the parametrised kind with
+    ``LIMITS`` (changed as asked); closed after the test."""
+    kind = str(request.param)
+    opened: list[Fetcher] = []
+
+    async def make(**changes: Any) -> Fetcher:
+        import dataclasses
+
+        limits = dataclasses.replace(LIMITS, **changes)
+        if kind == "browser":
+            fetcher = _make_browser(site, limits, request.getfixturevalue("chromium"))
+        else:
+            fetcher = {"mock": _make_mock, "http": _make_http}[kind](site, limits)
+        opened.append(fetcher)
+        return await fetcher.__aenter__()
+
+    yield make
+    for fetcher in opened:
+        await fetcher.close()
+
+
+async def test_a_page_comes_back_with_status_final_url_and_headers(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    response = await fetcher.fetch(Request(site.url("/ok")))
+    assert response.status == 200
+    assert response.url == site.url("/ok")
+    assert response.redirects == ()
+    assert response.content_type == "text/html"
+    assert "<p>ok</p>" in response.text
+    assert response.request.url == site.url("/ok")
+    assert site.hits == ["/ok"]
+
+
+async def test_an_error_status_is_a_response_not_an_exception(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    response = await fetcher.fetch(Request(site.url("/missing")))
+    assert response.status == 404
+    assert "not here" in response.text
+
+
+async def test_redirects_are_followed_to_the_final_url(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    response = await fetcher.fetch(Request(site.url("/redirect/2")))
+    assert response.status == 200
+    assert response.url == site.url("/ok")
+    assert response.redirects == (site.url("/redirect/2"), site.url("/redirect/1"))
+    assert site.hits == ["/redirect/2", "/redirect/1", "/ok"]
+
+
+async def test_more_redirects_than_allowed_is_a_typed_error(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    with pytest.raises(TooManyRedirectsError, match=f"max_redirects={MAX_REDIRECTS}"):
+        await fetcher.fetch(Request(site.url(f"/redirect/{MAX_REDIRECTS + 2}")))
+    assert "/ok" not in site.hits
+
+
+async def test_a_body_over_the_cap_is_refused(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    with pytest.raises(BodyTooLargeError, match=f"max_body_size={BODY_LIMIT}"):
+        await fetcher.fetch(Request(site.url("/big")))
+
+
+async def test_a_content_type_outside_the_allow_list_is_refused(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    with pytest.raises(ContentTypeError, match="image/png"):
+        await fetcher.fetch(Request(site.url("/png")))
+    anything = await make_fetcher(allowed_content_types=())
+    assert (await anything.fetch(Request(site.url("/png")))).content_type == "image/png"
+
+
+async def test_the_address_guard_refuses_loopback_before_any_request(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher(allow_private_addresses=False)
+    with pytest.raises(AddressNotAllowedError, match="allow_private_addresses") as caught:
+        await fetcher.fetch(Request(site.url("/ok")))
+    assert caught.value.request is not None and caught.value.request.url == site.url("/ok")
+    assert site.hits == []
+    allowed = await make_fetcher(allow_private_addresses=False, allowed_networks=("127.0.0.1/32",))
+    assert (await allowed.fetch(Request(site.url("/ok")))).status == 200
+
+
+async def test_a_timeout_is_a_typed_error(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher(total_timeout=1)
+    with pytest.raises(FetchTimeoutError):
+        await fetcher.fetch(Request(site.url("/slow")))
+
+
+async def test_a_request_can_shorten_the_total_timeout(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    with pytest.raises(FetchTimeoutError):
+        await fetcher.fetch(Request(site.url("/slow"), meta={"crawlherd.timeouts": {"total": 1}}))
+
+
+async def test_the_declared_charset_decodes_the_text(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    response = await fetcher.fetch(Request(site.url("/latin1")))
+    assert "<p>café</p>" in response.text
+
+
+async def test_an_unknown_charset_decodes_as_utf8_with_replacement(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    response = await fetcher.fetch(Request(site.url("/bogus-charset")))
+    assert response.encoding == "utf-8"
+    assert response.text == "ok \ufffd"
+
+
+async def test_the_send_gate_is_passed_before_each_hop(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    passed: list[str] = []
+
+    def gate(host: str) -> None:
+        passed.append(host)
+
+    fetcher.send_gate = gate
+    await fetcher.fetch(Request(site.url("/redirect/1")))
+    host = site.base.split("//", 1)[1]
+    assert passed == [host, host]
