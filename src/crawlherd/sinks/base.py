@@ -29,11 +29,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 from crawlherd.extract.rules import Item
 
-__all__ = ["DETAIL_AT", "Sink", "SinkRecord", "UpsertCounts"]
+__all__ = ["DETAIL_AT", "Sink", "SinkBase", "SinkRecord", "UpsertCounts"]
 
 #: The field in which the worker records when an item's detail page was last fetched (an ISO time).
 #: Exports leave it out.
@@ -89,3 +89,34 @@ class Sink(Protocol):
     async def close(self) -> None:
         """Release what the sink opened. Idempotent."""
         ...
+
+
+class SinkBase:
+    """What every sink shares: the async-context-manager lifecycle, and the argument checks and
+    de-duplication of :meth:`upsert`. A backend implements ``_upsert`` (its items are unique by
+    fingerprint, the last of a duplicate kept), ``get``, ``count`` and ``close``."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def upsert(
+        self, items: Sequence[Item], *, website_id: int, target_id: int | None, seen_at: datetime
+    ) -> UpsertCounts:
+        """See :meth:`Sink.upsert`."""
+        if seen_at.tzinfo is None:
+            raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
+        unique = {item.fingerprint: item for item in items}  # the last one wins
+        if not unique:
+            return UpsertCounts()
+        return await self._upsert(list(unique.values()), website_id=website_id, target_id=target_id, seen_at=seen_at)
+
+    async def _upsert(
+        self, items: list[Item], *, website_id: int, target_id: int | None, seen_at: datetime
+    ) -> UpsertCounts:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError

@@ -8,14 +8,13 @@ is a private store. Items die with the process.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from crawlherd.errors import ConfigurationError
 from crawlherd.extract.rules import Item
-from crawlherd.sinks.base import Sink, SinkRecord, UpsertCounts
+from crawlherd.sinks.base import Sink, SinkBase, SinkRecord, UpsertCounts
 
 __all__ = ["MemorySink", "MemorySinkStore"]
 
@@ -30,7 +29,7 @@ class MemorySinkStore:
 _STORES: weakref.WeakValueDictionary[str, MemorySinkStore] = weakref.WeakValueDictionary()
 
 
-class MemorySink:
+class MemorySink(SinkBase):
     """Items in a dict, with the upsert rules of every sink (see :mod:`crawlherd.sinks.base`).
 
     ``name`` shares the store with every other sink of that name; ``store`` shares one explicitly.
@@ -57,21 +56,13 @@ class MemorySink:
     def __repr__(self) -> str:
         return f"<MemorySink memory://{self.name} {len(self.store.records)} items>"
 
-    async def __aenter__(self) -> MemorySink:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def upsert(
-        self, items: Sequence[Item], *, website_id: int, target_id: int | None, seen_at: datetime
+    async def _upsert(
+        self, items: list[Item], *, website_id: int, target_id: int | None, seen_at: datetime
     ) -> UpsertCounts:
-        if seen_at.tzinfo is None:
-            raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
         new = updated = 0
         records = self.store.records
-        unique = {item.fingerprint: item for item in items}  # the last one wins
-        for fp, item in unique.items():
+        for item in items:
+            fp = item.fingerprint
             old = records.get(fp)
             if old is None:
                 new += 1

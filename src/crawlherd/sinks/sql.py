@@ -12,7 +12,6 @@ The table is the config DB's (``crawlherd db upgrade`` creates it); items refere
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,14 +22,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from crawlherd.db.engine import create_engine
 from crawlherd.db.models import StoredItem
 from crawlherd.extract.rules import Item
-from crawlherd.sinks.base import Sink, SinkRecord, UpsertCounts
+from crawlherd.sinks.base import Sink, SinkBase, SinkRecord, UpsertCounts
 
 __all__ = ["SQLSink"]
 
 _BATCH = 500
 
 
-class SQLSink:
+class SQLSink(SinkBase):
     """Items into the config DB's ``items`` table. ``engine`` is the caller's (``close`` leaves it
     open); :meth:`from_url` opens an engine of its own, which ``close`` disposes of."""
 
@@ -55,12 +54,6 @@ class SQLSink:
 
     def __repr__(self) -> str:
         return f"<SQLSink {self.engine.url.render_as_string(hide_password=True)}>"
-
-    async def __aenter__(self) -> SQLSink:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def close(self) -> None:
         if self._owns_engine:
@@ -95,13 +88,11 @@ class SQLSink:
         )
         return {fp: data or {} for fp, data in rows}
 
-    async def upsert(
-        self, items: Sequence[Item], *, website_id: int, target_id: int | None, seen_at: datetime
+    async def _upsert(
+        self, items: list[Item], *, website_id: int, target_id: int | None, seen_at: datetime
     ) -> UpsertCounts:
-        if seen_at.tzinfo is None:
-            raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
         new = updated = 0
-        # One item per fingerprint (the last wins), so one statement never touches a row twice.
+        # One item per fingerprint (SinkBase saw to it), so one statement never touches a row twice.
         unique = {item.fingerprint.hex(): item for item in items}
         keys = list(unique)
         for start in range(0, len(keys), _BATCH):
