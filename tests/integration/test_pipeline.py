@@ -34,6 +34,7 @@ from crawlherd.web.demo_targets import demo_targets, expected_results, failing_t
 from crawlherd.worker.worker import Worker
 from tests.conftest import REDIS_URL
 from tests.support.db import fresh_postgres_database
+from tests.support.real_brokers import delete_queues
 
 pytestmark = pytest.mark.slow
 
@@ -213,9 +214,7 @@ async def scaled(
     finally:
         # Leave nothing behind on the shared services: the broker's queues or keys, the frontier's keys.
         async with open_broker(broker_url) as broker:
-            delete_queues = getattr(broker, "delete_queues", None)
-            if delete_queues is not None:
-                await delete_queues()
+            await delete_queues(broker)
         import redis.asyncio as aioredis
 
         client = aioredis.from_url(REDIS_URL)
