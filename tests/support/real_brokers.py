@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import signal
 from collections import Counter
@@ -15,19 +14,6 @@ from typing import Any
 
 from crawlherd.brokers import open_broker
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
-
-REAL_BROKERS = {
-    "sqlite": "crawlherd.brokers.sqlite",
-    "redis": "crawlherd.brokers.redis",
-    "amqp": "crawlherd.brokers.amqp",
-}
-
-
-def real_broker_available(kind: str) -> bool:
-    try:
-        return importlib.util.find_spec(REAL_BROKERS[kind]) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def scratch_url(kind: str, name: str, *, sqlite_path: str, redis_url: str, amqp_url: str) -> str:
