@@ -6,11 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 from crawlherd._registry import resolve_backend
-from crawlherd.sinks.base import DETAIL_AT, Sink, SinkRecord, UpsertCounts
+from crawlherd.sinks.base import DETAIL_AT, Sink, SinkBase, SinkRecord, UpsertCounts
 from crawlherd.sinks.memory import MemorySink
 from crawlherd.sinks.sql import SQLSink
 
-__all__ = ["DETAIL_AT", "SINK_ALIASES", "MemorySink", "SQLSink", "Sink", "SinkRecord", "UpsertCounts", "open_sink"]
+__all__ = [
+    "DETAIL_AT",
+    "SINK_ALIASES",
+    "MemorySink",
+    "SQLSink",
+    "Sink",
+    "SinkBase",
+    "SinkRecord",
+    "UpsertCounts",
+    "open_sink",
+]
 
 SINK_ALIASES: dict[str, str] = {
     "memory": "crawlherd.sinks.memory:MemorySink",
