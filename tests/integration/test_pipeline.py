@@ -29,6 +29,7 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.service.embedded import progress_of, run_pipeline
 from crawlherd.service.targets import import_targets
+from crawlherd.sinks import DETAIL_AT, MemorySink
 from crawlherd.web.demo_site import DemoSite
 from crawlherd.web.demo_targets import demo_targets, expected_results, failing_targets, render_toml
 from crawlherd.worker.worker import Worker
@@ -461,5 +462,40 @@ async def test_detail_pages_seen_in_an_earlier_run_are_not_fetched_again(tmp_pat
             await asyncio.sleep(1.1)  # the next revisit period (not a timing assertion)
             _, details_3 = await one_run()
             assert details_3 == 2 * details_1  # a new period: fetched again
+    finally:
+        await engine.dispose()
+
+
+async def test_a_worker_with_a_memory_sink_stores_its_items_there(tmp_path: Path) -> None:
+    """``Worker(sink=)``: listing and detail items go to the sink given, not to the items table."""
+    db_url = f"sqlite:///{tmp_path / 'sink.db'}"
+    engine = create_engine(db_url)
+    await upgrade(engine)
+    try:
+        async with DemoSite(throttle_every=0) as site:
+            document = http_only(demo_targets(site.url))
+            document["websites"] = [w for w in document["websites"] if w["name"] == "demo-jobs-browse"]
+            document["targets"] = [
+                t | {"keywords": ["rust"], "locations": ["berlin"]}
+                for t in document["targets"]
+                if t["website"] == "demo-jobs-browse"
+            ]
+            await load_targets(engine, document, tmp_path)
+            sink = MemorySink()
+            async with open_broker(db_url) as broker:
+                worker = Worker(engine, broker, limits=FetchLimits(allow_private_addresses=True), sink=sink)
+                async with worker:
+                    await run_pipeline(
+                        engine, broker, worker, stop=asyncio.Event(), interval=0.1, until_idle=True, progress_every=0.1
+                    )
+            (expected,) = expected_results(site, document).values()
+            got = {
+                r.fingerprint.hex(): {"url": r.url, "fields": {k: v for k, v in r.fields.items() if k != DETAIL_AT}}
+                for r in sink.records()
+            }
+            assert expected and got == expected
+            assert all(DETAIL_AT in r.fields for r in sink.records())  # the detail pages went there too
+        async with engine.connect() as conn:
+            assert (await conn.execute(select(func.count()).select_from(StoredItem))).scalar_one() == 0
     finally:
         await engine.dispose()
