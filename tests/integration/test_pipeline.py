@@ -48,6 +48,18 @@ def http_only(document: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def one_browse_search(document: dict[str, Any]) -> dict[str, Any]:
+    """The demo's ``demo-jobs-browse`` website alone, with one search (rust, berlin)."""
+    return {
+        "websites": [w for w in document["websites"] if w["name"] == "demo-jobs-browse"],
+        "targets": [
+            t | {"keywords": ["rust"], "locations": ["berlin"]}
+            for t in document["targets"]
+            if t["website"] == "demo-jobs-browse"
+        ],
+    }
+
+
 async def load_targets(engine: AsyncEngine, document: dict[str, Any], tmp_path: Path) -> None:
     """Import ``document`` and make every target due now."""
     path = tmp_path / f"targets-{time.monotonic_ns()}.toml"
@@ -423,13 +435,7 @@ async def test_detail_pages_seen_in_an_earlier_run_are_not_fetched_again(tmp_pat
     await upgrade(engine)
     try:
         async with DemoSite(throttle_every=0) as site:
-            document = http_only(demo_targets(site.url))
-            document["websites"] = [w for w in document["websites"] if w["name"] == "demo-jobs-browse"]
-            document["targets"] = [
-                t | {"keywords": ["rust"], "locations": ["berlin"]}
-                for t in document["targets"]
-                if t["website"] == "demo-jobs-browse"
-            ]
+            document = one_browse_search(demo_targets(site.url))
 
             async def one_run() -> tuple[int, int]:
                 await load_targets(engine, document, tmp_path)
@@ -473,13 +479,7 @@ async def test_a_worker_with_a_memory_sink_stores_its_items_there(tmp_path: Path
     await upgrade(engine)
     try:
         async with DemoSite(throttle_every=0) as site:
-            document = http_only(demo_targets(site.url))
-            document["websites"] = [w for w in document["websites"] if w["name"] == "demo-jobs-browse"]
-            document["targets"] = [
-                t | {"keywords": ["rust"], "locations": ["berlin"]}
-                for t in document["targets"]
-                if t["website"] == "demo-jobs-browse"
-            ]
+            document = one_browse_search(demo_targets(site.url))
             await load_targets(engine, document, tmp_path)
             sink = MemorySink()
             async with open_broker(db_url) as broker:
