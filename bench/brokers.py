@@ -26,13 +26,18 @@ import json
 import os
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from crawlherd.brokers import open_broker
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.real_brokers import delete_queues  # noqa: E402
+
+from crawlherd.brokers import open_broker  # noqa: E402
 
 REDIS_URL = os.environ.get("CRAWLHERD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AMQP_URL = os.environ.get("CRAWLHERD_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -78,8 +83,7 @@ async def crawlherd_broker(url: str, n: int, **options: object) -> Timing:
                 break
         t2 = time.perf_counter()
         assert await broker.pending() == 0
-        if hasattr(broker, "delete_queues"):
-            await broker.delete_queues()
+        await delete_queues(broker)
     return t1 - t0, t2 - t1
 
 

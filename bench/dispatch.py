@@ -10,8 +10,8 @@ multi-row INSERTs and publishes with bounded concurrency, marking in batches.
 ``--database-url`` names a server database (PostgreSQL: a scratch database is created next to it and
 dropped afterwards) or ``sqlite:///path`` (default: a scratch file). ``--broker-url`` is any broker URL
 (``redis://...``, ``amqp://...``: a scratch key prefix / queue is used and removed afterwards;
-``sqlite://`` = the config DB's own file, the embedded default), or ``double://`` for the in-process
-broker test double (publishing costs nothing: this isolates the database side).
+``sqlite://`` = the config DB's own file, the embedded default), or ``memory://`` (the default) for the
+in-process broker (publishing costs next to nothing: this isolates the database side).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import delete, func, select, text, update  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
 from tests.support.db import add_targets, add_website, fresh_postgres_database  # noqa: E402
-from tests.support.memory_broker import MemoryBrokerDouble  # noqa: E402
+from tests.support.real_brokers import delete_queues  # noqa: E402
 
 from crawlherd._redact import redact_url  # noqa: E402
 from crawlherd.brokers import open_broker  # noqa: E402
@@ -64,9 +64,6 @@ def scratch_broker_url(url: str, database_url: str) -> str:
 
 @asynccontextmanager
 async def broker_for(url: str) -> AsyncIterator[Broker]:
-    if url == "double://":
-        yield MemoryBrokerDouble()
-        return
     async with open_broker(url) as broker:
         try:
             yield broker
@@ -76,8 +73,8 @@ async def broker_for(url: str) -> AsyncIterator[Broker]:
 
 async def cleanup(url: str, broker: Broker) -> None:
     """Remove what the benchmark put into a shared Redis / RabbitMQ."""
-    if url.startswith(("amqp://", "amqps://")) and hasattr(broker, "delete_queues"):
-        await broker.delete_queues()
+    if url.startswith(("amqp://", "amqps://")):
+        await delete_queues(broker)
     elif url.startswith(("redis://", "rediss://")):
         import redis.asyncio as aioredis
 
@@ -201,7 +198,7 @@ async def run(database_url: str, broker_url: str, n: int, batch: int, naive_n: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url", default="sqlite:///")
-    parser.add_argument("--broker-url", default="double://")
+    parser.add_argument("--broker-url", default="memory://")
     parser.add_argument("--targets", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument(

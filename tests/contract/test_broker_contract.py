@@ -18,6 +18,7 @@ import pytest
 from crawlherd.brokers import Broker, Delivery, open_broker
 from crawlherd.clock import FakeClock
 from crawlherd.errors import BackendUnavailableError, BrokerError, PublishError
+from tests.support.real_brokers import delete_queues
 
 from .._netutil import TcpProxy, free_port
 
@@ -134,14 +135,11 @@ async def _cleanup(h: Harness, unique_name: str, request: pytest.FixtureRequest)
         finally:
             await client.aclose()
     elif h.kind == "amqp":
-        from crawlherd.brokers.amqp import AMQPBroker
-
-        cleaner = AMQPBroker.from_url(h.url)
-        async with cleaner:
+        async with open_broker(h.url) as cleaner:
             names: set[str] = set()
             for broker in h.opened:
                 names.update(broker.declared_queues)  # type: ignore[attr-defined]
-            await cleaner.delete_queues(extra=names)
+            await delete_queues(cleaner, extra=names)
 
 
 async def take(it: AsyncIterator[Delivery]) -> Delivery:
@@ -413,8 +411,12 @@ async def test_prefetch_bounds_unsettled_deliveries(harness: Harness) -> None:
 
 
 async def test_publish_raises_when_broker_unreachable(harness: Harness) -> None:
-    if harness.unreachable_url is None:
-        pytest.skip("memory:// is in-process: it cannot be unreachable")
+    if harness.unreachable_url is None:  # memory:// is in-process: its fault switch makes it unreachable
+        down = await harness.open()
+        down.set_down()  # type: ignore[attr-defined]
+        with pytest.raises(BackendUnavailableError):
+            await down.publish(b"x", key="k")
+        return
     broker = open_broker(harness.unreachable_url, **harness.defaults)
     with pytest.raises((BackendUnavailableError, PublishError)):
         async with broker:

@@ -23,6 +23,7 @@ import pytest
 
 from crawlherd.brokers import Broker, Delivery, open_broker
 from crawlherd.errors import BackendUnavailableError, PublishError
+from tests.support.real_brokers import delete_queues
 
 from .._netutil import TcpProxy, free_port
 
@@ -192,7 +193,7 @@ async def test_rabbitmq_goes_away_and_comes_back(amqp_url: str, amqp_proxy: TcpP
         assert [d.key for d in got] == confirmed
     finally:
         await broker.close()
-        await direct.delete_queues(extra=broker.declared_queues)  # type: ignore[attr-defined]
+        await delete_queues(direct, extra=broker.declared_queues)  # type: ignore[attr-defined]
         await direct.close()
 
 
@@ -219,7 +220,7 @@ async def test_rabbitmq_connection_lost_while_consuming(amqp_url: str, amqp_prox
         assert d.delivery_id != again.delivery_id
     finally:
         await consumer.close()
-        await direct.delete_queues()  # type: ignore[attr-defined]
+        await delete_queues(direct)
         await direct.close()
 
 

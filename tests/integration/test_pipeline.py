@@ -31,12 +31,26 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.service.embedded import progress_of, run_embedded
 from crawlherd.service.targets import import_targets
+from crawlherd.sinks import DETAIL_AT, MemorySink
 from crawlherd.worker.worker import Worker
 from tests.conftest import REDIS_URL
 from tests.support.db import fresh_postgres_database
 from tests.support.demo import failing_targets
+from tests.support.real_brokers import delete_queues
 
 pytestmark = pytest.mark.slow
+
+
+def one_browse_search(document: dict[str, Any]) -> dict[str, Any]:
+    """The demo's ``demo-jobs-browse`` website alone, with one search (rust, berlin)."""
+    return {
+        "websites": [w for w in document["websites"] if w["name"] == "demo-jobs-browse"],
+        "targets": [
+            t | {"keywords": ["rust"], "locations": ["berlin"]}
+            for t in document["targets"]
+            if t["website"] == "demo-jobs-browse"
+        ],
+    }
 
 
 async def load_targets(engine: AsyncEngine, document: dict[str, Any], tmp_path: Path) -> None:
@@ -208,9 +222,7 @@ async def scaled(
     finally:
         # Leave nothing behind on the shared services: the broker's queues or keys, the frontier's keys.
         async with open_broker(broker_url) as broker:
-            delete_queues = getattr(broker, "delete_queues", None)
-            if delete_queues is not None:
-                await delete_queues()
+            await delete_queues(broker)
         import redis.asyncio as aioredis
 
         client = aioredis.from_url(REDIS_URL)
@@ -418,13 +430,7 @@ async def test_detail_pages_seen_in_an_earlier_run_are_not_fetched_again(tmp_pat
     await upgrade(engine)
     try:
         async with DemoSite(throttle_every=0) as site:
-            document = without_browser(demo_targets(site.url))
-            document["websites"] = [w for w in document["websites"] if w["name"] == "demo-jobs-browse"]
-            document["targets"] = [
-                t | {"keywords": ["rust"], "locations": ["berlin"]}
-                for t in document["targets"]
-                if t["website"] == "demo-jobs-browse"
-            ]
+            document = one_browse_search(demo_targets(site.url))
 
             async def one_run() -> tuple[int, int]:
                 await load_targets(engine, document, tmp_path)
@@ -457,5 +463,34 @@ async def test_detail_pages_seen_in_an_earlier_run_are_not_fetched_again(tmp_pat
             await asyncio.sleep(1.1)  # the next revisit period (not a timing assertion)
             _, details_3 = await one_run()
             assert details_3 == 2 * details_1  # a new period: fetched again
+    finally:
+        await engine.dispose()
+
+
+async def test_a_worker_with_a_memory_sink_stores_its_items_there(tmp_path: Path) -> None:
+    """``Worker(sink=)``: listing and detail items go to the sink given, not to the items table."""
+    db_url = f"sqlite:///{tmp_path / 'sink.db'}"
+    engine = create_engine(db_url)
+    await upgrade(engine)
+    try:
+        async with DemoSite(throttle_every=0) as site:
+            document = one_browse_search(demo_targets(site.url))
+            await load_targets(engine, document, tmp_path)
+            sink = MemorySink()
+            async with open_broker(db_url) as broker:
+                worker = Worker(engine, broker, limits=FetchLimits(allow_private_addresses=True), sink=sink)
+                async with worker:
+                    await run_embedded(
+                        engine, broker, worker, stop=asyncio.Event(), interval=0.1, until_idle=True, progress_every=0.1
+                    )
+            (expected,) = expected_results(site, document).values()
+            got = {
+                r.fingerprint.hex(): {"url": r.url, "fields": {k: v for k, v in r.fields.items() if k != DETAIL_AT}}
+                for r in sink.records()
+            }
+            assert expected and got == expected
+            assert all(DETAIL_AT in r.fields for r in sink.records())  # the detail pages went there too
+        async with engine.connect() as conn:
+            assert (await conn.execute(select(func.count()).select_from(StoredItem))).scalar_one() == 0
     finally:
         await engine.dispose()

@@ -1,33 +1,19 @@
-"""Helpers for running the dispatcher against the REAL brokers (``crawlherd.brokers.{sqlite,redis,amqp}``,
-built in parallel; the tests skip until they are integrated): scratch queue names, draining a broker
-to count what was published, removing what a test created, and a kill-after-publish wrapper."""
+"""Helpers for tests against the real brokers (``crawlherd.brokers.{sqlite,redis,amqp}``): scratch queue
+names, draining a broker to count what was published, removing what a test created on the shared
+services (:func:`delete_queues`, :func:`remove`), and a kill-after-publish wrapper."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from crawlherd.brokers import open_broker
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
-
-REAL_BROKERS = {
-    "sqlite": "crawlherd.brokers.sqlite",
-    "redis": "crawlherd.brokers.redis",
-    "amqp": "crawlherd.brokers.amqp",
-}
-
-
-def real_broker_available(kind: str) -> bool:
-    try:
-        return importlib.util.find_spec(REAL_BROKERS[kind]) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def scratch_url(kind: str, name: str, *, sqlite_path: str, redis_url: str, amqp_url: str) -> str:
@@ -59,11 +45,25 @@ def keys_of(deliveries: list[Delivery]) -> Counter[str]:
     return Counter(d.key for d in deliveries)
 
 
+async def delete_queues(broker: Broker, *, extra: Iterable[str] = ()) -> None:
+    """RabbitMQ: delete ``broker``'s queues (main, dead, the delay queues it declared, ``extra``) and its
+    dead-letter exchange, with every message in them. Other brokers: nothing (their tests use scratch
+    files and key prefixes)."""
+    from crawlherd.brokers.amqp import AMQPBroker
+
+    if not isinstance(broker, AMQPBroker):
+        return
+    ch = await broker._channel()
+    for name in sorted({broker.queue, broker.dead_queue, *broker.declared_queues, *extra}):
+        await ch.queue_delete(name)
+    await ch.exchange_delete(broker.dead_exchange)
+
+
 async def remove(url: str, kind: str, name: str) -> None:
     """Delete the test's queues (RabbitMQ) or keys (Redis); SQLite files live in tmp_path."""
     if kind == "amqp":
         async with open_broker(url) as broker:
-            await broker.delete_queues()  # type: ignore[attr-defined]
+            await delete_queues(broker)
     elif kind == "redis":
         import redis.asyncio as aioredis
 

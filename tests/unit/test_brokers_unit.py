@@ -14,7 +14,7 @@ from crawlherd.brokers.memory import MemoryBroker
 from crawlherd.brokers.redis import RedisBroker
 from crawlherd.brokers.sqlite import SQLiteBroker, sqlite_path
 from crawlherd.clock import FakeClock
-from crawlherd.errors import BackendUnavailableError, ConfigurationError
+from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError
 
 from .._netutil import free_port
 
@@ -157,3 +157,50 @@ async def test_memory_named_queues_are_shared_private_ones_are_not() -> None:
             MemoryBroker.from_url("memory://") as c:
         await a.publish(b"x", key="k")
         assert (await b.pending(), await c.pending()) == (1, 0)
+
+
+async def test_memory_record_lists_every_confirmed_publish() -> None:
+    async with MemoryBroker.from_url("memory://?record=true") as broker:
+        await broker.publish(b"1", key="a")
+        await broker.publish(b"1", key="a")  # a duplicate is recorded twice
+        await broker.publish(b"2", key="b", delay=5.0)
+        assert broker.published == [("a", b"1"), ("a", b"1"), ("b", b"2")]
+    async with MemoryBroker.from_url("memory://") as quiet:
+        with pytest.raises(BrokerError, match="record=True"):
+            _ = quiet.published
+
+
+async def test_memory_fault_switch_fails_every_operation_and_changes_nothing() -> None:
+    clock = FakeClock()
+    async with MemoryBroker.from_url("memory://", clock=clock, record=True) as broker:
+        await broker.publish(b"x", key="k")
+        stream = broker.consume(prefetch=1)
+        delivery = await anext(stream)
+        broker.set_down()
+        with pytest.raises(BackendUnavailableError, match="is down"):
+            await broker.publish(b"y", key="k2")
+        for settle in (broker.ack(delivery), broker.nack(delivery), broker.retry(delivery, delay=1.0),
+                       broker.dead_letter(delivery, "why"), broker.pending(), broker.dead_letters(),
+                       broker.requeue_dead()):
+            with pytest.raises(BackendUnavailableError):
+                await settle
+        await stream.aclose()
+        with pytest.raises(BackendUnavailableError):
+            await anext(broker.consume())
+        broker.set_down(False)
+        await broker.ack(delivery)  # still held: the failed settles changed nothing
+        assert broker.published == [("k", b"x")]
+        assert await broker.pending() == 0
+
+
+async def test_memory_goes_down_after_n_publishes() -> None:
+    async with MemoryBroker.from_url("memory://", record=True) as broker:
+        broker.set_down(after=2)
+        await broker.publish(b"1", key="a")
+        await broker.publish(b"2", key="b")
+        with pytest.raises(BackendUnavailableError):
+            await broker.publish(b"3", key="c")
+        broker.set_down(False)
+        await broker.publish(b"3", key="c")
+        assert [k for k, _ in broker.published] == ["a", "b", "c"]
+        assert await broker.pending() == 3

@@ -17,15 +17,15 @@ import asyncio
 import logging
 import math
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from crawlherd.brokers.base import Delivery
-from crawlherd.errors import BrokerError, ConfigurationError
+from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError
 
-__all__ = ["BrokerBase", "build_options", "check_publish", "new_id"]
+__all__ = ["BrokerBase", "build_options", "check_numbers", "check_publish", "new_id"]
 
 log = logging.getLogger("crawlherd.brokers")
 
@@ -83,11 +83,21 @@ def _coerce(backend: str, name: str, value: Any, kind: str) -> Any:
     return value
 
 
-def positive(backend: str, name: str, value: float, *, allow_zero: bool = False) -> None:
+def _positive(backend: str, name: str, value: float, *, allow_zero: bool = False) -> None:
     """Raise ConfigurationError unless ``value`` is a finite number > 0 (or >= 0)."""
     ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
     if not ok:
         raise ConfigurationError(f"{backend} broker option {name}={value!r}: must be {'>=' if allow_zero else '>'} 0")
+
+
+def check_numbers(backend: str, options: object, *, positive: Sequence[str] = (),
+                  non_negative: Sequence[str] = ()) -> None:
+    """Raise ConfigurationError unless each option of ``options`` named in ``positive`` is a finite
+    number > 0 and each named in ``non_negative`` one >= 0."""
+    for name in positive:
+        _positive(backend, name, getattr(options, name))
+    for name in non_negative:
+        _positive(backend, name, getattr(options, name), allow_zero=True)
 
 
 def check_publish(body: bytes, key: str, headers: Mapping[str, str] | None, delay: float) -> dict[str, str]:
@@ -298,6 +308,19 @@ class BrokerBase:
         """Undo :meth:`_take` after a settle operation failed before reaching the broker."""
         if not self._closed:
             self._outstanding[delivery.delivery_id] = (delivery, None)
+
+    async def _settle_with(self, delivery: Delivery, operation: Callable[[], Awaitable[object]], lost: str) -> None:
+        """Settle ``delivery`` by ``operation``, which returns whether the broker still held it under this
+        consumer's lease. Unreachable broker: the delivery stays held here (settle it again later);
+        lease lost: BrokerError(``lost``)."""
+        self._take(delivery)
+        try:
+            done = await operation()
+        except BackendUnavailableError:
+            self._untake(delivery)
+            raise
+        if not done:
+            raise BrokerError(lost)
 
     # -- to implement ------------------------------------------------------------------------------
 

@@ -52,10 +52,10 @@ from crawlherd.brokers._common import (
     Session,
     build_options,
     check_delay,
+    check_numbers,
     check_publish,
     log,
     new_id,
-    positive,
 )
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
@@ -89,10 +89,8 @@ class AMQPBrokerOptions:
             raise ConfigurationError(f"amqp broker option queue_type={self.queue_type!r}: use 'classic' or 'quorum'")
         if self.delivery_limit < 0 or (self.delivery_limit and self.queue_type != "quorum"):
             raise ConfigurationError("amqp broker option delivery_limit: a number >= 1, with queue_type=quorum only")
-        positive("amqp", "publish_timeout", self.publish_timeout)
-        positive("amqp", "connect_timeout", self.connect_timeout)
-        positive("amqp", "heartbeat", self.heartbeat, allow_zero=True)
-        positive("amqp", "delay_queue_expires", self.delay_queue_expires)
+        check_numbers("amqp", self, positive=("publish_timeout", "connect_timeout", "delay_queue_expires"),
+                      non_negative=("heartbeat",))
 
 
 def delay_bucket_ms(delay: float) -> int:
@@ -585,17 +583,6 @@ class AMQPBroker(BrokerBase):
         except pika_exc.AMQPError as exc:
             raise BrokerError(f"{self!r}: queue {self.queue!r}: {exc!r}") from exc
         return int(queue.declaration_result.message_count or 0)
-
-    async def delete_queues(self, *, extra: Sequence[str] | set[str] = ()) -> None:
-        """Delete this broker's queues (main, dead, the delay queues it declared, ``extra``) and its
-        dead-letter exchange, with every message in them. For tests and decommissioning."""
-        ch = await self._channel()
-        try:
-            for name in sorted({self.queue, self.dead_queue, *self.declared_queues, *extra}):
-                await ch.queue_delete(name)
-            await ch.exchange_delete(self.dead_exchange)
-        except (TimeoutError, *_CONNECTION_ERRORS) as exc:
-            raise self._unavailable(exc) from exc
 
 
 if TYPE_CHECKING:

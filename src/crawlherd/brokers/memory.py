@@ -5,7 +5,19 @@ Broker objects opened on the same ``memory://name`` (in one process) share one q
 server would; ``memory://`` alone is a private queue. Options: ``clock`` (leases and delays run on it,
 so a :class:`~crawlherd.clock.FakeClock` drives them in tests), ``visibility_timeout`` (seconds an
 unsettled delivery stays leased before it is delivered again; default 300), ``max_deliveries``
-(a message delivered that many times without being settled goes to the dead letters; 0 = no limit).
+(a message delivered that many times without being settled goes to the dead letters; 0 = no limit),
+``record`` (keep every confirmed publish of this broker object in :attr:`MemoryBroker.published`).
+
+For tests of the code around a broker:
+
+- ``MemoryBroker.from_url("memory://", record=True)``: :attr:`~MemoryBroker.published` lists every
+  publish it confirmed as ``(key, body)``, in order, duplicates included (a relay that publishes a
+  message twice shows it twice).
+- The fault switch :meth:`MemoryBroker.set_down`: while the queue is down, every operation of every
+  broker on it (publish, fetching in ``consume()``, settling, the dead-letter calls, ``pending``)
+  raises :class:`~crawlherd.errors.BackendUnavailableError` and changes nothing, as a broker that
+  cannot be reached does; ``set_down(True, after=n)`` lets ``n`` more publishes through first (the
+  broker goes away in the middle of a batch). ``set_down(False)`` brings it back.
 
 Model (shared with ``sqlite://``): every message has an ``available_at`` time; a delivery leases it by
 pushing ``available_at`` to now + visibility_timeout under a fresh lease token. Settling needs the
@@ -25,10 +37,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_publish, new_id, positive
+from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_numbers, check_publish, new_id
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.clock import Clock, SystemClock
-from crawlherd.errors import BrokerError, ConfigurationError
+from crawlherd.errors import BackendUnavailableError, BrokerError
 
 __all__ = ["MemoryBroker", "MemoryBrokerOptions", "MemoryStore"]
 
@@ -40,11 +52,10 @@ class MemoryBrokerOptions:
     clock: Clock = field(default_factory=SystemClock)
     visibility_timeout: float = 300.0
     max_deliveries: int = 0
+    record: bool = False
 
     def __post_init__(self) -> None:
-        positive("memory", "visibility_timeout", self.visibility_timeout)
-        if self.max_deliveries < 0:
-            raise ConfigurationError(f"memory broker option max_deliveries={self.max_deliveries!r}: must be >= 0")
+        check_numbers("memory", self, positive=("visibility_timeout",), non_negative=("max_deliveries",))
 
 
 class _Msg:
@@ -71,6 +82,21 @@ class MemoryStore:
         self._seq = itertools.count()
         self._dead: OrderedDict[str, tuple[DeadLetter, dict[str, str]]] = OrderedDict()
         self._changed = asyncio.Event()
+        self.down = False
+        self.down_after: int | None = None  # publishes still let through before going down
+
+    def check_up(self, backend: str) -> None:
+        """Raise BackendUnavailableError while the queue is down (see MemoryBroker.set_down)."""
+        if self.down:
+            raise BackendUnavailableError(f"{backend} is down (set_down)", backend="memory")
+
+    def count_publish(self) -> None:
+        """One publish goes through; the queue goes down when ``down_after`` runs out."""
+        if self.down_after is not None:
+            if self.down_after <= 0:
+                self.down, self.down_after = True, None
+            else:
+                self.down_after -= 1
 
     def _push(self, m: _Msg) -> None:
         m.version += 1
@@ -179,6 +205,7 @@ class MemoryBroker(BrokerBase):
                 store = MemoryStore()
         self._store: MemoryStore | None = store
         self._clock = self.options.clock
+        self._published: list[tuple[str, bytes]] = []
 
     @classmethod
     def from_url(cls, url: str = "memory://", *, store: MemoryStore | None = None, **options: Any) -> MemoryBroker:
@@ -197,6 +224,31 @@ class MemoryBroker(BrokerBase):
             raise BrokerError(f"{self!r} is closed")
         return self._store
 
+    @property
+    def published(self) -> list[tuple[str, bytes]]:
+        """Every publish this broker confirmed, as ``(key, body)``, in order, duplicates included.
+        Only with ``record=True`` (otherwise BrokerError: nothing was recorded)."""
+        if not self.options.record:
+            raise BrokerError(f"{self!r} does not record publishes: open it with record=True")
+        return self._published
+
+    def set_down(self, down: bool = True, *, after: int = 0) -> None:
+        """The fault switch (see the module docstring): ``down`` makes every operation on this
+        broker's queue raise BackendUnavailableError; with ``after``, only after that many more
+        successful publishes. ``set_down(False)`` brings the queue back."""
+        if after < 0:
+            raise ValueError(f"after must be >= 0, not {after!r}")
+        store = self.store
+        if down and after:
+            store.down, store.down_after = False, after
+        else:
+            store.down, store.down_after = down, None
+
+    def _check_up(self) -> MemoryStore:
+        store = self.store
+        store.check_up(repr(self))
+        return store
+
     async def _open(self) -> None:
         return None
 
@@ -209,10 +261,15 @@ class MemoryBroker(BrokerBase):
                       delay: float = 0.0) -> None:
         hdrs = check_publish(body, key, headers, delay)
         await self._ensure_open()
-        self.store.put(key, bytes(body), hdrs, self._clock.now() + delay)
+        store = self.store
+        store.count_publish()
+        store.check_up(repr(self))
+        store.put(key, bytes(body), hdrs, self._clock.now() + delay)
+        if self.options.record:
+            self._published.append((key, bytes(body)))
 
     async def _fetch(self, state: Any, n: int) -> Sequence[Delivery]:
-        store = self.store
+        store = self._check_up()
         now = self._clock.now()
         msgs = store.take(now, n, self.options.visibility_timeout, self.options.max_deliveries)
         if msgs:
@@ -235,12 +292,15 @@ class MemoryBroker(BrokerBase):
         return int(mid), lease
 
     async def _release(self, deliveries: Sequence[Delivery]) -> None:
+        self._check_up()  # a broker that is down cannot take them back: they return after their lease
         now = self._clock.now()
         for d in deliveries:
             with contextlib.suppress(BrokerError):  # a lost lease is back in the queue anyway
                 self.store.requeue(*self._parse(d), now, None, False)
 
     async def ack(self, delivery: Delivery) -> None:
+        self._check_held(delivery)
+        self._check_up()
         self._take(delivery)
         self.store.ack(*self._parse(delivery))
 
@@ -248,6 +308,8 @@ class MemoryBroker(BrokerBase):
         if not requeue:
             await self.dead_letter(delivery, "nacked")
             return
+        self._check_held(delivery)
+        self._check_up()
         self._take(delivery)
         self.store.requeue(*self._parse(delivery), self._clock.now(), None, False)
 
@@ -255,25 +317,29 @@ class MemoryBroker(BrokerBase):
         check_delay(delay)
         if body is not None:
             check_publish(body, delivery.key, None, delay)
+        self._check_held(delivery)
+        self._check_up()
         self._take(delivery)
         self.store.requeue(*self._parse(delivery), self._clock.now() + delay,
                            None if body is None else bytes(body), True)
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        self._check_held(delivery)
+        self._check_up()
         self._take(delivery)
         self.store.dead_letter(*self._parse(delivery), reason, self._clock.now())
 
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         await self._ensure_open()
-        return self.store.dead_letters(limit)
+        return self._check_up().dead_letters(limit)
 
     async def requeue_dead(self, dead_id: str | None = None) -> int:
         await self._ensure_open()
-        return self.store.requeue_dead(dead_id, self._clock.now())
+        return self._check_up().requeue_dead(dead_id, self._clock.now())
 
     async def pending(self) -> int:
         await self._ensure_open()
-        return self.store.pending(self._clock.now())
+        return self._check_up().pending(self._clock.now())
 
 
 if TYPE_CHECKING:

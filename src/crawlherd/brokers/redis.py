@@ -48,7 +48,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawlherd._redact import redact_url
-from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_publish, log, new_id, positive
+from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_numbers, check_publish, log, new_id
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
 
@@ -204,13 +204,8 @@ class RedisBrokerOptions:
             raise ConfigurationError("redis broker: give a prefix or a stream name")
         if not self.group:
             raise ConfigurationError("redis broker option group: must not be empty")
-        positive("redis", "claim_idle", self.claim_idle)
-        positive("redis", "claim_interval", self.claim_interval, allow_zero=True)
-        positive("redis", "block", self.block)
-        positive("redis", "connect_timeout", self.connect_timeout)
-        positive("redis", "socket_timeout", self.socket_timeout)
-        if self.max_deliveries < 0:
-            raise ConfigurationError(f"redis broker option max_deliveries={self.max_deliveries!r}: must be >= 0")
+        check_numbers("redis", self, positive=("claim_idle", "block", "connect_timeout", "socket_timeout"),
+                      non_negative=("claim_interval", "max_deliveries"))
         if self.block >= self.socket_timeout:
             raise ConfigurationError(
                 f"redis broker option block={self.block!r} must be shorter than socket_timeout={self.socket_timeout!r}"
@@ -411,17 +406,12 @@ class RedisBroker(BrokerBase):
         return eid.decode() if isinstance(eid, bytes) else eid
 
     async def _settle(self, delivery: Delivery, name: str, keys: list[str], args: list[Any]) -> None:
-        self._take(delivery)
-        try:
-            done = await self._script(name, keys, [self.group, delivery.delivery_id, *args])
-        except BackendUnavailableError:
-            self._untake(delivery)
-            raise
-        if not done:
-            raise BrokerError(
-                f"entry {delivery.delivery_id} (key {delivery.key!r}) was settled already (by this consumer, or "
-                f"by another one that claimed it after claim_idle={self.options.claim_idle} s)"
-            )
+        await self._settle_with(
+            delivery,
+            lambda: self._script(name, keys, [self.group, delivery.delivery_id, *args]),
+            f"entry {delivery.delivery_id} (key {delivery.key!r}) was settled already (by this consumer, or "
+            f"by another one that claimed it after claim_idle={self.options.claim_idle} s)",
+        )
 
     async def ack(self, delivery: Delivery) -> None:
         await self._settle(delivery, "ack", [self.stream], [])

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_publish, new_id, positive
+from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_numbers, check_publish, new_id
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
@@ -82,11 +82,8 @@ class SQLiteBrokerOptions:
     def __post_init__(self) -> None:
         if not self.queue:
             raise ConfigurationError("sqlite broker option queue: must not be empty")
-        positive("sqlite", "visibility_timeout", self.visibility_timeout)
-        positive("sqlite", "poll_interval", self.poll_interval)
-        positive("sqlite", "busy_timeout", self.busy_timeout, allow_zero=True)
-        if self.max_deliveries < 0:
-            raise ConfigurationError(f"sqlite broker option max_deliveries={self.max_deliveries!r}: must be >= 0")
+        check_numbers("sqlite", self, positive=("visibility_timeout", "poll_interval"),
+                      non_negative=("busy_timeout", "max_deliveries"))
 
 
 def sqlite_path(url: str) -> str:
@@ -284,18 +281,13 @@ class SQLiteBroker(BrokerBase):
         return int(mid), lease
 
     async def _settle(self, delivery: Delivery, fn: Callable[[sqlite3.Connection, int, str], int]) -> None:
-        self._take(delivery)
         mid, lease = self._parse(delivery)
-        try:
-            changed = await self._run(lambda conn: fn(conn, mid, lease))
-        except BackendUnavailableError:
-            self._untake(delivery)
-            raise
-        if not changed:
-            raise BrokerError(
-                f"message {mid} (key {delivery.key!r}): the lease was lost -- the visibility timeout "
-                f"({self.options.visibility_timeout} s) expired and it was delivered again, or it was settled"
-            )
+        await self._settle_with(
+            delivery,
+            lambda: self._run(lambda conn: fn(conn, mid, lease)),
+            f"message {mid} (key {delivery.key!r}): the lease was lost -- the visibility timeout "
+            f"({self.options.visibility_timeout} s) expired and it was delivered again, or it was settled",
+        )
 
     async def ack(self, delivery: Delivery) -> None:
         await self._settle(delivery, lambda conn, mid, lease: conn.execute(

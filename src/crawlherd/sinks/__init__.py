@@ -1,8 +1,38 @@
-"""Where items go: the config DB's ``items`` table (upsert on the item fingerprint), and exports."""
+"""Where items go, chosen by URL: ``sqlite:///path`` / ``postgresql://...`` (the config DB's ``items``
+table, upsert on the item fingerprint), ``memory://`` (in-process reference); and exports."""
 
 from __future__ import annotations
 
-from crawlherd.sinks.base import ItemSink, UpsertCounts
-from crawlherd.sinks.sql import SQLItemSink
+from typing import Any
 
-__all__ = ["ItemSink", "SQLItemSink", "UpsertCounts"]
+from crawlherd._registry import resolve_backend
+from crawlherd.sinks.base import DETAIL_AT, Sink, SinkBase, SinkRecord, UpsertCounts
+from crawlherd.sinks.memory import MemorySink
+from crawlherd.sinks.sql import SQLSink
+
+__all__ = [
+    "DETAIL_AT",
+    "SINK_ALIASES",
+    "MemorySink",
+    "SQLSink",
+    "Sink",
+    "SinkBase",
+    "SinkRecord",
+    "UpsertCounts",
+    "open_sink",
+]
+
+SINK_ALIASES: dict[str, str] = {
+    "memory": "crawlherd.sinks.memory:MemorySink",
+    "sqlite": "crawlherd.sinks.sql:SQLSink",
+    "postgresql": "crawlherd.sinks.sql:SQLSink",
+    "postgres": "crawlherd.sinks.sql:SQLSink",
+}
+_EXTRAS = {"postgresql": "postgresql", "postgres": "postgresql"}
+
+
+def open_sink(url: str, **options: Any) -> Sink:
+    """A sink for ``url``; use it as ``async with open_sink(url) as sink: ...``."""
+    cls = resolve_backend(url, SINK_ALIASES, "sink", _EXTRAS)
+    sink: Sink = cls.from_url(url, **options)
+    return sink

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db.models import StoredItem, Website
 from crawlherd.errors import ConfigurationError
-from crawlherd.sinks.sql import DETAIL_AT
+from crawlherd.sinks.base import DETAIL_AT
 
 __all__ = ["FORMATS", "export_items", "iter_items"]
 

@@ -1,36 +1,41 @@
-"""The ``items`` table of the config DB as a sink: upsert on the item fingerprint.
+"""``sqlite:///path`` / ``postgresql://...``: the ``items`` table of the config DB as a sink.
 
 Each item row keeps the item's fields in ``data`` (JSON); fields from a detail page are merged over
 the listing's, and ``data["_detail_at"]`` records when the detail page was last fetched.
-Upserts use ``INSERT ... ON CONFLICT (fingerprint) DO UPDATE`` on both
-SQLite and PostgreSQL, so two workers storing the same item never make two rows.
+Upserts use ``INSERT ... ON CONFLICT (fingerprint) DO UPDATE`` on both SQLite and PostgreSQL, and the
+merge of the fields happens in that statement: two workers storing the same item never make two rows
+and never lose each other's fields.
+
+The table is the config DB's (``crawlherd db upgrade`` creates it); items reference their website
+(``website_id``) and target, which must exist.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, literal_column, select
+from sqlalchemy import ColumnElement, func, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from crawlherd.db.engine import create_engine
 from crawlherd.db.models import StoredItem
 from crawlherd.extract.rules import Item
-from crawlherd.sinks.base import UpsertCounts
+from crawlherd.sinks.base import Sink, SinkBase, SinkRecord, UpsertCounts
 
-__all__ = ["DETAIL_AT", "SQLItemSink"]
+__all__ = ["SQLSink"]
 
-DETAIL_AT = "_detail_at"
 _BATCH = 500
 
 
-class SQLItemSink:
-    """Items into the config DB. ``engine`` is owned by the caller."""
+class SQLSink(SinkBase):
+    """Items into the config DB's ``items`` table. ``engine`` is the caller's (``close`` leaves it
+    open); :meth:`from_url` opens an engine of its own, which ``close`` disposes of."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        self._owns_engine = False
         postgres = engine.dialect.name == "postgresql"
         self._insert = postgresql.insert if postgres else sqlite.insert
         # The merge of the stored fields with the new ones happens in the statement, under the row's
@@ -39,6 +44,43 @@ class SQLItemSink:
             "(items.data::jsonb || excluded.data::jsonb)::json" if postgres else "json_patch(items.data, excluded.data)"
         )
 
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> SQLSink:
+        """A sink on the database at ``url`` (``sqlite:///path``, ``postgresql://...``); ``options``
+        go to :func:`crawlherd.db.create_engine` (``busy_timeout``, ``pool_size``)."""
+        sink = cls(create_engine(url, **options))
+        sink._owns_engine = True
+        return sink
+
+    def __repr__(self) -> str:
+        return f"<SQLSink {self.engine.url.render_as_string(hide_password=True)}>"
+
+    async def close(self) -> None:
+        if self._owns_engine:
+            self._owns_engine = False
+            await self.engine.dispose()
+
+    async def get(self, fingerprint: bytes) -> SinkRecord | None:
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(select(StoredItem).where(StoredItem.fingerprint == fingerprint.hex()))
+            ).one_or_none()
+        if row is None:
+            return None
+        return SinkRecord(
+            fingerprint=fingerprint,
+            website_id=row.website_id,
+            target_id=row.target_id,
+            url=row.url,
+            fields=row.data or {},
+            first_seen=row.first_seen,
+            last_seen=row.last_seen,
+        )
+
+    async def count(self) -> int:
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(select(func.count()).select_from(StoredItem))).scalar_one())
+
     async def _stored(self, conn: AsyncConnection, fingerprints: list[str]) -> dict[str, dict[str, Any]]:
         """The stored fields of these items (for the new/updated counts only)."""
         rows = await conn.execute(
@@ -46,11 +88,11 @@ class SQLItemSink:
         )
         return {fp: data or {} for fp, data in rows}
 
-    async def upsert(
-        self, items: Sequence[Item], *, website_id: int, target_id: int | None, seen_at: datetime
+    async def _upsert(
+        self, items: list[Item], *, website_id: int, target_id: int | None, seen_at: datetime
     ) -> UpsertCounts:
         new = updated = 0
-        # One item per fingerprint (the last wins), so one statement never touches a row twice.
+        # One item per fingerprint (SinkBase saw to it), so one statement never touches a row twice.
         unique = {item.fingerprint.hex(): item for item in items}
         keys = list(unique)
         for start in range(0, len(keys), _BATCH):
@@ -83,3 +125,7 @@ class SQLItemSink:
                 )
                 await conn.execute(stmt)
         return UpsertCounts(new=new, updated=updated)
+
+
+if TYPE_CHECKING:
+    _conforms: type[Sink] = SQLSink

@@ -38,7 +38,7 @@ from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.messages import JobMessage, decode_job, encode_job
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
-from crawlherd.sinks.sql import DETAIL_AT, SQLItemSink
+from crawlherd.sinks import DETAIL_AT, Sink, SQLSink
 from crawlherd.worker.jobcrawl import DETAIL_META, RateLimiters, SiteConfig, crawl_job, make_dispatcher
 from crawlherd.worker.runs import RunStore
 
@@ -76,7 +76,8 @@ class Worker:
     ``shutdown_timeout`` for jobs in flight at shutdown; ``browser_factory`` makes the browser fetcher
     for targets that need one (default: Playwright with the system Chromium); ``frontier_url`` the
     frontier of detail pages (``memory://``, ``sqlite:///file``, ``redis://...`` shared by all workers)
-    and ``detail_concurrency`` the detail pages fetched at once.
+    and ``detail_concurrency`` the detail pages fetched at once; ``sink`` where items go (default: the
+    ``items`` table of ``engine``; the caller's, not closed by the worker).
     """
 
     def __init__(
@@ -96,6 +97,7 @@ class Worker:
         frontier_url: str = "memory://",
         detail_concurrency: int = 8,
         lease_timeout: float = 120.0,
+        sink: Sink | None = None,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"worker concurrency must be an integer >= 1, got {concurrency!r}")
@@ -117,7 +119,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.stats = WorkerStats()
         self.runs = RunStore(engine)
-        self.sink = SQLItemSink(engine)
+        self.sink: Sink = sink if sink is not None else SQLSink(engine)
         self._limiters = RateLimiters()
         self._browser_factory = browser_factory or _default_browser
         self._http: Crawler | None = None

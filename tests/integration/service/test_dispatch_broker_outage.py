@@ -25,7 +25,7 @@ from crawlherd.db import DispatchOutbox, create_engine, upgrade
 from crawlherd.service.dispatch_service import DispatchService
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.dispatch import dispatch_due, relay_all
-from tests.support.real_brokers import drain, real_broker_available
+from tests.support.real_brokers import drain
 
 HOUR = timedelta(hours=1)
 
@@ -89,7 +89,6 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 
 
 @pytest.mark.redis
-@pytest.mark.skipif(not real_broker_available("redis"), reason="no redis broker yet")
 async def test_redis_stopped_mid_dispatch_jobs_wait_then_all_are_delivered(
     private_redis: PrivateRedis, tmp_path: Path
 ) -> None:

@@ -32,23 +32,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd.db import DispatchOutbox, create_engine, db_now
 from crawlherd.messages import decode_job, idempotency_key
 from tests.support.db import add_targets, add_website, database_now
-from tests.support.real_brokers import drain, real_broker_available, remove, scratch_url
+from tests.support.real_brokers import drain, remove, scratch_url
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-BROKERS = [
-    "table-double",
-    *(
-        pytest.param(kind, marks=pytest.mark.skipif(not real_broker_available(kind), reason=f"no {kind} broker yet"))
-        for kind in ("amqp", "redis", "sqlite")
-    ),
-]
+BROKERS = ["table-double", "amqp", "redis", "sqlite"]
 
 
-# Must-show 1 runs against RabbitMQ and Redis once the real brokers are integrated (the double stands
-# in until then; running both would double the suite's slowest test for nothing).
-SCALE_BROKERS = [k for k in ("amqp", "redis") if real_broker_available(k)] or ["table-double"]
+# Must-show 1 runs against RabbitMQ and Redis (not the table double too: that would double the suite's
+# slowest test for nothing).
+SCALE_BROKERS = ["amqp", "redis"]
 
 
 @pytest.fixture

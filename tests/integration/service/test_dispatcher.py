@@ -1,4 +1,4 @@
-"""The tick and the relay on real SQLite and PostgreSQL, with the in-memory broker double."""
+"""The tick and the relay on real SQLite and PostgreSQL, with the in-memory broker recording publishes."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from crawlherd.brokers.memory import MemoryBroker, MemoryBrokerOptions
 from crawlherd.db import DispatchOutbox, ScrapeTarget, create_engine
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, MessageRejectedError
 from crawlherd.messages import decode_job, idempotency_key
@@ -19,9 +20,13 @@ from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.service.relay import Failure
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.dispatch import dispatch_due, relay_all
-from tests.support.memory_broker import MemoryBrokerDouble
 
 HOUR = timedelta(hours=1)
+
+
+def recording() -> MemoryBroker:
+    """The in-memory broker, listing every publish it confirmed in ``published``."""
+    return MemoryBroker.from_url("memory://", record=True)
 
 
 async def outbox(engine: AsyncEngine) -> list[DispatchOutbox]:
@@ -41,7 +46,7 @@ async def test_tick_writes_each_slot_once_and_advances_from_the_slot(engine: Asy
     # Slots at now-3.5h, -2.5h, -1.5h, -0.5h (all late), next at now+0.5h.
     anchor = now - timedelta(hours=3, minutes=30)
     ids = await add_targets(engine, site, 3, every=HOUR, anchor=anchor, misfire="backfill", backfill_limit=10)
-    dispatcher = DispatchService(engine, MemoryBrokerDouble())
+    dispatcher = DispatchService(engine, recording())
     result = await dispatcher.tick()
     assert (result.targets, result.slots, result.inserted) == (3, 12, 12)
     rows = await outbox(engine)
@@ -65,7 +70,7 @@ async def test_misfire_policies_after_downtime(engine: AsyncEngine, policy: str,
     site = await add_website(engine)
     anchor = now - timedelta(hours=5, minutes=30)
     (tid,) = await add_targets(engine, site, 1, every=HOUR, anchor=anchor, misfire=policy, backfill_limit=limit)
-    await DispatchService(engine, MemoryBrokerDouble()).tick()
+    await DispatchService(engine, recording()).tick()
     slots = [r.slot_at for r in await outbox(engine)]
     assert slots == [anchor + k * HOUR for k in range(6 - expected, 6)]
     assert (await targets(engine))[tid].next_run_at == anchor + 6 * HOUR
@@ -76,7 +81,7 @@ async def test_jitter_delays_the_run_but_not_the_slot(engine: AsyncEngine) -> No
     site = await add_website(engine)
     anchor = now - timedelta(minutes=30)
     await add_targets(engine, site, 1, every=HOUR, anchor=anchor, jitter_ms=20 * 60 * 1000, misfire="latest")
-    await DispatchService(engine, MemoryBrokerDouble()).tick()  # due: anchor + 20 min < now
+    await DispatchService(engine, recording()).tick()  # due: anchor + 20 min < now
     (row,) = await outbox(engine)
     assert row.slot_at == anchor
     (target,) = (await targets(engine)).values()
@@ -84,7 +89,7 @@ async def test_jitter_delays_the_run_but_not_the_slot(engine: AsyncEngine) -> No
     (late,) = await add_targets(
         engine, site, 1, every=HOUR, anchor=now - timedelta(minutes=5), jitter_ms=10 * 60_000, keyword_prefix="j"
     )
-    assert (await DispatchService(engine, MemoryBrokerDouble()).tick()).targets == 0  # slot passed, jitter not yet
+    assert (await DispatchService(engine, recording()).tick()).targets == 0  # slot passed, jitter not yet
 
 
 async def test_inactive_and_broken_targets(engine: AsyncEngine) -> None:
@@ -96,7 +101,7 @@ async def test_inactive_and_broken_targets(engine: AsyncEngine) -> None:
         await conn.execute(
             update(ScrapeTarget).where(ScrapeTarget.id == broken).values(schedule_kind="cron", cron="not a cron")
         )
-    result = await DispatchService(engine, MemoryBrokerDouble()).tick()
+    result = await DispatchService(engine, recording()).tick()
     assert result.targets == 2 and result.inserted == 1  # the broken one is skipped, not fatal
     assert [r.target_id for r in await outbox(engine)] == [good]
     rows = await targets(engine)
@@ -108,7 +113,7 @@ async def test_relay_publishes_each_row_once_with_its_key(engine: AsyncEngine) -
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 30, every=HOUR, anchor=now - timedelta(seconds=10))
-    broker = MemoryBrokerDouble()
+    broker = recording()
     dispatcher = DispatchService(engine, broker, relay_batch=7)
     tick, relay = await dispatcher.run_once()
     assert tick.inserted == 30 and relay.published == 30 and relay.failed == 0
@@ -121,12 +126,12 @@ async def test_relay_publishes_each_row_once_with_its_key(engine: AsyncEngine) -
 
 
 async def test_broker_down_mid_dispatch_rows_wait_then_all_are_delivered(engine: AsyncEngine) -> None:
-    """Must-show 2 (against the broker double): publishes fail, rows wait in the outbox, none lost."""
+    """Must-show 2 (against the memory broker's fault switch): publishes fail, rows wait in the outbox, none lost."""
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 40, every=HOUR, anchor=now - timedelta(seconds=10))
-    broker = MemoryBrokerDouble()
-    broker.fail_after = 15  # the broker goes away in the middle of the batch
+    broker = recording()
+    broker.set_down(after=15)  # the broker goes away in the middle of the batch
     dispatcher = DispatchService(engine, broker, backoff=3600.0, max_backoff=7200.0, publish_concurrency=1)
     tick, relay = await dispatcher.run_once()
     assert tick.inserted == 40 and relay.published == 15 and relay.failed == 25
@@ -136,7 +141,7 @@ async def test_broker_down_mid_dispatch_rows_wait_then_all_are_delivered(engine:
     assert all(r.last_error and "down" in r.last_error and r.attempts == 1 for r in waiting)
     assert all(r.leased_until is not None and r.leased_until > now + timedelta(minutes=30) for r in waiting)
     assert (await dispatcher.relay()).leased == 0  # backing off, not hammering the broker
-    broker.down = False
+    broker.set_down(False)
     async with engine.begin() as conn:  # let the backoff run out (instead of waiting an hour)
         await conn.execute(update(DispatchOutbox).values(leased_until=now))
     assert (await relay_all(dispatcher)).published == 25
@@ -145,7 +150,7 @@ async def test_broker_down_mid_dispatch_rows_wait_then_all_are_delivered(engine:
 
 
 async def test_backoff_grows_and_is_capped(engine: AsyncEngine) -> None:
-    dispatcher = DispatchService(engine, MemoryBrokerDouble(), backoff=2.0, max_backoff=60.0)
+    dispatcher = DispatchService(engine, recording(), backoff=2.0, max_backoff=60.0)
     assert [dispatcher.relayer.backoff_for(a) for a in (1, 2, 3, 6, 50)] == [2.0, 4.0, 8.0, 60.0, 60.0]
 
 
@@ -163,7 +168,7 @@ async def test_concurrent_dispatchers_write_and_publish_each_slot_once(db_url: s
             misfire="backfill",
             backfill_limit=5,
         )
-        broker = MemoryBrokerDouble()
+        broker = recording()
         dispatchers = [DispatchService(e, broker, batch_size=17, relay_batch=23) for e in engines]
         ticks = await asyncio.gather(*(dispatch_due(d) for d in dispatchers))
         assert sum(t.targets for t in ticks) == 120 and sum(t.inserted for t in ticks) == 360
@@ -182,19 +187,19 @@ async def test_cancelled_relay_marks_what_was_confirmed_and_releases_the_rest(en
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 10, every=HOUR, anchor=now - timedelta(seconds=10))
-    dispatcher = DispatchService(engine, MemoryBrokerDouble(), publish_concurrency=1)
+    dispatcher = DispatchService(engine, recording(), publish_concurrency=1)
     await dispatch_due(dispatcher)
 
     stalled = asyncio.Event()
 
-    class Stalling(MemoryBrokerDouble):
+    class Stalling(MemoryBroker):
         async def publish(self, body: bytes, **kw: object) -> None:  # type: ignore[override]
             if len(self.published) == 4:
                 stalled.set()
                 await asyncio.Event().wait()  # hangs: the shutdown cancels it
             await super().publish(body, **kw)  # type: ignore[arg-type]
 
-    stalling = Stalling()
+    stalling = Stalling(options=MemoryBrokerOptions(record=True))
     relay = asyncio.create_task(DispatchService(engine, stalling, publish_concurrency=1).relay())
     await asyncio.wait_for(stalled.wait(), 30)
     relay.cancel()
@@ -212,14 +217,14 @@ def test_options_are_validated() -> None:
     engine = create_engine("sqlite:///:memory:")
     for bad in ({"batch_size": 0}, {"lease": 0}, {"publish_concurrency": -1}, {"backoff": -1.0}):
         with pytest.raises(ConfigurationError):
-            DispatchService(engine, MemoryBrokerDouble(), **bad)  # type: ignore[arg-type]
+            DispatchService(engine, recording(), **bad)  # type: ignore[arg-type]
 
 
 async def test_message_body_is_stable_across_republish(engine: AsyncEngine) -> None:
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 1, every=HOUR, anchor=now - timedelta(seconds=10))
-    broker = MemoryBrokerDouble()
+    broker = recording()
     dispatcher = DispatchService(engine, broker)
     await dispatcher.run_once()
     async with engine.begin() as conn:  # as if the mark had been lost
@@ -234,8 +239,8 @@ async def test_a_dispatcher_whose_lease_ran_out_does_not_touch_the_new_owners_le
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 1, every=HOUR, anchor=now - timedelta(seconds=10))
-    broker = MemoryBrokerDouble()
-    broker.down = True
+    broker = recording()
+    broker.set_down()
     slow = DispatchService(engine, broker, lease=30.0, owner="slow")
     await dispatch_due(slow)
     (leased,) = await slow.relayer.lease()
@@ -252,7 +257,7 @@ async def test_a_tick_that_fails_midway_leaves_nothing_and_the_next_tick_redoes_
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 5, every=HOUR, anchor=now - timedelta(seconds=10))
-    dispatcher = DispatchService(engine, MemoryBrokerDouble())
+    dispatcher = DispatchService(engine, recording())
     real_execute = AsyncConnection.execute
 
     async def crash_on_advance(self: AsyncConnection, statement: Any, *args: Any, **kwargs: Any) -> Any:
@@ -269,7 +274,7 @@ async def test_a_tick_that_fails_midway_leaves_nothing_and_the_next_tick_redoes_
     assert (await dispatcher.tick()).inserted == 5
 
 
-class HungBroker(MemoryBrokerDouble):
+class HungBroker(MemoryBroker):
     """A broker that accepts the connection and never confirms (a partition, a blocked broker)."""
 
     async def publish(self, body: bytes, **kw: object) -> None:  # type: ignore[override]
@@ -309,10 +314,10 @@ async def test_a_hung_broker_does_not_stop_the_tick_and_each_round_ends_at_its_d
 def test_the_relay_round_must_fit_in_the_outbox_lease() -> None:
     engine = create_engine("sqlite:///:memory:")
     with pytest.raises(ConfigurationError, match="at most 80% of the outbox lease"):
-        DispatchService(engine, MemoryBrokerDouble(), lease=10.0, round_timeout=9.0)
+        DispatchService(engine, recording(), lease=10.0, round_timeout=9.0)
 
 
-class RefusingBroker(MemoryBrokerDouble):
+class RefusingBroker(MemoryBroker):
     """A broker that answers and refuses every message (as RabbitMQ returns an unroutable one)."""
 
     async def publish(self, body: bytes, **kw: object) -> None:  # type: ignore[override]
@@ -339,15 +344,15 @@ async def test_an_outage_never_kills_a_row(engine: AsyncEngine) -> None:
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 1, every=HOUR, anchor=now - timedelta(seconds=10))
-    broker = MemoryBrokerDouble()
-    broker.down = True
+    broker = recording()
+    broker.set_down(True)
     service = DispatchService(engine, broker, dead_after=2, backoff=0.0)
     await dispatch_due(service)
     for _ in range(5):
         assert (await service.relay()).failed == 1
     (row,) = await outbox(engine)
     assert row.status == "pending" and row.attempts == 5
-    broker.down = False
+    broker.set_down(False)
     assert (await service.relay()).published == 1
 
 
@@ -355,7 +360,7 @@ async def test_published_rows_are_pruned_after_the_retention(engine: AsyncEngine
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 6, every=HOUR, anchor=now - timedelta(seconds=10))
-    service = DispatchService(engine, MemoryBrokerDouble())
+    service = DispatchService(engine, recording())
     await service.run_once()
     rows = await outbox(engine)
     old, recent = [r.id for r in rows[:4]], [r.id for r in rows[4:]]
