@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from crawlherd.errors import ConfigurationError
-from crawlherd.extract.rules import ExtractionRules, FieldRule, Page, item_fingerprint, make_item
+from crawlherd.extract.rules import ExtractionRules, Page, item_fingerprint, make_item
+from crawlherd.extract.selectors import FieldRule
 
 PAGE = "https://jobs.example/search?q=python&page=2"
 HTML = """

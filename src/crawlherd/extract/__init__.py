@@ -1,5 +1,6 @@
 """Turning fetched pages into items: declarative CSS rules (:mod:`.rules`), pagination
-(:mod:`.pagination`) and Python handlers by website name (:mod:`.handlers`)."""
+(:mod:`.pagination`) -- both built on CSS selectors (:mod:`.selectors`, the leaf) -- and Python
+handlers by website name (:mod:`.handlers`)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,12 @@ from crawlherd.extract.pagination import (
 from crawlherd.extract.rules import (
     ExtractionResult,
     ExtractionRules,
-    FieldRule,
     Item,
     Page,
     item_fingerprint,
     make_item,
-    parse_html,
 )
+from crawlherd.extract.selectors import FieldRule, check_selector, parse_html
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -42,6 +42,7 @@ __all__ = [
     "Item",
     "Page",
     "Pagination",
+    "check_selector",
     "get_handler",
     "get_query_param",
     "increment_query_param",
