@@ -31,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from crawlherd.service.search_url import render_search_url  # noqa: E402
 from sqlalchemy import delete, func, select, text, update  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
 from tests.support.db import add_targets, add_website, fresh_postgres_database  # noqa: E402
@@ -43,7 +44,6 @@ from crawlherd.db import DispatchOutbox, ScrapeTarget, Website, create_engine, d
 from crawlherd.messages import JobMessage, encode_job  # noqa: E402
 from crawlherd.service.dispatch_service import DispatchService  # noqa: E402
 from crawlherd.service.schedule import make_schedule, plan_slots  # noqa: E402
-from crawlherd.service.search_url import render_search_url  # noqa: E402
 
 HOUR = timedelta(hours=1)
 

@@ -24,9 +24,10 @@ import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
+from pydantic import ValidationError
 from sqlalchemy import Table, bindparam, func, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -38,7 +39,7 @@ from crawlherd.db.models import DispatchOutbox, ScrapeTarget, UTCDateTime, Websi
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, CrawlherdError
 from crawlherd.messages import JobMessage, encode_job
 from crawlherd.service.schedule import make_schedule, plan_slots
-from crawlherd.service.search_url import render_search_url
+from crawlherd.sitespec import SiteSpec
 
 __all__ = ["DispatchService", "RelayResult", "TickResult"]
 
@@ -170,17 +171,7 @@ class DispatchService:
                     T.backfill_limit,
                     T.misfire_grace_seconds,
                     T.next_run_at,
-                    W.name,
-                    W.base_url,
-                    W.search_url_template,
-                    W.requires_playwright,
-                    W.pagination_type,
-                    W.pagination,
-                    W.extraction,
-                    W.site_metadata.label("site_metadata"),
-                    W.min_delay,
-                    W.max_concurrency,
-                    W.robots_policy,
+                    W.spec,
                 )
                 .join(W, W.id == T.website_id)
                 .where(T.active == true(), T.next_run_at <= now)
@@ -212,31 +203,8 @@ class DispatchService:
                     grace=timedelta(seconds=row.misfire_grace_seconds),
                     max_slots=self.max_slots_per_target,
                 )
-                search_url = render_search_url(row.search_url_template, keywords=row.keywords, location=row.location)
                 for slot in plan.slots:
-                    message = JobMessage.for_slot(
-                        target_id=row.id,
-                        slot_at=slot,
-                        created_at=now,
-                        website_id=row.website_id,
-                        website_name=row.name,
-                        search_url=search_url,
-                        requires_playwright=row.requires_playwright,
-                        pagination_type=row.pagination_type,
-                        keywords_used=row.keywords,
-                        location_used=row.location or None,
-                        metadata={
-                            "base_url": row.base_url,
-                            "pagination": row.pagination,
-                            "extraction": row.extraction,
-                            "politeness": {
-                                "min_delay": row.min_delay,
-                                "max_concurrency": row.max_concurrency,
-                                "robots": row.robots_policy,
-                            },
-                            "site": row.site_metadata,
-                        },
-                    )
+                    message = _job_message(row, slot, now)
                     outbox.append(
                         {
                             "target_id": row.id,
@@ -490,3 +458,23 @@ class DispatchService:
 def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _job_message(row: Any, slot: datetime, now: datetime) -> JobMessage:
+    """The job message of one claimed target (``row``: its columns, with its website's ``spec``) for
+    one slot: the website's :class:`SiteSpec` travels typed. A stored spec that no longer validates
+    raises ConfigurationError (the tick sets that target aside)."""
+    try:
+        site = SiteSpec.model_validate(row.spec)
+    except ValidationError as exc:
+        raise ConfigurationError(f"website of target {row.id}: stored spec is invalid: {exc}") from None
+    return JobMessage.for_slot(
+        target_id=row.id,
+        slot_at=slot,
+        created_at=now,
+        website_id=row.website_id,
+        site=site,
+        search_url=site.search_url(keywords=row.keywords, location=row.location),
+        keywords_used=row.keywords,
+        location_used=row.location or None,
+    )

@@ -45,7 +45,7 @@ from typing import Any
 
 from crawlherd.extract.pagination import Pagination
 from crawlherd.extract.rules import ExtractionRules, item_fingerprint
-from crawlherd.service.search_url import render_search_url
+from crawlherd.sitespec import render_search_url
 
 __all__ = [
     "DEMO_WEBSITES",

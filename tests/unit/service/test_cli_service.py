@@ -29,9 +29,9 @@ def run(*args: str) -> Result:
 
 def test_db_upgrade_and_current(db: Path) -> None:
     result = run("db", "upgrade")
-    assert result.exit_code == 0 and "is at migration 0001 (newest)" in result.output
+    assert result.exit_code == 0 and "is at migration 0002 (newest)" in result.output
     assert run("db", "upgrade").exit_code == 0  # idempotent
-    assert "current: 0001; newest: 0001" in run("db", "current").output
+    assert "current: 0002; newest: 0002" in run("db", "current").output
 
 
 def test_a_fresh_db_is_created_on_first_use(db: Path) -> None:
