@@ -232,6 +232,17 @@ async def get_target(engine: AsyncEngine, target_id: int) -> TargetInfo:
     return _info(row, row.website_name)
 
 
+def _stored_schedule(row: Any) -> Schedule:
+    """The schedule of a ``scrape_targets`` row."""
+    return make_schedule(
+        kind=row.schedule_kind,
+        interval_seconds=row.interval_seconds,
+        cron=row.cron,
+        timezone=row.timezone,
+        anchor_at=row.anchor_at,
+    )
+
+
 async def set_active(engine: AsyncEngine, target_id: int, active: bool) -> TargetInfo:
     """Enable or disable a target. Enabling starts it from its next future slot (missed slots are not
     made up: the target was off on purpose)."""
@@ -242,13 +253,7 @@ async def set_active(engine: AsyncEngine, target_id: int, active: bool) -> Targe
             raise CrawlherdError(f"no scrape target with id {target_id} (see `crawlherd targets list`)")
         values: dict[str, Any] = {"active": active, "updated_at": now}
         if active and not row.active:
-            schedule = make_schedule(
-                kind=row.schedule_kind,
-                interval_seconds=row.interval_seconds,
-                cron=row.cron,
-                timezone=row.timezone,
-                anchor_at=row.anchor_at,
-            )
+            schedule = _stored_schedule(row)
             values["next_run_at"] = _first_run(schedule, now, timedelta(milliseconds=row.jitter_ms))
         await conn.execute(update(ScrapeTarget).where(ScrapeTarget.id == target_id).values(**values))
     return await get_target(engine, target_id)
@@ -263,13 +268,7 @@ async def preview_target(engine: AsyncEngine, target_id: int, count: int = 10) -
     if row is None:
         raise CrawlherdError(f"no scrape target with id {target_id} (see `crawlherd targets list`)")
     jitter = timedelta(milliseconds=row.jitter_ms)
-    schedule = make_schedule(
-        kind=row.schedule_kind,
-        interval_seconds=row.interval_seconds,
-        cron=row.cron,
-        timezone=row.timezone,
-        anchor_at=row.anchor_at,
-    )
+    schedule = _stored_schedule(row)
     first = row.next_run_at - jitter
     slots = [first, *upcoming(schedule, after=first, count=count - 1)]
     return [(slot, slot + jitter) for slot in slots]
