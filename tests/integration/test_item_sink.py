@@ -38,8 +38,7 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
             insert(Website).values(
                 id=1,
                 name="shop",
-                base_url="https://shop.test",
-                search_url_template="https://shop.test/?q={keywords}",
+                spec={"name": "shop", "base_url": "https://shop.test", "search_url_template": "https://shop.test/?q={keywords}"},
                 created_at=now,
                 updated_at=now,
             )
