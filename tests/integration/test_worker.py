@@ -264,3 +264,57 @@ async def test_listing_pages_of_concurrent_jobs_keep_the_websites_max_concurrenc
     assert len(board.fetched("/search")) == 4
     assert board.most_in_flight == 1  # max_concurrency = 1 held, though 4 jobs ran at once
     assert worker.stats.pages == 4
+
+
+# -- a listing page read by another worker sharing the frontier -----------------------------------
+
+
+@pytest.fixture
+async def shared_frontier_url(redis_url: str, unique_name: str) -> AsyncIterator[str]:
+    """A Redis frontier (its keys are deleted afterwards)."""
+    yield f"{redis_url}?prefix={unique_name}f"
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(redis_url)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{unique_name}f*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.redis
+async def test_a_listing_read_by_another_worker_is_reported_to_the_jobs_owner(
+    engine: AsyncEngine, board: Board, tmp_path: Path, shared_frontier_url: str
+) -> None:
+    """The owner takes the job but runs no page loop; another worker, sharing its frontier (Redis) and
+    consuming another broker, reads the listing and its detail pages; the owner learns the outcome from
+    ``job_runs`` and acks."""
+    from crawlherd.service.dispatch_service import DispatchService
+
+    await load(engine, tmp_path, website(board, robots="obey"), ["go"], due=True)
+    frontier_url = shared_frontier_url
+    limits = FetchLimits(allow_private_addresses=True)
+    async with open_broker(str(engine.url)) as jobs, open_broker(f"sqlite:///{tmp_path / 'empty.db'}") as empty:
+        await DispatchService(engine, jobs).run_once()
+        async for delivery in jobs.consume(prefetch=1):
+            break
+        owner = Worker(engine, jobs, name="owner", frontier_url=frontier_url, limits=limits, poll_interval=0.1)
+        other = Worker(engine, empty, name="other", frontier_url=frontier_url, limits=limits)
+        stop = asyncio.Event()
+        async with owner, other:
+            pages = asyncio.create_task(other.run(stop))
+            await owner.handle(delivery)  # returns once the outcome is found in job_runs
+            while not await other.idle():  # noqa: ASYNC110 - the detail pages, still in flight
+                await asyncio.sleep(0.05)
+            stop.set()
+            await pages
+        assert await jobs.pending() == 0  # acked by its owner
+    async with engine.connect() as conn:
+        run = (await conn.execute(select(JobRun.status, JobRun.worker, JobRun.pages, JobRun.items_new))).one()
+    assert tuple(run) == ("succeeded", "owner", 1, 3)
+    assert owner.stats.succeeded == 1 and owner.stats.items_new == 0  # the owner fetched nothing itself
+    assert other.stats.detail_pages == 3 and other.stats.received == 0
+    stored = await items(engine)
+    assert sorted(f["salary"] for f in stored.values()) == [f"salary of go-{n}" for n in range(3)]
