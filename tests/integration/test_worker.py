@@ -298,7 +298,7 @@ async def test_a_listing_read_by_another_worker_is_reported_to_the_jobs_owner(
     limits = FetchLimits(allow_private_addresses=True)
     async with open_broker(str(engine.url)) as jobs, open_broker(f"sqlite:///{tmp_path / 'empty.db'}") as empty:
         await DispatchService(engine, jobs).run_once()
-        async for delivery in jobs.consume(prefetch=1):
+        async for delivery in jobs.consume(prefetch=1):  # noqa: B007 - the first delivery is all it takes
             break
         owner = Worker(engine, jobs, name="owner", frontier_url=frontier_url, limits=limits, poll_interval=0.1)
         other = Worker(engine, empty, name="other", frontier_url=frontier_url, limits=limits)
