@@ -43,7 +43,7 @@ from crawlherd.db import DispatchOutbox, ScrapeTarget, Website, create_engine, d
 from crawlherd.messages import JobMessage, encode_job  # noqa: E402
 from crawlherd.service.dispatch_service import DispatchService  # noqa: E402
 from crawlherd.service.schedule import make_schedule, plan_slots  # noqa: E402
-from crawlherd.service.search_url import render_search_url  # noqa: E402
+from crawlherd.sitespec import SiteSpec  # noqa: E402
 
 HOUR = timedelta(hours=1)
 
@@ -129,7 +129,7 @@ async def naive_loop(engine: AsyncEngine, broker: Broker) -> int:
     db_clock: Any = func.now() if hold_lock else func.strftime("%Y-%m-%d %H:%M:%f", "now")
     query = (
         select(T.id, T.website_id, T.keywords, T.location, T.interval_seconds, T.anchor_at, T.next_run_at)
-        .add_columns(W.name, W.search_url_template, db_clock.label("db_now"))
+        .add_columns(W.spec, db_clock.label("db_now"))
         .join(W, W.id == T.website_id)
         .where(T.active, T.next_run_at <= db_clock)
         .order_by(T.next_run_at)
@@ -143,14 +143,15 @@ async def naive_loop(engine: AsyncEngine, broker: Broker) -> int:
         now = now.replace(tzinfo=UTC) if now.tzinfo is None else now
         schedule = make_schedule(kind="interval", interval_seconds=row.interval_seconds, anchor_at=row.anchor_at)
         plan = plan_slots(schedule, next_slot=row.next_run_at, now=now, misfire="latest")
+        site = SiteSpec.model_validate(row.spec)
         for slot in plan.slots:
             message = JobMessage.for_slot(
                 target_id=row.id,
                 slot_at=slot,
                 created_at=now,
                 website_id=row.website_id,
-                website_name=row.name,
-                search_url=render_search_url(row.search_url_template, keywords=row.keywords, location=row.location),
+                site=site,
+                search_url=site.search_url(keywords=row.keywords, location=row.location),
                 keywords_used=row.keywords,
                 location_used=row.location or None,
             )

@@ -21,7 +21,8 @@ from parsel import Selector
 from crawlherd.demo import DemoSite
 from crawlherd.demo import pages as demo_pages
 from crawlherd.demo.targets import demo_targets
-from crawlherd.extract.rules import ExtractionRules, item_fingerprint
+from crawlherd.extract.rules import ExtractionRules
+from crawlherd.item import item_fingerprint
 
 BASE = "http://127.0.0.1:8080"
 

@@ -31,6 +31,8 @@ _LAZY: dict[str, str] = {
     "BrowserFetcher": "crawlherd.fetch.browser",
     "DemoSite": "crawlherd.demo",
     "ExtractionRules": "crawlherd.extract.rules",
+    "Item": "crawlherd.item",
+    "make_item": "crawlherd.item",
     "Pagination": "crawlherd.extract.pagination",
     "register_handler": "crawlherd.extract.handlers",
     "Broker": "crawlherd.brokers",

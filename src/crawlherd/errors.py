@@ -23,6 +23,7 @@ The tree::
     ├── TargetsFileError            a targets file refused whole; .problems lists every problem
     ├── MessageError                a job message that fails validation or has an unknown version
     ├── JobError                    a job that could not be completed (its listing could not be read)
+    │   └── PermanentJobError       one that another attempt cannot fix (robots.txt disallows it): dead at once
     └── BrokerError
         └── PublishError            the broker did not confirm (or returned) a message
             └── MessageRejectedError  the broker answered and refused this message (unroutable, nacked)
@@ -138,6 +139,11 @@ class MessageError(CrawlherdError):
 
 class JobError(CrawlherdError):
     """A scrape job that could not be completed; the worker retries it, then dead-letters it."""
+
+
+class PermanentJobError(JobError):
+    """A scrape job that another attempt cannot fix (robots.txt disallows its listing page): the worker
+    dead-letters it at once."""
 
 
 class BrokerError(CrawlherdError):

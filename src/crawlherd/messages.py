@@ -1,6 +1,10 @@
 """The job message: what the dispatcher service publishes and the workers consume.
 
-Schema version 1 (``docs/job-message.md``). Both ends validate: :func:`encode_job` refuses to publish
+Schema version 2 (``docs/job-message.md``): the website's configuration travels typed, as the
+:class:`~crawlherd.sitespec.SiteSpec` the targets file declared (``site``). A version-1 body (an
+untyped ``metadata`` dict, published before the upgrade and still on a broker) is decoded into the
+same :class:`JobMessage`, its ``metadata`` turned into a :class:`SiteSpec` with the one set of defaults
+(:func:`decode_job`). Both ends validate: :func:`encode_job` refuses to publish
 an invalid message, :func:`decode_job` refuses (with :class:`~crawlherd.errors.MessageError`) a body
 that is not JSON, not an object, of an unknown ``schema_version`` or invalid -- the worker
 dead-letters those. Unknown fields are refused too: adding a field means a new schema version.
@@ -16,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 
 from crawlherd.errors import MessageError
+from crawlherd.sitespec import SiteSpec
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -28,8 +33,8 @@ __all__ = [
     "job_id_for",
 ]
 
-SCHEMA_VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+SCHEMA_VERSION = 2
+SUPPORTED_VERSIONS = frozenset({1, 2})
 _JOB_NAMESPACE = uuid.UUID("6f1c2a8e-5b0e-4a4e-9d7c-63726177686c")
 
 
@@ -53,29 +58,25 @@ def job_id_for(target_id: int, slot_at: datetime) -> str:
 
 
 class JobMessage(BaseModel):
-    """One scrape job: crawl ``search_url`` for one target at one slot.
+    """One scrape job: crawl ``search_url`` of website ``site`` for one target at one slot.
 
     ``attempt_count`` is the number of earlier attempts (0 when the dispatcher publishes it; a worker
-    re-publishing a failed job adds one). ``metadata`` carries the site-specific settings the worker
-    needs (extraction rules, politeness, pagination settings).
+    re-publishing a failed job adds one). ``site`` is the website's whole configuration, typed.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     job_id: str
     idempotency_key: str
     target_id: int = Field(ge=1)
     slot_at: datetime
     website_id: int = Field(ge=1)
-    website_name: str = Field(min_length=1, max_length=200)
+    site: SiteSpec
     search_url: str = Field(min_length=1)
-    requires_playwright: bool = False
-    pagination_type: Literal["none", "next_link", "page_param"] = "none"
     keywords_used: str
     location_used: str | None = None
     attempt_count: int = Field(default=0, ge=0)
-    metadata: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime
 
     @field_validator("slot_at", "created_at")
@@ -126,6 +127,50 @@ class JobMessage(BaseModel):
         )
 
 
+class _JobMessageV1(BaseModel):
+    """Schema version 1, read only: its site settings were an untyped ``metadata`` dict."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+    schema_version: Literal[1]
+    job_id: str
+    idempotency_key: str
+    target_id: int
+    slot_at: datetime
+    website_id: int
+    website_name: str = Field(min_length=1, max_length=200)
+    search_url: str = Field(min_length=1)
+    requires_playwright: bool = False
+    pagination_type: Literal["none", "next_link", "page_param"] = "none"
+    keywords_used: str
+    location_used: str | None = None
+    attempt_count: int = 0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+
+    def upgraded(self) -> dict[str, Any]:
+        """The version-2 form. What version 1 left out gets :class:`SiteSpec`'s defaults; its search
+        URL (already rendered) stands for the template (braces escaped)."""
+        meta = self.metadata
+        site_meta = dict(meta.get("site") or {})
+        site: dict[str, Any] = {
+            "name": self.website_name,
+            "base_url": meta.get("base_url") or self.search_url,
+            "search_url_template": self.search_url.replace("{", "{{").replace("}", "}}"),
+            "requires_playwright": self.requires_playwright,
+            "pagination": {**(meta.get("pagination") or {}), "type": self.pagination_type},
+            "extraction": meta.get("extraction") or {},
+            "politeness": meta.get("politeness") or {},
+            "metadata": site_meta,
+        }
+        if "revisit_age_seconds" in site_meta:
+            site["revisit_age"] = site_meta.pop("revisit_age_seconds")
+        fields = self.model_dump(
+            exclude={"website_name", "requires_playwright", "pagination_type", "metadata", "slot_at"}
+        )
+        return {**fields, "schema_version": 2, "slot_at": self.slot_at, "site": site}
+
+
 def encode_job(message: JobMessage) -> bytes:
     """The wire form (compact UTF-8 JSON). A :class:`JobMessage` is validated when it is built and is
     frozen, so what is encoded is valid; anything else is refused."""
@@ -151,9 +196,11 @@ def decode_job(body: bytes | str) -> JobMessage:
             f"{', '.join(str(v) for v in sorted(SUPPORTED_VERSIONS))}"
         )
     try:
+        if version == 1:
+            data = _JobMessageV1.model_validate(data).upgraded()
         return JobMessage.model_validate(data)
     except ValidationError as exc:
-        raise MessageError(f"invalid job message: {_problems(exc)}") from None
+        raise MessageError(f"invalid job message (schema_version {version}): {_problems(exc)}") from None
 
 
 def _problems(exc: ValidationError) -> str:

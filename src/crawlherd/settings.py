@@ -30,7 +30,7 @@ class Settings(BaseModel):
     broker_url: str = Field("", description="Message broker; empty means a table in the config DB file (sqlite).")
     frontier_url: str = Field(
         "",
-        description="Frontier of the workers' detail pages; empty means a SQLite file beside the config DB "
+        description="Frontier of the workers' pages; empty means a SQLite file beside the config DB "
         "when that is SQLite (<name>-frontier.db), else memory://. Use redis://... to share it between workers.",
     )
     user_agent: str = Field("crawlherd/0.1 (+https://github.com/crawlherd/crawlherd)", description="User-Agent.")

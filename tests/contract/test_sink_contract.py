@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from crawlherd.db import create_engine, upgrade
-from crawlherd.extract.rules import Item, make_item
+from crawlherd.item import Item, make_item
 from crawlherd.sinks import Sink, open_sink
 from tests.support.db import add_targets, add_website, fresh_postgres_database
 

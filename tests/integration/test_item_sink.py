@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd.db import StoredItem, create_engine, upgrade
-from crawlherd.extract.rules import make_item
+from crawlherd.item import make_item
 from crawlherd.sinks import SQLSink
 from tests.support.db import add_website, fresh_postgres_database
 

@@ -459,7 +459,7 @@ async def test_detail_pages_seen_in_an_earlier_run_are_not_fetched_again(tmp_pat
             listings_2, details_2 = await one_run()
             assert listings_2 > listings_1  # the listing is fetched every run ...
             assert details_2 == details_1  # ... the detail pages only once
-            document["websites"][0]["metadata"] = {"revisit_age_seconds": 1}
+            document["websites"][0]["revisit_age"] = 1
             await asyncio.sleep(1.1)  # the next revisit period (not a timing assertion)
             _, details_3 = await one_run()
             assert details_3 == 2 * details_1  # a new period: fetched again

@@ -14,6 +14,7 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db import ScrapeTarget, Website, db_now
+from crawlherd.sitespec import SiteSpec
 
 
 @contextmanager
@@ -37,24 +38,24 @@ def fresh_postgres_database(server_url: str) -> Iterator[str]:
 
 
 async def add_website(engine: AsyncEngine, name: str = "site", **overrides: Any) -> int:
-    values: dict[str, Any] = {
-        "name": name,
-        "base_url": "https://jobs.example.com",
-        "search_url_template": "https://jobs.example.com/search?q={keywords}&l={location}",
-        "requires_playwright": False,
-        "pagination_type": "page_param",
-        "pagination": {"param": "page", "max_pages": 3},
-        "extraction": {"item_selector": "article"},
-        "metadata": {"country": "de"},
-        "min_delay": 1.0,
-        "max_concurrency": 2,
-        "robots_policy": "obey",
-    }
-    values.update(overrides)
+    """A website row; ``overrides`` are :class:`SiteSpec` fields."""
+    spec = SiteSpec.model_validate(
+        {
+            "name": name,
+            "base_url": "https://jobs.example.com",
+            "search_url_template": "https://jobs.example.com/search?q={keywords}&l={location}",
+            "pagination": {"type": "page_param", "param": "page", "max_pages": 3},
+            "extraction": {"item_selector": "article"},
+            "metadata": {"country": "de"},
+            **overrides,
+        }
+    )
     async with engine.begin() as conn:
         now = await db_now(conn)
-        result = await conn.execute(insert(Website.__table__).values(created_at=now, updated_at=now, **values))  # type: ignore[arg-type]
-        return int(result.inserted_primary_key[0])
+        result = await conn.execute(
+            insert(Website).values(name=name, spec=spec.model_dump(mode="json"), created_at=now, updated_at=now)
+        )
+        return int(result.inserted_primary_key[0])  # type: ignore[index]
 
 
 async def add_targets(

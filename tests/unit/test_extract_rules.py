@@ -3,7 +3,9 @@ from __future__ import annotations
 import pytest
 
 from crawlherd.errors import ConfigurationError
-from crawlherd.extract.rules import ExtractionRules, FieldRule, Page, item_fingerprint, make_item
+from crawlherd.extract.rules import ExtractionRules, Page
+from crawlherd.extract.selectors import FieldRule
+from crawlherd.item import item_fingerprint, make_item
 
 PAGE = "https://jobs.example/search?q=python&page=2"
 HTML = """

@@ -9,7 +9,8 @@ import pytest
 from crawlherd.errors import ConfigurationError
 from crawlherd.extract import handlers as handlers_module
 from crawlherd.extract.handlers import HandlerRegistry, register_handler, resolve_extractor, run_extractor
-from crawlherd.extract.rules import ExtractionResult, ExtractionRules, Page, make_item
+from crawlherd.extract.rules import ExtractionResult, ExtractionRules, Page
+from crawlherd.item import make_item
 
 PAGE = Page(url="https://x.test/list", html="<ul><li><a href='/a'>A</a></li></ul>", website="x")
 
@@ -63,7 +64,8 @@ def test_entry_point_handlers_are_loaded(tmp_path: Path, monkeypatch: pytest.Mon
         broken-site = fake_site_handlers:missing_function
         """,
         """
-        from crawlherd.extract.rules import ExtractionResult, make_item
+        from crawlherd.extract.rules import ExtractionResult
+        from crawlherd.item import make_item
 
         def parse(page):
             return ExtractionResult(items=[make_item(page.website, page.url, {"from": "entry point"})])

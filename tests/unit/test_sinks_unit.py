@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from crawlherd.db import create_engine
 from crawlherd.errors import ConfigurationError
-from crawlherd.extract.rules import make_item
+from crawlherd.item import make_item
 from crawlherd.sinks import MemorySink, SQLSink, open_sink
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

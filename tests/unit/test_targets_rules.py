@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crawlherd.errors import TargetsFileError
-from crawlherd.service.targets import parse_targets
+from crawlherd.service.targets_file import parse_targets
 
 SITE = """\
 [[websites]]

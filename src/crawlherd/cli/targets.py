@@ -17,10 +17,10 @@ from crawlherd.service.targets import (
     get_target,
     import_targets,
     list_targets,
-    load_targets_file,
     preview_target,
     set_active,
 )
+from crawlherd.service.targets_file import load_targets_file
 
 __all__ = ["targets"]
 

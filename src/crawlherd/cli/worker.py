@@ -16,7 +16,7 @@ from crawlherd.cli._common import database_option, engine_for, ensure_migrated, 
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
-from crawlherd.worker.worker import Worker
+from crawlherd.worker.worker import PAGE_DISPATCHERS, Worker
 
 __all__ = ["WorkerOptions", "make_worker", "worker", "worker_options"]
 
@@ -25,8 +25,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 _OPTIONS = [
     click.option("--concurrency", type=click.IntRange(1, 1000), default=4, show_default=True,
                  help="Jobs in flight at once (also the broker prefetch)."),
-    click.option("--dispatcher", "dispatcher_kind", type=click.Choice(["semaphore", "memory-adaptive"]),
-                 default="semaphore", show_default=True, help="How detail pages are dispatched."),
+    click.option("--page-dispatcher", type=click.Choice(PAGE_DISPATCHERS), default="semaphore", show_default=True,
+                 help="The engine dispatcher that runs every page (listing and detail)."),
+    click.option("--page-concurrency", type=click.IntRange(1, 1000), default=8, show_default=True,
+                 help="Pages (listing and detail) in flight at once."),
     click.option("--max-attempts", type=click.IntRange(1, 100), default=3, show_default=True,
                  help="Attempts before a job is dead."),
     click.option("--backoff", type=click.FloatRange(min=0), default=5.0, show_default=True,
@@ -34,7 +36,7 @@ _OPTIONS = [
     click.option("--allow-private", is_flag=True,
                  help="Let the fetchers reach private and loopback addresses (local sites)."),
     click.option("--frontier-url", default=None, metavar="URL",
-                 help="Frontier of detail pages (default: CRAWLHERD_FRONTIER_URL, else the SQLite config DB "
+                 help="Frontier of the pages (default: CRAWLHERD_FRONTIER_URL, else the SQLite config DB "
                  "file, else memory://); redis://... shares it, and its politeness, between workers."),
 ]
 
@@ -59,7 +61,8 @@ def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings, **optio
         engine,
         broker,
         concurrency=options["concurrency"],
-        dispatcher=options["dispatcher_kind"],
+        page_dispatcher=options["page_dispatcher"],
+        page_concurrency=options["page_concurrency"],
         max_attempts=options["max_attempts"],
         backoff=backoff,
         max_backoff=max(backoff, 600.0),

@@ -40,8 +40,6 @@ __all__ = [
     "Website",
 ]
 
-PAGINATION_TYPES = ("none", "next_link", "page_param")
-ROBOTS_POLICIES = ("obey", "ignore")
 SCHEDULE_KINDS = ("interval", "cron")
 MISFIRE_POLICIES = ("skip", "latest", "backfill")
 OUTBOX_STATUSES = ("pending", "published", "dead")
@@ -82,27 +80,15 @@ class Base(DeclarativeBase):
 
 
 class Website(Base):
-    """A site to crawl: how to build its search URL, paginate, extract, and how politely."""
+    """A site to crawl: its name and its whole configuration, ``spec`` -- the JSON form of a
+    :class:`crawlherd.sitespec.SiteSpec` (``SiteSpec.model_validate(row.spec)`` gives it back)."""
 
     __tablename__ = "websites"
-    __table_args__ = (
-        UniqueConstraint("name", name="uq_websites_name"),
-        CheckConstraint(_in("pagination_type", PAGINATION_TYPES), name="ck_websites_pagination_type"),
-        CheckConstraint(_in("robots_policy", ROBOTS_POLICIES), name="ck_websites_robots_policy"),
-    )
+    __table_args__ = (UniqueConstraint("name", name="uq_websites_name"),)
 
     id: Mapped[int] = mapped_column(BigID, primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
-    base_url: Mapped[str] = mapped_column(Text)
-    search_url_template: Mapped[str] = mapped_column(Text)
-    requires_playwright: Mapped[bool] = mapped_column(Boolean, default=False)
-    pagination_type: Mapped[str] = mapped_column(String(20), default="none")
-    pagination: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    extraction: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    site_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
-    min_delay: Mapped[float] = mapped_column(Float, default=1.0)
-    max_concurrency: Mapped[int] = mapped_column(Integer, default=2)
-    robots_policy: Mapped[str] = mapped_column(String(10), default="obey")
+    spec: Mapped[dict[str, Any]] = mapped_column()
     created_at: Mapped[datetime] = mapped_column(default=lambda: datetime.now(UTC))
     updated_at: Mapped[datetime] = mapped_column(default=lambda: datetime.now(UTC))
 

@@ -16,7 +16,8 @@ import tomli_w
 
 from crawlherd.demo.board import DEFAULT_KEYWORDS, DEFAULT_LOCATIONS
 from crawlherd.demo.site import DemoSite
-from crawlherd.extract.rules import ExtractionRules, item_fingerprint
+from crawlherd.extract.rules import ExtractionRules
+from crawlherd.item import item_fingerprint
 
 __all__ = [
     "DEMO_WEBSITES",

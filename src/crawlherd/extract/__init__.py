@@ -1,5 +1,6 @@
 """Turning fetched pages into items: declarative CSS rules (:mod:`.rules`), pagination
-(:mod:`.pagination`) and Python handlers by website name (:mod:`.handlers`)."""
+(:mod:`.pagination`) -- both built on CSS selectors (:mod:`.selectors`, the leaf) -- and Python
+handlers by website name (:mod:`.handlers`)."""
 
 from __future__ import annotations
 
@@ -20,16 +21,8 @@ from crawlherd.extract.pagination import (
     next_link_url,
     set_query_param,
 )
-from crawlherd.extract.rules import (
-    ExtractionResult,
-    ExtractionRules,
-    FieldRule,
-    Item,
-    Page,
-    item_fingerprint,
-    make_item,
-    parse_html,
-)
+from crawlherd.extract.rules import ExtractionResult, ExtractionRules, Page
+from crawlherd.extract.selectors import FieldRule, check_selector, parse_html
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -39,14 +32,12 @@ __all__ = [
     "FieldRule",
     "Handler",
     "HandlerRegistry",
-    "Item",
     "Page",
     "Pagination",
+    "check_selector",
     "get_handler",
     "get_query_param",
     "increment_query_param",
-    "item_fingerprint",
-    "make_item",
     "next_link_url",
     "parse_html",
     "register_handler",

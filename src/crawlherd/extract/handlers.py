@@ -13,7 +13,7 @@ website's name, from two places:
   loaded on first lookup; a broken entry point raises ConfigurationError naming it.
 
 :func:`resolve_extractor` picks the handler when one is registered for the website, else the website's
-declarative rules. Build items with :func:`~crawlherd.extract.rules.make_item` so their fingerprints
+declarative rules. Build items with :func:`~crawlherd.item.make_item` so their fingerprints
 match the rules' ones.
 """
 

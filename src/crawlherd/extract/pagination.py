@@ -29,7 +29,7 @@ from urllib.parse import parse_qsl, quote_plus, unquote_plus, urljoin, urlsplit,
 from selectolax.lexbor import LexborHTMLParser
 
 from crawlherd.errors import ConfigurationError, InvalidURLError
-from crawlherd.extract.rules import FieldRule, parse_html
+from crawlherd.extract.selectors import FieldRule, parse_html
 from crawlherd.url import canonicalize_url
 
 __all__ = [

@@ -29,33 +29,25 @@ two runs, is one item.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
 
-from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
+from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from crawlherd.errors import ConfigurationError, InvalidURLError
-from crawlherd.request import fingerprint
-from crawlherd.url import canonicalize_url
+from crawlherd.extract.pagination import next_link_url
+from crawlherd.extract.selectors import FieldRule, check_selector, parse_html
+from crawlherd.item import Item, item_fingerprint, make_item
 
 __all__ = [
     "ExtractionResult",
     "ExtractionRules",
-    "FieldRule",
-    "Item",
     "Page",
-    "item_fingerprint",
-    "make_item",
-    "parse_html",
 ]
 
-_ATTR = re.compile(r"^[A-Za-z_:][-A-Za-z0-9_:.]*$")
 _RULE_KEYS = frozenset({"item_selector", "item_url", "next_link", "fields", "required", "detail_fields"})
-_FIELD_KEYS = frozenset({"selector", "attr", "all", "required", "absolute"})
-_PROBE = LexborHTMLParser("<html><body><p></p></body></html>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,174 +62,12 @@ class Page:
 
 
 @dataclass(frozen=True, slots=True)
-class Item:
-    """One extracted item. ``fingerprint`` (8 bytes) identifies it across searches and runs."""
-
-    website: str
-    url: str
-    fingerprint: bytes
-    fields: Mapping[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-safe form: ``{"website", "url", "fingerprint": hex, "fields": {...}}``."""
-        return {
-            "website": self.website,
-            "url": self.url,
-            "fingerprint": self.fingerprint.hex(),
-            "fields": dict(self.fields),
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class ExtractionResult:
     """Items found on one page, the next page's URL when the rules know it, and why items were dropped."""
 
     items: list[Item]
     next_url: str | None = None
     dropped: list[str] = field(default_factory=list)
-
-
-def item_fingerprint(website: str, url: str) -> bytes:
-    """8-byte fingerprint of an item: the website name + the canonical item URL.
-
-    Uses :func:`crawlherd.request.fingerprint` with the pseudo-method ``ITEM`` (so an item never
-    shares a key with the request for its page) and the website name in the body slot.
-    """
-    return fingerprint("ITEM", canonicalize_url(url), website.encode("utf-8"))
-
-
-def make_item(website: str, url: str, fields: Mapping[str, Any]) -> Item:
-    """Build an :class:`Item` the same way the rules do (for Python handlers). Bad URL: InvalidURLError."""
-    return Item(website=website, url=url, fingerprint=item_fingerprint(website, url), fields=dict(fields))
-
-
-def parse_html(html: str | bytes | LexborHTMLParser) -> LexborHTMLParser:
-    """A parsed tree from text, bytes (UTF-8) or an already parsed tree."""
-    if isinstance(html, LexborHTMLParser):
-        return html
-    if isinstance(html, bytes):
-        html = html.decode("utf-8", errors="replace")
-    return LexborHTMLParser(html)
-
-
-def check_selector(selector: str, *, where: str) -> str:
-    """Return ``selector`` if lexbor can parse it, else raise ConfigurationError naming ``where``."""
-    if not isinstance(selector, str) or not selector.strip():
-        raise ConfigurationError(f"{where}: a CSS selector must be a non-empty string, got {selector!r}")
-    try:
-        _PROBE.css(selector)
-    except SelectolaxError:
-        raise ConfigurationError(f"{where}: {selector!r} is not a valid CSS selector") from None
-    return selector.strip()
-
-
-def _split_spec(spec: str) -> tuple[str | None, str | None]:
-    """``"a.x@href"`` -> ("a.x", "href"); ``"@data-id"`` -> (None, "data-id"); ``"h2"`` -> ("h2", None).
-
-    An ``@`` inside brackets (``a[href*="@"]``) is part of the selector, not an attribute marker.
-    """
-    at = spec.rfind("@")
-    if at != -1:
-        head, tail = spec[:at], spec[at + 1 :].strip()
-        if _ATTR.match(tail) and head.count("[") == head.count("]"):
-            head = head.strip()
-            return (head or None), tail
-    return spec.strip(), None
-
-
-def _text(node: LexborNode) -> str:
-    return " ".join((node.text(deep=True) or "").split())
-
-
-@dataclass(frozen=True, slots=True)
-class FieldRule:
-    """How to read one field inside an item container (or a whole page, for detail fields).
-
-    ``selector`` None means the container itself; ``attr`` None means the text.
-    """
-
-    name: str
-    selector: str | None = None
-    attr: str | None = None
-    all: bool = False
-    required: bool = False
-    absolute: bool = False
-
-    @classmethod
-    def parse(
-        cls, name: str, spec: Any, *, website: str, section: str = "fields", default_attr: str | None = None
-    ) -> FieldRule:
-        """Build a rule from its spec (string or table); errors name the website and the field."""
-        where = f"website {website!r}: {section}.{name}"
-        if isinstance(spec, str):
-            selector, attr = _split_spec(spec)
-            options: dict[str, Any] = {}
-        elif isinstance(spec, Mapping):
-            unknown = set(spec) - _FIELD_KEYS
-            if unknown:
-                raise ConfigurationError(
-                    f"{where}: unknown key(s) {sorted(unknown)}; a field table takes {sorted(_FIELD_KEYS)}"
-                )
-            selector, attr = spec.get("selector"), spec.get("attr")
-            options = {k: spec[k] for k in ("all", "required", "absolute") if k in spec}
-            for key, value in options.items():
-                if not isinstance(value, bool):
-                    raise ConfigurationError(f"{where}: {key!r} must be true or false, got {value!r}")
-        else:
-            raise ConfigurationError(
-                f'{where}: expected a selector string ("css", "css@attr", "@attr") or a table, got {spec!r}'
-            )
-        if selector is None and attr is None:
-            raise ConfigurationError(f"{where}: give a selector, an attribute, or both")
-        if selector is not None:
-            selector = check_selector(selector, where=where)
-        if attr is None:
-            attr = default_attr
-        if attr is not None and (not isinstance(attr, str) or not _ATTR.match(attr)):
-            raise ConfigurationError(f"{where}: {attr!r} is not a valid attribute name")
-        return cls(name=name, selector=selector, attr=attr, **options)
-
-    def spec(self) -> str | dict[str, Any]:
-        """The spec this rule was parsed from, in its shortest form."""
-        if not (self.all or self.required or self.absolute):
-            return f"{self.selector or ''}@{self.attr}" if self.attr else str(self.selector)
-        out: dict[str, Any] = {}
-        if self.selector is not None:
-            out["selector"] = self.selector
-        if self.attr is not None:
-            out["attr"] = self.attr
-        for key in ("all", "required", "absolute"):
-            if getattr(self, key):
-                out[key] = True
-        return out
-
-    def _value(self, node: LexborNode, page_url: str) -> str | None:
-        if self.attr is None:
-            value: str | None = _text(node)
-        else:
-            raw = node.attributes.get(self.attr)
-            value = raw.strip() if raw is not None else None
-        if value is not None and self.absolute:
-            value = urljoin(page_url, value)
-        return value
-
-    def extract(self, node: LexborNode | LexborHTMLParser, page_url: str) -> str | list[str] | None:
-        """The field's value in ``node``: a string (or list with ``all``), None when nothing matched."""
-        if self.selector is None:
-            if isinstance(node, LexborHTMLParser):
-                root = node.root
-                if root is None:
-                    return [] if self.all else None
-                node = root
-            value = self._value(node, page_url)
-            if self.all:
-                return [] if value is None else [value]
-            return value
-        if self.all:
-            values = (self._value(match, page_url) for match in node.css(self.selector))
-            return [v for v in values if v is not None]
-        match = node.css_first(self.selector)
-        return None if match is None else self._value(match, page_url)
 
 
 def _parse_fields(website: str, section: str, raw: Any) -> tuple[FieldRule, ...]:
@@ -348,7 +178,7 @@ class ExtractionRules:
         if self.item_url is None:
             # No item URL: the item lives on the page; its content tells it apart from its neighbours.
             content = json.dumps(values, sort_keys=True, ensure_ascii=False).encode("utf-8")
-            key = fingerprint("ITEM", canonicalize_url(page_url), self.website.encode("utf-8") + b"\n" + content)
+            key = item_fingerprint(self.website, page_url, content=content)
             return Item(self.website, page_url, key, values)
         href = self.item_url.extract(node, page_url)
         if not href or not isinstance(href, str):
@@ -359,8 +189,6 @@ class ExtractionRules:
         """The next page's absolute URL from the ``next_link`` rule, or None."""
         if self.next_link is None:
             return None
-        from crawlherd.extract.pagination import next_link_url
-
         return next_link_url(html, page_url, self.next_link)
 
     def extract_detail(self, html: str | bytes | LexborHTMLParser, page_url: str) -> dict[str, Any]:

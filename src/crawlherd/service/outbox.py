@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+from pydantic import ValidationError
 from sqlalchemy import Row, Table, bindparam, func, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -32,10 +33,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, ScrapeTarget, UTCDateTime, Website
-from crawlherd.errors import CrawlherdError
+from crawlherd.errors import ConfigurationError, CrawlherdError
 from crawlherd.messages import JobMessage, encode_job
 from crawlherd.service.schedule import plan_slots, schedule_of
-from crawlherd.service.search_url import render_search_url
+from crawlherd.sitespec import SiteSpec
 
 __all__ = ["TickResult", "advance_targets", "claim_due", "plan_target", "tick", "write_outbox"]
 
@@ -103,17 +104,7 @@ async def claim_due(conn: AsyncConnection, *, now: datetime, limit: int) -> Sequ
             T.backfill_limit,
             T.misfire_grace_seconds,
             T.next_run_at,
-            W.name,
-            W.base_url,
-            W.search_url_template,
-            W.requires_playwright,
-            W.pagination_type,
-            W.pagination,
-            W.extraction,
-            W.site_metadata.label("site_metadata"),
-            W.min_delay,
-            W.max_concurrency,
-            W.robots_policy,
+            W.spec,
         )
         .join(W, W.id == T.website_id)
         .where(T.active == true(), T.next_run_at <= now)
@@ -167,29 +158,22 @@ def plan_target(row: Row[Any], *, now: datetime, max_slots: int) -> TargetPlan:
 
 
 def _job_message(row: Row[Any], slot: datetime, now: datetime) -> JobMessage:
-    """The job message of ``row``'s target for ``slot``."""
+    """The job message of one claimed target (``row``: its columns, with its website's ``spec``) for
+    one slot: the website's :class:`SiteSpec` travels typed. A stored spec that no longer validates
+    raises ConfigurationError (the tick sets that target aside)."""
+    try:
+        site = SiteSpec.model_validate(row.spec)
+    except ValidationError as exc:
+        raise ConfigurationError(f"website of target {row.id}: stored spec is invalid: {exc}") from None
     return JobMessage.for_slot(
         target_id=row.id,
         slot_at=slot,
         created_at=now,
         website_id=row.website_id,
-        website_name=row.name,
-        search_url=render_search_url(row.search_url_template, keywords=row.keywords, location=row.location),
-        requires_playwright=row.requires_playwright,
-        pagination_type=row.pagination_type,
+        site=site,
+        search_url=site.search_url(keywords=row.keywords, location=row.location),
         keywords_used=row.keywords,
         location_used=row.location or None,
-        metadata={
-            "base_url": row.base_url,
-            "pagination": row.pagination,
-            "extraction": row.extraction,
-            "politeness": {
-                "min_delay": row.min_delay,
-                "max_concurrency": row.max_concurrency,
-                "robots": row.robots_policy,
-            },
-            "site": row.site_metadata,
-        },
     )
 
 

@@ -36,7 +36,6 @@ moment the dispatcher ran: no drift.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -54,10 +53,8 @@ __all__ = [
     "Schedule",
     "SlotPlan",
     "check_cron",
-    "format_duration",
     "jitter_for",
     "make_schedule",
-    "parse_duration",
     "plan_slots",
     "schedule_of",
     "upcoming",
@@ -314,44 +311,6 @@ def jitter_for(key: str, max_jitter: timedelta) -> timedelta:
         return timedelta(0)
     digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return timedelta(milliseconds=int.from_bytes(digest, "big") % max_ms)
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.I)
-_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def format_duration(seconds: float) -> str:
-    """``21600`` -> ``"6h"``, ``5400`` -> ``"1h30m"``, ``0.25`` -> ``"250ms"``."""
-    if seconds < 1:
-        return f"{seconds * 1000:g}ms"
-    parts, rest = [], seconds
-    for unit in ("w", "d", "h", "m"):
-        count, rest = divmod(rest, _UNIT[unit])
-        if count:
-            parts.append(f"{int(count)}{unit}")
-    if rest:
-        parts.append(f"{rest:g}s")
-    return "".join(parts)
-
-
-def parse_duration(value: str | float | int) -> timedelta:
-    """``"90s"``, ``"15m"``, ``"1h30m"``, ``"2d"``, ``"250ms"`` or a number of seconds."""
-    if isinstance(value, bool):
-        raise ScheduleError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ScheduleError(f"duration must be >= 0, got {value!r}")
-        return timedelta(seconds=value)
-    text = value.strip().replace(" ", "")
-    pos, total = 0, 0.0
-    for match in _DURATION.finditer(text):
-        if match.start() != pos:
-            break
-        total += float(match[1]) * _UNIT[match[2].lower()]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise ScheduleError(f"not a duration: {value!r} (use e.g. '90s', '15m', '1h30m', '2d')")
-    return timedelta(seconds=total)
 
 
 def make_schedule(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, Self, runtime_checkable
 
-from crawlherd.extract.rules import Item
+from crawlherd.item import Item
 
 __all__ = ["DETAIL_AT", "Sink", "SinkBase", "SinkRecord", "UpsertCounts"]
 

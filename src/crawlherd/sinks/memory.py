@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from crawlherd.errors import ConfigurationError
-from crawlherd.extract.rules import Item
+from crawlherd.item import Item
 from crawlherd.sinks.base import Sink, SinkBase, SinkRecord, UpsertCounts
 
 __all__ = ["MemorySink", "MemorySinkStore"]

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd.db.engine import create_engine
 from crawlherd.db.models import StoredItem
-from crawlherd.extract.rules import Item
+from crawlherd.item import Item
 from crawlherd.sinks.base import Sink, SinkBase, SinkRecord, UpsertCounts
 
 __all__ = ["SQLSink"]

@@ -3,6 +3,10 @@
 Status moves ``queued -> running -> succeeded``, or ``running -> failed`` (a retry is scheduled) and
 finally ``dead``. The unique key (target_id, slot_at) is what makes workers idempotent: a job whose
 run already succeeded is acked and skipped.
+
+It is also how a worker that read the last listing page of a job owned by another worker (the two
+share a frontier) tells the owner how the job's listing ended (:meth:`RunStore.report`): the owner
+polls its run's row (:meth:`RunStore.reported`), then acks, retries or dead-letters the job itself.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db.models import DispatchOutbox, JobRun
 from crawlherd.messages import JobMessage
+from crawlherd.worker.jobcrawl import ListingOutcome
 
 __all__ = ["DeadRun", "RunStore"]
 
@@ -96,6 +101,57 @@ class RunStore:
                     updated_at=now,
                 )
             )
+
+    def _owned(self, job: JobMessage, worker: str) -> Any:
+        """The row of ``job``'s current attempt, taken by ``worker``."""
+        return (
+            (JobRun.target_id == job.target_id)
+            & (JobRun.slot_at == job.slot_at)
+            & (JobRun.worker == worker)
+            & (JobRun.attempts == job.attempt_count + 1)
+        )
+
+    async def report(self, job: JobMessage, *, worker: str, outcome: ListingOutcome) -> None:
+        """Record the end of ``job``'s listing, read by a worker other than its owner ``worker``: the
+        run becomes succeeded, failed or (``outcome.permanent``) dead -- only while it is still the
+        owner's running attempt (a run given up and taken again meanwhile is left alone)."""
+        status = "succeeded" if outcome.error is None else ("dead" if outcome.permanent else "failed")
+        now = datetime.now(UTC)
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                update(JobRun)
+                .where(self._owned(job, worker), JobRun.status == "running")
+                .values(
+                    status=status,
+                    error=outcome.error,
+                    pages=outcome.pages,
+                    items_new=outcome.items_new,
+                    items_updated=outcome.items_updated,
+                    finished_at=now,
+                    updated_at=now,
+                )
+            )
+
+    async def reported(self, job: JobMessage, *, worker: str) -> ListingOutcome | None:
+        """The outcome another worker recorded for ``worker``'s running attempt of ``job``, or None
+        while there is none."""
+        async with self.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(JobRun.status, JobRun.error, JobRun.pages, JobRun.items_new, JobRun.items_updated).where(
+                        self._owned(job, worker)
+                    )
+                )
+            ).first()
+        if row is None or row.status not in ("succeeded", "failed", "dead"):
+            return None
+        return ListingOutcome(
+            pages=row.pages or 0,
+            items_new=row.items_new or 0,
+            items_updated=row.items_updated or 0,
+            error=None if row.status == "succeeded" else (row.error or row.status),
+            permanent=row.status == "dead",
+        )
 
     async def dead(self, limit: int = 100) -> list[DeadRun]:
         async with self.engine.connect() as conn:

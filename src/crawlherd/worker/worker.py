@@ -2,7 +2,20 @@
 
 For each delivery: decode and validate the message (an invalid one is dead-lettered with the
 reason) -> skip it when its run already succeeded (idempotency: the same target and slot) -> record
-the run as ``running`` -> crawl the job -> upsert its items -> record ``succeeded`` -> ack.
+the run as ``running`` -> queue the job's first listing page in the worker's frontier -> wait for the
+listing chain's outcome -> record ``succeeded`` -> ack.
+
+Every page -- listing or detail, of any job -- goes through the worker's one frontier and one page
+loop (the engine's dispatcher): the website's politeness (``min_delay``, ``max_concurrency``) is the
+frontier's host policy and holds for every page, across workers when the frontier is shared (Redis).
+Whoever leases a listing page (this worker or another one sharing the frontier) fetches it, stores its
+new items, queues their detail pages and the next listing page; the end of the chain is reported to
+the job's owner -- in process when the owner is this worker, else in ``job_runs`` (the owner polls
+its run's row). See :mod:`crawlherd.worker.jobcrawl` and ``docs/worker.md``.
+
+A website's ``robots = "obey"`` is honoured for listing and detail pages: a page robots.txt disallows
+is not fetched (a disallowed listing page makes the job dead at once: no attempt can do better), and
+its Crawl-delay raises the host's delay in the frontier.
 A job that fails is published again with ``attempt_count + 1`` after an exponential back-off; after
 ``max_attempts`` it is ``dead`` (in ``job_runs`` and in the broker's dead-letter store).
 
@@ -22,27 +35,31 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker, Delivery
-from crawlherd.crawler import Crawler
-from crawlherd.db.models import Website
-from crawlherd.dispatch import RateLimiter
-from crawlherd.errors import ConfigurationError, CrawlherdError, MessageError
-from crawlherd.extract.rules import ExtractionRules, Item
+from crawlherd.crawler import Crawler, CrawlerRunConfig
+from crawlherd.dispatch import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
+from crawlherd.dispatch.base import Dispatcher
+from crawlherd.errors import ConfigurationError, CrawlherdError, JobError, MessageError
+from crawlherd.extract.handlers import run_extractor
+from crawlherd.extract.rules import Page
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.frontier import Frontier, open_scheduler
+from crawlherd.item import Item
 from crawlherd.messages import JobMessage, decode_job, encode_job
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 from crawlherd.sinks import DETAIL_AT, Sink, SQLSink
-from crawlherd.worker.jobcrawl import DETAIL_META, RateLimiters, SiteConfig, crawl_job, make_dispatcher
+from crawlherd.sitespec import SiteSpec
+from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
 from crawlherd.worker.runs import RunStore
 
-__all__ = ["Worker", "WorkerStats"]
+__all__ = ["PAGE_DISPATCHERS", "Worker", "WorkerStats"]
+
+#: The engine dispatchers a worker can run its pages with.
+PAGE_DISPATCHERS = ("semaphore", "memory-adaptive")
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +87,17 @@ class WorkerStats:
 class Worker:
     """Consumes ``broker`` and crawls each job. ``engine`` (config DB) and ``broker`` are the caller's.
 
-    Options: ``concurrency`` jobs at once (also the broker prefetch); ``dispatcher`` (``semaphore`` or
-    ``memory-adaptive``) for detail pages; ``max_attempts`` before a job is dead; ``backoff`` and
-    ``max_backoff`` seconds (doubling per attempt, with jitter); ``limits`` for the fetchers;
-    ``shutdown_timeout`` for jobs in flight at shutdown; ``browser_factory`` makes the browser fetcher
-    for targets that need one (default: Playwright with the system Chromium); ``frontier_url`` the
-    frontier of detail pages (``memory://``, ``sqlite:///file``, ``redis://...`` shared by all workers)
-    and ``detail_concurrency`` the detail pages fetched at once; ``sink`` where items go (default: the
-    ``items`` table of ``engine``; the caller's, not closed by the worker).
+    Options: ``concurrency`` jobs at once (also the broker prefetch); ``page_dispatcher`` -- the
+    engine dispatcher that runs every page, listing and detail (``semaphore`` or ``memory-adaptive``)
+    -- with ``page_concurrency`` pages in flight; ``frontier_url`` the frontier of those pages
+    (``memory://``, ``sqlite:///file``, ``redis://...`` shared by all workers); ``sink`` where items
+    go (anything with the sink protocol of :mod:`crawlherd.sinks.base`; default the SQL sink on
+    ``engine``); ``max_attempts`` before a job is dead; ``backoff`` and ``max_backoff`` seconds
+    (doubling per attempt, with jitter); ``limits`` for the fetchers; ``shutdown_timeout`` for jobs in
+    flight at shutdown; ``browser_factory`` makes the browser crawler for websites that need one
+    (default: Playwright with the system Chromium); ``lease_timeout`` of the frontier's leases;
+    ``poll_interval`` seconds between two looks at ``job_runs`` while a job's listing is read by
+    another worker.
     """
 
     def __init__(
@@ -86,7 +106,9 @@ class Worker:
         broker: Broker,
         *,
         concurrency: int = 4,
-        dispatcher: str = "semaphore",
+        page_dispatcher: str = "semaphore",
+        page_concurrency: int = 8,
+        sink: Sink | None = None,
         max_attempts: int = 3,
         backoff: float = 5.0,
         max_backoff: float = 600.0,
@@ -95,22 +117,28 @@ class Worker:
         name: str | None = None,
         browser_factory: Callable[[FetchLimits], Crawler] | None = None,
         frontier_url: str = "memory://",
-        detail_concurrency: int = 8,
         lease_timeout: float = 120.0,
-        sink: Sink | None = None,
+        poll_interval: float = 1.0,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"worker concurrency must be an integer >= 1, got {concurrency!r}")
-        if dispatcher not in ("semaphore", "memory-adaptive"):
-            raise ConfigurationError(f"unknown dispatcher {dispatcher!r}: use 'semaphore' or 'memory-adaptive'")
+        if page_dispatcher not in PAGE_DISPATCHERS:
+            raise ConfigurationError(
+                f"unknown page dispatcher {page_dispatcher!r}: use {' or '.join(map(repr, PAGE_DISPATCHERS))}"
+            )
+        if not isinstance(page_concurrency, int) or page_concurrency < 1:
+            raise ConfigurationError(f"page_concurrency must be an integer >= 1, got {page_concurrency!r}")
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
         if backoff < 0 or max_backoff < backoff:
             raise ConfigurationError(f"need 0 <= backoff <= max_backoff, got {backoff!r} and {max_backoff!r}")
+        if not poll_interval > 0:
+            raise ConfigurationError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
         self.engine = engine
         self.broker = broker
         self.concurrency = concurrency
-        self.dispatcher = dispatcher
+        self.page_dispatcher = page_dispatcher
+        self.page_concurrency = page_concurrency
         self.max_attempts = max_attempts
         self.backoff = backoff
         self.max_backoff = max_backoff
@@ -120,17 +148,17 @@ class Worker:
         self.stats = WorkerStats()
         self.runs = RunStore(engine)
         self.sink: Sink = sink if sink is not None else SQLSink(engine)
-        self._limiters = RateLimiters()
         self._browser_factory = browser_factory or _default_browser
         self._http: Crawler | None = None
         self._browser: Crawler | None = None
         self._browser_lock = asyncio.Lock()
         self.frontier_url = frontier_url
-        self.detail_concurrency = detail_concurrency
         self.lease_timeout = lease_timeout
+        self.poll_interval = poll_interval
         self.frontier: Frontier | None = None
-        self._detail_rules: dict[str, ExtractionRules] = {}
-        self._new_details = asyncio.Event()
+        self._new_pages = asyncio.Event()
+        # The listing chains of the jobs this worker owns, by run: where their outcome is reported.
+        self._chains: dict[str, asyncio.Future[ListingOutcome]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -152,7 +180,7 @@ class Worker:
             self.frontier = None
 
     async def idle(self) -> bool:
-        """No job in flight here and no detail page queued or in flight in the frontier."""
+        """No job in flight here and no page queued or in flight in the frontier."""
         return self.stats.in_flight == 0 and (self.frontier is None or await self.frontier.idle())
 
     async def run(self, stop: asyncio.Event | None = None) -> WorkerStats:
@@ -162,6 +190,7 @@ class Worker:
             await self.__aenter__()
         tasks: set[asyncio.Task[None]] = set()
         slots = asyncio.Semaphore(self.concurrency)
+        pages_stop = asyncio.Event()
 
         async def consume() -> None:
             async for delivery in self.broker.consume(prefetch=self.concurrency):
@@ -171,10 +200,10 @@ class Worker:
                 task.add_done_callback(tasks.discard)
 
         consumer = asyncio.create_task(consume(), name="worker-consume")
-        details = asyncio.create_task(self._detail_loop(stop), name="worker-details")
+        pages = asyncio.create_task(self._page_loop(pages_stop), name="worker-pages")
         stopper = asyncio.create_task(stop.wait(), name="worker-stop")
         try:
-            done, _ = await asyncio.wait({consumer, details, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({consumer, pages, stopper}, return_when=asyncio.FIRST_COMPLETED)
             for t in done - {stopper}:
                 t.result()  # a broker or frontier failure surfaces here
         finally:
@@ -183,9 +212,8 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await consumer
             stop.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await details
-            if tasks:
+            if tasks and not pages.done():
+                # The page loop keeps running meanwhile: the jobs in flight wait on their listing pages.
                 log.info(
                     "worker %s: waiting up to %.0fs for %d job(s) in flight",
                     self.name,
@@ -197,6 +225,13 @@ class Worker:
                     t.cancel()  # their deliveries are requeued by _guarded
                 if pending:
                     await asyncio.gather(*pending, return_exceptions=True)
+            pages_stop.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pages
+            for t in list(tasks):  # the page loop failed: nothing can finish them
+                t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
         return self.stats
 
     # -- one delivery -----------------------------------------------------------------------------
@@ -220,7 +255,8 @@ class Worker:
             slots.release()
 
     async def handle(self, delivery: Delivery) -> None:
-        """Process one delivery to the end: acked, retried, dead-lettered or skipped."""
+        """Process one delivery to the end: acked, retried, dead-lettered or skipped. Its pages are
+        fetched by the page loop (:meth:`run`), which must be running."""
         self.stats.received += 1
         try:
             job = decode_job(delivery.body)
@@ -238,51 +274,68 @@ class Worker:
             return
         await self.runs.start(job, worker=self.name)
         try:
-            site = SiteConfig.from_job(job)
-            if site.detail_rules is not None:
-                self._detail_rules[site.website] = site.detail_rules
-            crawler = await self._crawler_for(job.requires_playwright)
-            assert self.frontier is not None
-            outcome = await crawl_job(job, crawler=crawler, frontier=self.frontier, limiters=self._limiters)
-            counts = await self.sink.upsert(
-                list(outcome.items.values()),
-                website_id=job.website_id,
-                target_id=job.target_id,
-                seen_at=datetime.now(UTC),
-            )
+            outcome = await self._crawl(job)
         except CrawlherdError as exc:
-            await self._failed(delivery, job, str(exc))
+            outcome = ListingOutcome(error=str(exc))
+        if outcome.error is not None:
+            await self._failed(delivery, job, outcome.error, permanent=outcome.permanent)
             return
         await self.runs.finish(
-            job, status="succeeded", pages=outcome.pages, items_new=counts.new, items_updated=counts.updated
+            job,
+            status="succeeded",
+            pages=outcome.pages,
+            items_new=outcome.items_new,
+            items_updated=outcome.items_updated,
         )
         await self.broker.ack(delivery)
-        if outcome.details_queued:
-            self._new_details.set()
         self.stats.succeeded += 1
         self.stats.pages += outcome.pages
-        self.stats.items_new += counts.new
-        self.stats.items_updated += counts.updated
         log.info(
             "worker %s: job %s done: %d listing pages, %d new and %d updated items, %d detail pages queued",
             self.name,
             job.idempotency_key,
             outcome.pages,
-            counts.new,
-            counts.updated,
+            outcome.items_new,
+            outcome.items_updated,
             outcome.details_queued,
         )
 
-    async def _failed(self, delivery: Delivery, job: JobMessage, reason: str) -> None:
+    async def _crawl(self, job: JobMessage) -> ListingOutcome:
+        """Queue the job's first listing page and wait for the end of its chain: reported in process
+        when this worker reads the last page, else found in the job's ``job_runs`` row."""
+        assert self.frontier is not None
+        site = job.site
+        site.extractor()  # no rules and no handler: fail now, not on every page
+        state = ListingState(job=job, owner=self.name)
+        request = state.request(site.paginator.first_url(job.search_url))
+        outcome: asyncio.Future[ListingOutcome] = asyncio.get_running_loop().create_future()
+        self._chains[state.run] = outcome
+        try:
+            await self._politeness(site, request.host)
+            if not await self.frontier.enqueue_request(request):
+                raise JobError(f"the frontier refused listing page {request.url}")
+            self._new_pages.set()
+            while True:
+                done, _ = await asyncio.wait({outcome}, timeout=self.poll_interval)
+                if done:
+                    return outcome.result()
+                remote = await self.runs.reported(job, worker=self.name)
+                if remote is not None:
+                    return remote
+        finally:
+            self._chains.pop(state.run, None)
+
+    async def _failed(self, delivery: Delivery, job: JobMessage, reason: str, *, permanent: bool = False) -> None:
         attempts = job.attempt_count + 1
         self._remember(f"{job.idempotency_key} attempt {attempts}: {reason}")
-        if attempts >= self.max_attempts:
+        if attempts >= self.max_attempts or permanent:
             await self.runs.finish(job, status="dead", error=reason)
-            await self.broker.dead_letter(delivery, f"attempt {attempts} of {self.max_attempts}: {reason}")
-            self.stats.dead += 1
-            log.error(
-                "worker %s: job %s is dead after %d attempts: %s", self.name, job.idempotency_key, attempts, reason
+            why = "no attempt can do better" if permanent and attempts < self.max_attempts else (
+                f"attempt {attempts} of {self.max_attempts}"
             )
+            await self.broker.dead_letter(delivery, f"{why}: {reason}")
+            self.stats.dead += 1
+            log.error("worker %s: job %s is dead (%s): %s", self.name, job.idempotency_key, why, reason)
             return
         delay = self.retry_delay(attempts)
         await self.runs.finish(job, status="failed", error=reason)
@@ -305,63 +358,153 @@ class Worker:
         jittered: float = base * random.uniform(0.8, 1.2)
         return min(self.max_backoff, jittered)
 
-    # -- detail pages ---------------------------------------------------------------------------
+    # -- pages ------------------------------------------------------------------------------------
 
-    async def _detail_loop(self, stop: asyncio.Event) -> None:
-        """Fetch the frontier's detail pages until ``stop``; between bursts, wait for new ones (or poll:
-        other workers sharing the frontier queue some too, and expired leases come back)."""
+    def _dispatcher(self, limiter: RateLimiter) -> Dispatcher:
+        if self.page_dispatcher == "memory-adaptive":
+            return MemoryAdaptiveDispatcher(max_session_permit=self.page_concurrency, rate_limiter=limiter)
+        return SemaphoreDispatcher(self.page_concurrency, rate_limiter=limiter)
+
+    async def _page_loop(self, stop: asyncio.Event) -> None:
+        """Fetch the frontier's pages, listing and detail, until ``stop``; between bursts, wait for
+        new ones (or poll: other workers sharing the frontier queue some too, and expired leases
+        come back)."""
         assert self.frontier is not None
         frontier = self.frontier
         limiter = RateLimiter(base_delay=(0.0, 0.0), decay=0.5)  # 429 back-off; spacing is the frontier's
         while not stop.is_set():
-            dispatcher = make_dispatcher(self.dispatcher, self.detail_concurrency, limiter)
-            results = dispatcher.run(frontier, self._fetch_and_store_detail)
+            results = self._dispatcher(limiter).run(frontier, self._page)
             try:
                 async for result in results:
                     if not result.success:
-                        self.stats.detail_failures += 1
-                        self._remember(f"detail page {result.url}: {result.error_message}")
+                        await self._page_failed(result)
                     if stop.is_set():
                         break  # what is in flight is cancelled and its leases go back
             finally:
                 await results.aclose()  # type: ignore[attr-defined]
-            self._new_details.clear()
+            self._new_pages.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(_first(stop.wait(), self._new_details.wait()), 1.0)
+                await asyncio.wait_for(_first(stop.wait(), self._new_pages.wait()), 1.0)
 
-    async def _fetch_and_store_detail(self, request: Request) -> CrawlResult:
-        """The dispatcher's work for one detail page: fetch it *and* store its item, so that the lease
-        is acked only once the item is stored (a worker stopped or killed in between loses nothing:
-        the lease comes back)."""
-        info = request.meta.get(DETAIL_META) or {}
-        crawler = await self._crawler_for(bool(info.get("browser")))
-        result = await crawler.arun(request)
-        if result.success and info:
-            await self._store_detail(result, info)
+    async def _page(self, request: Request) -> CrawlResult:
+        """The dispatcher's work for one page: fetch it *and* store what it holds, so that the lease is
+        acked only once that is done (a worker stopped or killed in between loses nothing: the lease
+        comes back, and storing again is idempotent)."""
+        listing = ListingState.of(request)
+        if listing is not None:
+            return await self._listing_page(request, listing)
+        detail = DetailPage.of(request)
+        crawler = await self._crawler_for(detail is not None and detail.site.requires_playwright)
+        site = detail.site if detail is not None else None
+        result = await crawler.arun(request, self._run_config(crawler, site))
+        if result.success and detail is not None:
+            await self._store_detail(result, detail)
         return result
 
-    async def _store_detail(self, result: CrawlResult, info: dict[str, Any]) -> None:
-        rules = await self._rules_for(info["website"])
-        detail = rules.extract_detail(result.text, result.final_url or result.url) if rules else {}
-        fields = {**info["fields"], **{k: v for k, v in detail.items() if v not in (None, "", [])}}
+    def _run_config(self, crawler: Crawler, site: SiteSpec | None) -> CrawlerRunConfig:
+        obey = site is None or site.politeness.robots == "obey"
+        config = crawler.config
+        return config if config.check_robots_txt == obey else config.clone(check_robots_txt=obey)
+
+    async def _politeness(self, site: SiteSpec, host: str, url: str | None = None) -> None:
+        """The website's politeness as the frontier's policy for ``host`` (robots.txt's Crawl-delay,
+        once known, raises the delay when the website obeys robots.txt)."""
+        assert self.frontier is not None
+        delay = site.politeness.min_delay
+        if url is not None and site.politeness.robots == "obey":
+            crawler = await self._crawler_for(site.requires_playwright)
+            robots_delay = crawler.robots.crawl_delay(url)
+            if not robots_delay or robots_delay <= delay:
+                return
+            delay = robots_delay
+        await self.frontier.set_host_policy(host, delay=delay, max_in_flight=site.politeness.max_concurrency)
+
+    async def _listing_page(self, request: Request, state: ListingState) -> CrawlResult:
+        """One listing page of a chain: fetch, extract, store the new items, queue their detail pages
+        and the next listing page -- or, on the last page, report the chain's outcome."""
+        assert self.frontier is not None
+        if state.owner == self.name and state.run not in self._chains:
+            # This worker owned the job and gave it up (failed, or stopped): the page is not wanted.
+            return CrawlResult(url=request.url, success=False, error_message="its job run has ended", request=request)
+        job = state.job
+        site = job.site
+        crawler = await self._crawler_for(site.requires_playwright)
+        result = await crawler.arun(request, self._run_config(crawler, site))
+        if not result.success:
+            return result  # reported by _page_failed once the dispatcher settled it (a 429 is re-fetched first)
+        await self._politeness(site, request.host, request.url)
+        page = Page(
+            url=result.final_url or request.url, html=result.text, website=site.name, status=result.status_code or 0
+        )
+        extraction = await run_extractor(site.extractor(), page)
+        seen = set(state.seen)
+        new: dict[bytes, Item] = {}
+        for item in extraction.items:
+            if item.fingerprint.hex() not in seen:
+                new.setdefault(item.fingerprint, item)
+        counts = await self.sink.upsert(
+            list(new.values()), website_id=job.website_id, target_id=job.target_id, seen_at=datetime.now(UTC)
+        )
+        self.stats.items_new += counts.new
+        self.stats.items_updated += counts.updated
+        details = detail_requests(job, new.values())
+        for host in {r.host for r in details}:
+            await self._politeness(site, host)
+        queued = await self.frontier.enqueue_requests(details) if details else 0
+        after = state.next(new=new.values(), items_new=counts.new, items_updated=counts.updated, details_queued=queued)
+        paginator = site.paginator
+        url = request.url
+        nxt = paginator.next_url(url, pages_fetched=state.page, html=result.text, new_items=len(new))
+        if nxt is None and paginator.type == "next_link" and state.page < paginator.max_pages:
+            nxt = extraction.next_url
+        if nxt is not None and nxt != url and await self.frontier.enqueue_request(after.request(nxt)):
+            self._new_pages.set()
+            return result
+        outcome = ListingOutcome(
+            pages=state.page,
+            items_new=after.items_new,
+            items_updated=after.items_updated,
+            details_queued=after.details_queued,
+        )
+        await self._report(state, outcome)
+        return result
+
+    async def _page_failed(self, result: CrawlResult) -> None:
+        """A page the dispatcher gave up on: a listing page fails its job; a detail page is counted
+        (the listing's fields are kept; the revisit period brings it back)."""
+        request = result.request
+        state = ListingState.of(request) if request is not None else None
+        if state is None:
+            self.stats.detail_failures += 1
+            self._remember(f"detail page {result.url}: {result.error_message}")
+            return
+        if state.owner == self.name and state.run not in self._chains:
+            return  # its job run has ended
+        robots = result.error_type == "RobotsDisallowedError"
+        reason = f"listing page {result.url} failed: {result.error_message or result.status_code}"
+        await self._report(state, ListingOutcome(pages=state.page - 1, error=reason, permanent=robots))
+
+    async def _report(self, state: ListingState, outcome: ListingOutcome) -> None:
+        """Tell the job's owner how its listing chain ended: in process, or through ``job_runs``."""
+        chain = self._chains.get(state.run)
+        if chain is not None:
+            if not chain.done():
+                chain.set_result(outcome)
+            return
+        if state.owner != self.name:
+            await self.runs.report(state.job, worker=state.owner, outcome=outcome)
+
+    async def _store_detail(self, result: CrawlResult, detail: DetailPage) -> None:
+        rules = detail.site.detail_rules
+        found = rules.extract_detail(result.text, result.final_url or result.url) if rules is not None else {}
+        fields = {**detail.fields, **{k: v for k, v in found.items() if v not in (None, "", [])}}
         now = datetime.now(UTC)
         fields[DETAIL_AT] = now.isoformat()
-        item = Item(website=info["website"], url=result.url, fingerprint=bytes.fromhex(info["item"]), fields=fields)
-        counts = await self.sink.upsert([item], website_id=info["website_id"], target_id=info["target_id"], seen_at=now)
+        item = Item(website=detail.site.name, url=result.url, fingerprint=bytes.fromhex(detail.item), fields=fields)
+        counts = await self.sink.upsert([item], website_id=detail.website_id, target_id=detail.target_id, seen_at=now)
         self.stats.detail_pages += 1
         self.stats.items_new += counts.new
         self.stats.items_updated += counts.updated
-
-    async def _rules_for(self, website: str) -> ExtractionRules | None:
-        """The website's rules: from a job this worker ran, else from the config DB (a detail page queued
-        by another worker)."""
-        rules = self._detail_rules.get(website)
-        if rules is None:
-            async with self.engine.connect() as conn:
-                extraction = (await conn.execute(select(Website.extraction).where(Website.name == website))).scalar()
-            if extraction:
-                rules = self._detail_rules[website] = ExtractionRules.from_mapping(website, extraction)
-        return rules
 
     async def _crawler_for(self, browser: bool) -> Crawler:
         if not browser:

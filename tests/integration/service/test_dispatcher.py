@@ -61,7 +61,8 @@ async def test_tick_writes_each_slot_once_and_advances_from_the_slot(engine: Asy
     assert body.idempotency_key == rows[0].key == idempotency_key(rows[0].target_id, rows[0].slot_at)
     number = ids.index(rows[0].target_id)
     assert body.search_url == f"https://jobs.example.com/search?q=kw+{number}&l=Berlin"
-    assert body.metadata["politeness"] == {"min_delay": 1.0, "max_concurrency": 2, "robots": "obey"}
+    assert body.schema_version == 2 and body.site.name == "site"  # the website's SiteSpec, typed
+    assert body.site.politeness.model_dump() == {"min_delay": 1.0, "max_concurrency": 2, "robots": "obey"}
 
 
 @pytest.mark.parametrize(("policy", "limit", "expected"), [("skip", 0, 0), ("latest", 0, 1), ("backfill", 2, 2)])

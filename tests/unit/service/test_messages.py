@@ -1,4 +1,5 @@
-"""The job message schema v1: valid messages round-trip; bad ones raise MessageError, never crash."""
+"""The job message, schema v2 (the website's SiteSpec typed in ``site``): valid messages round-trip; bad
+ones raise MessageError, never crash; version-1 bodies still on a broker decode into the same message."""
 
 from __future__ import annotations
 
@@ -10,8 +11,18 @@ import pytest
 
 from crawlherd.errors import MessageError
 from crawlherd.messages import JobMessage, decode_job, encode_job, idempotency_key, job_id_for
+from crawlherd.sitespec import SiteSpec
 
 SLOT = datetime(2026, 3, 1, 7, 30, tzinfo=UTC)
+SITE = SiteSpec(
+    name="jobs-example",
+    base_url="https://jobs.example.com",
+    search_url_template="https://jobs.example.com/search?q={keywords}&l={location}",
+    requires_playwright=True,
+    pagination={"type": "page_param", "max_pages": 3},
+    extraction={"item_selector": "article", "fields": {"title": "h2"}},
+    politeness={"min_delay": 2.0},
+)
 
 
 def make(**overrides: Any) -> JobMessage:
@@ -20,13 +31,10 @@ def make(**overrides: Any) -> JobMessage:
         "slot_at": SLOT,
         "created_at": SLOT + timedelta(seconds=3),
         "website_id": 7,
-        "website_name": "jobs-example",
+        "site": SITE,
         "search_url": "https://jobs.example.com/search?q=python&l=Berlin",
-        "requires_playwright": True,
-        "pagination_type": "page_param",
         "keywords_used": "python",
         "location_used": "Berlin",
-        "metadata": {"extraction": {"item": "article"}, "politeness": {"min_delay": 2.0}},
     }
     fields.update(overrides)
     return JobMessage.for_slot(**fields)
@@ -36,11 +44,14 @@ def test_round_trip_and_wire_form() -> None:
     message = make()
     body = encode_job(message)
     data = json.loads(body)
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
+    assert data["site"]["politeness"] == {"min_delay": 2.0, "max_concurrency": 2, "robots": "obey"}
     assert data["idempotency_key"] == "42:2026-03-01T07:30:00Z" == idempotency_key(42, SLOT)
     assert data["slot_at"] == "2026-03-01T07:30:00Z"
     assert data["attempt_count"] == 0
-    assert decode_job(body) == message
+    decoded = decode_job(body)
+    assert decoded == message
+    assert decoded.site.rules == SITE.rules and decoded.site.paginator == SITE.paginator  # built, typed
 
 
 def test_job_id_and_key_are_stable_per_target_and_slot() -> None:
@@ -64,14 +75,17 @@ def good() -> dict[str, Any]:
         (b"{not json", "not valid JSON"),
         (b"[1, 2]", "JSON object"),
         (b"{}", "no schema_version"),
-        (json.dumps({**good(), "schema_version": 2}).encode(), "unknown job message schema_version 2"),
+        (json.dumps({**good(), "schema_version": 3}).encode(), "unknown job message schema_version 3"),
         (json.dumps({**good(), "schema_version": "1"}).encode(), "unknown job message schema_version"),
         (json.dumps({**good(), "schema_version": True}).encode(), "unknown job message schema_version"),
         (json.dumps({**good(), "target_id": 0}).encode(), "target_id"),
         (json.dumps({**good(), "search_url": "file:///etc/passwd"}).encode(), "search_url"),
         (json.dumps({**good(), "slot_at": "2026-03-01T07:30:00"}).encode(), "slot_at"),
         (json.dumps({**good(), "idempotency_key": "42:yesterday"}).encode(), "does not match"),
-        (json.dumps({**good(), "pagination_type": "infinite"}).encode(), "pagination_type"),
+        (json.dumps({**good(), "site": {**good()["site"], "pagination": {"type": "infinite"}}}).encode(), "pagination"),
+        (json.dumps({**good(), "site": {**good()["site"], "extraction": {"item_selector": "::"}}}).encode(), "CSS"),
+        (json.dumps({**good(), "site": {**good()["site"], "robots": "obey"}}).encode(), "site.robots"),
+        (json.dumps({**good(), "metadata": {}}).encode(), "metadata"),
         (json.dumps({**good(), "surprise": 1}).encode(), "surprise"),
         (json.dumps({**good(), "attempt_count": -1}).encode(), "attempt_count"),
         (json.dumps({k: v for k, v in good().items() if k != "keywords_used"}).encode(), "keywords_used"),
@@ -99,3 +113,68 @@ def test_the_documented_example_is_valid() -> None:
     message = decode_job(example.encode())
     assert message.idempotency_key == idempotency_key(message.target_id, message.slot_at)
     assert message.job_id == job_id_for(message.target_id, message.slot_at)
+
+
+V1 = {
+    "schema_version": 1,
+    "job_id": job_id_for(42, SLOT),
+    "idempotency_key": idempotency_key(42, SLOT),
+    "target_id": 42,
+    "slot_at": "2026-03-01T07:30:00Z",
+    "website_id": 7,
+    "website_name": "jobs-example",
+    "search_url": "https://jobs.example.com/search?q=python&l=Berlin",
+    "requires_playwright": True,
+    "pagination_type": "page_param",
+    "keywords_used": "python",
+    "location_used": "Berlin",
+    "attempt_count": 1,
+    "metadata": {
+        "base_url": "https://jobs.example.com",
+        "pagination": {"param": "p", "start": 0, "step": 1, "max_pages": 3, "selector": None},
+        "extraction": {"item_selector": "article", "fields": {"title": "h2"}},
+        "politeness": {"min_delay": 2.0, "max_concurrency": 2, "robots": "ignore"},
+        "site": {"country": "de", "revisit_age_seconds": 60},
+    },
+    "created_at": "2026-03-01T07:30:03Z",
+}
+
+
+def test_a_version_1_body_decodes_into_a_version_2_message() -> None:
+    job = decode_job(json.dumps(V1).encode())
+    assert job.schema_version == 2
+    assert (job.target_id, job.slot_at, job.attempt_count, job.job_id) == (42, SLOT, 1, V1["job_id"])
+    site = job.site
+    assert (site.name, site.base_url, site.requires_playwright) == ("jobs-example", "https://jobs.example.com", True)
+    assert (site.pagination.type, site.pagination.param, site.pagination.start) == ("page_param", "p", 0)
+    assert site.politeness.robots == "ignore" and site.revisit_age == 60 and site.metadata == {"country": "de"}
+    assert site.rules is not None and [f.name for f in site.rules.fields] == ["title"]
+    # What version 1 left out gets SiteSpec's one set of defaults.
+    bare = decode_job(json.dumps({**V1, "metadata": {"extraction": {"item_selector": "li"}}}).encode()).site
+    assert bare.politeness == SiteSpec.model_fields["politeness"].get_default(call_default_factory=True)
+    assert bare.revisit_age == SiteSpec.model_fields["revisit_age"].default
+    assert bare.base_url == V1["search_url"]
+    # Re-published (a retry), it goes out as version 2 and comes back equal.
+    assert decode_job(encode_job(job)) == job
+
+
+def test_a_version_1_body_with_braces_in_its_url_keeps_them() -> None:
+    url = "https://jobs.example.com/search?q=%7Bpython%7D&raw={x}"
+    job = decode_job(json.dumps({**V1, "search_url": url}).encode())
+    assert job.search_url == url
+    assert job.site.search_url(keywords="ignored", location=None) == url
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"pagination_type": "infinite"}, "pagination_type"),
+        ({"metadata": {"extraction": {"item_selector": "::"}}}, "CSS"),
+        ({"metadata": {"politeness": {"robots": "maybe"}}}, "robots"),
+        ({"website_name": ""}, "website_name"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_bad_version_1_bodies_raise_message_error(change: dict[str, Any], match: str) -> None:
+    with pytest.raises(MessageError, match=match):
+        decode_job(json.dumps({**V1, **change}).encode())

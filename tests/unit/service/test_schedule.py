@@ -9,17 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crawlherd.duration import format_duration, parse_duration
 from crawlherd.errors import ScheduleError
-from crawlherd.service.schedule import (
-    CronSchedule,
-    IntervalSchedule,
-    format_duration,
-    jitter_for,
-    make_schedule,
-    parse_duration,
-    plan_slots,
-    upcoming,
-)
+from crawlherd.service.schedule import CronSchedule, IntervalSchedule, jitter_for, make_schedule, plan_slots, upcoming
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")

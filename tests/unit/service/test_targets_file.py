@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from crawlherd.errors import TargetsFileError
-from crawlherd.service.targets import load_targets_file, parse_targets
+from crawlherd.service.targets_file import load_targets_file, parse_targets
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 

@@ -1,7 +1,7 @@
 """The outbox is bounded: rows the broker keeps refusing go ``dead``; published rows are pruned.
 
-Revision ID: 0004
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 Create Date: 2026-11-24
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0001"
+revision = "0003"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,48 @@
+"""Durations as people write them: ``"90s"``, ``"15m"``, ``"1h30m"``, ``"2d"``, ``"250ms"`` or a
+number of seconds. Used by schedules, politeness and retention settings alike."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from crawlherd.errors import ScheduleError
+
+__all__ = ["format_duration", "parse_duration"]
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.I)
+_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def format_duration(seconds: float) -> str:
+    """``21600`` -> ``"6h"``, ``5400`` -> ``"1h30m"``, ``0.25`` -> ``"250ms"``."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    parts, rest = [], seconds
+    for unit in ("w", "d", "h", "m"):
+        count, rest = divmod(rest, _UNIT[unit])
+        if count:
+            parts.append(f"{int(count)}{unit}")
+    if rest:
+        parts.append(f"{rest:g}s")
+    return "".join(parts)
+
+
+def parse_duration(value: str | float | int) -> timedelta:
+    """``"90s"``, ``"15m"``, ``"1h30m"``, ``"2d"``, ``"250ms"`` or a number of seconds."""
+    if isinstance(value, bool):
+        raise ScheduleError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ScheduleError(f"duration must be >= 0, got {value!r}")
+        return timedelta(seconds=value)
+    text = value.strip().replace(" ", "")
+    pos, total = 0, 0.0
+    for match in _DURATION.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match[1]) * _UNIT[match[2].lower()]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ScheduleError(f"not a duration: {value!r} (use e.g. '90s', '15m', '1h30m', '2d')")
+    return timedelta(seconds=total)

@@ -1,0 +1,205 @@
+"""A website's configuration, typed once: :class:`SiteSpec`.
+
+One object from the file that declares it to the code that uses it: a targets file's ``[[websites]]``
+entry *is* a :class:`SiteSpec`; the config DB stores it whole (``websites.spec``, its JSON form) and
+gives it back as the same :class:`SiteSpec`; the dispatch tick puts it typed into the job message
+(``schema_version`` 2); the worker uses it as is for listing and detail pages. It is validated once,
+when it is built, with the checks the worker would make (selectors, pagination, search-URL template),
+and its defaults are written here only.
+
+Fields (a targets-file entry, TOML)::
+
+    [[websites]]
+    name = "example-jobs"
+    base_url = "https://jobs.example.com"
+    search_url_template = "https://jobs.example.com/search?q={keywords}&l={location}"
+    requires_playwright = false       # fetch with the browser (Playwright + system Chromium)
+    revisit_age = "1d"                # a detail page is fetched again once per revisit period
+    metadata = { country = "de" }     # free-form, stored and carried, never interpreted
+
+    [websites.pagination]             # PaginationSpec: type none | next_link | page_param
+    [websites.extraction]             # crawlherd.extract.rules (empty: a Python handler by name)
+    [websites.politeness]             # PolitenessSpec: min_delay, max_concurrency, robots obey|ignore
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from datetime import timedelta
+from typing import Any, Literal
+from urllib.parse import quote_plus
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from crawlherd.duration import parse_duration
+from crawlherd.errors import ConfigurationError, ScheduleError
+from crawlherd.extract.handlers import Handler, resolve_extractor
+from crawlherd.extract.pagination import Pagination
+from crawlherd.extract.rules import ExtractionRules
+
+__all__ = [
+    "PLACEHOLDERS",
+    "PaginationSpec",
+    "PolitenessSpec",
+    "SiteSpec",
+    "render_search_url",
+    "template_problems",
+]
+
+PLACEHOLDERS = frozenset({"keywords", "location"})
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+
+
+def _seconds(value: Any) -> Any:
+    """A duration (``"500ms"``, ``"10s"``, ``"1h30m"``, ``"1d"`` or a number) -> seconds; a bad one
+    is a validation error. Anything else is left to pydantic's own type check."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return value
+    try:
+        return parse_duration(value).total_seconds()
+    except ScheduleError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def template_problems(template: str) -> list[str]:
+    """What is wrong with a search-URL template (empty when it can be used)."""
+    problems: list[str] = []
+    try:
+        fields = [name for _, name, _spec, _conv in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        return [f"cannot parse the template: {exc} (write a literal brace as '{{{{' or '}}}}')"]
+    for name in fields:
+        if name not in PLACEHOLDERS:
+            problems.append(f"unknown placeholder {{{name}}}; use {{keywords}} and {{location}}")
+    if not template.lower().startswith(("http://", "https://")):
+        problems.append("must start with http:// or https://")
+    return problems
+
+
+def render_search_url(template: str, *, keywords: str, location: str | None) -> str:
+    """The template with ``{keywords}`` and ``{location}`` filled in, URL-encoded."""
+    return template.format(keywords=quote_plus(keywords), location=quote_plus(location or ""))
+
+
+class PaginationSpec(BaseModel):
+    """``type``: none | next_link (needs ``selector``) | page_param (``param``, ``start``, ``step``);
+    ``max_pages`` for every type. See :mod:`crawlherd.extract.pagination`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["none", "next_link", "page_param"] = "none"
+    selector: str | None = None
+    param: str = "page"
+    start: int = Field(default=1, ge=0)
+    step: int = Field(default=1, ge=1)
+    max_pages: int = Field(default=10, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _needs(self) -> PaginationSpec:
+        if self.type == "next_link" and not self.selector:
+            raise ValueError("pagination type next_link needs a 'selector' (the CSS selector of the next link)")
+        return self
+
+
+class PolitenessSpec(BaseModel):
+    """Per-site politeness: ``min_delay`` seconds between requests to a host, ``max_concurrency``
+    requests in flight per host, ``robots`` obey|ignore (obey: a page robots.txt disallows is not
+    fetched, and its Crawl-delay raises ``min_delay``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_delay: float = Field(default=1.0, ge=0)
+    max_concurrency: int = Field(default=2, ge=1, le=1000)
+    robots: Literal["obey", "ignore"] = "obey"
+
+    _min_delay = field_validator("min_delay", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+
+class SiteSpec(BaseModel):
+    """A website: how to search it, paginate, extract, how politely, with which fetcher.
+
+    Frozen; built (from a file, the DB or a message) only through validation, which builds the
+    extraction rules and the pagination the worker uses (:attr:`rules`, :attr:`paginator`), so a bad
+    selector is refused where the website is declared."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    base_url: str
+    search_url_template: str
+    requires_playwright: bool = False
+    pagination: PaginationSpec = Field(default_factory=PaginationSpec)
+    extraction: dict[str, Any] = Field(default_factory=dict)
+    politeness: PolitenessSpec = Field(default_factory=PolitenessSpec)
+    revisit_age: float = Field(default=86_400.0, ge=1, description="seconds; a duration string in files")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    _rules: ExtractionRules | None = PrivateAttr(default=None)
+    _paginator: Pagination = PrivateAttr(default_factory=Pagination)
+
+    _revisit = field_validator("revisit_age", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be 1-200 letters, digits, '_', '.' or '-', starting with a letter or digit")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base(cls, value: str) -> str:
+        if not value.lower().startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+    @field_validator("search_url_template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        problems = template_problems(value)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    @model_validator(mode="after")
+    def _build(self) -> SiteSpec:
+        # The very checks the worker needs, so that a bad selector is refused here, not at 3 a.m.
+        # (No extraction rules is allowed: a Python handler may be registered under the name.)
+        try:
+            rules = ExtractionRules.from_mapping(self.name, self.extraction) if self.extraction else None
+            paginator = Pagination.from_table(self.pagination.model_dump(), website=self.name)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
+        self._rules = rules
+        self._paginator = paginator
+        return self
+
+    @property
+    def rules(self) -> ExtractionRules | None:
+        """The declarative extraction rules, built and checked (None: the website has none)."""
+        return self._rules
+
+    @property
+    def paginator(self) -> Pagination:
+        """The pagination, built and checked."""
+        return self._paginator
+
+    @property
+    def detail_rules(self) -> ExtractionRules | None:
+        """The rules when they read detail pages (``detail_fields``), else None."""
+        return self._rules if self._rules is not None and self._rules.detail_fields else None
+
+    @property
+    def revisit_period(self) -> timedelta:
+        """:attr:`revisit_age` as a :class:`timedelta`."""
+        return timedelta(seconds=self.revisit_age)
+
+    def extractor(self) -> Handler:
+        """What reads this website's listing pages: the Python handler registered under its name, else
+        its rules (:func:`crawlherd.extract.handlers.resolve_extractor`); neither: ConfigurationError."""
+        return resolve_extractor(self.name, self._rules)
+
+    def search_url(self, *, keywords: str, location: str | None) -> str:
+        """The search URL of one target."""
+        return render_search_url(self.search_url_template, keywords=keywords, location=location)

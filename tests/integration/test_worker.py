@@ -1,0 +1,320 @@
+"""The worker against a real local HTTP server and a real broker (SQLite file): a website's robots
+policy for listing and detail pages, a version-1 job message published before the upgrade, and one
+website's politeness holding across the listing pages of concurrent jobs (they share the frontier)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd.brokers import open_broker
+from crawlherd.db import JobRun, ScrapeTarget, StoredItem, Website, create_engine, upgrade
+from crawlherd.fetch.base import FetchLimits
+from crawlherd.messages import idempotency_key, job_id_for
+from crawlherd.service.embedded import run_pipeline
+from crawlherd.service.targets import import_targets
+from crawlherd.worker.worker import Worker
+
+ROBOTS = "User-agent: *\nDisallow: /private/\n"
+
+
+@dataclass
+class Board:
+    """A tiny job board: ``/search`` and ``/private/search`` list three jobs each (their detail pages
+    under ``/jobs/`` or ``/private/jobs/``); ``/robots.txt`` disallows ``/private/``. Every request
+    is logged; ``slow`` seconds per listing page, with the number of requests in flight recorded."""
+
+    slow: float = 0.0
+    paths: list[str] = field(default_factory=list)
+    in_flight: int = 0
+    most_in_flight: int = 0
+    url: str = ""
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/robots.txt", self._robots)
+        app.router.add_get("/{prefix:(private/)?}search", self._search)
+        app.router.add_get("/{prefix:(private/)?}jobs/{n}", self._job)
+        return app
+
+    async def _robots(self, request: web.Request) -> web.Response:
+        self.paths.append(request.path)
+        return web.Response(text=ROBOTS)
+
+    async def _search(self, request: web.Request) -> web.Response:
+        self.paths.append(request.path_qs)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.slow:
+                await asyncio.sleep(self.slow)
+            prefix = request.match_info["prefix"]
+            job_prefix = request.query.get("jobs", prefix)
+            q = request.query.get("q", "")
+            cards = "".join(
+                f'<article><a href="/{job_prefix}jobs/{q}-{n}">{q} job {n}</a></article>' for n in range(3)
+            )
+            return web.Response(text=f"<html><body>{cards}</body></html>", content_type="text/html")
+        finally:
+            self.in_flight -= 1
+
+    async def _job(self, request: web.Request) -> web.Response:
+        self.paths.append(request.path)
+        return web.Response(
+            text=f"<html><body><p class='salary'>salary of {request.match_info['n']}</p></body></html>",
+            content_type="text/html",
+        )
+
+    def fetched(self, prefix: str) -> list[str]:
+        return [p for p in self.paths if p.startswith(prefix)]
+
+
+@pytest.fixture
+async def board() -> AsyncIterator[Board]:
+    site = Board()
+    runner = web.AppRunner(site.app())
+    await runner.setup()
+    tcp = web.TCPSite(runner, "127.0.0.1", 0)
+    await tcp.start()
+    port = runner.addresses[0][1]
+    site.url = f"http://127.0.0.1:{port}"
+    try:
+        yield site
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
+    await upgrade(engine)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+def website(board: Board, *, robots: str, search: str = "search", jobs: str = "", **extra: Any) -> dict[str, Any]:
+    query = f"&jobs={jobs}" if jobs else ""
+    return {
+        "name": "board",
+        "base_url": board.url,
+        "search_url_template": f"{board.url}/{search}?q={{keywords}}{query}",
+        "extraction": {
+            "item_selector": "article",
+            "item_url": "a@href",
+            "fields": {"title": "a"},
+            "detail_fields": {"salary": ".salary"},
+        },
+        "politeness": {"min_delay": 0, "max_concurrency": 4, "robots": robots},
+        **extra,
+    }
+
+
+async def load(engine: AsyncEngine, tmp_path: Path, site: dict[str, Any], keywords: list[str], *, due: bool) -> None:
+    document = {"websites": [site], "targets": [{"website": "board", "keywords": keywords, "every": "1h"}]}
+    path = tmp_path / "targets.yaml"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    await import_targets(engine, path)
+    if due:
+        async with engine.begin() as conn:
+            await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+
+
+async def run_until_idle(engine: AsyncEngine, tmp_path: Path, **options: Any) -> Worker:
+    db_url = str(engine.url)
+    async with open_broker(db_url) as broker:
+        worker = Worker(engine, broker, limits=FetchLimits(allow_private_addresses=True), backoff=0.1, **options)
+        async with worker:
+            await run_pipeline(
+                engine, broker, worker, stop=asyncio.Event(), interval=0.1, until_idle=True, progress_every=0.1
+            )
+    return worker
+
+
+async def runs(engine: AsyncEngine) -> list[tuple[str, int, str | None]]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(select(JobRun.status, JobRun.attempts, JobRun.error).order_by(JobRun.id))
+        return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+async def items(engine: AsyncEngine) -> dict[str, dict[str, Any]]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(select(StoredItem.url, StoredItem.data))
+        return {url: json.loads(data) if isinstance(data, str) else data for url, data in rows}
+
+
+# -- robots policy -------------------------------------------------------------------------------
+
+
+async def test_obeying_robots_the_worker_does_not_fetch_a_disallowed_listing_page(
+    engine: AsyncEngine, board: Board, tmp_path: Path
+) -> None:
+    await load(engine, tmp_path, website(board, robots="obey", search="private/search"), ["python"], due=True)
+    worker = await run_until_idle(engine, tmp_path, max_attempts=3)
+    assert board.fetched("/private/") == []
+    assert "/robots.txt" in board.paths
+    [(status, attempts, error)] = await runs(engine)
+    assert (status, attempts) == ("dead", 1)  # no attempt can do better: dead at once, not retried
+    assert "robots.txt" in (error or "")
+    assert worker.stats.dead == 1 and await items(engine) == {}
+
+
+async def test_ignoring_robots_the_worker_fetches_a_disallowed_listing_page(
+    engine: AsyncEngine, board: Board, tmp_path: Path
+) -> None:
+    await load(engine, tmp_path, website(board, robots="ignore", search="private/search"), ["python"], due=True)
+    await run_until_idle(engine, tmp_path)
+    assert board.fetched("/private/search") == ["/private/search?q=python"]
+    assert [r[0] for r in await runs(engine)] == ["succeeded"]
+    assert len(await items(engine)) == 3
+
+
+async def test_obeying_robots_the_worker_does_not_fetch_disallowed_detail_pages(
+    engine: AsyncEngine, board: Board, tmp_path: Path
+) -> None:
+    await load(engine, tmp_path, website(board, robots="obey", jobs="private/"), ["python"], due=True)
+    worker = await run_until_idle(engine, tmp_path)
+    assert board.fetched("/search") == ["/search?q=python&jobs=private/"]
+    assert board.fetched("/private/") == []
+    assert [r[0] for r in await runs(engine)] == ["succeeded"]
+    stored = await items(engine)
+    assert len(stored) == 3 and all("salary" not in fields for fields in stored.values())  # listing fields kept
+    assert worker.stats.detail_failures == 3
+
+
+async def test_ignoring_robots_the_worker_fetches_disallowed_detail_pages(
+    engine: AsyncEngine, board: Board, tmp_path: Path
+) -> None:
+    await load(engine, tmp_path, website(board, robots="ignore", jobs="private/"), ["python"], due=True)
+    await run_until_idle(engine, tmp_path)
+    assert sorted(board.fetched("/private/")) == [f"/private/jobs/python-{n}" for n in range(3)]
+    stored = await items(engine)
+    assert sorted(f["salary"] for f in stored.values()) == [f"salary of python-{n}" for n in range(3)]
+
+
+# -- a version-1 message published before the upgrade ---------------------------------------------
+
+
+async def test_a_version_1_message_on_the_broker_is_processed_after_the_upgrade(
+    engine: AsyncEngine, board: Board, tmp_path: Path
+) -> None:
+    site = website(board, robots="obey")
+    await load(engine, tmp_path, site, ["rust"], due=False)  # not due: only the v1 message runs
+    async with engine.connect() as conn:
+        target_id = (await conn.execute(select(ScrapeTarget.id))).scalar_one()
+        website_id = (await conn.execute(select(Website.id))).scalar_one()
+    slot = datetime(2026, 11, 1, 6, 0, tzinfo=UTC)
+    v1 = {  # what crawlherd before SiteSpec published (schema_version 1, an untyped metadata dict)
+        "schema_version": 1,
+        "job_id": job_id_for(target_id, slot),
+        "idempotency_key": idempotency_key(target_id, slot),
+        "target_id": target_id,
+        "slot_at": "2026-11-01T06:00:00Z",
+        "website_id": website_id,
+        "website_name": "board",
+        "search_url": f"{board.url}/search?q=rust",
+        "requires_playwright": False,
+        "pagination_type": "none",
+        "keywords_used": "rust",
+        "location_used": None,
+        "attempt_count": 0,
+        "metadata": {
+            "base_url": board.url,
+            "pagination": {"selector": None, "param": "page", "start": 1, "step": 1, "max_pages": 10},
+            "extraction": site["extraction"],
+            "politeness": {"min_delay": 0.0, "max_concurrency": 4, "robots": "obey"},
+            "site": {},
+        },
+        "created_at": "2026-11-01T06:00:01Z",
+    }
+    async with open_broker(str(engine.url)) as broker:
+        await broker.publish(json.dumps(v1).encode(), key=v1["idempotency_key"])
+    # ... the upgrade: a new worker process opens the same broker.
+    await run_until_idle(engine, tmp_path)
+    assert [r[0] for r in await runs(engine)] == ["succeeded"]
+    stored = await items(engine)
+    assert sorted(f["salary"] for f in stored.values()) == [f"salary of rust-{n}" for n in range(3)]
+
+
+# -- politeness across jobs: listing pages go through the one frontier ----------------------------
+
+
+async def test_listing_pages_of_concurrent_jobs_keep_the_websites_max_concurrency(
+    engine: AsyncEngine, board: Board, tmp_path: Path
+) -> None:
+    board.slow = 0.2  # each listing page takes a while: concurrent jobs would overlap on the server
+    site = website(board, robots="ignore")
+    site["politeness"] = {"min_delay": 0, "max_concurrency": 1, "robots": "ignore"}
+    site["extraction"] = {"item_selector": "article", "item_url": "a@href", "fields": {"title": "a"}}
+    await load(engine, tmp_path, site, ["a", "b", "c", "d"], due=True)
+    worker = await run_until_idle(engine, tmp_path, concurrency=4)
+    assert [r[0] for r in await runs(engine)] == ["succeeded"] * 4
+    assert len(board.fetched("/search")) == 4
+    assert board.most_in_flight == 1  # max_concurrency = 1 held, though 4 jobs ran at once
+    assert worker.stats.pages == 4
+
+
+# -- a listing page read by another worker sharing the frontier -----------------------------------
+
+
+@pytest.fixture
+async def shared_frontier_url(redis_url: str, unique_name: str) -> AsyncIterator[str]:
+    """A Redis frontier (its keys are deleted afterwards)."""
+    yield f"{redis_url}?prefix={unique_name}f"
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(redis_url)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{unique_name}f*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.redis
+async def test_a_listing_read_by_another_worker_is_reported_to_the_jobs_owner(
+    engine: AsyncEngine, board: Board, tmp_path: Path, shared_frontier_url: str
+) -> None:
+    """The owner takes the job but runs no page loop; another worker, sharing its frontier (Redis) and
+    consuming another broker, reads the listing and its detail pages; the owner learns the outcome from
+    ``job_runs`` and acks."""
+    from crawlherd.service.dispatch_service import DispatchService
+
+    await load(engine, tmp_path, website(board, robots="obey"), ["go"], due=True)
+    frontier_url = shared_frontier_url
+    limits = FetchLimits(allow_private_addresses=True)
+    async with open_broker(str(engine.url)) as jobs, open_broker(f"sqlite:///{tmp_path / 'empty.db'}") as empty:
+        await DispatchService(engine, jobs).run_once()
+        async for delivery in jobs.consume(prefetch=1):  # noqa: B007 - the first delivery is all it takes
+            break
+        owner = Worker(engine, jobs, name="owner", frontier_url=frontier_url, limits=limits, poll_interval=0.1)
+        other = Worker(engine, empty, name="other", frontier_url=frontier_url, limits=limits)
+        stop = asyncio.Event()
+        async with owner, other:
+            pages = asyncio.create_task(other.run(stop))
+            await owner.handle(delivery)  # returns once the outcome is found in job_runs
+            while not await other.idle():  # noqa: ASYNC110 - the detail pages, still in flight
+                await asyncio.sleep(0.05)
+            stop.set()
+            await pages
+        assert await jobs.pending() == 0  # acked by its owner
+    async with engine.connect() as conn:
+        run = (await conn.execute(select(JobRun.status, JobRun.worker, JobRun.pages, JobRun.items_new))).one()
+    assert tuple(run) == ("succeeded", "owner", 1, 3)
+    assert owner.stats.succeeded == 1 and owner.stats.items_new == 0  # the owner fetched nothing itself
+    assert other.stats.detail_pages == 3 and other.stats.received == 0
+    stored = await items(engine)
+    assert sorted(f["salary"] for f in stored.values()) == [f"salary of go-{n}" for n in range(3)]
