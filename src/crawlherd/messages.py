@@ -1,4 +1,4 @@
-"""The job message: what the dispatcher service publishes and the workers consume.
+"""The job message: what the dispatch service publishes and the workers consume.
 
 Schema version 2 (``docs/job-message.md``): the website's configuration travels typed, as the
 :class:`~crawlherd.sitespec.SiteSpec` the targets file declared (``site``). A version-1 body (an

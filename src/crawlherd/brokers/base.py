@@ -1,4 +1,4 @@
-"""The broker protocol: how job messages travel from the dispatcher service to the workers.
+"""The broker protocol: how job messages travel from the dispatch service to the workers.
 
 One protocol for every broker (``sqlite://``, ``redis://`` Streams, ``amqp://`` RabbitMQ, and the
 in-memory reference) and one contract suite (``tests/contract/test_broker_contract.py``).

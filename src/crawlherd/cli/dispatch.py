@@ -1,4 +1,4 @@
-"""``crawlherd dispatch``: the dispatcher service (due targets -> outbox -> broker)."""
+"""``crawlherd dispatch``: the dispatch service (due targets -> outbox -> broker)."""
 
 from __future__ import annotations
 

@@ -34,8 +34,9 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
     """The whole pipeline in one process: due targets -> outbox -> broker -> worker -> items.
 
     \b
-    Embedded defaults: one SQLite file (crawlherd.db) holds the config, the broker's queue, the
-    frontier and the items. Set up:  crawlherd targets import targets.toml
+    Embedded defaults: one SQLite file (crawlherd.db) holds the config, the broker's queue and the
+    items; the frontier of pages is the file beside it (crawlherd-frontier.db).
+    Set up:                          crawlherd targets import targets.toml
     Then:                            crawlherd run          (Ctrl+C stops cleanly)
     Scale out with `crawlherd dispatch` and `crawlherd worker` processes on PostgreSQL + RabbitMQ or
     Redis Streams, with a redis:// frontier.
