@@ -8,7 +8,7 @@ from typing import Any
 
 from crawlherd.demo.targets import demo_targets, iter_searches
 from crawlherd.extract.pagination import Pagination
-from crawlherd.service.search_url import render_search_url
+from crawlherd.sitespec import render_search_url
 
 __all__ = ["failing_targets", "first_search_urls"]
 
