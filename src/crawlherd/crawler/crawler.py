@@ -19,6 +19,7 @@ dispatcher, so politeness, re-fetches and memory-pressure re-queues all go throu
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable
 from typing import Any, Literal, TypedDict, Unpack, cast, overload
 from urllib.parse import urlsplit
@@ -29,8 +30,15 @@ from crawlherd.crawler.stream import CrawlRun, CrawlStream
 from crawlherd.dispatch.base import Dispatcher
 from crawlherd.dispatch.rate_limiter import RateLimiter
 from crawlherd.dispatch.semaphore import SemaphoreDispatcher
-from crawlherd.errors import ConfigurationError, CrawlherdError, FetchError, InvalidURLError, RobotsDisallowedError
-from crawlherd.extract.links import extract_links
+from crawlherd.errors import (
+    ConfigurationError,
+    CrawlherdError,
+    FetchError,
+    InvalidURLError,
+    PageTooComplexError,
+    RobotsDisallowedError,
+)
+from crawlherd.extract.links import extract_links_async
 from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.gate import HostGate
 from crawlherd.fetch.robots import RobotsCache
@@ -39,6 +47,8 @@ from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
 __all__ = ["Crawler"]
+
+log = logging.getLogger(__name__)
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
 
@@ -350,7 +360,11 @@ class Crawler:
         looks idle while children are on their way)."""
         if result.content_type not in _HTML_TYPES:
             return
-        links = extract_links(result.text, result.final_url or request.url)
+        try:
+            links = await extract_links_async(result.text, result.final_url or request.url)
+        except PageTooComplexError as exc:
+            log.warning("%s: links not followed: %s", request.url, exc)
+            return
         result.links = links
         depth = request.depth + 1
         if depth > run.max_depth or run.enqueued >= run.max_pages:
