@@ -21,6 +21,18 @@ class HostPolicy:
     delay: float | None = None
     max_in_flight: int | None = None
 
+    def updated(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> HostPolicy:
+        """This policy with the values given (None keeps the current one), checked; ``host`` names the
+        host in the error."""
+        if delay is not None and delay < 0:
+            raise ConfigurationError(f"delay={delay!r} for {host}: must be >= 0 seconds")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ConfigurationError(f"max_in_flight={max_in_flight!r} for {host}: must be >= 1")
+        return HostPolicy(
+            delay=self.delay if delay is None else delay,
+            max_in_flight=self.max_in_flight if max_in_flight is None else max_in_flight,
+        )
+
 
 @dataclass(frozen=True)
 class FrontierOptions:

@@ -38,7 +38,6 @@ Hosts are keys (``P:q:<host>``) built inside the scripts, so the frontier needs 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
@@ -225,12 +224,6 @@ class RedisFrontier(WaitingMixin):
             )
         self._ready = True
 
-    def _room_made(self) -> None:
-        fut = self._room
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-        self._room = None
-
     def _filter_args(self, request: Request) -> tuple[int, int]:
         fp = fp_to_int(request.fingerprint)
         if self._kind == "exact":
@@ -278,14 +271,6 @@ class RedisFrontier(WaitingMixin):
                     )
                 await self._wait_for_room()
         return queued
-
-    async def _wait_for_room(self) -> None:
-        if self._room is None or self._room.done():
-            self._room = asyncio.get_running_loop().create_future()
-        room = self._room
-        # Other processes make room too: look again every poll_interval.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(room), self._poll)
 
     # -- lease -------------------------------------------------------------------------------------
 
