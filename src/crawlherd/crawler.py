@@ -18,6 +18,7 @@ dispatcher, so politeness, re-fetches and memory-pressure re-queues all go throu
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
@@ -194,7 +195,7 @@ class _Run:
     """One arun_many / crawl: the frontier, and what the process function needs."""
 
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "enqueued", "frontier", "max_depth",
-                 "max_pages", "meta", "monitor", "owns_frontier", "ended", "gate_delay")
+                 "max_pages", "meta", "monitor", "owns_frontier", "ended", "gate_delay", "enqueue_lock")
 
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
@@ -206,6 +207,8 @@ class _Run:
         self.max_pages = 0
         self.max_depth = -1
         self.enqueued = 0
+        # one page's links at a time: a frontier that awaits I/O must not let two pages both pass max_pages
+        self.enqueue_lock = asyncio.Lock()
         self.allowed: tuple[str, ...] | None = None
         self.owns_frontier = True
         self.ended = False
@@ -609,12 +612,13 @@ class Crawler:
                 continue
         frontier = run.frontier
         monitor_n = 0
-        for child in children:
-            if run.enqueued >= run.max_pages:
-                break
-            if await frontier.enqueue_request(child):
-                run.enqueued += 1
-                monitor_n += 1
+        async with run.enqueue_lock:
+            for child in children:
+                if run.enqueued >= run.max_pages:
+                    break
+                if await frontier.enqueue_request(child):
+                    run.enqueued += 1
+                    monitor_n += 1
         if monitor_n and run.monitor is not None:
             run.monitor.add_queued(monitor_n)
 
