@@ -44,6 +44,14 @@ class WaitingMixin:
             fut.set_result(None)
         self._changed = None
 
+    def _begin_close(self) -> bool:
+        """Mark the frontier closed and wake its waiters; False when it was closed already."""
+        if self._closed:
+            return False
+        self._closed = True
+        self._notify()
+        return True
+
     def _room_made(self) -> None:
         """Wake the enqueuers waiting for room: a request left the queue."""
         fut = self._room

@@ -196,5 +196,4 @@ class MemoryFrontier(WaitingMixin):
         )
 
     async def close(self) -> None:
-        self._closed = True
-        self._notify()
+        self._begin_close()

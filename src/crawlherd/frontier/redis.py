@@ -3,8 +3,8 @@
 ``open_scheduler("redis://127.0.0.1:6379/0?prefix=mycrawl")``. Every multi-step operation (enqueue
 with its duplicate check, lease with politeness, ack, retry, expiry and reclaim) is one Lua script, so
 it is atomic: two workers never take the same request, never both pass a host's delay, and a
-fingerprint is recorded exactly when its request is queued. The key layout is documented in
-:mod:`crawlherd.frontier._redis_lua`.
+fingerprint is recorded exactly when its request is queued. The scripts are ``frontier/lua/*.lua``;
+the key layout is documented at the top of ``frontier/lua/prelude.lua``.
 
 - **Politeness shared by all workers**: host ready times and in-flight counts live in Redis.
 - **Leases** expire (``lease_timeout``); the next lease call of any worker returns an expired lease's
@@ -51,6 +51,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 
+from crawlherd._lua import lua_script
 from crawlherd._redact import redact_url
 from crawlherd.errors import (
     BackendUnavailableError,
@@ -59,7 +60,6 @@ from crawlherd.errors import (
     LeaseError,
     QueueFullError,
 )
-from crawlherd.frontier import _redis_lua as lua
 from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
 from crawlherd.frontier.dupefilter import fp_to_int
@@ -75,6 +75,20 @@ _PRIO_LIMIT = (1 << 18) - 1  # scores are -prio * 2**34 + seq: exact in a double
 _BATCH = 500
 _UNAVAILABLE_REPLIES = ("OOM", "LOADING", "READONLY", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
 _T = TypeVar("_T")
+
+# The scripts (frontier/lua/*.lua), by name: the fragments each is made of, in order.
+_SCRIPTS: dict[str, tuple[str, ...]] = {
+    "INIT": ("init",),
+    "ENQUEUE": ("prelude", "enqueue"),
+    "LEASE": ("prelude", "lease"),
+    "ACK": ("prelude", "ack"),
+    "RETRY": ("prelude", "retry"),
+    "BURY": ("prelude", "bury"),
+    "BLOCK_HOST": ("prelude", "block_host"),
+    "POLICY": ("prelude", "policy"),
+    "PEEK": ("peek",),
+    "STATS": ("stats",),
+}
 
 
 def _text(value: Any) -> str:
@@ -118,8 +132,7 @@ class RedisFrontier(WaitingMixin):
         self._bits = dupefilter_bits
         self._kind = opts.dupefilter
         self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(getattr(lua, name))
-            for name in ("INIT", "ENQUEUE", "LEASE", "ACK", "RETRY", "BURY", "BLOCK_HOST", "POLICY", "PEEK", "STATS")
+            name: client.register_script(lua_script("crawlherd.frontier", *parts)) for name, parts in _SCRIPTS.items()
         }
         self._ready = False
         self._closed = False
@@ -456,11 +469,7 @@ class RedisFrontier(WaitingMixin):
         return deleted
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._notify()
-        if self._owns_client:
+        if self._begin_close() and self._owns_client:
             await self._client.aclose()
 
 

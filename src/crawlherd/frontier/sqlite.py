@@ -587,10 +587,8 @@ class SQLiteFrontier(WaitingMixin):
         return n
 
     async def close(self) -> None:
-        if self._closed:
+        if not self._begin_close():
             return
-        self._closed = True
-        self._notify()
         db = self._db
         if db is not None:
             try:
