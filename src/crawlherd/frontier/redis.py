@@ -142,12 +142,18 @@ class RedisFrontier(WaitingMixin):
     @classmethod
     def from_url(cls, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> RedisFrontier:
         opts, own = FrontierOptions.build(
-            url, options, extra=("prefix", "client", "poll_interval", "socket_timeout", "dupefilter_bits")
+            url,
+            options,
+            extra={
+                "prefix": str,
+                "client": aioredis.Redis,
+                "poll_interval": float,
+                "socket_timeout": float,
+                "dupefilter_bits": int | None,
+            },
         )
-        poll = _number(own, "poll_interval", 0.2)
-        timeout = _number(own, "socket_timeout", 10.0)
-        bits = own.get("dupefilter_bits")
-        client = own.get("client")
+        timeout = own.pop("socket_timeout", 10.0)
+        client = own.pop("client", None)
         owns = client is None
         if client is None:
             parts = urlsplit(url)
@@ -162,15 +168,7 @@ class RedisFrontier(WaitingMixin):
                 )
             except ValueError as exc:
                 raise ConfigurationError(f"bad redis URL {redact_url(url)!r}: {exc}") from None
-        return cls(
-            client,
-            opts,
-            prefix=str(own.get("prefix", "crawlherd")),
-            poll_interval=poll,
-            dupefilter_bits=None if bits is None else int(bits),
-            owns_client=owns,
-            url=url,
-        )
+        return cls(client, opts, owns_client=owns, url=url, **own)
 
     async def __aenter__(self) -> RedisFrontier:
         try:
@@ -476,11 +474,3 @@ class RedisFrontier(WaitingMixin):
 def _glob(prefix: str) -> str:
     """``prefix`` with glob characters escaped, for SCAN MATCH."""
     return "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix)
-
-
-def _number(own: dict[str, Any], name: str, default: float) -> float:
-    value = own.get(name, default)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"frontier option {name}={value!r} is not a number") from None

@@ -126,18 +126,14 @@ class SQLiteFrontier(WaitingMixin):
 
     @classmethod
     def from_url(cls, url: str = "sqlite:///crawlherd-frontier.db", **options: Any) -> SQLiteFrontier:
-        opts, own = FrontierOptions.build(url, options, extra=("synchronous", "snapshot_every"))
+        opts, own = FrontierOptions.build(url, options, extra={"synchronous": str, "snapshot_every": int})
         parts = urlsplit(url)
         path = unquote(parts.path)[1:] if parts.path.startswith("/") else unquote(parts.path)
         if parts.netloc or not path or path == ":memory:":
             raise ConfigurationError(
                 f"sqlite frontier URL {url!r} needs a file: sqlite:///relative/path.db or sqlite:////absolute/path.db"
             )
-        try:
-            every = int(own.get("snapshot_every", 100_000))
-        except ValueError:
-            raise ConfigurationError(f"snapshot_every={own['snapshot_every']!r} is not an integer") from None
-        return cls(path, opts, synchronous=str(own.get("synchronous", "normal")), snapshot_every=every)
+        return cls(path, opts, **own)
 
     async def __aenter__(self) -> SQLiteFrontier:
         self._open()
