@@ -2,9 +2,8 @@
 what it stores: the memory backend keeps :class:`~crawlherd.request.Request` objects in it, the SQLite
 backend the row ids of its ``requests`` table (the store reads the record back when it leases one).
 
-The index decides what may be handed out next and keeps nothing else; a store (memory, SQLite) calls
-it after its own bookkeeping succeeded -- after the commit, for SQLite -- so the index never holds a
-state the store does not. Data structures, all O(log n) per operation:
+The index decides what may be handed out next and keeps nothing else (no duplicate filter, no
+counters, no records). Data structures, all O(log n) per operation:
 
 - per host (:class:`HostSlot`), a heap of ``(-priority, seq, payload)``; ``seq`` is global and
   increasing, so equal priorities are FIFO;
