@@ -6,10 +6,11 @@ table with ``selector``, ``attr``, ``all``, ``required``, ``absolute``). Both th
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urljoin
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
@@ -21,10 +22,13 @@ __all__ = [
     "MAX_HTML_WORK",
     "OFF_LOOP_CHARS",
     "FieldRule",
+    "call_for_page",
     "check_selector",
     "html_cost",
     "parse_html",
 ]
+
+T = TypeVar("T")
 
 _ATTR = re.compile(r"^[A-Za-z_:][-A-Za-z0-9_:.]*$")
 _FIELD_KEYS = frozenset({"selector", "attr", "all", "required", "absolute"})
@@ -79,6 +83,14 @@ def html_cost(html: str, *, max_depth: int = MAX_HTML_DEPTH, max_work: int = MAX
             f"the page would cost {work:,} to parse, over the budget of {max_work:,} "
             "(deeply nested and very large); refused before parsing"
         )
+
+
+async def call_for_page(html: str, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``func(*args, **kwargs)`` -- work on the page ``html`` (parsing it) -- in a thread when the page
+    is longer than :data:`OFF_LOOP_CHARS`, so that the event loop goes on; else right here."""
+    if len(html) > OFF_LOOP_CHARS:
+        return await asyncio.to_thread(func, *args, **kwargs)
+    return func(*args, **kwargs)
 
 
 def parse_html(html: str | bytes | LexborHTMLParser) -> LexborHTMLParser:
