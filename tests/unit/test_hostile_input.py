@@ -19,7 +19,7 @@ import yaml
 from crawlherd import Crawler
 from crawlherd.brokers.sqlite import SQLiteBroker
 from crawlherd.db.engine import create_engine
-from crawlherd.errors import PageTooComplexError, TargetsFileError
+from crawlherd.errors import AddressNotAllowedError, PageTooComplexError, TargetsFileError
 from crawlherd.extract.handlers import run_extractor
 from crawlherd.extract.links import extract_links, extract_links_async
 from crawlherd.extract.rules import ExtractionRules, Page
@@ -364,3 +364,11 @@ async def test_config_db_files_are_owner_only(tmp_path: Path) -> None:
             owner_only(Path(f"{path}{suffix}"))
     finally:
         await engine.dispose()
+
+
+@pytest.mark.parametrize("host", ["[::7f00:1]", "[64:ff9b::a9fe:a9fe]", "[::ffff:10.0.0.1]", "[2002:c0a8:101::1]"])
+async def test_fetch_of_an_ipv6_literal_private_address_is_refused(host: str) -> None:
+    fetcher = MockFetcher(lambda request: MockResponse(200, b"secret"), FetchLimits(user_agent="t"))
+    with pytest.raises(AddressNotAllowedError, match="private/loopback/link-local"):
+        await fetcher.fetch(Request(f"http://{host}/latest/meta-data/"))
+    assert fetcher.urls == []
