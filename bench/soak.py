@@ -5,7 +5,8 @@ shared frontier), ``--dispatchers`` ``crawlherd dispatch`` and ``--workers`` ``c
 processes, against the demo job board (:class:`crawlherd.demo.DemoSite`, served by this process):
 
 - every ``--kill-every`` seconds (on average) one of those processes, picked at random, is SIGKILLed
-  and started again a second or two later;
+  and started again a second or two later (``dispatch-1`` and ``worker-1`` are spared unless
+  ``--no-spare``, so that the memory of one process of each kind is seen over the whole soak);
 - every ``--outage-every`` seconds the broker goes away for ``--outage-for`` seconds (the proxy stops
   listening and resets every connection);
 - a process that exits on its own is counted and started again.
@@ -232,6 +233,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     event("broker back")
 
             outage_task = asyncio.create_task(outages_loop(), name="soak-outages")
+            # With --spare, the first dispatcher and the first worker are never SIGKILLed: their memory
+            # is seen over the whole soak (they still face the broker outages).
+            spared = {"dispatch-1", "worker-1"} if args.spare else set()
             next_kill = time.monotonic() + rng.expovariate(1 / args.kill_every)
             next_sample = time.monotonic()
             self_samples: list[tuple[float, int]] = []
@@ -260,7 +264,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     now = time.monotonic()
                     supervise(now)
                     if now >= next_kill:
-                        victim = rng.choice([p for p in procs if p.alive()] or procs)
+                        victims = [p for p in procs if p.alive() and p.name not in spared]
+                        victim = rng.choice(victims or [p for p in procs if p.name not in spared])
                         victim.kill()
                         restarts.append((now + rng.uniform(1, 3), victim))
                         event(f"SIGKILL {victim.name}")
@@ -288,6 +293,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 supervise(time.monotonic())
                 await asyncio.sleep(1)
             drained_in = round(args.drain - (drain_end - time.monotonic()), 1)
+            settle_end = time.monotonic() + 30  # every process running again before the final SIGTERM
+            while time.monotonic() < settle_end and (restarts or not all(p.alive() for p in procs)):
+                supervise(time.monotonic())
+                await asyncio.sleep(0.5)
             await asyncio.sleep(3)  # let detail pages of the last listing pages finish
             codes = {p.name: p.terminate() for p in procs}
             event(f"stopped: {codes}")
@@ -499,6 +508,12 @@ def main() -> None:
     parser.add_argument("--drain", type=float, default=600.0, help="Seconds to wait for the due slots to settle.")
     parser.add_argument("--sample-every", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument(
+        "--spare",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Never SIGKILL dispatch-1 and worker-1 (their memory is then seen over the whole soak).",
+    )
     parser.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
