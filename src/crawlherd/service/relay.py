@@ -4,9 +4,13 @@ One round (:meth:`Relay.run_round`):
 
 1. :meth:`Relay.lease` -- take up to ``batch`` pending rows whose ``leased_until`` has passed
    (database clock, ``SKIP LOCKED``): ``leased_until = now + lease``, ``lease_owner = us``.
-2. :meth:`Relay.publish` -- publish each with its idempotency key, ``concurrency`` at a time, every
-   publish bounded by ``publish_timeout`` and the whole round by ``round_timeout``.
-3. :meth:`Relay.settle` -- mark the confirmed rows published; a failed row keeps its lease until a
+2. :meth:`Relay.publish` -- publish each with its idempotency key, ``publish_concurrency`` (500)
+   confirms outstanding at a time (RabbitMQ: one confirm channel, many unconfirmed publishes), or, for
+   a broker that publishes batches (:class:`BatchPublisher`: Redis pipelines its ``XADD`` s), in
+   batches of ``publish_concurrency``; every publish (or batch) bounded by ``publish_timeout`` and the
+   whole round by ``round_timeout``.
+3. :meth:`Relay.settle` -- mark the confirmed rows published in one ``UPDATE`` (PostgreSQL: ``id =
+   ANY(array)``); a failed row keeps its lease until a
    back-off has passed (doubling per attempt, with its ``last_error``); a row the broker refused
    (:class:`~crawlherd.errors.MessageRejectedError`: unroutable, nacked) on its ``dead_after``-th
    attempt or later goes ``dead`` with the reason (listed with the dead jobs); rows the round did not
@@ -28,12 +32,13 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypedDict, cast
+from typing import Protocol, TypedDict, cast, runtime_checkable
 
-from sqlalchemy import Table, bindparam, delete, select, update
+from sqlalchemy import BigInteger, Table, bindparam, delete, func, select, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker
@@ -42,13 +47,27 @@ from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, UTCDateTime
 from crawlherd.errors import ConfigurationError, MessageRejectedError, summarize
 
-__all__ = ["Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
+__all__ = ["BatchPublisher", "Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
 
 log = logging.getLogger(__name__)
 
 _OUTBOX = cast(Table, DispatchOutbox.__table__)
 _MARK_CHUNK = 1000  # ids per UPDATE ... WHERE id IN (...) (keeps under the drivers' parameter limits)
 _ROUND_ERROR = "relay round deadline passed before the broker confirmed"
+#: The headers every job message is published with.
+JOB_HEADERS: Mapping[str, str] = {"schema_version": "1"}
+
+
+@runtime_checkable
+class BatchPublisher(Protocol):
+    """A broker that publishes many messages in one round trip (``RedisBroker``: pipelined ``XADD``)."""
+
+    async def publish_many(
+        self, messages: Sequence[tuple[bytes, str, Mapping[str, str] | None]]
+    ) -> list[Exception | None]:
+        """Publish each ``(body, key, headers)``; per message, in order, None (confirmed) or its error.
+        Raises (for the whole batch) when the broker cannot be reached."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +130,9 @@ class Relay:
         engine: AsyncEngine,
         broker: Broker,
         *,
-        relay_batch: int = 500,
+        relay_batch: int = 1000,
         lease: float = 60.0,
-        publish_concurrency: int = 32,
+        publish_concurrency: int = 500,
         publish_timeout: float = 10.0,
         round_timeout: float | None = None,
         backoff: float = 1.0,
@@ -206,18 +225,38 @@ class Relay:
         """Publish ``rows``, appending each confirmed id to ``confirmed`` and each failure (with its
         reason) to ``failures`` as it happens. Returns at the round deadline at the latest: what is
         still in flight then counts as failed."""
-        semaphore = asyncio.Semaphore(self.concurrency)
         started: dict[int, LeasedRow] = {}
         finished: set[int] = set()
+        try:
+            async with asyncio.timeout(self.round_timeout):
+                if isinstance(self.broker, BatchPublisher):
+                    await self._publish_batches(self.broker, rows, confirmed, failures, started, finished)
+                else:
+                    await self._publish_each(rows, confirmed, failures, started, finished)
+        except TimeoutError:
+            # Publishes cut off in flight may or may not have reached the broker: retried after a
+            # back-off (a duplicate at worst). Rows never started are released by the caller.
+            for row_id, row in started.items():
+                if row_id not in finished:
+                    self._failed(Failure(row, f"{_ROUND_ERROR} ({self.round_timeout:g}s)"), failures)
 
-        async def one(row: LeasedRow) -> None:
-            async with semaphore:
+    async def _publish_each(
+        self,
+        rows: Sequence[LeasedRow],
+        confirmed: list[int],
+        failures: list[Failure],
+        started: dict[int, LeasedRow],
+        finished: set[int],
+    ) -> None:
+        """``publish_concurrency`` publishers, each taking the next row as soon as its last is confirmed."""
+        todo = iter(rows)
+
+        async def publisher() -> None:
+            for row in todo:
                 started[row.id] = row
                 try:
-                    await asyncio.wait_for(
-                        self.broker.publish(row.body.encode(), key=row.key, headers={"schema_version": "1"}),
-                        self.publish_timeout,
-                    )
+                    async with asyncio.timeout(self.publish_timeout):
+                        await self.broker.publish(row.body.encode(), key=row.key, headers=JOB_HEADERS)
                 except Exception as exc:  # noqa: BLE001 - any failure keeps the row for a retry
                     self._failed(Failure(row, summarize(exc), isinstance(exc, MessageRejectedError)), failures)
                 else:
@@ -225,16 +264,35 @@ class Relay:
                     self.last_error = None
                 finished.add(row.id)
 
-        try:
-            async with asyncio.timeout(self.round_timeout), asyncio.TaskGroup() as group:
-                for row in rows:
-                    group.create_task(one(row), name=f"publish:{row.key}")
-        except TimeoutError:
-            # Publishes cut off in flight may or may not have reached the broker: retried after a
-            # back-off (a duplicate at worst). Rows never started are released by the caller.
-            for row_id, row in started.items():
-                if row_id not in finished:
-                    self._failed(Failure(row, f"{_ROUND_ERROR} ({self.round_timeout:g}s)"), failures)
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(self.concurrency, len(rows))):
+                group.create_task(publisher())
+
+    async def _publish_batches(
+        self,
+        broker: BatchPublisher,
+        rows: Sequence[LeasedRow],
+        confirmed: list[int],
+        failures: list[Failure],
+        started: dict[int, LeasedRow],
+        finished: set[int],
+    ) -> None:
+        """Batches of ``publish_concurrency`` rows, one after the other (each one round trip)."""
+        for start in range(0, len(rows), self.concurrency):
+            batch = rows[start : start + self.concurrency]
+            started.update((row.id, row) for row in batch)
+            try:
+                async with asyncio.timeout(self.publish_timeout):
+                    errors = await broker.publish_many([(row.body.encode(), row.key, JOB_HEADERS) for row in batch])
+            except Exception as exc:  # noqa: BLE001 - any failure keeps the rows for a retry
+                errors = [exc] * len(batch)
+            for row, error in zip(batch, errors, strict=True):
+                if error is None:
+                    confirmed.append(row.id)
+                    self.last_error = None
+                else:
+                    self._failed(Failure(row, summarize(error), isinstance(error, MessageRejectedError)), failures)
+                finished.add(row.id)
 
     def _failed(self, failure: Failure, failures: list[Failure]) -> None:
         failures.append(failure)
@@ -254,14 +312,16 @@ class Relay:
         with translate_db_errors(f"marking {len(confirmed)} published row(s)"):
             async with self.engine.begin() as conn:
                 now = await db_now(conn)
-                for start in range(0, len(confirmed), _MARK_CHUNK):
-                    await conn.execute(
-                        update(ob)
-                        .where(ob.id.in_(confirmed[start : start + _MARK_CHUNK]), ob.status == "pending")
-                        .values(
-                            status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
-                        )
-                    )
+                mark = update(ob).values(
+                    status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
+                )
+                if confirmed and conn.dialect.name == "postgresql":  # one statement, one array
+                    ids = bindparam("ids", list(confirmed), type_=postgresql.ARRAY(BigInteger))
+                    await conn.execute(mark.where(ob.id == func.any(ids), ob.status == "pending"))
+                else:
+                    for start in range(0, len(confirmed), _MARK_CHUNK):
+                        chunk = confirmed[start : start + _MARK_CHUNK]
+                        await conn.execute(mark.where(ob.id.in_(chunk), ob.status == "pending"))
                 dead = [f for f in failures if f.rejected and f.row.attempts >= self.dead_after]
                 if dead:
                     await conn.execute(
