@@ -42,7 +42,6 @@ from sqlalchemy import (
     func,
     select,
     text,
-    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -74,6 +73,7 @@ _TARGETS = cast(Table, ScrapeTarget.__table__)
 #: How long a target that cannot be scheduled (edited by hand into an unusable state) waits.
 BROKEN_TARGET_RETRY = timedelta(hours=1)
 _TSTZ = DateTime(timezone=True)
+_ACTIVE = text("scrape_targets.active")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +181,9 @@ async def claim_due(conn: AsyncConnection, *, now: datetime, limit: int) -> list
     claimed = (
         await conn.execute(
             select(_TARGETS)
-            .where(_TARGETS.c.active == true(), _TARGETS.c.next_run_at <= now)
+            # The bare column, as in the partial index's WHERE (SQLite uses a partial index only for
+            # the very same term; ``active = 1`` would scan the whole table).
+            .where(_ACTIVE, _TARGETS.c.next_run_at <= now)
             .order_by(_TARGETS.c.next_run_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
