@@ -61,6 +61,7 @@ __all__ = [
     "TickResult",
     "advance_targets",
     "claim_due",
+    "custom_plans",
     "plan_target",
     "tick",
     "write_outbox",
@@ -160,6 +161,7 @@ async def tick(engine: AsyncEngine, *, batch_size: int, max_slots_per_target: in
     A database outage raises :class:`~crawlherd.errors.BackendUnavailableError`."""
     with translate_db_errors("during the tick"):
         async with engine.begin() as conn:
+            await custom_plans(conn)
             now = await db_now(conn)
             rows = await claim_due(conn, now=now, limit=batch_size)
             if not rows:
@@ -169,6 +171,15 @@ async def tick(engine: AsyncEngine, *, batch_size: int, max_slots_per_target: in
             inserted = await write_outbox(conn, [r for p in plans for r in p.outbox], now=now)
             await advance_targets(conn, plans, now=now)
     return TickResult(targets=len(rows), slots=sum(len(p.outbox) for p in plans), inserted=inserted)
+
+
+async def custom_plans(conn: AsyncConnection) -> None:
+    """PostgreSQL: plan this transaction's statements for their parameters and the table as it is now.
+    asyncpg prepares every statement, and after five runs PostgreSQL may switch to a *generic* plan
+    cached for the connection; one made while the outbox was (nearly) empty joins the lease by nested
+    loops over the whole table and stays until the next ANALYZE -- seconds per batch after a burst."""
+    if conn.dialect.name == "postgresql":
+        await conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_custom_plan")
 
 
 def _site_columns() -> list[Any]:

@@ -46,6 +46,7 @@ from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, UTCDateTime
 from crawlherd.errors import ConfigurationError, MessageRejectedError, summarize
+from crawlherd.service.outbox import custom_plans
 
 __all__ = ["BatchPublisher", "Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
 
@@ -204,23 +205,27 @@ class Relay:
         ob = DispatchOutbox
         with translate_db_errors("leasing outbox rows"):
             async with self.engine.begin() as conn:
+                await custom_plans(conn)
                 now = await db_now(conn)
-                ids = (
+                picked = (
                     select(ob.id)
                     .where(_PENDING, ob.leased_until <= now)
                     .order_by(ob.leased_until, ob.id)
                     .limit(self.batch)
                     .with_for_update(skip_locked=True)
-                    .scalar_subquery()
                 )
-                rows = (
-                    await conn.execute(
-                        update(ob)
-                        .where(ob.id.in_(ids))
-                        .values(leased_until=now + self.lease_time, lease_owner=self.owner, attempts=ob.attempts + 1)
-                        .returning(ob.id, ob.key, ob.body, ob.attempts)
-                    )
-                ).all()
+                lease = update(ob).values(
+                    leased_until=now + self.lease_time, lease_owner=self.owner, attempts=ob.attempts + 1
+                )
+                if conn.dialect.name == "postgresql":
+                    # The locking SELECT as a CTE runs exactly once. As an IN (subquery) the planner
+                    # may run it again (a generic plan re-scanning it), and the UPDATE then takes rows
+                    # it never locked -- rows another relay leased at the same moment.
+                    cte = picked.cte("picked")
+                    lease = lease.where(ob.id == cte.c.id)
+                else:  # SQLite: one writer at a time (BEGIN IMMEDIATE)
+                    lease = lease.where(ob.id.in_(picked.scalar_subquery()))
+                rows = (await conn.execute(lease.returning(ob.id, ob.key, ob.body, ob.attempts))).all()
         return sorted((LeasedRow(r.id, r.key, r.body, r.attempts) for r in rows), key=lambda r: r.id)
 
     async def publish(
@@ -315,6 +320,7 @@ class Relay:
         # On a DB outage the leases run out and the rows are published again: duplicates, never a loss.
         with translate_db_errors(f"marking {len(confirmed)} published row(s)"):
             async with self.engine.begin() as conn:
+                await custom_plans(conn)
                 now = await db_now(conn)
                 mark = update(ob).values(
                     status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
@@ -375,6 +381,7 @@ class Relay:
         with translate_db_errors("pruning the outbox"):
             while True:
                 async with self.engine.begin() as conn:
+                    await custom_plans(conn)
                     cutoff = await db_now(conn) - retention
                     ids = (
                         select(ob.id)
