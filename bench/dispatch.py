@@ -54,9 +54,9 @@ from crawlherd.service.dispatch_service import DispatchService  # noqa: E402
 HOUR = timedelta(hours=1)
 
 
-def load() -> str:
+def load() -> float:
     """The 1-minute load average (the machine is shared: say it beside every figure)."""
-    return f"{os.getloadavg()[0]:.1f}"
+    return os.getloadavg()[0]
 
 
 # -- crawlherd ----------------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ async def run(args: argparse.Namespace, database_url: str) -> None:
     engine = create_engine(database_url, pool_size=8)
     brokers = {"amqp": args.amqp_url, "redis": args.redis_url}
     results: dict[str, dict[str, list[float]]] = {}
-    loads: list[str] = [load()]
+    loads: list[float] = [load()]
     try:
         await upgrade(engine)
         site = await add_website(engine, name=f"bench-{uuid.uuid4().hex[:6]}")
@@ -199,13 +199,13 @@ async def run(args: argparse.Namespace, database_url: str) -> None:
                     loads.append(load())
                     print(
                         f"  {name} round {r + 1}: raw {per['raw'][-1]:8.0f} msg/s  crawlherd "
-                        f"{per['crawlherd'][-1]:8.0f} targets/s  (load {loads[-1]})",
+                        f"{per['crawlherd'][-1]:8.0f} targets/s  (load {loads[-1]:.1f})",
                         flush=True,
                     )
     finally:
         await engine.dispose()
     db = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
-    print(f"\n{n} due targets, median of {rounds} interleaved rounds, load average {min(loads)}-{max(loads)}")
+    print(f"\n{n} due targets, median of {rounds} interleaved rounds, load average {min(loads):.1f}-{max(loads):.1f}")
     print(f"{'path':32} {'crawlherd':>12} {'raw driver':>12} {'ratio':>6}")
     labels = {"amqp": "RabbitMQ (aio-pika, confirms)", "redis": "Redis Streams (XADD pipelined)"}
     for name, per in results.items():
