@@ -170,7 +170,7 @@ async def run(args: argparse.Namespace, database_url: str) -> None:
     options = {
         "batch_size": args.batch,
         "relay_batch": args.relay_batch,
-        "publish_concurrency": args.in_flight,
+        "publish_concurrency": args.publish_concurrency or args.in_flight,
     }
     engine = create_engine(database_url, pool_size=8)
     brokers = {"amqp": args.amqp_url, "redis": args.redis_url}
@@ -223,6 +223,7 @@ def main() -> None:
     parser.add_argument("--targets", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--in-flight", type=int, default=500, help="publishes outstanding (both sides)")
+    parser.add_argument("--publish-concurrency", type=int, default=None, help="crawlherd's (default: --in-flight)")
     parser.add_argument("--batch", type=int, default=1000, help="targets claimed per tick")
     parser.add_argument("--relay-batch", type=int, default=1000, help="outbox rows leased per relay round")
     args = parser.parse_args()
