@@ -48,7 +48,7 @@ from crawlherd.db.models import DispatchOutbox, UTCDateTime
 from crawlherd.errors import ConfigurationError, MessageRejectedError, summarize
 from crawlherd.service.outbox import custom_plans
 
-__all__ = ["BatchPublisher", "Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
+__all__ = ["JOB_HEADERS", "BatchPublisher", "Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
 
 log = logging.getLogger(__name__)
 
