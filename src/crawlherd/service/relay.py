@@ -46,6 +46,7 @@ from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, UTCDateTime
 from crawlherd.errors import ConfigurationError, MessageRejectedError, summarize
+from crawlherd.messages import SCHEMA_VERSION
 from crawlherd.service.outbox import custom_plans
 
 __all__ = ["JOB_HEADERS", "BatchPublisher", "Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
@@ -60,7 +61,7 @@ _PUBLISHED = text("dispatch_outbox.status = 'published'")
 _MARK_CHUNK = 1000  # ids per UPDATE ... WHERE id IN (...) (keeps under the drivers' parameter limits)
 _ROUND_ERROR = "relay round deadline passed before the broker confirmed"
 #: The headers every job message is published with.
-JOB_HEADERS: Mapping[str, str] = {"schema_version": "1"}
+JOB_HEADERS: Mapping[str, str] = {"schema_version": str(SCHEMA_VERSION)}
 
 
 @runtime_checkable
