@@ -20,6 +20,7 @@ REAL_BROKERS = {
     "sqlite": "crawlherd.brokers.sqlite",
     "redis": "crawlherd.brokers.redis",
     "amqp": "crawlherd.brokers.amqp",
+    "sqs": "crawlherd.brokers.sqs",
 }
 
 
@@ -30,7 +31,12 @@ def real_broker_available(kind: str) -> bool:
         return False
 
 
-def scratch_url(kind: str, name: str, *, sqlite_path: str, redis_url: str, amqp_url: str) -> str:
+def scratch_url(kind: str, name: str, *, sqlite_path: str, redis_url: str, amqp_url: str,
+                sqs_endpoint: str = "") -> str:
+    if kind == "sqs":
+        from tests.support.sqs_server import sqs_url
+
+        return sqs_url(sqs_endpoint, name)
     if kind == "sqlite":
         return f"sqlite:///{sqlite_path}?queue={name}"
     if kind == "redis":
@@ -60,8 +66,13 @@ def keys_of(deliveries: list[Delivery]) -> Counter[str]:
 
 
 async def remove(url: str, kind: str, name: str) -> None:
-    """Delete the test's queues (RabbitMQ) or keys (Redis); SQLite files live in tmp_path."""
-    if kind == "amqp":
+    """Delete the test's queues (RabbitMQ, SQS) or keys (Redis); SQLite files live in tmp_path."""
+    if kind == "sqs":
+        from tests.support.sqs_server import delete_queues
+
+        endpoint = open_broker(url).options.endpoint_url  # type: ignore[attr-defined]
+        await delete_queues(endpoint, name, f"{name}-dead")
+    elif kind == "amqp":
         async with open_broker(url) as broker:
             await broker.delete_queues()  # type: ignore[attr-defined]
     elif kind == "redis":
