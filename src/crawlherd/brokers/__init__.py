@@ -19,8 +19,9 @@ BROKER_ALIASES: dict[str, str] = {
     "amqp": "crawlherd.brokers.amqp:AMQPBroker",
     "amqps": "crawlherd.brokers.amqp:AMQPBroker",
     "sqs": "crawlherd.brokers.sqs:SQSBroker",
+    "celery": "crawlherd.contrib.celery:CeleryTaskBroker",  # celery+<Celery broker URL>: jobs as Celery tasks
 }
-_EXTRAS = {"redis": "redis", "rediss": "redis", "amqp": "amqp", "amqps": "amqp", "sqs": "sqs"}
+_EXTRAS = {"redis": "redis", "rediss": "redis", "amqp": "amqp", "amqps": "amqp", "sqs": "sqs", "celery": "celery"}
 
 
 def open_broker(url: str, **options: Any) -> Broker:
