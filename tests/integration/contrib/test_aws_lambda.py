@@ -12,11 +12,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from crawlherd.brokers import open_broker
 from crawlherd.db import create_engine, upgrade
 from crawlherd.messages import decode_job
 from tests.support.db import add_targets, add_website, database_now
+from tests.support.docblocks import doc_block
 from tests.support.sqs_server import delete_queues, sqs_url
 
 pytestmark = pytest.mark.sqs
@@ -41,8 +43,17 @@ print(json.dumps(handler({"source": "aws.events", "detail-type": "Scheduled Even
 """
 
 
+def handler_of_the_doc() -> str:
+    """The ``Handler`` of the SAM template in docs/integrations.md."""
+    template = yaml.safe_load(doc_block("lambda-template"))
+    props = template["CrawlherdDispatch"]["Properties"]
+    assert set(props["Environment"]["Variables"]) == {"CRAWLHERD_DATABASE_URL", "CRAWLHERD_BROKER_URL",
+                                                      "CRAWLHERD_LAMBDA_MARGIN"}
+    return str(props["Handler"])
+
+
 def invoke(env: dict[str, str], remaining_ms: int) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-c", INVOKE, "crawlherd.contrib.aws_lambda.handler", str(remaining_ms)],
+    out = subprocess.run([sys.executable, "-c", INVOKE, handler_of_the_doc(), str(remaining_ms)],
                          cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
