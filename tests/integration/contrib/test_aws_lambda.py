@@ -1,13 +1,13 @@
-"""The Lambda handler, invoked as the Lambda Python runtime does: a fresh process imports the module
-named by the handler string and calls ``handler(event, context)`` with a context whose
-``get_remaining_time_in_millis`` tells the deadline. Config DB: a SQLite file; broker: SQS (moto)."""
+"""The Lambda handler, invoked as the Lambda Python runtime does: import the module named by the handler
+string of the SAM template in docs/integrations.md and call ``handler(event, context)`` with a context
+whose ``get_remaining_time_in_millis`` tells the deadline. Config DB: a SQLite file; broker: SQS (moto)."""
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import json
-import os
-import subprocess
-import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,24 +23,17 @@ from tests.support.sqs_server import delete_queues, sqs_url
 
 pytestmark = pytest.mark.sqs
 
-ROOT = Path(__file__).resolve().parents[3]
-
-# What the Lambda runtime does with the handler string "crawlherd.contrib.aws_lambda.handler".
-INVOKE = """
-import importlib, json, sys, time
-module_name, _, attr = sys.argv[1].rpartition(".")
-handler = getattr(importlib.import_module(module_name), attr)
-remaining_ms = int(sys.argv[2])
-started = time.monotonic()
-
 class Context:
+    """What the Lambda runtime passes as ``context``: the deadline counts down from the invocation."""
+
     function_name = "crawlherd-dispatch"
     aws_request_id = "test-request"
-    def get_remaining_time_in_millis(self):
-        return max(0, int(remaining_ms - (time.monotonic() - started) * 1000))
 
-print(json.dumps(handler({"source": "aws.events", "detail-type": "Scheduled Event"}, Context())))
-"""
+    def __init__(self, remaining_ms: int) -> None:
+        self._deadline = time.monotonic() + remaining_ms / 1000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
 def handler_of_the_doc() -> str:
@@ -52,47 +45,62 @@ def handler_of_the_doc() -> str:
     return str(props["Handler"])
 
 
-def invoke(env: dict[str, str], remaining_ms: int) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-c", INVOKE, handler_of_the_doc(), str(remaining_ms)],
-                         cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+def invoke(remaining_ms: int) -> dict[str, object]:
+    """What the runtime does with the handler string: import the module, call the function (from a
+    thread with no event loop running, as this synchronous test is)."""
+    module_name, _, attr = handler_of_the_doc().rpartition(".")
+    handler = getattr(importlib.import_module(module_name), attr)
+    result: dict[str, object] = handler({"source": "aws.events", "detail-type": "Scheduled Event"},
+                                        Context(remaining_ms))
+    json.dumps(result)  # the runtime serialises it
     return result
 
 
-async def test_lambda_handler_runs_one_cycle_within_its_deadline(
-    tmp_path: Path, sqs_endpoint: str, unique_name: str
+def test_lambda_handler_runs_one_cycle_within_its_deadline(
+    tmp_path: Path, sqs_endpoint: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db_url = f"sqlite:///{tmp_path / 'config.db'}"
     broker_url = sqs_url(sqs_endpoint, unique_name)
+    ids = asyncio.run(_due_targets(db_url, 3))
+    try:
+        for name, value in {"CRAWLHERD_DATABASE_URL": db_url, "CRAWLHERD_BROKER_URL": broker_url,
+                            "CRAWLHERD_LAMBDA_MARGIN": "2"}.items():
+            monkeypatch.setenv(name, value)
+
+        # Less time left than the margin: the handler returns at once, having claimed nothing.
+        late = invoke(remaining_ms=1500)
+        assert late == {"targets": 0, "slots": 0, "inserted": 0, "published": 0, "failed": 0, "stopped_early": True}
+
+        result = invoke(remaining_ms=60_000)
+        assert result == {"targets": 3, "slots": 3, "inserted": 3, "published": 3, "failed": 0,
+                          "stopped_early": False}
+        # the next scheduled invocation finds nothing due
+        again = invoke(remaining_ms=60_000)
+        assert (again["targets"], again["published"]) == (0, 0)
+
+        assert sorted(asyncio.run(_jobs_on_the_queue(broker_url, 3))) == sorted(ids)
+    finally:
+        asyncio.run(delete_queues(sqs_endpoint, unique_name, f"{unique_name}-dead"))
+
+
+async def _due_targets(db_url: str, n: int) -> list[int]:
     engine = create_engine(db_url)
     try:
         await upgrade(engine)
         site = await add_website(engine)
         now = await database_now(engine)
-        ids = await add_targets(engine, site, 3, every=timedelta(hours=1), anchor=now - timedelta(seconds=5))
-        env = {"CRAWLHERD_DATABASE_URL": db_url, "CRAWLHERD_BROKER_URL": broker_url, "CRAWLHERD_LAMBDA_MARGIN": "2"}
-
-        # Less time left than the margin: the handler returns at once, having claimed nothing.
-        late = invoke(env, remaining_ms=1500)
-        assert late == {"targets": 0, "slots": 0, "inserted": 0, "published": 0, "failed": 0, "stopped_early": True}
-
-        result = invoke(env, remaining_ms=60_000)
-        assert result == {"targets": 3, "slots": 3, "inserted": 3, "published": 3, "failed": 0,
-                          "stopped_early": False}
-        # the next scheduled invocation finds nothing due
-        again = invoke(env, remaining_ms=60_000)
-        assert (again["targets"], again["published"]) == (0, 0)
-
-        async with open_broker(broker_url, wait_time=1) as broker:
-            assert await broker.pending() == 3
-            got = []
-            it = broker.consume(prefetch=10)
-            for _ in range(3):
-                d = await anext(it)
-                got.append(decode_job(d.body).target_id)
-                await broker.ack(d)
-        assert sorted(got) == sorted(ids)
+        return await add_targets(engine, site, n, every=timedelta(hours=1), anchor=now - timedelta(seconds=5))
     finally:
         await engine.dispose()
-        await delete_queues(sqs_endpoint, unique_name, f"{unique_name}-dead")
+
+
+async def _jobs_on_the_queue(broker_url: str, n: int) -> list[int]:
+    async with open_broker(broker_url, wait_time=1) as broker:
+        assert await broker.pending() == n
+        got = []
+        it = broker.consume(prefetch=10)
+        for _ in range(n):
+            d = await anext(it)
+            got.append(decode_job(d.body).target_id)
+            await broker.ack(d)
+        return got

@@ -52,7 +52,7 @@ BROKERS = [
 # the local SQS server (moto) scans its whole queue on every receive.
 SCALE_BROKERS = [*([k for k in ("amqp", "redis") if real_broker_available(k)] or ["table-double"]),
                  *(pytest.param("sqs", marks=pytest.mark.sqs) for _ in [0] if real_broker_available("sqs"))]
-SCALE = {"sqs": (30, 10)}  # broker -> (targets, slots); default (500, 50)
+SCALE = {"sqs": (20, 4)}  # broker -> (targets, slots); default (500, 50)
 
 
 @pytest.fixture
