@@ -41,7 +41,7 @@ def sqs_endpoint() -> Iterator[str]:
     from ..conftest import REQUIRE_SERVICES, _skipped_services
 
     if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
-        message = "moto's server mode is not installed (pip install -e '.[test]')"
+        message = "moto's server mode is not installed (moto, flask, flask-cors: pip install -e '.[test]')"
         if REQUIRE_SERVICES:
             pytest.fail(f"{message} and CRAWLHERD_REQUIRE_SERVICES=1", pytrace=False)
         _skipped_services["SQS (moto)"] = message
