@@ -116,7 +116,7 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path, unique_name: s
         endpoint = request.getfixturevalue("sqs_endpoint")
         queue = unique_name + (".fifo" if kind == "sqs-fifo" else "")
         h = Harness(kind, sqs_url(endpoint, queue), None, sqs_url(f"http://127.0.0.1:{port}", queue),
-                    {"visibility_timeout": 2, "wait_time": 1, "connect_timeout": 2.0, "max_attempts": 1})
+                    {"visibility_timeout": 3, "wait_time": 1, "connect_timeout": 2.0, "max_attempts": 1})
     else:
         amqp_url = request.getfixturevalue("amqp_url")
         h = Harness(kind, f"{amqp_url}?queue={unique_name}", None,

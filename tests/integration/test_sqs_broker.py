@@ -99,12 +99,12 @@ async def test_delay_past_the_cap_is_delivered_when_due_not_before(
 
 
 async def test_visibility_is_extended_while_a_delivery_is_held(open_sqs: Any) -> None:
-    holder = await open_sqs(visibility_timeout=1, heartbeat=0.3)
-    other = await open_sqs(visibility_timeout=1)
+    holder = await open_sqs(visibility_timeout=2, heartbeat=0.5)
+    other = await open_sqs(visibility_timeout=2)
     await holder.publish(b"long job", key="k")
     d = await take(holder.consume())
     with pytest.raises(TimeoutError):  # past two visibility timeouts, nobody else has received it
-        async with asyncio.timeout(2.5):
+        async with asyncio.timeout(4.5):
             await anext(other.consume())
     await holder.ack(d)
     assert await holder.pending() == 0
