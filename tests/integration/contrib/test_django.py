@@ -2,7 +2,7 @@
 
 - the unmanaged models match crawlherd's SQLAlchemy models (tables, columns, types, nullability);
 - the admin lists and edits targets (Django's test client), and crawlherd reads the edit;
-- ``manage.py crawlherd_dispatch --once`` dispatches the due targets.
+- ``manage.py crawlherd_dispatch --once`` dispatches the due targets, ``manage.py crawlherd_worker`` takes them.
 
 The project's settings are the test's base settings plus the block of docs/integrations.md that a user
 adds to theirs. Django is configured once for this module (its settings are process-wide).
@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,7 +27,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql
 
 from crawlherd.brokers import open_broker
-from crawlherd.db import Base, DispatchOutbox, ScrapeTarget, create_engine, upgrade
+from crawlherd.db import Base, DispatchOutbox, JobRun, ScrapeTarget, create_engine, upgrade
 from tests.support.db import add_targets, add_website, database_now, fresh_postgres_database
 from tests.support.docblocks import doc_block
 
@@ -182,17 +184,33 @@ def test_admin_lists_and_edits_targets(project: Any) -> None:
     assert (row.keywords, row.location, row.active) == ("rust developer", "Berlin", False)
 
 
-def test_manage_py_crawlherd_dispatch_once(project: Any) -> None:
+def test_manage_py_crawlherd_dispatch_once_then_crawlherd_worker(project: Any) -> None:
     home, db_url, env = project
+    run_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(home), str(ROOT)])}
     ids = asyncio.run(_due_targets(db_url, 3))
-    run = subprocess.run([sys.executable, "manage.py", "crawlherd_dispatch", "--once"], cwd=home,
-                         env={**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(home), str(ROOT)])},
+    run = subprocess.run([sys.executable, "manage.py", "crawlherd_dispatch", "--once"], cwd=home, env=run_env,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "published 3" in run.stdout, run.stdout
     keys, pending = asyncio.run(_dispatched(db_url, env["CRAWLHERD_BROKER_URL"]))
     assert sorted(keys) == sorted(ids)
     assert pending == 3
+
+    # The worker command takes the jobs. Their site (a closed loopback port, refused by the address
+    # guard) cannot be crawled: each run is recorded as failed and retried later; SIGTERM stops it cleanly.
+    worker = subprocess.Popen([sys.executable, "manage.py", "crawlherd_worker", "--backoff", "60"], cwd=home,
+                              env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while sorted(asyncio.run(_failed_runs(db_url))) != sorted(ids):
+            assert worker.poll() is None, worker.communicate()[0]
+            assert time.monotonic() < deadline, "the worker did not record the three runs"
+            time.sleep(0.3)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, out
+    assert "worker stopped" in out, out
 
 
 async def _one_target(db_url: str, keywords: str) -> list[int]:
@@ -218,9 +236,20 @@ async def _target_row(db_url: str, target_id: int) -> Any:
 async def _due_targets(db_url: str, n: int) -> list[int]:
     engine = create_engine(db_url)
     try:
-        site = await add_website(engine, name="dispatch-me")
+        site = await add_website(engine, name="dispatch-me", base_url="http://127.0.0.1:9",
+                                 search_url_template="http://127.0.0.1:9/search?q={keywords}")
         now = await database_now(engine)
         return await add_targets(engine, site, n, every=timedelta(hours=1), anchor=now - timedelta(seconds=5))
+    finally:
+        await engine.dispose()
+
+
+async def _failed_runs(db_url: str) -> list[int]:
+    engine = create_engine(db_url)
+    try:
+        async with engine.connect() as conn:
+            rows = (await conn.execute(select(JobRun.target_id).where(JobRun.status == "failed"))).all()
+        return [r.target_id for r in rows]
     finally:
         await engine.dispose()
 
