@@ -234,6 +234,20 @@ class Worker:
                 await asyncio.gather(*tasks, return_exceptions=True)
         return self.stats
 
+    async def process(self, delivery: Delivery) -> None:
+        """Handle one delivery to the end with the page loop running meanwhile: for callers that take
+        deliveries themselves (a Celery task, a serverless function) instead of :meth:`run`. Detail
+        pages the job queued and this call did not reach stay in the frontier for the next one."""
+        if self._http is None:
+            await self.__aenter__()
+        pages_stop = asyncio.Event()
+        pages = asyncio.create_task(self._page_loop(pages_stop), name="worker-pages")
+        try:
+            await self.handle(delivery)
+        finally:
+            pages_stop.set()
+            await pages
+
     # -- one delivery -----------------------------------------------------------------------------
 
     async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
