@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Unpack
 
@@ -21,6 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd.brokers.base import Broker
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.service import outbox
+from crawlherd.service.heartbeat import Heartbeat
+from crawlherd.service.overview import refresh_dispatch_gauges
 from crawlherd.service.outbox import TickResult
 from crawlherd.service.relay import Relay, RelayOptions, RelayResult
 
@@ -29,6 +32,9 @@ __all__ = ["DispatchService", "RelayResult", "TickResult"]
 log = logging.getLogger(__name__)
 
 #: Called with what one tick or one relay round did (the other part is empty).
+#: Seconds between refreshes of the dispatcher's gauges (targets due, outbox pending).
+GAUGES_EVERY = 5.0
+
 ProgressFn = Callable[[TickResult, RelayResult], None]
 
 
@@ -37,7 +43,8 @@ class DispatchService:
     ``engine`` and ``broker`` are owned by the caller.
 
     Options (keyword-only, validated here): ``batch_size`` targets claimed per tick transaction;
-    ``max_slots_per_target`` slots one target may emit in one tick; and the relay's
+    ``max_slots_per_target`` slots one target may emit in one tick; ``heartbeat_interval`` seconds
+    between the heartbeats :meth:`run` writes (None: none); and the relay's
     (:class:`~crawlherd.service.relay.RelayOptions`): ``relay_batch`` rows per round, ``lease``
     seconds, ``publish_concurrency``, ``publish_timeout``, ``round_timeout``, ``backoff`` /
     ``max_backoff``, ``owner``.
@@ -50,6 +57,7 @@ class DispatchService:
         *,
         batch_size: int = 500,
         max_slots_per_target: int = 1000,
+        heartbeat_interval: float | None = 10.0,
         **relay_options: Unpack[RelayOptions],
     ) -> None:
         for name, value in (("batch_size", batch_size), ("max_slots_per_target", max_slots_per_target)):
@@ -59,13 +67,16 @@ class DispatchService:
         self.broker = broker
         self.batch_size = batch_size
         self.max_slots_per_target = max_slots_per_target
+        if heartbeat_interval is not None and not heartbeat_interval > 0:
+            raise ConfigurationError(f"heartbeat_interval must be > 0 seconds or None, got {heartbeat_interval!r}")
+        self.heartbeat_interval = heartbeat_interval
         self.relayer = Relay(engine, broker, **relay_options)
         self.owner = self.relayer.owner
 
     async def tick(self) -> TickResult:
         """One tick: claim up to ``batch_size`` due targets and write their slots to the outbox."""
         return await outbox.tick(
-            self.engine, batch_size=self.batch_size, max_slots_per_target=self.max_slots_per_target
+            self.engine, batch_size=self.batch_size, max_slots_per_target=self.max_slots_per_target, owner=self.owner
         )
 
     async def relay(self) -> RelayResult:
@@ -101,8 +112,14 @@ class DispatchService:
         stop = stop or asyncio.Event()
         new_rows = asyncio.Event()
 
+        gauges_at = 0.0
+
         async def tick() -> bool:
+            nonlocal gauges_at
             result = await self.tick()
+            if time.monotonic() - gauges_at >= GAUGES_EVERY:
+                gauges_at = time.monotonic()
+                await refresh_dispatch_gauges(self.engine)
             if result.slots:
                 new_rows.set()
                 log.info("dispatched %d slot(s) of %d target(s)", result.inserted, result.targets)
@@ -120,6 +137,9 @@ class DispatchService:
             return result.leased == self.relayer.batch and not result.failed
 
         async with asyncio.TaskGroup() as group:
+            if self.heartbeat_interval is not None:
+                beat = Heartbeat(self.engine, kind="dispatcher", name=self.owner, interval=self.heartbeat_interval)
+                group.create_task(beat.run(stop), name="dispatch-heartbeat")
             group.create_task(self._repeat(tick, interval, stop), name="dispatch-tick")
             group.create_task(self._repeat(relay, interval, stop, wake=new_rows), name="dispatch-relay")
 

@@ -31,7 +31,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
-from crawlherd.db.models import DispatchOutbox, ScrapeTarget, UTCDateTime, Website
+from crawlherd import metrics
+from crawlherd.db.models import DispatchOutbox, OutboxTrail, ScrapeTarget, UTCDateTime, Website
 from crawlherd.errors import CrawlherdError
 from crawlherd.messages import JobMessage, encode_job
 from crawlherd.service.schedule import plan_slots, schedule_of
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 _OUTBOX = cast(Table, DispatchOutbox.__table__)
 _TARGETS = cast(Table, ScrapeTarget.__table__)
+_TRAIL = cast(Table, OutboxTrail.__table__)
 #: How long a target that cannot be scheduled (edited by hand into an unusable state) waits.
 BROKEN_TARGET_RETRY = timedelta(hours=1)
 
@@ -69,8 +71,11 @@ class TargetPlan:
     outbox: list[dict[str, Any]] = field(default_factory=list)
 
 
-async def tick(engine: AsyncEngine, *, batch_size: int, max_slots_per_target: int) -> TickResult:
-    """Claim up to ``batch_size`` due targets and write their slots to the outbox, in one transaction.
+async def tick(
+    engine: AsyncEngine, *, batch_size: int, max_slots_per_target: int, owner: str | None = None
+) -> TickResult:
+    """Claim up to ``batch_size`` due targets and write their slots to the outbox, in one transaction;
+    ``owner`` (the dispatcher's name) is recorded as the claimer of each row (``outbox_trail``).
     A database outage raises :class:`~crawlherd.errors.BackendUnavailableError`."""
     with translate_db_errors("during the tick"):
         async with engine.begin() as conn:
@@ -79,8 +84,9 @@ async def tick(engine: AsyncEngine, *, batch_size: int, max_slots_per_target: in
             if not rows:
                 return TickResult()
             plans = [plan_target(row, now=now, max_slots=max_slots_per_target) for row in rows]
-            inserted = await write_outbox(conn, [r for p in plans for r in p.outbox])
+            inserted = await write_outbox(conn, [r for p in plans for r in p.outbox], claimed_by=owner)
             await advance_targets(conn, plans, now=now)
+    metrics.OUTBOX_WRITTEN.inc(inserted)
     return TickResult(targets=len(rows), slots=sum(len(p.outbox) for p in plans), inserted=inserted)
 
 
@@ -193,15 +199,19 @@ def _job_message(row: Row[Any], slot: datetime, now: datetime) -> JobMessage:
     )
 
 
-async def write_outbox(conn: AsyncConnection, rows: list[dict[str, Any]]) -> int:
-    """Insert ``rows`` into the outbox, ``ON CONFLICT DO NOTHING``; how many were really inserted."""
+async def write_outbox(conn: AsyncConnection, rows: list[dict[str, Any]], *, claimed_by: str | None = None) -> int:
+    """Insert ``rows`` into the outbox, ``ON CONFLICT DO NOTHING``; how many were really inserted.
+    With ``claimed_by``, each inserted row's claimer is recorded in ``outbox_trail``."""
     if not rows:
         return 0
     # executemany of one cached statement (SQLAlchemy batches it into multi-row INSERTs);
     # RETURNING lists only the rows really inserted (not those the unique key turned away).
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     stmt = insert(_OUTBOX).on_conflict_do_nothing(index_elements=["target_id", "slot_at"]).returning(_OUTBOX.c.id)
-    return len((await conn.execute(stmt, rows)).all())
+    ids = [row[0] for row in (await conn.execute(stmt, rows)).all()]
+    if ids and claimed_by is not None:
+        await conn.execute(insert(_TRAIL), [{"outbox_id": i, "claimed_by": claimed_by[:200]} for i in ids])
+    return len(ids)
 
 
 async def advance_targets(conn: AsyncConnection, plans: Sequence[TargetPlan], *, now: datetime) -> None:

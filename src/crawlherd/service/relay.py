@@ -25,16 +25,17 @@ import socket
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TypedDict, cast
 
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd import metrics
 from crawlherd.brokers.base import Broker
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
-from crawlherd.db.models import DispatchOutbox, UTCDateTime
+from crawlherd.db.models import DispatchOutbox, OutboxTrail, UTCDateTime
 from crawlherd.errors import ConfigurationError, summarize
 
 __all__ = ["LeasedRow", "Relay", "RelayOptions", "RelayResult"]
@@ -67,6 +68,7 @@ class LeasedRow:
     key: str
     body: str
     attempts: int
+    slot_at: datetime | None = None
 
 
 class RelayOptions(TypedDict, total=False):
@@ -80,6 +82,7 @@ class RelayOptions(TypedDict, total=False):
     backoff: float
     max_backoff: float
     owner: str | None
+    broker_label: str | None
 
 
 class Relay:
@@ -87,7 +90,8 @@ class Relay:
     validated here: ``relay_batch`` rows per round; ``lease`` seconds a leased row is ours;
     ``publish_concurrency`` publishes in flight; ``publish_timeout`` per publish; ``round_timeout`` per round
     (default: half the lease; at most 80% of it); ``backoff`` / ``max_backoff``
-    for failed publishes; ``owner`` names this relay in ``lease_owner``."""
+    for failed publishes; ``owner`` names this relay in ``lease_owner``; ``broker_label`` names the broker
+    in the lineage (``outbox_trail.broker``; default: the broker's class; never a URL with secrets)."""
 
     def __init__(
         self,
@@ -102,6 +106,7 @@ class Relay:
         backoff: float = 1.0,
         max_backoff: float = 300.0,
         owner: str | None = None,
+        broker_label: str | None = None,
     ) -> None:
         for name, value in (("relay_batch", relay_batch), ("publish_concurrency", publish_concurrency)):
             if not isinstance(value, int) or value < 1:
@@ -127,6 +132,7 @@ class Relay:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.broker_label = (broker_label or type(broker).__name__)[:300]
         #: The last publish failure, while failures go on (None once a publish succeeds again).
         self.last_error: str | None = None
 
@@ -144,6 +150,7 @@ class Relay:
             settled = {*confirmed, *(row.id for row, _ in failures)}
             released = [r for r in leased if r.id not in settled]
             await asyncio.shield(self.settle(confirmed, failures, released))
+        _observe_lag(leased, confirmed)
         if failures:
             log.warning(
                 "%d publish(es) failed, kept in the outbox for a retry; first: %s: %s",
@@ -172,10 +179,10 @@ class Relay:
                         update(ob)
                         .where(ob.id.in_(ids))
                         .values(leased_until=now + self.lease_time, lease_owner=self.owner, attempts=ob.attempts + 1)
-                        .returning(ob.id, ob.key, ob.body, ob.attempts)
+                        .returning(ob.id, ob.key, ob.body, ob.attempts, ob.slot_at)
                     )
                 ).all()
-        return sorted((LeasedRow(r.id, r.key, r.body, r.attempts) for r in rows), key=lambda r: r.id)
+        return sorted((LeasedRow(r.id, r.key, r.body, r.attempts, r.slot_at) for r in rows), key=lambda r: r.id)
 
     async def publish(
         self, rows: Sequence[LeasedRow], confirmed: list[int], failures: list[tuple[LeasedRow, str]]
@@ -200,6 +207,7 @@ class Relay:
                 else:
                     confirmed.append(row.id)
                     self.last_error = None
+                    metrics.RELAY_PUBLISHES.labels(outcome="confirmed").inc()
                 finished.add(row.id)
 
         try:
@@ -215,6 +223,7 @@ class Relay:
 
     def _failed(self, row: LeasedRow, error: str, failures: list[tuple[LeasedRow, str]]) -> None:
         failures.append((row, error))
+        metrics.RELAY_PUBLISHES.labels(outcome="failed").inc()
         if self.last_error is None:
             log.warning("publish of %s failed: %s", row.key, error)
         self.last_error = error
@@ -238,6 +247,11 @@ class Relay:
                         .values(
                             status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
                         )
+                    )
+                    await conn.execute(
+                        update(OutboxTrail)
+                        .where(OutboxTrail.outbox_id.in_(confirmed[start : start + _MARK_CHUNK]))
+                        .values(published_by=self.owner[:200], broker=self.broker_label)
                     )
                 retries = [
                     {
@@ -266,3 +280,12 @@ class Relay:
     def backoff_for(self, attempts: int) -> float:
         """Seconds a row waits after its ``attempts``-th failed publish: doubling, capped."""
         return float(min(self.max_backoff, self.backoff * 2 ** max(0, min(attempts - 1, 30))))
+
+
+def _observe_lag(leased: Sequence[LeasedRow], confirmed: Sequence[int]) -> None:
+    """Dispatch lag of the confirmed rows: slot time -> now (confirmed and marked)."""
+    ok = set(confirmed)
+    now = datetime.now(UTC)
+    for row in leased:
+        if row.id in ok and row.slot_at is not None:
+            metrics.DISPATCH_LAG.observe(max(0.0, (now - row.slot_at).total_seconds()))
