@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 import psutil
 
+from crawlherd import metrics
 from crawlherd.clock import Clock
 from crawlherd.dispatch.base import BaseDispatcher, _RunState
 from crawlherd.errors import ConfigurationError, MemoryPressureError
@@ -161,6 +162,7 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
         else:
             new = "normal" if old == "normal" else "pressure"  # hysteresis: stay held until recovery
         self.state = new
+        metrics.MEMORY_STATE.state(new)
         if new == "normal":
             self._pressure_since = None
         elif self._pressure_since is None:

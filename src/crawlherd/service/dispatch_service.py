@@ -20,11 +20,11 @@ from typing import Unpack
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker
+from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.service import outbox
-from crawlherd.service.heartbeat import Heartbeat
-from crawlherd.service.overview import refresh_dispatch_gauges
 from crawlherd.service.outbox import TickResult
+from crawlherd.service.overview import refresh_dispatch_gauges
 from crawlherd.service.relay import Relay, RelayOptions, RelayResult
 
 __all__ = ["DispatchService", "RelayResult", "TickResult"]

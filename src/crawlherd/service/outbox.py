@@ -25,20 +25,29 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, func, select, true, update
+from sqlalchemy import Row, Select, Table, bindparam, func, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from crawlherd import metrics
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
-from crawlherd import metrics
 from crawlherd.db.models import DispatchOutbox, OutboxTrail, ScrapeTarget, UTCDateTime, Website
 from crawlherd.errors import CrawlherdError
 from crawlherd.messages import JobMessage, encode_job
 from crawlherd.service.schedule import plan_slots, schedule_of
 from crawlherd.service.search_url import render_search_url
 
-__all__ = ["TickResult", "advance_targets", "claim_due", "plan_target", "tick", "write_outbox"]
+__all__ = [
+    "TickResult",
+    "advance_targets",
+    "claim_due",
+    "outbox_row",
+    "plan_target",
+    "select_targets",
+    "tick",
+    "write_outbox",
+]
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +101,22 @@ async def tick(
 
 async def claim_due(conn: AsyncConnection, *, now: datetime, limit: int) -> Sequence[Row[Any]]:
     """Lock and return up to ``limit`` active targets due at ``now`` (with their website's columns)."""
-    T, W = ScrapeTarget, Website
+    T = ScrapeTarget
     query = (
+        select_targets()
+        .where(T.active == true(), T.next_run_at <= now)
+        .order_by(T.next_run_at)
+        .limit(limit)
+        .with_for_update(of=T, skip_locked=True)
+    )
+    rows: Sequence[Row[Any]] = (await conn.execute(query)).all()
+    return rows
+
+
+def select_targets() -> Select[*tuple[Any, ...]]:
+    """The columns of a target (with its website's) that :func:`plan_target` and :func:`outbox_row` read."""
+    T, W = ScrapeTarget, Website
+    query: Select[*tuple[Any, ...]] = (
         select(
             T.id,
             T.website_id,
@@ -122,13 +145,8 @@ async def claim_due(conn: AsyncConnection, *, now: datetime, limit: int) -> Sequ
             W.robots_policy,
         )
         .join(W, W.id == T.website_id)
-        .where(T.active == true(), T.next_run_at <= now)
-        .order_by(T.next_run_at)
-        .limit(limit)
-        .with_for_update(of=T, skip_locked=True)
     )
-    rows: Sequence[Row[Any]] = (await conn.execute(query)).all()  # type: ignore[assignment]
-    return rows
+    return query
 
 
 def plan_target(row: Row[Any], *, now: datetime, max_slots: int) -> TargetPlan:
@@ -151,25 +169,28 @@ def plan_target(row: Row[Any], *, now: datetime, max_slots: int) -> TargetPlan:
             last_scheduled=plan.slots[-1] if plan.slots else None,
         )
         for slot in plan.slots:
-            message = _job_message(row, slot, now)
-            result.outbox.append(
-                {
-                    "target_id": row.id,
-                    "slot_at": slot,
-                    "key": message.idempotency_key,
-                    "status": "pending",
-                    "attempts": 0,
-                    "leased_until": now,
-                    "body": encode_job(message).decode(),
-                    "created_at": now,
-                }
-            )
+            result.outbox.append(outbox_row(row, slot, now))
     except CrawlherdError as exc:
         log.error("target %d cannot be scheduled (%s); retrying in %s", row.id, exc, BROKEN_TARGET_RETRY)
         return TargetPlan(target_id=row.id, next_run_at=now + BROKEN_TARGET_RETRY)
     if plan.skipped:
         log.info("target %d: missed slots skipped by misfire policy %s", row.id, row.misfire_policy)
     return result
+
+
+def outbox_row(row: Row[Any], slot: datetime, now: datetime) -> dict[str, Any]:
+    """The outbox row (ready to publish at ``now``) of ``row``'s target for ``slot``."""
+    message = _job_message(row, slot, now)
+    return {
+        "target_id": row.id,
+        "slot_at": slot,
+        "key": message.idempotency_key,
+        "status": "pending",
+        "attempts": 0,
+        "leased_until": now,
+        "body": encode_job(message).decode(),
+        "created_at": now,
+    }
 
 
 def _job_message(row: Row[Any], slot: datetime, now: datetime) -> JobMessage:

@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd import metrics
 from crawlherd.db.engine import db_now
+from crawlherd.db.heartbeat import ProcessInfo, list_processes
 from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget, StoredItem, Website
-from crawlherd.service.heartbeat import ProcessInfo, list_processes
 
 __all__ = ["OVERDUE_AFTER", "Overview", "outbox_backlog", "overview", "refresh_dispatch_gauges"]
 
@@ -56,7 +56,10 @@ class Overview:
             "jobs_last_day": self.jobs_last_day,
             "items_last_day": {"new": self.items_new_last_day, "updated": self.items_updated_last_day},
             "processes": {
-                kind: {"alive": self.alive(kind), "gone": sum(1 for p in self.processes if p.kind == kind and p.state == "gone")}
+                kind: {
+                    "alive": self.alive(kind),
+                    "gone": sum(1 for p in self.processes if p.kind == kind and p.state == "gone"),
+                }
                 for kind in ("dispatcher", "worker", "web")
             },
             "frontier": {"queued": self.frontier_queued, "in_flight": self.frontier_in_flight},
@@ -83,7 +86,7 @@ async def outbox_backlog(conn: AsyncConnection, now: datetime) -> tuple[int, flo
 
 async def overview(engine: AsyncEngine, *, failing: int = 5) -> Overview:
     """Everything the Overview page shows, read in one connection."""
-    T, ob, R, I = ScrapeTarget, DispatchOutbox, JobRun, StoredItem  # noqa: N806
+    T, ob, R, It = ScrapeTarget, DispatchOutbox, JobRun, StoredItem  # noqa: N806
     async with engine.connect() as conn:
         now = await db_now(conn)
         hour, day = now - timedelta(hours=1), now - timedelta(days=1)
@@ -102,8 +105,8 @@ async def overview(engine: AsyncEngine, *, failing: int = 5) -> Overview:
                 await conn.execute(select(R.status, func.count()).where(R.updated_at >= day).group_by(R.status))
             ).all()
         }
-        items_new = await _count(conn, select(func.count()).select_from(I).where(I.first_seen >= day))
-        items_seen = await _count(conn, select(func.count()).select_from(I).where(I.last_seen >= day))
+        items_new = await _count(conn, select(func.count()).select_from(It).where(It.first_seen >= day))
+        items_seen = await _count(conn, select(func.count()).select_from(It).where(It.last_seen >= day))
         failing_rows = (
             await conn.execute(
                 select(Website.name, func.count())

@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from crawlherd import metrics
 from crawlherd.crawler import Crawler
 from crawlherd.dispatch import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
 from crawlherd.dispatch.base import Dispatcher
@@ -124,6 +125,8 @@ def make_dispatcher(kind: str, concurrency: int, rate_limiter: RateLimiter) -> D
 
 async def _fetch_one(crawler: Crawler, url: str, dispatcher: Dispatcher) -> CrawlResult:
     results = await crawler.arun_many([url], dispatcher=dispatcher, stream=False)
+    for r in results:
+        metrics.observe_fetch(r)
     return results[0]
 
 

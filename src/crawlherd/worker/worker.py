@@ -19,6 +19,7 @@ import logging
 import os
 import random
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,8 +28,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd import metrics
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler
+from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.db.models import Website
 from crawlherd.dispatch import RateLimiter
 from crawlherd.errors import ConfigurationError, CrawlherdError, MessageError
@@ -168,6 +171,9 @@ class Worker:
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
 
+        beat = Heartbeat(self.engine, kind="worker", name=self.name, jobs_in_hand=lambda: self.stats.in_flight,
+                         details=self._frontier_counts)  # console: heartbeat
+        beating = asyncio.create_task(beat.run(stop), name="worker-heartbeat")
         consumer = asyncio.create_task(consume(), name="worker-consume")
         details = asyncio.create_task(self._detail_loop(stop), name="worker-details")
         stopper = asyncio.create_task(stop.wait(), name="worker-stop")
@@ -183,6 +189,7 @@ class Worker:
             stop.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await details
+            await beating  # console: heartbeat (marks the worker stopped)
             if tasks:
                 log.info(
                     "worker %s: waiting up to %.0fs for %d job(s) in flight",
@@ -197,10 +204,22 @@ class Worker:
                     await asyncio.gather(*pending, return_exceptions=True)
         return self.stats
 
+    async def _frontier_counts(self) -> dict[str, Any]:
+        """The frontier's counts, for the heartbeat (and the console's Frontier page)."""
+        if self.frontier is None:
+            return {}
+        st = await self.frontier.stats()
+        metrics.FRONTIER.labels(state="queued").set(st.queued)
+        metrics.FRONTIER.labels(state="in_flight").set(st.in_flight)
+        hosts = dict(sorted(st.hosts.items(), key=lambda kv: -kv[1])[:50])
+        return {"frontier": {"queued": st.queued, "in_flight": st.in_flight, "hosts": hosts,
+                             "oldest_queued_age": st.oldest_queued_age}}
+
     # -- one delivery -----------------------------------------------------------------------------
 
     async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         self.stats.in_flight += 1
+        metrics.JOBS_IN_FLIGHT.inc()
         try:
             await self.handle(delivery)
         except asyncio.CancelledError:
@@ -215,6 +234,7 @@ class Worker:
                 await self.broker.nack(delivery, requeue=True)
         finally:
             self.stats.in_flight -= 1
+            metrics.JOBS_IN_FLIGHT.dec()
             slots.release()
 
     async def handle(self, delivery: Delivery) -> None:
@@ -224,6 +244,7 @@ class Worker:
             job = decode_job(delivery.body)
         except MessageError as exc:
             self.stats.invalid += 1
+            metrics.JOBS.labels(outcome="invalid").inc()
             self._remember(f"invalid message {delivery.key!r}: {exc}")
             log.warning("worker %s: dead-lettering invalid message %r: %s", self.name, delivery.key, exc)
             await self.broker.dead_letter(delivery, f"invalid job message: {exc}")
@@ -231,10 +252,12 @@ class Worker:
         status = await self.runs.status(job)
         if status in ("succeeded", "dead"):
             self.stats.skipped += 1
+            metrics.JOBS.labels(outcome="skipped").inc()
             log.info("worker %s: job %s already %s; skipped", self.name, job.idempotency_key, status)
             await self.broker.ack(delivery)
             return
         await self.runs.start(job, worker=self.name)
+        started = time.monotonic()
         try:
             site = SiteConfig.from_job(job)
             if site.detail_rules is not None:
@@ -249,7 +272,7 @@ class Worker:
                 seen_at=datetime.now(UTC),
             )
         except CrawlherdError as exc:
-            await self._failed(delivery, job, str(exc))
+            await self._failed(delivery, job, str(exc), started)
             return
         await self.runs.finish(
             job, status="succeeded", pages=outcome.pages, items_new=counts.new, items_updated=counts.updated
@@ -258,6 +281,8 @@ class Worker:
         if outcome.details_queued:
             self._new_details.set()
         self.stats.succeeded += 1
+        metrics.job_finished("succeeded", seconds=time.monotonic() - started, pages=outcome.pages,
+                             items_new=counts.new, items_updated=counts.updated)
         self.stats.pages += outcome.pages
         self.stats.items_new += counts.new
         self.stats.items_updated += counts.updated
@@ -271,13 +296,14 @@ class Worker:
             outcome.details_queued,
         )
 
-    async def _failed(self, delivery: Delivery, job: JobMessage, reason: str) -> None:
+    async def _failed(self, delivery: Delivery, job: JobMessage, reason: str, started: float) -> None:
         attempts = job.attempt_count + 1
         self._remember(f"{job.idempotency_key} attempt {attempts}: {reason}")
         if attempts >= self.max_attempts:
             await self.runs.finish(job, status="dead", error=reason)
             await self.broker.dead_letter(delivery, f"attempt {attempts} of {self.max_attempts}: {reason}")
             self.stats.dead += 1
+            metrics.job_finished("dead", seconds=time.monotonic() - started)
             log.error(
                 "worker %s: job %s is dead after %d attempts: %s", self.name, job.idempotency_key, attempts, reason
             )
@@ -287,6 +313,7 @@ class Worker:
         body = encode_job(job.model_copy(update={"attempt_count": attempts}))
         await self.broker.retry(delivery, delay=delay, body=body)
         self.stats.retried += 1
+        metrics.job_finished("retried", seconds=time.monotonic() - started)
         log.warning(
             "worker %s: job %s failed (attempt %d of %d), retrying in %.1fs: %s",
             self.name,
@@ -334,6 +361,7 @@ class Worker:
         info = request.meta.get(DETAIL_META) or {}
         crawler = await self._crawler_for(bool(info.get("browser")))
         result = await crawler.arun(request)
+        metrics.observe_fetch(result)
         if result.success and info:
             await self._store_detail(result, info)
         return result
@@ -347,6 +375,7 @@ class Worker:
         item = Item(website=info["website"], url=result.url, fingerprint=bytes.fromhex(info["item"]), fields=fields)
         counts = await self.sink.upsert([item], website_id=info["website_id"], target_id=info["target_id"], seen_at=now)
         self.stats.detail_pages += 1
+        metrics.items_stored(new=counts.new, updated=counts.updated)
         self.stats.items_new += counts.new
         self.stats.items_updated += counts.updated
 

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db.engine import db_now
 from crawlherd.db.models import PROCESS_KINDS, ProcessHeartbeat
-from crawlherd.errors import ConfigurationError
+from crawlherd.errors import ConfigurationError, summarize
 
 __all__ = ["GONE_AFTER", "Heartbeat", "ProcessInfo", "list_processes", "process_id"]
 
@@ -132,7 +132,7 @@ class Heartbeat:
         try:
             await step()
         except Exception as exc:  # noqa: BLE001 - a heartbeat never kills the process it reports on
-            log.warning("heartbeat %s: %s: %s", self.id, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            log.warning("heartbeat %s: %s", self.id, summarize(exc))
 
     async def __aenter__(self) -> Heartbeat:
         await self._safely(self.register)
