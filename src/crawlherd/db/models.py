@@ -33,6 +33,7 @@ from sqlalchemy.types import TypeDecorator
 __all__ = [
     "AuditEntry",
     "Base",
+    "DiscardedRun",
     "DispatchOutbox",
     "JobAttempt",
     "JobRun",
@@ -328,6 +329,17 @@ class JobAttempt(Base):
     items_new: Mapped[int] = mapped_column(Integer, default=0)
     items_updated: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class DiscardedRun(Base):
+    """A dead job an operator discarded (with the reason): no longer listed among the dead letters."""
+
+    __tablename__ = "discarded_runs"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("job_runs.id", ondelete="CASCADE"), primary_key=True)
+    discarded_by: Mapped[str] = mapped_column(String(100))
+    discarded_at: Mapped[datetime]
+    reason: Mapped[str] = mapped_column(Text)
 
 
 # Indexes the console's pages need on the existing tables (listed here, not in the classes, so that the

@@ -1,5 +1,5 @@
 """The operator's console: users, audit_log, process_heartbeats, manual_runs, outbox_trail,
-job_attempts, and the indexes its pages need on job_runs, dispatch_outbox and items.
+job_attempts, discarded_runs, and the indexes its pages need on job_runs, dispatch_outbox and items.
 
 Revision ID: 0003
 Revises: 0001 (0002 once the website spec migration is merged)
@@ -93,6 +93,13 @@ def upgrade() -> None:
         sa.UniqueConstraint("target_id", "slot_at", "attempt", name="uq_job_attempts_attempt"),
     )
     op.create_index("ix_job_attempts_started_at", "job_attempts", ["started_at"])
+    op.create_table(
+        "discarded_runs",
+        sa.Column("run_id", BigID, sa.ForeignKey("job_runs.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("discarded_by", sa.String(100), nullable=False),
+        sa.Column("discarded_at", TS, nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+    )
     op.create_index("ix_job_runs_status_id", "job_runs", ["status", "id"])
     op.create_index("ix_job_runs_updated_at", "job_runs", ["updated_at"])
     op.create_index("ix_dispatch_outbox_created_at", "dispatch_outbox", ["created_at"])
@@ -109,6 +116,7 @@ def downgrade() -> None:
         ("ix_job_runs_status_id", "job_runs"),
     ):
         op.drop_index(index, table_name=table)
+    op.drop_table("discarded_runs")
     op.drop_table("job_attempts")
     op.drop_table("outbox_trail")
     op.drop_index("ix_manual_runs_target", table_name="manual_runs")
