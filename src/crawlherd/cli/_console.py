@@ -4,8 +4,9 @@ config DB."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -14,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.cli._common import engine_for, ensure_migrated, settings_from
 
-__all__ = ["echo_json", "json_option", "metrics_port_option", "on_db", "start_metrics"]
+__all__ = ["console_or_none", "echo_json", "json_option", "metrics_port_option", "on_db", "start_metrics"]
 
 T = TypeVar("T")
 
@@ -63,3 +64,25 @@ def on_db(ctx: click.Context, database_url: str | None, work: Callable[[AsyncEng
             await engine.dispose()
 
     return asyncio.run(main())
+
+
+@contextlib.asynccontextmanager
+async def console_or_none(engine: AsyncEngine, port: int, *, enabled: bool = True) -> AsyncIterator[Any]:
+    """The console on 127.0.0.1:``port`` (or a free port when that one is taken) for ``run`` and
+    ``demo``; None when not ``enabled``."""
+    if not enabled:
+        yield None
+        return
+    from crawlherd.web.server import serve_console
+
+    try:
+        cm = serve_console(engine, port=port)
+        console = await cm.__aenter__()
+    except OSError:
+        click.echo(f"port {port} is taken: serving the console on a free port", err=True)
+        cm = serve_console(engine, port=0)
+        console = await cm.__aenter__()
+    try:
+        yield console
+    finally:
+        await cm.__aexit__(None, None, None)
