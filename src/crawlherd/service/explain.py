@@ -292,6 +292,9 @@ def _explain_slot(
 ) -> Explanation:
     head = f"slot {_ts(s.slot_at)}" + (f" (run now by {s.manual_by})" if s.manual_by else "")
     claimed = f"claimed by {s.claimed_by or 'a dispatcher'} at {_ts(s.claimed_at)}"
+    if s.run_status == "queued":
+        where = "waits in the outbox for the relay" if s.outbox_status == "pending" else "no worker has taken it yet"
+        return answer("requeued", f"{head} was dead and has been sent again; it {where}", s)
     if s.outbox_status == "pending":
         if s.last_error:
             since = f" since {_ts(failing_since)}" if failing_since else ""
@@ -330,8 +333,6 @@ def _explain_slot(
         )
     if s.run_status == "dead":
         return answer("dead", f"{head} is dead after {s.run_attempts} attempt(s): {s.error}", s)
-    if s.run_status == "queued":
-        return answer("requeued", f"{head} was dead and has been sent again; no worker has taken it yet", s)
     return answer(
         "ran",
         f"{head} ran: succeeded at {_ts(s.finished_at)} on {s.worker} ({s.pages} page(s), {s.items_new} new and "
