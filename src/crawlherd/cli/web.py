@@ -33,11 +33,11 @@ def web(ctx: click.Context, host: str, port: int, database_url: str | None, metr
         engine = engine_for(settings)
         try:
             await ensure_migrated(engine)
-            start_metrics(metrics_port)
             async with serve_console(engine, host=host, port=port) as console:
-                click.echo(f"console: {console.url} on {redact_url(settings.database_url)} (Ctrl+C stops)")
                 stop = asyncio.Event()
                 with stop_on_signals(stop):
+                    click.echo(f"console: {console.url} on {redact_url(settings.database_url)} (Ctrl+C stops)")
+                    start_metrics(metrics_port)
                     await stop.wait()
         finally:
             await engine.dispose()
