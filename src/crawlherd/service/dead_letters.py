@@ -57,7 +57,9 @@ async def list_dead_letters(engine: AsyncEngine, *, limit: int = 100, website: s
         stmt = stmt.where(W.name == website)
     async with engine.connect() as conn:
         rows = (await conn.execute(stmt)).all()
-    return [DeadLetter(*r[:8], message=redact_url(r[8] or "")) for r in rows]
+    return [
+        DeadLetter(*r[:7], reason=redact_url(r[7]) if r[7] else None, message=redact_url(r[8] or "")) for r in rows
+    ]
 
 
 async def retry_dead(engine: AsyncEngine, run_ids: list[int] | None, *, actor: str) -> int:

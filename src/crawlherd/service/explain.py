@@ -35,6 +35,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from crawlherd._redact import redact_url
 from crawlherd.db.engine import db_now
 from crawlherd.db.heartbeat import ProcessInfo, list_processes
 from crawlherd.db.models import DispatchOutbox, JobAttempt, JobRun, ManualRun, OutboxTrail, ScrapeTarget, Website
@@ -178,7 +179,9 @@ async def _trails(conn: AsyncConnection, rows: list[Any], target_id: int) -> lis
             .order_by(A.slot_at, A.attempt)
         )
     ).all():
-        attempts.setdefault(a[0], []).append(AttemptInfo(*tuple(a)[1:]))
+        values = list(a)[1:]
+        values[-1] = redact_url(values[-1]) if values[-1] else None
+        attempts.setdefault(a[0], []).append(AttemptInfo(*values))
     out = []
     for r in rows:
         values = list(r)
@@ -186,6 +189,8 @@ async def _trails(conn: AsyncConnection, rows: list[Any], target_id: int) -> lis
             values[12] = 0
         for i in (17, 18, 19):
             values[i] = values[i] or 0
+        for i in (6, 16):  # last publish error, job error: they may quote a URL
+            values[i] = redact_url(values[i]) if values[i] else values[i]
         out.append(SlotTrail(*values, attempts=attempts.get(r[0], [])))  # type: ignore[misc]
     return out
 

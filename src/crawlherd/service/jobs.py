@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd._redact import redact_url
 from crawlherd.db.models import RUN_STATUSES, JobAttempt, JobRun, ManualRun, ScrapeTarget, Website
 from crawlherd.errors import CrawlherdError
 
@@ -109,6 +110,7 @@ def _select() -> Any:
 def _info(row: Any) -> JobInfo:
     values = list(row)
     values[6] = _shown(values[6])
+    values[14] = redact_url(values[14]) if values[14] else values[14]  # an error may quote a URL
     return JobInfo(*values)
 
 
@@ -156,7 +158,7 @@ async def get_job(engine: AsyncEngine, run_id: int) -> JobInfo:
                 select(ManualRun.id).where(ManualRun.target_id == info.target_id, ManualRun.slot_at == info.slot_at)
             )
         ).first() is not None
-    history = [AttemptInfo(*a) for a in attempts]
+    history = [AttemptInfo(*a[:8], redact_url(a[8]) if a[8] else None) for a in attempts]
     return replace(info, manual=manual, history=history)
 
 

@@ -80,6 +80,14 @@ def _templates() -> Jinja2Templates:
     return Jinja2Templates(env=env)
 
 
+def _duration(value: str) -> str | float:
+    """A form's duration: a bare number is seconds, anything else ("15m", "1h30m") is parsed later."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
 def _int(value: str | None) -> int | None:
     try:
         return int(value) if value not in (None, "") else None
@@ -169,7 +177,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
             "search_url_template": values.get("search_url_template", "").strip(),
             "requires_playwright": values.get("requires_playwright") == "on",
             "politeness": {
-                "min_delay": values.get("min_delay") or "1s",
+                "min_delay": _duration(values.get("min_delay") or "1s"),
                 "max_concurrency": values.get("max_concurrency") or 2,
                 "robots": values.get("robots") or "obey",
             },
@@ -250,9 +258,9 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         if raw.get("cron", "").strip():
             values["cron"] = raw["cron"].strip()
         else:
-            values["every"] = raw.get("every", "").strip() or None
+            values["every"] = _duration(raw.get("every", "").strip()) or None
         if raw.get("jitter", "").strip():
-            values["jitter"] = raw["jitter"].strip()
+            values["jitter"] = _duration(raw["jitter"].strip())
         if raw.get("backfill_limit", "").strip():
             values["backfill_limit"] = raw["backfill_limit"].strip()
         return values, raw
@@ -331,14 +339,16 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
 
     async def import_post(request: Request) -> Response:
         form = await checked_form(request)
-        upload = form.get("file")
-        filename = "targets.toml"
-        if upload is not None and not isinstance(upload, str) and upload.filename:
-            filename = upload.filename
-            text = (await upload.read()).decode("utf-8", errors="replace")
-        else:
-            text = str(form.get("text", ""))
-            filename = "pasted." + ("yaml" if form.get("format") == "yaml" else "toml")
+        try:
+            upload = form.get("file")
+            if upload is not None and not isinstance(upload, str) and upload.filename:
+                filename = upload.filename
+                text = (await upload.read()).decode("utf-8", errors="replace")
+            else:
+                text = str(form.get("text", ""))
+                filename = "pasted." + ("yaml" if form.get("format") == "yaml" else "toml")
+        finally:
+            await form.close()
         try:
             result = await editing.import_text(engine, text, filename=filename, actor=actor(request))
         except TargetsFileError as exc:
@@ -353,9 +363,9 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         if p.get("cron", "").strip():
             values["cron"] = p["cron"].strip()
         else:
-            values["every"] = p.get("every", "").strip() or None
+            values["every"] = _duration(p.get("every", "").strip()) or None
         if p.get("jitter", "").strip():
-            values["jitter"] = p["jitter"].strip()
+            values["jitter"] = _duration(p["jitter"].strip())
         try:
             spec = TargetSpec.model_validate(values)
             schedule = make_schedule(**spec.schedule_fields())

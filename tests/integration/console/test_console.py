@@ -94,7 +94,16 @@ async def test_secrets_never_reach_a_page(engine: AsyncEngine, browser: Browser)
     )
     tid = await add_target(engine, "secretive", "python")
     await browser.post(f"/targets/{tid}/run", {"key": "k1"})
-    for path in [*PAGES, f"/targets/{tid}", "/overview.json", "/targets?format=json", "/jobs?format=json"]:
+    from crawlherd.messages import decode_job
+    from crawlherd.worker.runs import RunStore
+
+    async with engine.connect() as conn:
+        job = decode_job((await conn.execute(select(DispatchOutbox.body))).scalar_one().encode())
+    store = RunStore(engine)
+    await store.start(job, worker="w")  # the job's error quotes its URL, secret and all
+    await store.finish(job, status="dead", error=f"listing page {job.search_url} failed: HTTP 500")
+    assert "TOPSECRET42" in job.search_url
+    for path in [*PAGES, f"/targets/{tid}", "/overview.json", "/targets?format=json", "/jobs?format=json", "/jobs/1"]:
         page = await browser.get(path)
         assert page.status_code == 200, path
         assert "hunter2secret" not in page.text and "TOPSECRET42" not in page.text, path
