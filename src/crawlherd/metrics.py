@@ -101,6 +101,10 @@ for _outcome in ("confirmed", "failed"):
     RELAY_PUBLISHES.labels(outcome=_outcome)
 for _change in ("new", "updated"):
     ITEMS.labels(change=_change)
+for _class in ("2xx", "3xx", "4xx", "5xx", "error"):
+    FETCHES.labels(status_class=_class)
+for _state in ("queued", "in_flight"):
+    FRONTIER.labels(state=_state)
 
 
 def status_class(status: int | None) -> str:
