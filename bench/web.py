@@ -75,8 +75,6 @@ INSERT INTO items (fingerprint, website_id, target_id, url, data, first_seen, la
 SELECT lpad(to_hex(i), 64, '0'), 1 + i % 20, 1 + i % :targets, 'https://x/' || i, '{"title": "job"}',
        now() - make_interval(hours => i % 200), now() - make_interval(hours => i % 20)
 FROM generate_series(1, :items) AS i;
-
-ANALYZE;
 """
 
 
@@ -89,6 +87,9 @@ async def fill(url: str, targets: int, runs: int) -> None:
                 sql = statement.replace(":targets", str(targets)).replace(":runs", str(runs))
                 sql = sql.replace(":items", str(max(1000, runs // 10)))
                 await conn.exec_driver_sql(sql)
+        async with engine.connect() as conn:  # as autovacuum would have: visibility map and statistics
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.exec_driver_sql("VACUUM ANALYZE")
     finally:
         await engine.dispose()
 

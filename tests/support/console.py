@@ -46,7 +46,9 @@ async def add_target(engine: AsyncEngine, website: str, keywords: str, location:
                 await conn.execute(
                     select(ScrapeTarget.id)
                     .join(Website)
-                    .where(Website.name == website, ScrapeTarget.keywords == keywords, ScrapeTarget.location == location)
+                    .where(
+                        Website.name == website, ScrapeTarget.keywords == keywords, ScrapeTarget.location == location
+                    )
                 )
             ).scalar_one()
         )

@@ -31,8 +31,14 @@ def test_names_follow_the_conventions() -> None:
 
 
 def test_status_class() -> None:
-    assert [metrics.status_class(s) for s in (200, 302, 404, 503, None, 0)] == ["2xx", "3xx", "4xx", "5xx", "error",
-                                                                              "error"]
+    assert [metrics.status_class(s) for s in (200, 302, 404, 503, None, 0)] == [
+        "2xx",
+        "3xx",
+        "4xx",
+        "5xx",
+        "error",
+        "error",
+    ]
 
 
 def test_the_dashboard_plots_existing_metrics() -> None:

@@ -346,7 +346,7 @@ class DiscardedRun(Base):
 # tables above stay as migration 0001 made them): jobs by status (newest first), by time window;
 # outbox rows by creation time; items by first / last seen.
 Index("ix_job_runs_status_id", JobRun.status, JobRun.id)
-Index("ix_job_runs_updated_at", JobRun.updated_at)
+Index("ix_job_runs_updated_at", JobRun.updated_at, JobRun.status)
 Index("ix_dispatch_outbox_created_at", DispatchOutbox.created_at)
 Index("ix_items_first_seen", StoredItem.first_seen)
 Index("ix_items_last_seen", StoredItem.last_seen)

@@ -40,6 +40,7 @@ class Overview:
     processes: list[ProcessInfo]
     frontier_queued: int
     frontier_in_flight: int
+    #: The websites with the most failed or dead jobs in the last hour, most first.
     failing_websites: list[tuple[str, int]] = field(default_factory=list)
 
     def alive(self, kind: str) -> int:
@@ -113,7 +114,7 @@ async def overview(engine: AsyncEngine, *, failing: int = 5) -> Overview:
                 .select_from(R)
                 .join(T, T.id == R.target_id)
                 .join(Website, Website.id == T.website_id)
-                .where(R.updated_at >= day, R.status.in_(("failed", "dead")))
+                .where(R.updated_at >= hour, R.status.in_(("failed", "dead")))
                 .group_by(Website.name)
                 .order_by(func.count().desc(), Website.name)
                 .limit(failing)

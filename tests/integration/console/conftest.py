@@ -47,7 +47,9 @@ class Browser:
         assert found, f"no CSRF token on {page}"
         return found.group(1)
 
-    async def post(self, path: str, data: dict[str, object] | None = None, *, page: str = "/", **kw: object) -> httpx.Response:
+    async def post(
+        self, path: str, data: dict[str, object] | None = None, *, page: str = "/", **kw: object
+    ) -> httpx.Response:
         form = {"csrf": await self.token(page), **(data or {})}
         return await self.client.post(path, data=form, **kw)  # type: ignore[arg-type]
 

@@ -49,8 +49,14 @@ async def platform(url: str) -> AsyncIterator[tuple[str, DemoSite]]:
     stop = asyncio.Event()
     try:
         async with DemoSite(seed=11, throttle_every=0) as site, open_broker(url) as broker:
-            worker = Worker(engine, broker, limits=FetchLimits(allow_private_addresses=True), max_attempts=2,
-                            backoff=0.0, max_backoff=0.0)
+            worker = Worker(
+                engine,
+                broker,
+                limits=FetchLimits(allow_private_addresses=True),
+                max_attempts=2,
+                backoff=0.0,
+                max_backoff=0.0,
+            )
             async with worker, serve_console(engine, port=0) as console:
                 pipeline = asyncio.create_task(run_embedded(engine, broker, worker, stop=stop, interval=0.1))
                 try:
@@ -81,7 +87,9 @@ async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path
     dialogs: list[str] = []
     async with platform(url) as (base, site), playwright_api.async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=chromium, headless=True, args=list(CHROMIUM_ARGS))
-        page = await (await browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)).new_page()
+        page = await (
+            await browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
+        ).new_page()
         page.on("dialog", lambda d: (dialogs.append(d.message), asyncio.ensure_future(d.dismiss())))
 
         # Log in (a wrong password first).
@@ -102,7 +110,9 @@ async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path
         await page.fill("#website-form input[name=name]", "demo")
         await page.fill("#website-form input[name=base_url]", site.url)
         await page.fill("#website-form input[name=search_url_template]", site.url + "/search?q={keywords}&l={location}")
-        await page.fill("#website-form input[name=pagination]", json.dumps({"type": "page_param", "param": "page", "max_pages": 2}))
+        await page.fill(
+            "#website-form input[name=pagination]", json.dumps({"type": "page_param", "param": "page", "max_pages": 2})
+        )
         await page.fill("#website-form textarea[name=extraction]", json.dumps(CARD_RULES))
         await page.fill("#website-form input[name=min_delay]", "0")
         await page.click("#website-form button[type=submit]")
@@ -151,14 +161,25 @@ async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path
 
         # A failing site, imported as a file; its job dies and is retried from the Dead letters page.
         await page.goto(base + "/targets/import")
-        toml = "\n".join([
-            "[[websites]]", 'name = "broken"', f'base_url = "{site.url}"',
-            f'search_url_template = "{site.url}/fail/search?q={{keywords}}&l={{location}}"',
-            "[websites.politeness]", "min_delay = 0",
-            "[websites.extraction]", 'item_selector = "article.job-card"', "[websites.extraction.fields]",
-            'title = "h2.title"', "",
-            "[[targets]]", 'website = "broken"', 'keywords = ["python"]', 'every = "1d"',
-        ])
+        toml = "\n".join(
+            [
+                "[[websites]]",
+                'name = "broken"',
+                f'base_url = "{site.url}"',
+                f'search_url_template = "{site.url}/fail/search?q={{keywords}}&l={{location}}"',
+                "[websites.politeness]",
+                "min_delay = 0",
+                "[websites.extraction]",
+                'item_selector = "article.job-card"',
+                "[websites.extraction.fields]",
+                'title = "h2.title"',
+                "",
+                "[[targets]]",
+                'website = "broken"',
+                'keywords = ["python"]',
+                'every = "1d"',
+            ]
+        )
         await page.fill("textarea[name=text]", toml)
         await page.click("form.card button[type=submit]")
         assert "targets 1 new" in await page.inner_text("#import-result")
@@ -180,7 +201,8 @@ async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path
         await page.screenshot(path=str(shots / "items.png"), full_page=True)
         async with page.expect_download() as download_info:
             await page.click("#export-csv")
-        exported = Path(await (await download_info.value).path()).read_text(encoding="utf-8").splitlines()
+        saved = await (await download_info.value).path()
+        exported = (await asyncio.to_thread(Path(saved).read_text, encoding="utf-8")).splitlines()
         assert exported[0].startswith("website,url") and len(exported) == await page.locator("#items tr").count()
 
         # A keyword with a script tag is shown as text: no dialog opens.

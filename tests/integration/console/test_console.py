@@ -18,8 +18,19 @@ from crawlherd.web.auth import check_bind
 from tests.integration.console.conftest import Browser
 from tests.support.console import add_site, add_target
 
-PAGES = ["/", "/overview/live", "/websites", "/targets", "/targets/new", "/targets/import", "/jobs", "/dead-letters",
-         "/items", "/frontier", "/audit"]
+PAGES = [
+    "/",
+    "/overview/live",
+    "/websites",
+    "/targets",
+    "/targets/new",
+    "/targets/import",
+    "/jobs",
+    "/dead-letters",
+    "/items",
+    "/frontier",
+    "/audit",
+]
 
 
 async def count(engine: AsyncEngine, model: type, *where: object) -> int:
@@ -65,9 +76,20 @@ async def test_login_sets_a_strict_httponly_session(engine: AsyncEngine, browser
 async def test_every_form_needs_its_csrf_token(engine: AsyncEngine, browser: Browser) -> None:
     await add_site(engine, "site", "https://jobs.example.com")
     tid = await add_target(engine, "site", "python")
-    posts = ["/login", "/logout", "/websites", "/websites/1/politeness", "/targets", "/targets/import",
-             f"/targets/{tid}/run", f"/targets/{tid}/active", f"/targets/{tid}/delete", f"/targets/{tid}/schedule",
-             "/dead-letters/retry", "/dead-letters/1/discard"]
+    posts = [
+        "/login",
+        "/logout",
+        "/websites",
+        "/websites/1/politeness",
+        "/targets",
+        "/targets/import",
+        f"/targets/{tid}/run",
+        f"/targets/{tid}/active",
+        f"/targets/{tid}/delete",
+        f"/targets/{tid}/schedule",
+        "/dead-letters/retry",
+        "/dead-letters/1/discard",
+    ]
     await browser.token()  # a session with a token exists: only the form lacks it
     for path in posts:
         missing = await browser.client.post(path, data={"name": "x"})
@@ -89,7 +111,9 @@ async def test_keywords_are_escaped(engine: AsyncEngine, browser: Browser) -> No
 
 async def test_secrets_never_reach_a_page(engine: AsyncEngine, browser: Browser) -> None:
     await add_site(
-        engine, "secretive", "https://robot:hunter2secret@jobs.example.com",
+        engine,
+        "secretive",
+        "https://robot:hunter2secret@jobs.example.com",
         path="/search?api_key=TOPSECRET42&x=1",
     )
     tid = await add_target(engine, "secretive", "python")
@@ -128,7 +152,9 @@ async def test_run_now_is_exactly_once_however_often_clicked(engine: AsyncEngine
 
 
 async def test_schedule_preview_validates_as_you_type(browser: Browser) -> None:
-    good = (await browser.get("/api/schedule-preview", params={"cron": "0 7 * * 1-5", "timezone": "Europe/Berlin"})).json()
+    good = (
+        await browser.get("/api/schedule-preview", params={"cron": "0 7 * * 1-5", "timezone": "Europe/Berlin"})
+    ).json()
     assert good["ok"] and len(good["runs"]) == 10
     assert all(run["local"].endswith(("CET", "CEST")) and " 07:00:00 " in run["local"] for run in good["runs"])
     bad = (await browser.get("/api/schedule-preview", params={"cron": "61 * * * *"})).json()
@@ -139,25 +165,52 @@ async def test_schedule_preview_validates_as_you_type(browser: Browser) -> None:
 
 async def test_target_form_errors_and_creation(engine: AsyncEngine, browser: Browser) -> None:
     await add_site(engine, "site", "https://jobs.example.com")
-    bad = await browser.post("/targets", {"website": "site", "keywords": "python", "every": "soon"}, page="/targets/new")
+    bad = await browser.post(
+        "/targets", {"website": "site", "keywords": "python", "every": "soon"}, page="/targets/new"
+    )
     assert bad.status_code == 400 and "every" in bad.text
-    ok = await browser.post("/targets", {"website": "site", "keywords": "python, rust", "locations": "berlin",
-                                          "every": "2h", "timezone": "Europe/Berlin"}, page="/targets/new")
+    ok = await browser.post(
+        "/targets",
+        {
+            "website": "site",
+            "keywords": "python, rust",
+            "locations": "berlin",
+            "every": "2h",
+            "timezone": "Europe/Berlin",
+        },
+        page="/targets/new",
+    )
     assert ok.status_code == 303
     listing = await browser.get("/targets", params={"q": "rust"})
-    assert "rust" in listing.text and "python" not in re.sub(r"<option[^>]*>[^<]*</option>", "", listing.text).split("<table")[1]
+    assert (
+        "rust" in listing.text
+        and "python" not in re.sub(r"<option[^>]*>[^<]*</option>", "", listing.text).split("<table")[1]
+    )
 
 
 async def test_import_is_all_or_nothing_with_errors_by_line(engine: AsyncEngine, browser: Browser) -> None:
-    bad = "\n".join([
-        "[[websites]]", 'name = "site"', 'base_url = "https://jobs.example.com"',
-        'search_url_template = "https://jobs.example.com/s?q={keywords}"', "",
-        "[[targets]]", 'website = "site"', 'keywords = ["python"]', 'every = "1h"', "",
-        "[[targets]]", 'website = "site"', 'keywords = ["rust"]', 'cron = "not a cron"', "",
-    ])
+    bad = "\n".join(
+        [
+            "[[websites]]",
+            'name = "site"',
+            'base_url = "https://jobs.example.com"',
+            'search_url_template = "https://jobs.example.com/s?q={keywords}"',
+            "",
+            "[[targets]]",
+            'website = "site"',
+            'keywords = ["python"]',
+            'every = "1h"',
+            "",
+            "[[targets]]",
+            'website = "site"',
+            'keywords = ["rust"]',
+            'cron = "not a cron"',
+            "",
+        ]
+    )
     refused = await browser.post("/targets/import", {"text": bad, "format": "toml"}, page="/targets/import")
     assert refused.status_code == 400 and "targets[1]" in refused.text
-    assert (await browser.get("/targets")).text.count("/targets/1\"") == 0
+    assert (await browser.get("/targets")).text.count('/targets/1"') == 0
     good = bad.replace('cron = "not a cron"', 'cron = "0 7 * * *"')
     accepted = await browser.post("/targets/import", {"text": good, "format": "toml"}, page="/targets/import")
     assert accepted.status_code == 200 and "targets 2 new" in accepted.text
@@ -203,8 +256,15 @@ async def test_items_export(engine: AsyncEngine, browser: Browser) -> None:
 
     await add_site(engine, "site", "https://jobs.example.com")
     tid = await add_target(engine, "site", "python")
-    items = [Item(website="site", url=f"https://jobs.example.com/j/{i}", fingerprint=bytes([i]) * 16,
-                  fields={"title": f"Job {i}", "location": "Berlin"}) for i in range(3)]
+    items = [
+        Item(
+            website="site",
+            url=f"https://jobs.example.com/j/{i}",
+            fingerprint=bytes([i]) * 16,
+            fields={"title": f"Job {i}", "location": "Berlin"},
+        )
+        for i in range(3)
+    ]
     await SQLItemSink(engine).upsert(items, website_id=1, target_id=tid, seen_at=datetime.now(UTC))
     csv_text = (await browser.get("/items/export", params={"format": "csv"})).text
     assert csv_text.splitlines()[0].startswith("website,url") and len(csv_text.splitlines()) == 4

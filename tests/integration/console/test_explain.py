@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -65,8 +64,11 @@ async def _scenarios(url: str) -> dict[str, int]:
                 await conn.execute(
                     update(ScrapeTarget)
                     .where(ScrapeTarget.id == ids[name])
-                    .values(anchor_at=now - timedelta(minutes=10), next_run_at=now - timedelta(minutes=10),
-                            created_at=now - timedelta(days=1))
+                    .values(
+                        anchor_at=now - timedelta(minutes=10),
+                        next_run_at=now - timedelta(minutes=10),
+                        created_at=now - timedelta(days=1),
+                    )
                 )
             if name == "skipped_by_misfire":
                 assert (await tick(engine, batch_size=100, max_slots_per_target=10)).inserted == 0
@@ -92,7 +94,9 @@ async def _scenarios(url: str) -> dict[str, int]:
         lost = Heartbeat(engine, kind="worker", name="w-lost", interval=10)
         await lost.register()
         async with engine.begin() as conn:  # w-lost's last beat was an hour ago
-            await conn.execute(update(ProcessHeartbeat).where(ProcessHeartbeat.id == "w-lost").values(last_seen=hour_ago))
+            await conn.execute(
+                update(ProcessHeartbeat).where(ProcessHeartbeat.id == "w-lost").values(last_seen=hour_ago)
+            )
         await store.start(job("running"), worker="w-alive")
         await store.start(job("worker_lost"), worker="w-lost")
         await store.start(job("retrying"), worker="w-alive")
@@ -110,11 +114,11 @@ async def _scenarios(url: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, int]]]:
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, int]]:
     path: Path = tmp_path_factory.mktemp("explain") / "config.db"
     url = f"sqlite:///{path}"
     asyncio.run(upgrade(url))
-    yield url, asyncio.run(_scenarios(url))
+    return url, asyncio.run(_scenarios(url))
 
 
 def test_every_verdict_has_a_scenario() -> None:

@@ -62,8 +62,14 @@ async def test_counters_equal_the_database_after_a_run(tmp_path: Path) -> None:
             for tid in targets:
                 await run_now(engine, tid, requested_by="test")
             async with open_broker(url) as broker:
-                worker = Worker(engine, broker, limits=FetchLimits(allow_private_addresses=True), max_attempts=2,
-                                backoff=0.0, max_backoff=0.0)
+                worker = Worker(
+                    engine,
+                    broker,
+                    limits=FetchLimits(allow_private_addresses=True),
+                    max_attempts=2,
+                    backoff=0.0,
+                    max_backoff=0.0,
+                )
                 async with worker:
                     progress = await asyncio.wait_for(
                         run_embedded(engine, broker, worker, stop=asyncio.Event(), interval=0.05, until_idle=True),
@@ -100,7 +106,10 @@ async def test_counters_equal_the_database_after_a_run(tmp_path: Path) -> None:
 def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
         [sys.executable, "-c", "from crawlherd.cli import main; main()", *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert proc.stderr is not None
     for line in proc.stderr:

@@ -40,24 +40,61 @@ async def _fill(url: str) -> None:
         await add_site(engine, "site", "https://jobs.example.com")
         now = datetime.now(UTC)
         async with engine.begin() as conn:
-            await conn.execute(insert(ScrapeTarget), [
-                {"website_id": 1, "keywords": f"kw{i}", "location": "", "schedule_kind": "interval",
-                 "interval_seconds": 3600.0, "timezone": "UTC", "jitter_ms": 0, "misfire_policy": "skip",
-                 "backfill_limit": 0, "misfire_grace_seconds": 60.0, "active": i % 7 != 0,
-                 "next_run_at": now + timedelta(minutes=i - 100), "created_at": now, "updated_at": now}
-                for i in range(500)
-            ])
-            await conn.execute(insert(JobRun), [
-                {"target_id": 1 + i % 500, "slot_at": now - timedelta(hours=i), "job_id": f"{i:036d}",
-                 "status": ("succeeded", "failed", "dead", "running")[i % 4], "attempts": 1, "pages": 1,
-                 "items_new": 0, "items_updated": 0, "created_at": now, "updated_at": now - timedelta(minutes=i)}
-                for i in range(2000)
-            ])
-            await conn.execute(insert(StoredItem), [
-                {"fingerprint": f"{i:064x}", "website_id": 1, "target_id": 1, "url": f"https://x/{i}", "data": {},
-                 "first_seen": now - timedelta(hours=i), "last_seen": now}
-                for i in range(500)
-            ])
+            await conn.execute(
+                insert(ScrapeTarget),
+                [
+                    {
+                        "website_id": 1,
+                        "keywords": f"kw{i}",
+                        "location": "",
+                        "schedule_kind": "interval",
+                        "interval_seconds": 3600.0,
+                        "timezone": "UTC",
+                        "jitter_ms": 0,
+                        "misfire_policy": "skip",
+                        "backfill_limit": 0,
+                        "misfire_grace_seconds": 60.0,
+                        "active": i % 7 != 0,
+                        "next_run_at": now + timedelta(minutes=i - 100),
+                        "created_at": now,
+                        "updated_at": now,
+                    }
+                    for i in range(500)
+                ],
+            )
+            await conn.execute(
+                insert(JobRun),
+                [
+                    {
+                        "target_id": 1 + i % 500,
+                        "slot_at": now - timedelta(hours=i),
+                        "job_id": f"{i:036d}",
+                        "status": ("succeeded", "failed", "dead", "running")[i % 4],
+                        "attempts": 1,
+                        "pages": 1,
+                        "items_new": 0,
+                        "items_updated": 0,
+                        "created_at": now,
+                        "updated_at": now - timedelta(minutes=i),
+                    }
+                    for i in range(2000)
+                ],
+            )
+            await conn.execute(
+                insert(StoredItem),
+                [
+                    {
+                        "fingerprint": f"{i:064x}",
+                        "website_id": 1,
+                        "target_id": 1,
+                        "url": f"https://x/{i}",
+                        "data": {},
+                        "first_seen": now - timedelta(hours=i),
+                        "last_seen": now,
+                    }
+                    for i in range(500)
+                ],
+            )
             await conn.execute(text("ANALYZE"))
     finally:
         await engine.dispose()

@@ -101,7 +101,7 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text(), nullable=False),
     )
     op.create_index("ix_job_runs_status_id", "job_runs", ["status", "id"])
-    op.create_index("ix_job_runs_updated_at", "job_runs", ["updated_at"])
+    op.create_index("ix_job_runs_updated_at", "job_runs", ["updated_at", "status"])
     op.create_index("ix_dispatch_outbox_created_at", "dispatch_outbox", ["created_at"])
     op.create_index("ix_items_first_seen", "items", ["first_seen"])
     op.create_index("ix_items_last_seen", "items", ["last_seen"])
