@@ -15,7 +15,15 @@ from crawlherd.db.engine import db_now
 from crawlherd.db.models import ScrapeTarget, StoredItem, Website
 from crawlherd.service.schedule import format_duration
 
-__all__ = ["ItemRow", "TargetRow", "WebsiteRow", "browse_items", "browse_targets", "list_websites"]
+__all__ = [
+    "ItemRow",
+    "TargetRow",
+    "WebsiteRow",
+    "browse_items",
+    "browse_targets",
+    "list_websites",
+    "website_names",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +111,12 @@ class WebsiteRow:
     max_concurrency: int
     robots_policy: str
     targets: int
+
+
+async def website_names(engine: AsyncEngine) -> list[str]:
+    """Every website's name, sorted (for filters: no counting)."""
+    async with engine.connect() as conn:
+        return list((await conn.execute(select(Website.name).order_by(Website.name))).scalars())
 
 
 async def list_websites(engine: AsyncEngine) -> list[WebsiteRow]:

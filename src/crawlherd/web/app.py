@@ -37,7 +37,7 @@ from crawlherd.db.engine import db_now
 from crawlherd.errors import CrawlherdError, TargetsFileError
 from crawlherd.service import editing
 from crawlherd.service.audit import list_audit
-from crawlherd.service.browse import browse_items, browse_targets, list_websites
+from crawlherd.service.browse import browse_items, browse_targets, list_websites, website_names
 from crawlherd.service.dead_letters import discard, list_dead_letters, retry_dead
 from crawlherd.service.explain import explain, lineage
 from crawlherd.service.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
@@ -235,13 +235,13 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
             return JSONResponse([_jsonable(vars_(r)) for r in rows])
         return render(
             request, "targets.html", rows=rows, q=p.get("q", ""), website=p.get("website", ""),
-            state=p.get("state", ""), websites=[w.name for w in await list_websites(engine)],
+            state=p.get("state", ""), websites=await website_names(engine),
             next_after=rows[-1].id if len(rows) == PAGE else None,
         )
 
     async def target_new(request: Request) -> Response:
         return render(
-            request, "target_form.html", websites=[w.name for w in await list_websites(engine)], errors={},
+            request, "target_form.html", websites=await website_names(engine), errors={},
             values={"timezone": "UTC", "every": "1h", "misfire": "skip"}, target=None,
         )
 
@@ -276,7 +276,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         else:
             return back("/targets", "target saved")
         return render(
-            request, "target_form.html", status=400, websites=[w.name for w in await list_websites(engine)],
+            request, "target_form.html", status=400, websites=await website_names(engine),
             errors=errors, values=raw, target=None,
         )
 
@@ -403,7 +403,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
             return JSONResponse([r.as_dict() for r in rows])
         return render(
             request, "jobs.html", rows=rows, f=flt, statuses=JOB_STATUSES, params=dict(p),
-            websites=[w.name for w in await list_websites(engine)],
+            websites=await website_names(engine),
             next_before=rows[-1].id if len(rows) == PAGE else None,
         )
 
@@ -447,7 +447,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
             before_id=_int(p.get("before")), limit=PAGE,
         )
         return render(
-            request, "items.html", rows=rows, params=dict(p), websites=[w.name for w in await list_websites(engine)],
+            request, "items.html", rows=rows, params=dict(p), websites=await website_names(engine),
             next_before=rows[-1].id if len(rows) == PAGE else None,
         )
 
