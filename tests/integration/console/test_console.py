@@ -265,11 +265,13 @@ async def test_items_export(engine: AsyncEngine, browser: Browser) -> None:
         )
         for i in range(3)
     ]
+    items.append(Item(website="site", url="javascript:alert(1)", fingerprint=b"x" * 16, fields={"title": "Sly"}))
     await SQLItemSink(engine).upsert(items, website_id=1, target_id=tid, seen_at=datetime.now(UTC))
+    assert 'href="javascript:' not in (await browser.get("/items")).text and "Sly" in (await browser.get("/items")).text
     csv_text = (await browser.get("/items/export", params={"format": "csv"})).text
-    assert csv_text.splitlines()[0].startswith("website,url") and len(csv_text.splitlines()) == 4
+    assert csv_text.splitlines()[0].startswith("website,url") and len(csv_text.splitlines()) == 5
     lines = (await browser.get("/items/export", params={"format": "jsonl"})).text.splitlines()
-    assert sorted(json.loads(line)["title"] for line in lines) == ["Job 0", "Job 1", "Job 2"]
+    assert sorted(json.loads(line)["title"] for line in lines) == ["Job 0", "Job 1", "Job 2", "Sly"]
     assert "Job 2" in (await browser.get("/items", params={"q": "job 2"})).text
 
 
