@@ -1,2 +1,4 @@
-"""Web servers that ship with crawlherd: the built-in demo job board (:mod:`crawlherd.web.demo_site`)
-and its targets (:mod:`crawlherd.web.demo_targets`)."""
+"""The operator's console (``crawlherd web``): :mod:`crawlherd.web.app` (the Starlette application and
+its pages), :mod:`crawlherd.web.auth` (login sessions, CSRF, loopback-only open mode),
+:mod:`crawlherd.web.server` (serving it with uvicorn inside ``web``, ``run`` and ``demo``); templates in
+``templates/``, CSS and the little JavaScript in ``static/``."""
