@@ -1,4 +1,4 @@
-"""``crawlherd jobs``: dead jobs, and sending them again."""
+"""``crawlherd jobs``: job runs (list, show), dead jobs, and sending them again."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ __all__ = ["jobs"]
 
 @click.group()
 def jobs() -> None:
-    """Inspect job runs: the dead ones, and retry them."""
+    """Inspect job runs: list them, show one with its attempts, list the dead ones and retry them."""
 
 
 @jobs.command()
