@@ -251,8 +251,8 @@ async def test_dead_letters_retry_through_the_outbox_and_discard(engine: AsyncEn
 async def test_items_export(engine: AsyncEngine, browser: Browser) -> None:
     from datetime import UTC, datetime
 
-    from crawlherd.extract.rules import Item
-    from crawlherd.sinks.sql import SQLItemSink
+    from crawlherd.item import Item
+    from crawlherd.sinks import SQLSink
 
     await add_site(engine, "site", "https://jobs.example.com")
     tid = await add_target(engine, "site", "python")
@@ -266,7 +266,7 @@ async def test_items_export(engine: AsyncEngine, browser: Browser) -> None:
         for i in range(3)
     ]
     items.append(Item(website="site", url="javascript:alert(1)", fingerprint=b"x" * 16, fields={"title": "Sly"}))
-    await SQLItemSink(engine).upsert(items, website_id=1, target_id=tid, seen_at=datetime.now(UTC))
+    await SQLSink(engine).upsert(items, website_id=1, target_id=tid, seen_at=datetime.now(UTC))
     assert 'href="javascript:' not in (await browser.get("/items")).text and "Sly" in (await browser.get("/items")).text
     csv_text = (await browser.get("/items/export", params={"format": "csv"})).text
     assert csv_text.splitlines()[0].startswith("website,url") and len(csv_text.splitlines()) == 5

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
+from crawlherd.brokers.memory import MemoryBroker
 from crawlherd.cli import main
 from crawlherd.db import create_engine, upgrade
 from crawlherd.db.engine import db_now
@@ -28,7 +29,6 @@ from crawlherd.service.run_now import run_now
 from crawlherd.web.app import create_app
 from crawlherd.worker.runs import RunStore
 from tests.support.console import add_site, add_target
-from tests.support.memory_broker import MemoryBrokerDouble
 
 # scenario (target keywords) -> the verdict it must get, and a phrase its explanation must contain
 EXPECTED = {
@@ -36,7 +36,7 @@ EXPECTED = {
     "not_due": ("not_due", "next run is at"),
     "skipped_by_misfire": ("skipped_by_misfire", "misfire policy 'skip'"),
     "not_claimed": ("not_claimed", "no dispatcher is alive"),
-    "stuck_in_outbox": ("stuck_in_outbox", "test double broker is down"),
+    "stuck_in_outbox": ("stuck_in_outbox", "is down (set_down)"),
     "waiting_for_worker": ("waiting_for_worker", "not taken by a worker yet; 1 worker(s) alive"),
     "running": ("running", "w-alive"),
     "worker_lost": ("worker_lost", "stopped beating"),
@@ -74,8 +74,8 @@ async def _scenarios(url: str) -> dict[str, int]:
                 assert (await tick(engine, batch_size=100, max_slots_per_target=10)).inserted == 0
 
         # Run now -> outbox; the broker is down for the first, up for the rest.
-        down, up = MemoryBrokerDouble(), MemoryBrokerDouble()
-        down.down = True
+        down, up = MemoryBroker(), MemoryBroker()
+        down.set_down(True)
         await run_now(engine, ids["stuck_in_outbox"], requested_by="test")
         assert (await Relay(engine, down, backoff=600).run_round()).failed == 1
         for name in ("waiting_for_worker", "running", "worker_lost", "retrying", "dead", "requeued", "ran"):
@@ -164,7 +164,7 @@ async def test_the_page_answers(scenario: tuple[str, dict[str, int]]) -> None:
                 assert found and found.group(1) == verdict, name
                 assert phrase in html.unescape(page), name
             lineage = (await client.get(f"/targets/{ids['ran']}")).text
-            assert "run now by test" in lineage and "MemoryBrokerDouble" in lineage and "w-alive" in lineage
+            assert "run now by test" in lineage and "MemoryBroker" in lineage and "w-alive" in lineage
     finally:
         await engine.dispose()
 
