@@ -25,6 +25,8 @@ _LAZY: dict[str, str] = {
     "Crawler": "crawlherd.crawler",
     "CrawlerRunConfig": "crawlherd.crawler",
     "CrawlResult": "crawlherd.result",
+    "CrawloConfig": "crawlherd.compat.crawlo",
+    "open_crawlo_scheduler": "crawlherd.compat.crawlo",
     "CrawlerMonitor": "crawlherd.dispatch.monitor",
     "DisplayMode": "crawlherd.dispatch.monitor",
     "HttpFetcher": "crawlherd.fetch.http",
