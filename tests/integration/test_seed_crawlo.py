@@ -25,6 +25,7 @@ from crawlherd.compat.crawlo import (
     FilterConnectionException,
     QueueFullException,
     RedisFingerprintFilter,
+    SplitFrontier,
 )
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, QueueFullError
 from tests.conftest import REQUIRE_SERVICES
@@ -214,6 +215,20 @@ async def test_memory_queue_with_a_redis_filter(redis_url: str, unique_name: str
         await cleanup.close()
     assert "Duplicate request filtered: http://example.com/1" in crawlo_log(caplog)
     assert "Queue is full: http://example.com/3 not queued" in crawlo_log(caplog)
+
+
+async def test_split_frontier_batches(redis_url: str, unique_name: str) -> None:
+    key = f"{unique_name}:dupefilter"
+    split = SplitFrontier(open_scheduler("memory://", max_size=3), RedisFingerprintFilter(redis_url, key))
+    async with split:
+        urls = ["http://a.example/1", "http://a.example/1", "http://a.example/2"]
+        assert await split.enqueue_requests(Request(u) for u in urls) == 2  # the repeat filtered
+        with pytest.raises(QueueFullError):
+            await split.enqueue_requests(Request(f"http://a.example/{i}") for i in (3, 4, 5))
+        # 3 was queued; 4 (refused) and 5 (never tried) were taken back from the filter
+        assert await split.filter.size() == 3
+        assert (await split.stats()).duplicates_filtered == 1
+        await split.filter._client.delete(key)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ names for :class:`~crawlherd.errors.QueueFullError` and
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -385,21 +386,31 @@ class SplitFrontier(_Delegate):
         try:
             return await self.inner.enqueue_request(request)
         except BaseException:
-            await self.filter.discard(fp)
+            await self._take_back(fp)
             raise
+
+    async def _take_back(self, fingerprint: bytes) -> None:
+        """Forget a fingerprint whose request the queue refused (best effort: the error that refused
+        it is what the caller must see)."""
+        with contextlib.suppress(Exception):
+            await self.filter.discard(fingerprint)
 
     async def enqueue_requests(self, requests: Iterable[Request]) -> int:
         batch = list(requests)
         fresh = await self.filter.add_many([r.fingerprint for r in batch])
         self.duplicates_filtered += fresh.count(False)
         queued = 0
-        for request, new in zip(batch, fresh, strict=True):
-            if new:
-                try:
-                    queued += await self.inner.enqueue_request(request)
-                except BaseException:
-                    await self.filter.discard(request.fingerprint)
-                    raise
+        for i, (request, new) in enumerate(zip(batch, fresh, strict=True)):
+            if not new:
+                continue
+            try:
+                queued += await self.inner.enqueue_request(request)
+            except BaseException:
+                # this one and the later new ones were recorded but not queued: take them back
+                for later, was_new in zip(batch[i:], fresh[i:], strict=True):
+                    if was_new:
+                        await self._take_back(later.fingerprint)
+                raise
         return queued
 
     async def stats(self) -> FrontierStats:
