@@ -88,6 +88,11 @@ class CrawlResult(HasBody):
         return bool(self.body) and self.content_type in _HTML_TYPES
 
     @property
+    def html(self) -> str:
+        """The page as fetched, decoded (crawl4ai's name for :attr:`text`)."""
+        return self.text
+
+    @property
     def base_url(self) -> str:
         """The URL links are resolved against: the final URL after redirects, else the URL asked for."""
         return self.final_url or self.url

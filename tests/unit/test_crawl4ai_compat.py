@@ -56,6 +56,10 @@ def test_cleaned_html_drops_what_a_reader_never_sees() -> None:
     assert "<main><h1>Jobs</h1>" in cleaned and "<footer>(c) us</footer>" in cleaned
 
 
+def test_html_is_the_page_as_fetched() -> None:
+    assert html_result().html == PAGE
+
+
 def test_links_internal_and_external() -> None:
     result = html_result()
     assert result.links == ["http://site.example/menu", "http://site.example/job/1", "https://other.example/b"]
