@@ -274,7 +274,7 @@ async def _run_job(app: Celery, body: bytes, key: str, headers: Mapping[str, str
         worker = Worker(engine, broker, concurrency=1, limits=limits,
                         frontier_url=settings.effective_frontier_url, name=f"celery:{task_id}")
         async with worker:
-            await worker.handle(Delivery(body, key, task_id, headers=dict(headers)))
+            await worker.process(Delivery(body, key, task_id, headers=dict(headers)))
     finally:
         await engine.dispose()
     return broker

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
+from crawlherd import metrics
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.errors import ConfigurationError, InvalidURLError
 from crawlherd.url import canonicalize
@@ -237,6 +238,7 @@ class RateLimiter:
         domain's delay and says whether to re-fetch, after how long, or why not."""
         d = self._domain(domain)
         d.fails += 1
+        metrics.BACKOFFS.inc()
         now = self.clock.now()
         if retry_after is not None:
             if retry_after > self.max_delay:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Unpack
@@ -20,14 +21,19 @@ from typing import Unpack
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker
+from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.service import outbox
 from crawlherd.service.outbox import TickResult
+from crawlherd.service.overview import refresh_dispatch_gauges
 from crawlherd.service.relay import Relay, RelayOptions, RelayResult
 
 __all__ = ["PRUNE_EVERY", "DispatchService", "RelayResult", "TickResult"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds between refreshes of the dispatcher's gauges (targets due, outbox pending).
+GAUGES_EVERY = 5.0
 
 #: Seconds between two prunings of the outbox's published rows.
 PRUNE_EVERY = 600.0
@@ -59,8 +65,11 @@ class DispatchService:
         max_slots_per_target: int = 1000,
         relay_rounds: int = 2,
         outbox_retention: float = 7 * 86400.0,
+        heartbeat_interval: float | None = 10.0,
         **relay_options: Unpack[RelayOptions],
     ) -> None:
+        if heartbeat_interval is not None and not heartbeat_interval > 0:
+            raise ConfigurationError(f"heartbeat_interval must be > 0 seconds or None, got {heartbeat_interval!r}")
         if not outbox_retention > 0:
             raise ConfigurationError(f"outbox_retention must be > 0 seconds, got {outbox_retention!r}")
         for name, value in (
@@ -76,13 +85,14 @@ class DispatchService:
         self.max_slots_per_target = max_slots_per_target
         self.relay_rounds = relay_rounds
         self.outbox_retention = timedelta(seconds=outbox_retention)
+        self.heartbeat_interval = heartbeat_interval
         self.relayer = Relay(engine, broker, **relay_options)
         self.owner = self.relayer.owner
 
     async def tick(self) -> TickResult:
         """One tick: claim up to ``batch_size`` due targets and write their slots to the outbox."""
         return await outbox.tick(
-            self.engine, batch_size=self.batch_size, max_slots_per_target=self.max_slots_per_target
+            self.engine, batch_size=self.batch_size, max_slots_per_target=self.max_slots_per_target, owner=self.owner
         )
 
     async def relay(self) -> RelayResult:
@@ -152,8 +162,14 @@ class DispatchService:
         stop = stop or asyncio.Event()
         new_rows = asyncio.Event()
 
+        gauges_at = 0.0
+
         async def tick() -> bool:
+            nonlocal gauges_at
             result = await self.tick()
+            if time.monotonic() - gauges_at >= GAUGES_EVERY:
+                gauges_at = time.monotonic()
+                await refresh_dispatch_gauges(self.engine)
             if result.slots:
                 new_rows.set()
                 log.info("dispatched %d slot(s) of %d target(s)", result.inserted, result.targets)
@@ -177,6 +193,9 @@ class DispatchService:
             return False
 
         async with asyncio.TaskGroup() as group:
+            if self.heartbeat_interval is not None:
+                beat = Heartbeat(self.engine, kind="dispatcher", name=self.owner, interval=self.heartbeat_interval)
+                group.create_task(beat.run(stop), name="dispatch-heartbeat")
             group.create_task(self._repeat(tick, interval, stop), name="dispatch-tick")
             for n in range(self.relay_rounds):
                 group.create_task(self._repeat(relay, interval, stop, wake=new_rows), name=f"dispatch-relay-{n}")

@@ -36,11 +36,14 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Row,
+    Select,
     Table,
     Text,
     bindparam,
     column,
     func,
+    insert,
+    literal,
     select,
     text,
     update,
@@ -48,9 +51,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from crawlherd import metrics
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
-from crawlherd.db.models import DispatchOutbox, ScrapeTarget, UTCDateTime, Website
+from crawlherd.db.models import DispatchOutbox, OutboxTrail, ScrapeTarget, UTCDateTime, Website
 from crawlherd.errors import ConfigurationError, CrawlherdError
 from crawlherd.messages import JobMessage, encode_job
 from crawlherd.service.schedule import CronSchedule, Schedule, plan_slots, schedule_of
@@ -63,6 +67,9 @@ __all__ = [
     "advance_targets",
     "claim_due",
     "custom_plans",
+    "load_targets",
+    "lock_target",
+    "outbox_row",
     "plan_target",
     "tick",
     "write_outbox",
@@ -72,6 +79,7 @@ log = logging.getLogger(__name__)
 
 _OUTBOX = cast(Table, DispatchOutbox.__table__)
 _TARGETS = cast(Table, ScrapeTarget.__table__)
+_TRAIL = cast(Table, OutboxTrail.__table__)
 #: How long a target that cannot be scheduled (edited by hand into an unusable state) waits.
 BROKEN_TARGET_RETRY = timedelta(hours=1)
 _TSTZ = DateTime(timezone=True)
@@ -161,8 +169,11 @@ class ScheduleCache:
         return schedule
 
 
-async def tick(engine: AsyncEngine, *, batch_size: int, max_slots_per_target: int) -> TickResult:
-    """Claim up to ``batch_size`` due targets and write their slots to the outbox, in one transaction.
+async def tick(
+    engine: AsyncEngine, *, batch_size: int, max_slots_per_target: int, owner: str | None = None
+) -> TickResult:
+    """Claim up to ``batch_size`` due targets and write their slots to the outbox, in one transaction;
+    ``owner`` (the dispatcher's name) is recorded as the claimer of each row (``outbox_trail``).
     A database outage raises :class:`~crawlherd.errors.BackendUnavailableError`."""
     with translate_db_errors("during the tick"):
         async with engine.begin() as conn:
@@ -173,8 +184,9 @@ async def tick(engine: AsyncEngine, *, batch_size: int, max_slots_per_target: in
                 return TickResult()
             schedules = ScheduleCache()
             plans = [plan_target(row, now=now, max_slots=max_slots_per_target, schedules=schedules) for row in rows]
-            inserted = await write_outbox(conn, [r for p in plans for r in p.outbox], now=now)
+            inserted = await write_outbox(conn, [r for p in plans for r in p.outbox], now=now, claimed_by=owner)
             await advance_targets(conn, plans, now=now)
+    metrics.OUTBOX_WRITTEN.inc(inserted)
     return TickResult(targets=len(rows), slots=sum(len(p.outbox) for p in plans), inserted=inserted)
 
 
@@ -194,17 +206,29 @@ def _site_columns() -> list[Any]:
 
 async def claim_due(conn: AsyncConnection, *, now: datetime, limit: int) -> list[ClaimedTarget]:
     """Lock and return up to ``limit`` active targets due at ``now``, each with its website's columns."""
-    claimed = (
-        await conn.execute(
-            select(*_CLAIMED)
-            # The bare column, as in the partial index's WHERE (SQLite uses a partial index only for
-            # the very same term; ``active = 1`` would scan the whole table).
-            .where(_ACTIVE, _TARGETS.c.next_run_at <= now)
-            .order_by(_TARGETS.c.next_run_at)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
-    ).all()
+    # The bare column, as in the partial index's WHERE (SQLite uses a partial index only for the very
+    # same term; ``active = 1`` would scan the whole table).
+    query = (
+        select(*_CLAIMED)
+        .where(_ACTIVE, _TARGETS.c.next_run_at <= now)
+        .order_by(_TARGETS.c.next_run_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return await load_targets(conn, query)
+
+
+async def lock_target(conn: AsyncConnection, target_id: int) -> ClaimedTarget | None:
+    """Lock one target (active or not) and return it with its website's columns, for an ad-hoc run."""
+    query = select(*_CLAIMED).where(_TARGETS.c.id == target_id).with_for_update()
+    found = await load_targets(conn, query)
+    return found[0] if found else None
+
+
+async def load_targets(conn: AsyncConnection, query: Select[Any]) -> list[ClaimedTarget]:
+    """The targets ``query`` (a select of the claimed columns) returns, each with its website's
+    columns; the websites are read once each, their stored ``SiteSpec`` validated once."""
+    claimed = (await conn.execute(query)).all()
     if not claimed:
         return []
     site_ids = sorted({row.website_id for row in claimed})
@@ -235,16 +259,19 @@ def plan_target(row: Any, *, now: datetime, max_slots: int, schedules: ScheduleC
             next_run_at=plan.next_slot + jitter,
             last_scheduled=plan.slots[-1] if plan.slots else None,
         )
-        for slot in plan.slots:
-            message = _job_message(row, slot, now)
-            body = encode_job(message).decode()
-            result.outbox.append({"target_id": row.id, "slot_at": slot, "key": message.idempotency_key, "body": body})
+        result.outbox.extend(outbox_row(row, slot, now) for slot in plan.slots)
     except CrawlherdError as exc:
         log.error("target %d cannot be scheduled (%s); retrying in %s", row.id, exc, BROKEN_TARGET_RETRY)
         return TargetPlan(target_id=row.id, next_run_at=now + BROKEN_TARGET_RETRY)
     if plan.skipped:
         log.info("target %d: missed slots skipped by misfire policy %s", row.id, row.misfire_policy)
     return result
+
+
+def outbox_row(row: Any, slot: datetime, now: datetime) -> dict[str, Any]:
+    """The outbox row of ``row``'s target for ``slot``: ``target_id``, ``slot_at``, ``key``, ``body``."""
+    message = _job_message(row, slot, now)
+    return {"target_id": row.id, "slot_at": slot, "key": message.idempotency_key, "body": encode_job(message).decode()}
 
 
 def _with_spec(site: dict[str, Any]) -> dict[str, Any]:
@@ -276,11 +303,25 @@ def _job_message(row: Any, slot: datetime, now: datetime) -> JobMessage:
     )
 
 
-async def write_outbox(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: datetime) -> int:
+async def write_outbox(
+    conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: datetime, claimed_by: str | None = None
+) -> int:
     """Insert ``rows`` (``target_id``, ``slot_at``, ``key``, ``body``) into the outbox as pending rows
-    created at ``now``, ``ON CONFLICT DO NOTHING``; how many were really inserted."""
+    created at ``now``, ``ON CONFLICT DO NOTHING``; how many were really inserted. With ``claimed_by``,
+    the claimer of each inserted row is recorded in ``outbox_trail`` (the lineage)."""
     if not rows:
         return 0
+    inserted = await _insert_outbox(conn, rows, now=now)
+    if inserted and claimed_by is not None:
+        # The rows this transaction inserted: created at ``now`` (the transaction's clock) with these keys.
+        new_rows = select(_OUTBOX.c.id, literal(claimed_by[:200])).where(
+            _OUTBOX.c.created_at == now, _OUTBOX.c.key.in_([r["key"] for r in rows])
+        )
+        await conn.execute(insert(_TRAIL).from_select(["outbox_id", "claimed_by"], new_rows))
+    return inserted
+
+
+async def _insert_outbox(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: datetime) -> int:
     if conn.dialect.name == "postgresql":
         # One statement of four arrays, whatever the batch size (one prepared statement, reused).
         result = await conn.execute(

@@ -34,17 +34,18 @@ import socket
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypedDict, cast, runtime_checkable
 
 from sqlalchemy import BigInteger, Table, bindparam, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd import metrics
 from crawlherd.brokers.base import Broker
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
-from crawlherd.db.models import DispatchOutbox, UTCDateTime
+from crawlherd.db.models import DispatchOutbox, OutboxTrail, UTCDateTime
 from crawlherd.errors import ConfigurationError, MessageRejectedError, summarize
 from crawlherd.messages import SCHEMA_VERSION
 from crawlherd.service.outbox import custom_plans
@@ -107,6 +108,7 @@ class LeasedRow:
     key: str
     body: str
     attempts: int
+    slot_at: datetime | None = None
 
 
 class RelayOptions(TypedDict, total=False):
@@ -121,6 +123,7 @@ class RelayOptions(TypedDict, total=False):
     max_backoff: float
     dead_after: int
     owner: str | None
+    broker_label: str | None
 
 
 class Relay:
@@ -145,6 +148,7 @@ class Relay:
         max_backoff: float = 300.0,
         dead_after: int = 5,
         owner: str | None = None,
+        broker_label: str | None = None,
     ) -> None:
         for name, value in (
             ("relay_batch", relay_batch),
@@ -175,6 +179,7 @@ class Relay:
         self.max_backoff = max_backoff
         self.dead_after = dead_after
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.broker_label = (broker_label or type(broker).__name__)[:300]
         #: The last publish failure, while failures go on (None once a publish succeeds again).
         self.last_error: str | None = None
 
@@ -192,6 +197,8 @@ class Relay:
             settled = {*confirmed, *(f.row.id for f in failures)}
             released = [r for r in leased if r.id not in settled]
             await asyncio.shield(self.settle(confirmed, failures, released))
+        metrics.RELAY_PUBLISHES.labels(outcome="confirmed").inc(len(confirmed))
+        _observe_lag(leased, confirmed)
         if failures:
             log.warning(
                 "%d publish(es) failed, kept in the outbox for a retry; first: %s: %s",
@@ -226,8 +233,8 @@ class Relay:
                     lease = lease.where(ob.id == cte.c.id)
                 else:  # SQLite: one writer at a time (BEGIN IMMEDIATE)
                     lease = lease.where(ob.id.in_(picked.scalar_subquery()))
-                rows = (await conn.execute(lease.returning(ob.id, ob.key, ob.body, ob.attempts))).all()
-        return sorted((LeasedRow(r.id, r.key, r.body, r.attempts) for r in rows), key=lambda r: r.id)
+                rows = (await conn.execute(lease.returning(ob.id, ob.key, ob.body, ob.attempts, ob.slot_at))).all()
+        return sorted((LeasedRow(r.id, r.key, r.body, r.attempts, r.slot_at) for r in rows), key=lambda r: r.id)
 
     async def publish(
         self, rows: Sequence[LeasedRow], confirmed: list[int], failures: list[Failure]
@@ -306,6 +313,7 @@ class Relay:
 
     def _failed(self, failure: Failure, failures: list[Failure]) -> None:
         failures.append(failure)
+        metrics.RELAY_PUBLISHES.labels(outcome="failed").inc()
         if self.last_error is None:
             log.warning("publish of %s failed: %s", failure.row.key, failure.error)
         self.last_error = failure.error
@@ -326,13 +334,16 @@ class Relay:
                 mark = update(ob).values(
                     status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
                 )
+                trail = update(OutboxTrail).values(published_by=self.owner[:200], broker=self.broker_label)
                 if confirmed and conn.dialect.name == "postgresql":  # one statement, one array
                     ids = bindparam("ids", list(confirmed), type_=postgresql.ARRAY(BigInteger))
                     await conn.execute(mark.where(ob.id == func.any(ids), ob.status == "pending"))
+                    await conn.execute(trail.where(OutboxTrail.outbox_id == func.any(ids)))
                 else:
                     for start in range(0, len(confirmed), _MARK_CHUNK):
                         chunk = confirmed[start : start + _MARK_CHUNK]
                         await conn.execute(mark.where(ob.id.in_(chunk), ob.status == "pending"))
+                        await conn.execute(trail.where(OutboxTrail.outbox_id.in_(chunk)))
                 dead = [f for f in failures if f.rejected and f.row.attempts >= self.dead_after]
                 if dead:
                     await conn.execute(
@@ -398,3 +409,12 @@ class Relay:
     def backoff_for(self, attempts: int) -> float:
         """Seconds a row waits after its ``attempts``-th failed publish: doubling, capped."""
         return float(min(self.max_backoff, self.backoff * 2 ** max(0, min(attempts - 1, 30))))
+
+
+def _observe_lag(leased: Sequence[LeasedRow], confirmed: Sequence[int]) -> None:
+    """Dispatch lag of the confirmed rows: slot time -> now (confirmed and marked)."""
+    ok = set(confirmed)
+    now = datetime.now(UTC)
+    for row in leased:
+        if row.id in ok and row.slot_at is not None:
+            metrics.DISPATCH_LAG.observe(max(0.0, (now - row.slot_at).total_seconds()))

@@ -111,7 +111,7 @@ async def test_celery_beat_and_worker_targets_to_items_once_per_slot(
         await upgrade(engine)
         website = await add_website(
             engine, name="celery-site", base_url=site, search_url_template=f"{site}/search?q={{keywords}}",
-            pagination_type="none", pagination={}, robots_policy="ignore", min_delay=0.0,
+            pagination={"type": "none"}, politeness={"robots": "ignore", "min_delay": 0.0},
             extraction={"item_selector": "article", "item_url": "a@href", "fields": {"title": "h2"}})
         now = await database_now(engine)
         ids = await add_targets(engine, website, 2, every=timedelta(seconds=1), anchor=now + timedelta(seconds=1))

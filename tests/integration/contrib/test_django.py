@@ -216,7 +216,7 @@ def test_manage_py_crawlherd_dispatch_once_then_crawlherd_worker(project: Any) -
 async def _one_target(db_url: str, keywords: str) -> list[int]:
     engine = create_engine(db_url)
     try:
-        site = await add_website(engine, name=f"admin-{keywords}")
+        site = await add_website(engine, name=f"admin-{keywords.replace(' ', '-')}")
         now = await database_now(engine)
         return await add_targets(engine, site, 1, every=timedelta(hours=1), anchor=now + timedelta(hours=1),
                                  keyword_prefix=keywords)
