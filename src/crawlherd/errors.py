@@ -122,7 +122,7 @@ class MemoryPressureError(CrawlherdError):
 
 class PageTooComplexError(CrawlherdError):
     """An HTML page refused before parsing: nested deeper, or costlier to parse, than the budget
-    (:data:`crawlherd.extract.selectors.MAX_HTML_DEPTH`, :data:`~crawlherd.extract.selectors.MAX_HTML_WORK`)."""
+    (:data:`crawlherd.page.MAX_HTML_DEPTH`, :data:`~crawlherd.page.MAX_HTML_WORK`)."""
 
 
 class ScheduleError(CrawlherdError):

@@ -152,7 +152,7 @@ def resolve_extractor(
 async def run_extractor(extractor: Handler, page: Page) -> ExtractionResult:
     """Call ``extractor`` on ``page``, awaiting it if it is async; a wrong return type is an error.
 
-    Declarative rules read a large page (over :data:`~crawlherd.extract.selectors.OFF_LOOP_CHARS`)
+    Declarative rules read a large page (over :data:`~crawlherd.page.OFF_LOOP_CHARS`)
     in a thread, so the event loop goes on; a page over the parse budget raises
     :class:`~crawlherd.errors.PageTooComplexError`. A Python handler is called as it is."""
     result: ExtractionResult | Awaitable[ExtractionResult]

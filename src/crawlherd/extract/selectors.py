@@ -15,7 +15,8 @@ from urllib.parse import urljoin
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
 
-from crawlherd.errors import ConfigurationError, PageTooComplexError
+from crawlherd.errors import ConfigurationError
+from crawlherd.page import MAX_HTML_DEPTH, MAX_HTML_WORK, OFF_LOOP_CHARS, html_cost
 
 __all__ = [
     "MAX_HTML_DEPTH",
@@ -33,56 +34,6 @@ T = TypeVar("T")
 _ATTR = re.compile(r"^[A-Za-z_:][-A-Za-z0-9_:.]*$")
 _FIELD_KEYS = frozenset({"selector", "attr", "all", "required", "absolute"})
 _PROBE = LexborHTMLParser("<html><body><p></p></body></html>")
-
-
-#: Pages nested deeper than this many elements are refused before they are parsed. Browsers stop
-#: nesting at a few hundred (Blink: 512); a hostile page of 150,000 nested ``<div>``s would take
-#: minutes to parse, because an HTML parser scans its stack of open elements on every tag.
-MAX_HTML_DEPTH = 1024
-#: The parse budget: the sum, over the page's start tags, of how deep each one opens. A page of
-#: 10,000 elements 30 deep costs 300,000; the default lets through flat pages of millions of tags and
-#: stops any page that would hold a parser for more than a fraction of a second.
-MAX_HTML_WORK = 20_000_000
-#: Pages longer than this (characters) are parsed in a thread (the parser releases the GIL), so that
-#: the event loop -- every other fetch of the process -- goes on meanwhile.
-OFF_LOOP_CHARS = 256 * 1024
-
-# Elements that never hold children, and those whose end tag the parser implies (a page of 5,000
-# unclosed <li> or <p> is flat, not 5,000 deep).
-_NO_DEPTH = frozenset(
-    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
-    | {"p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "thead", "tbody", "tfoot", "rb", "rt", "rtc"}
-    | {"rp", "colgroup", "caption", "html", "head", "body"}
-)
-_RAW = re.compile(r"<!--.*?-->|<(script|style|textarea|title)\b.*?</\1\s*>", re.S | re.I)
-_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)")
-
-
-def html_cost(html: str, *, max_depth: int = MAX_HTML_DEPTH, max_work: int = MAX_HTML_WORK) -> None:
-    """Raise :class:`~crawlherd.errors.PageTooComplexError` when ``html`` nests deeper than
-    ``max_depth`` elements or would cost more than ``max_work`` to parse (see :data:`MAX_HTML_WORK`).
-
-    A linear scan of the tags (comments, scripts and styles skipped), an estimate from above: end
-    tags that a parser would imply are not guessed, so a sloppy page counts a little deeper."""
-    depth = work = 0
-    for closing, name in _TAG.findall(_RAW.sub("", html) if "<" in html else ""):
-        if name.lower() in _NO_DEPTH:
-            continue
-        if closing:
-            depth = max(depth - 1, 0)
-            continue
-        depth += 1
-        work += depth
-        if depth > max_depth:
-            raise PageTooComplexError(
-                f"the page nests elements more than {max_depth} deep; refused before parsing "
-                "(a hostile or broken page: browsers stop nesting long before that)"
-            )
-    if work > max_work:
-        raise PageTooComplexError(
-            f"the page would cost {work:,} to parse, over the budget of {max_work:,} "
-            "(deeply nested and very large); refused before parsing"
-        )
 
 
 async def call_for_page(html: str, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
