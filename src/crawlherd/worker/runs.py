@@ -17,9 +17,11 @@ from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db.models import DispatchOutbox, JobRun
+from crawlherd.errors import PermanentJobError, summarize
 from crawlherd.messages import JobMessage
 from crawlherd.worker.jobcrawl import ListingOutcome
 
@@ -73,8 +75,13 @@ class RunStore:
             k: stmt.excluded[k]
             for k in ("status", "attempts", "started_at", "finished_at", "worker", "error", "updated_at")
         }
-        async with self.engine.begin() as conn:
-            await conn.execute(stmt.on_conflict_do_update(index_elements=["target_id", "slot_at"], set_=changed))
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(stmt.on_conflict_do_update(index_elements=["target_id", "slot_at"], set_=changed))
+        except IntegrityError as exc:  # the target was deleted after the job was published
+            raise PermanentJobError(
+                f"target {job.target_id} no longer exists: its run cannot be recorded ({summarize(exc)})"
+            ) from None
 
     async def finish(
         self,

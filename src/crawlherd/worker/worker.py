@@ -20,8 +20,24 @@ A job that fails is published again with ``attempt_count + 1`` after an exponent
 ``max_attempts`` it is ``dead`` (in ``job_runs`` and in the broker's dead-letter store).
 
 Shutdown (``stop`` set, SIGTERM, Ctrl+C): no new deliveries are taken; jobs in flight get
-``shutdown_timeout`` seconds to finish; the rest are cancelled and their deliveries requeued, so a
-restart loses no job.
+``shutdown_timeout`` seconds to finish; the rest are cancelled and their deliveries given back to the
+queue at once (another worker takes them in seconds), so a restart loses no job.
+
+Poison messages: a body that is not a valid job (:func:`~crawlherd.messages.decode_job`: too large,
+not UTF-8, too deep, wrong types) is dead-lettered at once with the reason; a job for a target that no
+longer exists too. A job whose handling fails with an unexpected error (a bug) counts as an attempt:
+retried after a back-off, dead after ``max_attempts``. A message that kills its worker outright is
+bounded by the broker's ``max_deliveries``. Nothing is ever requeued for immediate redelivery, except
+the deliveries given back at shutdown.
+
+Outages: when the broker, the frontier or the config DB stops answering, the worker says so once (a
+warning), keeps trying with back-off (a job it could not record goes back to the broker with a delay,
+not counted as an attempt), and says once when it is back (an info line).
+
+Long jobs: while it works on a job, the worker extends its claim on the delivery every third of the
+broker's ``lease`` (:meth:`~crawlherd.brokers.base.Broker.touch`), so a job longer than the lease is
+not handed to a second worker; a worker that dies stops extending, and its job is delivered again
+after about one lease.
 """
 
 from __future__ import annotations
@@ -40,9 +56,19 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler, CrawlerRunConfig
+from crawlherd.db.errors import is_db_unavailable
 from crawlherd.dispatch import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
 from crawlherd.dispatch.base import Dispatcher
-from crawlherd.errors import ConfigurationError, CrawlherdError, JobError, MessageError
+from crawlherd.errors import (
+    BackendUnavailableError,
+    BrokerError,
+    ConfigurationError,
+    CrawlherdError,
+    JobError,
+    MessageError,
+    PermanentJobError,
+    summarize,
+)
 from crawlherd.extract.handlers import run_extractor
 from crawlherd.extract.rules import Page
 from crawlherd.fetch.base import FetchLimits
@@ -54,6 +80,7 @@ from crawlherd.result import CrawlResult
 from crawlherd.sinks import DETAIL_AT, Sink, SQLSink
 from crawlherd.sitespec import SiteSpec
 from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
+from crawlherd.worker.outage import OutageLog, backoff_delay
 from crawlherd.worker.runs import RunStore
 
 __all__ = ["PAGE_DISPATCHERS", "Worker", "WorkerStats"]
@@ -95,7 +122,8 @@ class Worker:
     ``engine``); ``max_attempts`` before a job is dead; ``backoff`` and ``max_backoff`` seconds
     (doubling per attempt, with jitter); ``limits`` for the fetchers; ``shutdown_timeout`` for jobs in
     flight at shutdown; ``browser_factory`` makes the browser crawler for websites that need one
-    (default: Playwright with the system Chromium); ``lease_timeout`` of the frontier's leases;
+    (default: Playwright with the system Chromium); ``lease_timeout`` of the frontier's leases (None:
+    the frontier URL's ``?lease_timeout=``, else the frontier's default);
     ``poll_interval`` seconds between two looks at ``job_runs`` while a job's listing is read by
     another worker.
     """
@@ -117,7 +145,7 @@ class Worker:
         name: str | None = None,
         browser_factory: Callable[[FetchLimits], Crawler] | None = None,
         frontier_url: str = "memory://",
-        lease_timeout: float = 120.0,
+        lease_timeout: float | None = None,
         poll_interval: float = 1.0,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
@@ -132,6 +160,8 @@ class Worker:
             raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
         if backoff < 0 or max_backoff < backoff:
             raise ConfigurationError(f"need 0 <= backoff <= max_backoff, got {backoff!r} and {max_backoff!r}")
+        if lease_timeout is not None and not lease_timeout > 0:
+            raise ConfigurationError(f"lease_timeout must be > 0 seconds, got {lease_timeout!r}")
         if not poll_interval > 0:
             raise ConfigurationError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
         self.engine = engine
@@ -159,11 +189,13 @@ class Worker:
         self._new_pages = asyncio.Event()
         # The listing chains of the jobs this worker owns, by run: where their outcome is reported.
         self._chains: dict[str, asyncio.Future[ListingOutcome]] = {}
+        self.outages = OutageLog(log, f"worker {self.name}")
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Worker:
-        self.frontier = await open_scheduler(self.frontier_url, lease_timeout=self.lease_timeout).__aenter__()
+        options = {} if self.lease_timeout is None else {"lease_timeout": self.lease_timeout}
+        self.frontier = await open_scheduler(self.frontier_url, **options).__aenter__()
         self._http = await Crawler(limits=self.limits).__aenter__()
         return self
 
@@ -193,11 +225,28 @@ class Worker:
         pages_stop = asyncio.Event()
 
         async def consume() -> None:
-            async for delivery in self.broker.consume(prefetch=self.concurrency):
-                await slots.acquire()
-                task = asyncio.create_task(self._guarded(delivery, slots), name=f"job:{delivery.key}")
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+            failures = 0
+            while not stop.is_set():
+                try:
+                    if failures:  # still down? (a cheap call; consume() would raise the same)
+                        await asyncio.wait_for(self.broker.pending(), 15.0)
+                        self.outages.up("broker")
+                        failures = 0
+                    deliveries = self.broker.consume(prefetch=self.concurrency)
+                    try:
+                        async for delivery in deliveries:
+                            await slots.acquire()
+                            task = asyncio.create_task(self._guarded(delivery, slots), name=f"job:{delivery.key}")
+                            tasks.add(task)
+                            task.add_done_callback(tasks.discard)
+                    finally:
+                        await deliveries.aclose()
+                    return  # the broker was closed
+                except (BackendUnavailableError, TimeoutError) as exc:
+                    failures += 1
+                    self.outages.down("broker", summarize(exc))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), backoff_delay(failures))
 
         consumer = asyncio.create_task(consume(), name="worker-consume")
         pages = asyncio.create_task(self._page_loop(pages_stop), name="worker-pages")
@@ -238,21 +287,56 @@ class Worker:
 
     async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         self.stats.in_flight += 1
+        heartbeat = asyncio.create_task(self._heartbeat(delivery), name=f"heartbeat:{delivery.key}")
         try:
             await self.handle(delivery)
         except asyncio.CancelledError:
+            # shutdown: give the delivery back at once, so that another worker takes it in seconds
             self.stats.requeued += 1
-            with contextlib.suppress(CrawlherdError):
-                await asyncio.shield(self.broker.nack(delivery, requeue=True))
+            heartbeat.cancel()
+            with contextlib.suppress(CrawlherdError, TimeoutError):
+                await asyncio.shield(asyncio.wait_for(self.broker.nack(delivery, requeue=True), 5.0))
             raise
-        except Exception as exc:  # a bug or a service failure: requeue, never lose the job
-            log.exception("worker %s: job %s failed unexpectedly; requeued", self.name, delivery.key)
-            self._remember(f"{delivery.key}: {exc}")
-            with contextlib.suppress(CrawlherdError):
-                await self.broker.nack(delivery, requeue=True)
+        except Exception as exc:  # noqa: BLE001 - a service outage or a bug: never lose the job, never loop
+            await self._unexpected(delivery, exc)
         finally:
+            heartbeat.cancel()
             self.stats.in_flight -= 1
             slots.release()
+
+    async def _heartbeat(self, delivery: Delivery) -> None:
+        """Extend the claim on ``delivery`` every third of the broker's lease while the job runs."""
+        lease = getattr(self.broker, "lease", None)
+        if not lease:
+            return
+        every = max(0.05, lease / 3)
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await asyncio.wait_for(self.broker.touch(delivery), every)
+            except BrokerError as exc:  # settled meanwhile, or lost: nothing more to extend
+                log.debug("worker %s: stopped extending %s: %s", self.name, delivery.key, exc)
+                return
+            except (BackendUnavailableError, TimeoutError) as exc:
+                log.debug("worker %s: could not extend %s: %s", self.name, delivery.key, exc)
+
+    async def _unexpected(self, delivery: Delivery, exc: Exception) -> None:
+        """A delivery whose handling raised: an outage sends it back after a back-off (not an attempt:
+        the job did not run); anything else counts as a failed attempt."""
+        outage = _outage_of(exc)
+        try:
+            if outage is not None:
+                self.outages.down(outage, summarize(exc))
+                self.stats.requeued += 1
+                await self.broker.retry(delivery, delay=self.retry_delay(1))
+                return
+            log.error("worker %s: job %s failed unexpectedly: %s", self.name, delivery.key, summarize(exc),
+                      exc_info=exc)
+            job = decode_job(delivery.body)
+            await self._failed(delivery, job, f"unexpected error: {summarize(exc)}", record=False)
+        except CrawlherdError as again:  # the broker failed too: the delivery comes back after its lease
+            self._remember(f"{delivery.key}: {again}")
+            log.debug("worker %s: could not settle %s: %s", self.name, delivery.key, again)
 
     async def handle(self, delivery: Delivery) -> None:
         """Process one delivery to the end: acked, retried, dead-lettered or skipped. Its pages are
@@ -267,12 +351,17 @@ class Worker:
             await self.broker.dead_letter(delivery, f"invalid job message: {exc}")
             return
         status = await self.runs.status(job)
+        self.outages.up("config DB")
         if status in ("succeeded", "dead"):
             self.stats.skipped += 1
             log.info("worker %s: job %s already %s; skipped", self.name, job.idempotency_key, status)
             await self.broker.ack(delivery)
             return
-        await self.runs.start(job, worker=self.name)
+        try:
+            await self.runs.start(job, worker=self.name)
+        except PermanentJobError as exc:
+            await self._failed(delivery, job, str(exc), permanent=True, record=False)
+            return
         try:
             outcome = await self._crawl(job)
         except CrawlherdError as exc:
@@ -325,11 +414,24 @@ class Worker:
         finally:
             self._chains.pop(state.run, None)
 
-    async def _failed(self, delivery: Delivery, job: JobMessage, reason: str, *, permanent: bool = False) -> None:
+    async def _failed(self, delivery: Delivery, job: JobMessage, reason: str, *, permanent: bool = False,
+                      record: bool = True) -> None:
+        """Retry ``job`` after a back-off, or dead-letter it. ``record``: in ``job_runs`` too (best effort
+        when False: the run may not be recordable)."""
         attempts = job.attempt_count + 1
         self._remember(f"{job.idempotency_key} attempt {attempts}: {reason}")
+
+        async def finish(status: str) -> None:
+            if record:
+                await self.runs.finish(job, status=status, error=reason)
+                return
+            try:
+                await self.runs.finish(job, status=status, error=reason)
+            except Exception as exc:  # noqa: BLE001 - the broker is what keeps the job
+                log.debug("worker %s: could not record %s as %s: %s", self.name, job.idempotency_key, status, exc)
+
         if attempts >= self.max_attempts or permanent:
-            await self.runs.finish(job, status="dead", error=reason)
+            await finish("dead")
             why = "no attempt can do better" if permanent and attempts < self.max_attempts else (
                 f"attempt {attempts} of {self.max_attempts}"
             )
@@ -338,7 +440,7 @@ class Worker:
             log.error("worker %s: job %s is dead (%s): %s", self.name, job.idempotency_key, why, reason)
             return
         delay = self.retry_delay(attempts)
-        await self.runs.finish(job, status="failed", error=reason)
+        await finish("failed")
         body = encode_job(job.model_copy(update={"attempt_count": attempts}))
         await self.broker.retry(delivery, delay=delay, body=body)
         self.stats.retried += 1
@@ -372,16 +474,30 @@ class Worker:
         assert self.frontier is not None
         frontier = self.frontier
         limiter = RateLimiter(base_delay=(0.0, 0.0), decay=0.5)  # 429 back-off; spacing is the frontier's
+        failures = 0
         while not stop.is_set():
             results = self._dispatcher(limiter).run(frontier, self._page)
             try:
-                async for result in results:
-                    if not result.success:
-                        await self._page_failed(result)
-                    if stop.is_set():
-                        break  # what is in flight is cancelled and its leases go back
-            finally:
-                await results.aclose()  # type: ignore[attr-defined]
+                try:
+                    async for result in results:
+                        if failures:
+                            self.outages.up("frontier")
+                            failures = 0
+                        if not result.success:
+                            await self._page_failed(result)
+                        if stop.is_set():
+                            break  # what is in flight is cancelled and its leases go back
+                finally:
+                    await results.aclose()  # type: ignore[attr-defined]
+                if failures and await frontier.idle() is not None:
+                    self.outages.up("frontier")  # it answered
+                    failures = 0
+            except BackendUnavailableError as exc:  # the frontier (or the DB behind a page) went away
+                failures += 1
+                self.outages.down(_outage_of(exc) or "frontier", summarize(exc))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), backoff_delay(failures))
+                continue
             self._new_pages.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(_first(stop.wait(), self._new_pages.wait()), 1.0)
@@ -533,3 +649,14 @@ async def _first(*aws: Awaitable[object]) -> None:
     finally:
         for t in tasks:
             t.cancel()
+
+
+def _outage_of(exc: BaseException) -> str | None:
+    """The service whose outage ``exc`` is ("broker", "frontier", "config DB"), or None for a bug."""
+    if isinstance(exc, BackendUnavailableError):
+        return {"database": "config DB"}.get(exc.backend or "", exc.backend or "a service")
+    if isinstance(exc, CrawlherdError):
+        return None
+    if is_db_unavailable(exc) and type(exc).__name__ != "IntegrityError":
+        return "config DB"
+    return None
