@@ -30,7 +30,8 @@ Delivery limit on every queue type: RabbitMQ counts deliveries only in quorum qu
 counts them itself: a message that arrives ``redelivered`` (its consumer died, lost its connection or
 gave it back) is published again to the back of the queue with its count in the header
 ``x-crawlherd-deliveries`` and the original acked; at ``max_deliveries`` (10; 0 = no limit) it is
-dead-lettered instead, with the reason. Leases: RabbitMQ has no client-side lease to extend (``lease``
+dead-lettered instead, with the reason (a quorum queue with ``delivery_limit`` is left to RabbitMQ's
+own count). Leases: RabbitMQ has no client-side lease to extend (``lease``
 is None, ``touch`` does nothing): an unacked delivery stays with its consumer while the connection
 lives, up to the server's ``consumer_timeout`` (30 min by default; the channel is then closed and the
 message redelivered) -- set ``consumer_timeout`` in ``rabbitmq.conf`` above the longest job.
@@ -402,7 +403,8 @@ class AMQPBroker(BrokerBase):
 
     def _delivery(self, state: _ConsumeState, m: AbstractIncomingMessage) -> Delivery:
         key = m.message_id or _header(m.headers, _KEY_HEADER) or ""
-        return Delivery(m.body, key, f"{state.gen}.{m.delivery_tag}", bool(m.redelivered),
+        counted = _header(m.headers, _DELIVERIES)  # a copy published again by _count_redelivery
+        return Delivery(m.body, key, f"{state.gen}.{m.delivery_tag}", bool(m.redelivered) or bool(counted),
                         _str_headers(m.headers), raw=m)
 
     async def _fetch(self, state: _ConsumeState, n: int) -> Sequence[Delivery]:
@@ -428,7 +430,7 @@ class AMQPBroker(BrokerBase):
         messages = [first]
         while len(messages) < n and not state.inbox.empty():
             messages.append(state.inbox.get_nowait())
-        if self.options.max_deliveries:
+        if self.options.max_deliveries and not self.options.delivery_limit:  # else RabbitMQ counts them
             messages = [m for m in messages if not m.redelivered or await self._count_redelivery(m)]
         return [self._delivery(state, m) for m in messages]
 
