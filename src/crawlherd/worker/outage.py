@@ -23,12 +23,19 @@ def backoff_delay(failures: int, *, base: float = 0.5, cap: float = 30.0) -> flo
 
 
 class OutageLog:
-    """Tracks which services are down; logs the first failure and the recovery of each, once."""
+    """Tracks which services are down; logs the first failure and the recovery of each, once.
 
-    def __init__(self, logger: logging.Logger, who: str) -> None:
+    A failure within ``grace`` seconds of a recovery is the same outage's tail (a client's pooled
+    connections to a restarted server each fail once) and is logged at debug level only.
+    """
+
+    def __init__(self, logger: logging.Logger, who: str, *, grace: float = 10.0) -> None:
         self._log = logger
         self._who = who
+        self._grace = grace
         self._since: dict[str, float] = {}
+        self._quiet: set[str] = set()  # down again within the grace: no second "back" line
+        self._back_at: dict[str, float] = {}
 
     def is_down(self, service: str) -> bool:
         """True while ``service`` is in an outage."""
@@ -36,10 +43,15 @@ class OutageLog:
 
     def down(self, service: str, error: object) -> bool:
         """``service`` failed: a warning if it was up (the outage starts). True when it was up."""
+        now = time.monotonic()
         if service in self._since:
             self._log.debug("%s: %s still unavailable: %s", self._who, service, error)
             return False
-        self._since[service] = time.monotonic()
+        self._since[service] = now
+        if now - self._back_at.get(service, -1e18) < self._grace:
+            self._quiet.add(service)
+            self._log.debug("%s: %s failed again just after it came back: %s", self._who, service, error)
+            return False
         self._log.warning("%s: %s unavailable (%s); carrying on, retrying with back-off", self._who, service, error)
         return True
 
@@ -48,5 +60,10 @@ class OutageLog:
         since = self._since.pop(service, None)
         if since is None:
             return False
-        self._log.info("%s: %s is back after %.1fs", self._who, service, time.monotonic() - since)
+        now = time.monotonic()
+        self._back_at[service] = now
+        if service in self._quiet:
+            self._quiet.discard(service)
+            return True
+        self._log.info("%s: %s is back after %.1fs", self._who, service, now - since)
         return True

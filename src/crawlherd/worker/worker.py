@@ -51,6 +51,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -304,6 +305,22 @@ class Worker:
             self.stats.in_flight -= 1
             slots.release()
 
+    async def _settle(self, operation: Callable[[], Awaitable[None]]) -> None:
+        """Settle a delivery; while the broker cannot be reached, keep trying with back-off (the
+        delivery stays held: left alone, it would wait out its lease). Cancelled at shutdown."""
+        failures = 0
+        while True:
+            try:
+                await operation()
+            except BackendUnavailableError as exc:
+                failures += 1
+                self.outages.down("broker", summarize(exc))
+                await asyncio.sleep(backoff_delay(failures))
+                continue
+            if failures:
+                self.outages.up("broker")
+            return
+
     async def _heartbeat(self, delivery: Delivery) -> None:
         """Extend the claim on ``delivery`` every third of the broker's lease while the job runs."""
         lease = getattr(self.broker, "lease", None)
@@ -328,7 +345,7 @@ class Worker:
             if outage is not None:
                 self.outages.down(outage, summarize(exc))
                 self.stats.requeued += 1
-                await self.broker.retry(delivery, delay=self.retry_delay(1))
+                await self._settle(lambda: self.broker.retry(delivery, delay=self.retry_delay(1)))
                 return
             log.error("worker %s: job %s failed unexpectedly: %s", self.name, delivery.key, summarize(exc),
                       exc_info=exc)
@@ -348,14 +365,15 @@ class Worker:
             self.stats.invalid += 1
             self._remember(f"invalid message {delivery.key!r}: {exc}")
             log.warning("worker %s: dead-lettering invalid message %r: %s", self.name, delivery.key, exc)
-            await self.broker.dead_letter(delivery, f"invalid job message: {exc}")
+            why = f"invalid job message: {exc}"
+            await self._settle(lambda: self.broker.dead_letter(delivery, why))
             return
         status = await self.runs.status(job)
         self.outages.up("config DB")
         if status in ("succeeded", "dead"):
             self.stats.skipped += 1
             log.info("worker %s: job %s already %s; skipped", self.name, job.idempotency_key, status)
-            await self.broker.ack(delivery)
+            await self._settle(lambda: self.broker.ack(delivery))
             return
         try:
             await self.runs.start(job, worker=self.name)
@@ -376,7 +394,7 @@ class Worker:
             items_new=outcome.items_new,
             items_updated=outcome.items_updated,
         )
-        await self.broker.ack(delivery)
+        await self._settle(lambda: self.broker.ack(delivery))
         self.stats.succeeded += 1
         self.stats.pages += outcome.pages
         log.info(
@@ -435,14 +453,14 @@ class Worker:
             why = "no attempt can do better" if permanent and attempts < self.max_attempts else (
                 f"attempt {attempts} of {self.max_attempts}"
             )
-            await self.broker.dead_letter(delivery, f"{why}: {reason}")
+            await self._settle(lambda: self.broker.dead_letter(delivery, f"{why}: {reason}"))
             self.stats.dead += 1
             log.error("worker %s: job %s is dead (%s): %s", self.name, job.idempotency_key, why, reason)
             return
         delay = self.retry_delay(attempts)
         await finish("failed")
         body = encode_job(job.model_copy(update={"attempt_count": attempts}))
-        await self.broker.retry(delivery, delay=delay, body=body)
+        await self._settle(lambda: self.broker.retry(delivery, delay=delay, body=body))
         self.stats.retried += 1
         log.warning(
             "worker %s: job %s failed (attempt %d of %d), retrying in %.1fs: %s",
@@ -475,32 +493,52 @@ class Worker:
         frontier = self.frontier
         limiter = RateLimiter(base_delay=(0.0, 0.0), decay=0.5)  # 429 back-off; spacing is the frontier's
         failures = 0
-        while not stop.is_set():
-            results = self._dispatcher(limiter).run(frontier, self._page)
-            try:
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
                 try:
-                    async for result in results:
-                        if failures:
-                            self.outages.up("frontier")
-                            failures = 0
-                        if not result.success:
-                            await self._page_failed(result)
-                        if stop.is_set():
-                            break  # what is in flight is cancelled and its leases go back
-                finally:
-                    await results.aclose()  # type: ignore[attr-defined]
-                if failures and await frontier.idle() is not None:
-                    self.outages.up("frontier")  # it answered
-                    failures = 0
-            except BackendUnavailableError as exc:  # the frontier (or the DB behind a page) went away
-                failures += 1
-                self.outages.down(_outage_of(exc) or "frontier", summarize(exc))
+                    if failures:  # still down? (the frontier answers, or this raises the same)
+                        await frontier.idle()
+                        self.outages.up("frontier")
+                        failures = 0
+                    await self._run_pages(frontier, limiter, stopping)
+                except Exception as exc:  # the frontier (or the DB behind a page) went away: wait, go on
+                    unavailable = _unavailable_in(exc)
+                    if unavailable is None:
+                        raise
+                    failures += 1
+                    name = "config DB" if unavailable.backend == "database" else "frontier"
+                    self.outages.down(name, summarize(unavailable))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), backoff_delay(failures))
+                    continue
+                self._new_pages.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), backoff_delay(failures))
-                continue
-            self._new_pages.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(_first(stop.wait(), self._new_pages.wait()), 1.0)
+                    await asyncio.wait_for(_first(stop.wait(), self._new_pages.wait()), 1.0)
+        finally:
+            stopping.cancel()
+
+    async def _run_pages(self, frontier: Frontier, limiter: RateLimiter, stopping: asyncio.Future[Any]) -> None:
+        """One run of the engine's dispatcher over the frontier, until it has nothing more or ``stopping``
+        is done (then what is in flight is cancelled and its leases go back)."""
+        results = self._dispatcher(limiter).run(frontier, self._page)
+        try:
+            while not stopping.done():
+                step: asyncio.Future[Any] = asyncio.ensure_future(anext(results))
+                await asyncio.wait({step, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not step.done():
+                    step.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await step
+                    return
+                try:
+                    result: CrawlResult = step.result()
+                except StopAsyncIteration:
+                    return
+                if not result.success:
+                    await self._page_failed(result)
+        finally:
+            await results.aclose()  # type: ignore[attr-defined]
 
     async def _page(self, request: Request) -> CrawlResult:
         """The dispatcher's work for one page: fetch it *and* store what it holds, so that the lease is
@@ -654,9 +692,23 @@ async def _first(*aws: Awaitable[object]) -> None:
 def _outage_of(exc: BaseException) -> str | None:
     """The service whose outage ``exc`` is ("broker", "frontier", "config DB"), or None for a bug."""
     if isinstance(exc, BackendUnavailableError):
-        return {"database": "config DB"}.get(exc.backend or "", exc.backend or "a service")
+        if exc.backend == "database":
+            return "config DB"
+        return "frontier" if "frontier" in str(exc) else "broker"
     if isinstance(exc, CrawlherdError):
         return None
     if is_db_unavailable(exc) and type(exc).__name__ != "IntegrityError":
         return "config DB"
+    return None
+
+
+def _unavailable_in(exc: BaseException) -> BackendUnavailableError | None:
+    """``exc`` itself, or the first leaf of an exception group (the dispatcher's task group), when it is
+    a :class:`BackendUnavailableError` and the group holds nothing but those (and cancellations)."""
+    if isinstance(exc, BackendUnavailableError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [_unavailable_in(e) for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        if leaves and all(leaf is not None for leaf in leaves):
+            return leaves[0]
     return None

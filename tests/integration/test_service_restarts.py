@@ -1,0 +1,105 @@
+"""Real services restarted under a running ``crawlherd run``: the platform says so once, carries on,
+loses nothing and logs no traceback.
+
+Redis: a PRIVATE ``redis-server`` (AOF, ``appendfsync always``, the test's own port and directory) is
+both the broker and the frontier; the test kills it by its PID while jobs are in flight and starts it
+again on the same port and directory. Every target's job must end ``succeeded``, each target's search
+page fetched at least once (a second fetch only where at-least-once allows it: a job in flight when the
+broker died), and the log must hold one warning per outage, one "is back" line, and no traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd.db import JobRun, ScrapeTarget, create_engine, upgrade
+from crawlherd.service.targets import import_targets
+from tests.integration.test_broker_outage import PrivateRedis
+from tests.integration.test_worker import Board, board, website  # noqa: F401 - the board fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
+
+KEYWORDS = [f"k{n}" for n in range(6)]
+BAD_LOG = ("Traceback", "asynchronous generator is already running", "Unclosed", "unclosed", "Task exception")
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
+    await upgrade(engine)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+async def statuses(engine: AsyncEngine) -> list[str]:
+    async with engine.connect() as conn:
+        return list((await conn.execute(select(JobRun.status))).scalars().all())
+
+
+@pytest.mark.timeout(120)
+async def test_redis_restarted_under_crawlherd_run(
+    engine: AsyncEngine, board: Board, tmp_path: Path  # noqa: F811
+) -> None:
+    board.slow = 0.5
+    document = {"websites": [website(board, robots="ignore")],
+                "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
+    targets = tmp_path / "targets.yaml"
+    targets.write_text(yaml.safe_dump(document), encoding="utf-8")
+    await import_targets(engine, targets)
+    async with engine.begin() as conn:
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+
+    redis_dir = tmp_path / "redis"
+    redis_dir.mkdir()
+    server = PrivateRedis(redis_dir)
+    server.start()
+    redis = f"redis://127.0.0.1:{server.port}/0"
+    log_path = tmp_path / "run.log"
+    env = {**os.environ, "PYTHONWARNINGS": "default"}
+    with log_path.open("wb") as log_file:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "crawlherd", "-v", "run", "--database-url", str(engine.url),
+            "--broker-url", f"{redis}?prefix=b&claim_idle=5", "--frontier-url", f"{redis}?prefix=f&lease_timeout=5",
+            "--allow-private", "--concurrency", "2", "--interval", "0.2", "--backoff", "0.2",
+            stdout=log_file, stderr=asyncio.subprocess.STDOUT, env=env,
+        )
+        try:
+            while not await statuses(engine):  # the first job has started: jobs are in flight
+                assert proc.returncode is None, log_path.read_text()
+                await asyncio.sleep(0.05)
+            server.kill()  # SIGKILL by PID
+            await asyncio.sleep(3.0)  # an outage of a few seconds
+            server.start()  # same port, same directory: the AOF brings the streams back
+            while (await statuses(engine)).count("succeeded") < len(KEYWORDS):  # bounded by the timeout
+                assert proc.returncode is None, log_path.read_text()
+                await asyncio.sleep(0.1)
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(proc.wait(), 60)
+            server.kill()
+    log = log_path.read_text()
+    assert proc.returncode == 0, log
+    for bad in BAD_LOG:
+        assert bad not in log, log
+    assert sorted(await statuses(engine)) == ["succeeded"] * len(KEYWORDS)
+    fetched = board.fetched("/search")
+    assert {p.split("q=")[1] for p in fetched} == set(KEYWORDS)
+    assert len(fetched) <= len(KEYWORDS) + 2  # at most the two jobs in flight fetched again
+    warnings = [line for line in log.splitlines() if "unavailable" in line and "WARNING" in line]
+    assert 1 <= len(warnings) <= 3, log  # once per outage, per service (broker, frontier, relay)
+    assert len({line.split(": ", 1)[1].split(" unavailable")[0] for line in warnings}) == len(warnings), log
+    assert any(" is back after " in line for line in log.replace("\r", "\n").splitlines()), log
