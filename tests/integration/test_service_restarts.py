@@ -103,3 +103,63 @@ async def test_redis_restarted_under_crawlherd_run(
     assert 1 <= len(warnings) <= 3, log  # once per outage, per service (broker, frontier, relay)
     assert len({line.split(": ", 1)[1].split(" unavailable")[0] for line in warnings}) == len(warnings), log
     assert any(" is back after " in line for line in log.replace("\r", "\n").splitlines()), log
+
+
+@pytest.mark.timeout(150)
+async def test_postgres_restarted_under_crawlherd_run(
+    board: Board, tmp_path: Path, redis_url: str, unique_name: str  # noqa: F811
+) -> None:
+    """The config DB (a private PostgreSQL cluster) killed by its PID while jobs are dispatched and
+    crawled, started again a few seconds later: every job succeeds, once per target at the server
+    (twice only for a job in flight at the kill), and the log holds no traceback."""
+    from tests.support.private_postgres import PrivatePostgres
+    from tests.support.real_brokers import remove
+
+    board.slow = 0.5
+    pg = PrivatePostgres()
+    pg.start()
+    engine = create_engine(pg.url)
+    broker_url = f"{redis_url}?prefix={unique_name}&claim_idle=5"
+    try:
+        await upgrade(engine)
+        document = {"websites": [website(board, robots="ignore")],
+                    "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
+        targets = tmp_path / "targets.yaml"
+        targets.write_text(yaml.safe_dump(document), encoding="utf-8")
+        await import_targets(engine, targets)
+        async with engine.begin() as conn:
+            await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+        log_path = tmp_path / "run.log"
+        with log_path.open("wb") as log_file:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "crawlherd", "-v", "run", "--database-url", pg.url, "--broker-url", broker_url,
+                "--frontier-url", "memory://", "--allow-private", "--concurrency", "2", "--interval", "0.2",
+                "--backoff", "0.2", stdout=log_file, stderr=asyncio.subprocess.STDOUT,
+            )
+            try:
+                while not await statuses(engine):  # the first job has started
+                    assert proc.returncode is None, log_path.read_text()
+                    await asyncio.sleep(0.05)
+                await engine.dispose()
+                pg.kill()
+                await asyncio.sleep(3.0)
+                pg.start()
+                while (await statuses(engine)).count("succeeded") < len(KEYWORDS):  # bounded by the timeout
+                    assert proc.returncode is None, log_path.read_text()
+                    await asyncio.sleep(0.2)
+            finally:
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGTERM)
+                    await asyncio.wait_for(proc.wait(), 60)
+        log = log_path.read_text()
+        assert proc.returncode == 0, log
+        for bad in BAD_LOG:
+            assert bad not in log, log
+        assert sorted(await statuses(engine)) == ["succeeded"] * len(KEYWORDS)
+        fetched = board.fetched("/search")
+        assert {p.split("q=")[1] for p in fetched} == set(KEYWORDS)
+        assert len(fetched) <= len(KEYWORDS) + 2
+    finally:
+        await engine.dispose()
+        pg.stop()
+        await remove(broker_url, "redis", unique_name)
