@@ -163,3 +163,74 @@ async def test_postgres_restarted_under_crawlherd_run(
         await engine.dispose()
         pg.stop()
         await remove(broker_url, "redis", unique_name)
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.timeout(90)
+async def test_rabbitmq_connection_closed_under_a_worker(
+    engine: AsyncEngine, board: Board, tmp_path: Path, amqp_url: str, unique_name: str,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``rabbitmqctl close_connection`` on the worker's own connection (found by its client-provided
+    name) while jobs are in flight: the worker reconnects and every job succeeds; a job whose delivery
+    was lost with the channel is delivered again and skipped by its run key if it had finished."""
+    import subprocess
+
+    from crawlherd.brokers import open_broker
+    from crawlherd.fetch.base import FetchLimits
+    from crawlherd.service.dispatch_service import DispatchService
+    from crawlherd.worker.worker import Worker
+    from tests.support.dispatch import dispatch_due, relay_all
+    from tests.support.real_brokers import remove
+
+    if not shutil_which("rabbitmqctl"):
+        pytest.skip("rabbitmqctl is not installed")
+    board.slow = 0.5
+    document = {"websites": [website(board, robots="ignore")],
+                "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
+    (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
+    await import_targets(engine, tmp_path / "targets.yaml")
+    async with engine.begin() as conn:
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+    url = f"{amqp_url}?queue={unique_name}"
+    try:
+        async with open_broker(url) as broker:
+            service = DispatchService(engine, broker)
+            await dispatch_due(service)
+            await relay_all(service)
+            worker = Worker(engine, broker, concurrency=2, limits=FetchLimits(allow_private_addresses=True),
+                            backoff=0.2)
+            stop = asyncio.Event()
+            async with worker:
+                running = asyncio.create_task(worker.run(stop))
+                while not await statuses(engine):  # noqa: ASYNC110 - DB state: no event to await
+                    await asyncio.sleep(0.05)
+                listing = (await asyncio.to_thread(
+                    subprocess.run, ["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
+                    capture_output=True, text=True, timeout=30)).stdout
+                ours = [line.split("\t")[0] for line in listing.splitlines()
+                        if f"crawlherd broker {unique_name}" in line]
+                assert len(ours) == 1, listing  # the test's own connection only
+                await asyncio.to_thread(
+                    subprocess.run, ["rabbitmqctl", "-q", "close_connection", ours[0], "test: connection killed"],
+                    check=True, timeout=30, capture_output=True)
+                while (await statuses(engine)).count("succeeded") < len(KEYWORDS):  # bounded by the timeout
+                    assert not running.done(), running
+                    await asyncio.sleep(0.1)
+                stop.set()
+                await running
+    finally:
+        await remove(url, "amqp", unique_name)
+    assert sorted(await statuses(engine)) == ["succeeded"] * len(KEYWORDS)
+    fetched = board.fetched("/search")
+    assert {p.split("q=")[1] for p in fetched} == set(KEYWORDS)
+    assert len(fetched) <= len(KEYWORDS) + 2  # only the jobs in flight at the close fetched again
+    said = [r.getMessage() for r in caplog.records if r.name == "crawlherd.worker.worker"]
+    assert len([m for m in said if "broker unavailable" in m]) == 1, said  # once per outage
+    assert not [r for r in caplog.records if r.exc_info and r.name.startswith("crawlherd")], said  # no traceback
+
+
+def shutil_which(name: str) -> str | None:
+    import shutil
+
+    return shutil.which(name)

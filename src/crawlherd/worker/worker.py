@@ -317,6 +317,10 @@ class Worker:
                 self.outages.down("broker", summarize(exc))
                 await asyncio.sleep(backoff_delay(failures))
                 continue
+            except BrokerError as exc:  # the delivery was lost (channel gone, lease expired): it comes back
+                log.warning("worker %s: %s", self.name, exc)
+                self._remember(str(exc))
+                return
             if failures:
                 self.outages.up("broker")
             return
