@@ -101,9 +101,11 @@ async def test_five_workers_on_one_redis_frontier_keep_one_websites_min_delay(
             await relay_all(service)
 
         procs = []
+        logs = []
         try:
             for n in range(WORKERS):
                 log = (tmp_path / f"worker{n}.log").open("wb")
+                logs.append(log)
                 procs.append(await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "crawlherd", "worker", "--database-url", str(engine.url),
                     "--broker-url", broker_url, "--frontier-url", frontier_url, "--allow-private",
@@ -123,6 +125,8 @@ async def test_five_workers_on_one_redis_frontier_keep_one_websites_min_delay(
                 if p.returncode is None:
                     p.send_signal(signal.SIGTERM)
             await asyncio.gather(*(asyncio.wait_for(p.wait(), 60) for p in procs))
+            for log in logs:
+                log.close()
             await remove(broker_url, "redis", f"{unique_name}b")
             await remove(frontier_url, "redis", f"{unique_name}f")
         stamps: list[Stamp] = sorted(server.stamps, key=lambda s: s.at)
