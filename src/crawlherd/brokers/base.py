@@ -23,9 +23,10 @@ Guarantees every broker keeps:
   Deliveries stay settle-able after their ``consume()`` loop ended, until the broker is closed;
   ``close()`` gives every unsettled delivery back to the queue at once (best effort: when the broker
   cannot be reached they come back after their lease, as for a consumer that died).
-- ``touch(delivery)`` extends the consumer's claim on an unsettled delivery by another lease (the
-  worker calls it while it works on a job longer than the lease: its heartbeat); ``lease`` says how
-  long a claim lasts unrenewed (``None``: no time limit on the client's side, see the broker's docs).
+- Optional (every broker of this package has them, through ``BrokerBase``; the worker uses them when
+  present): ``touch(delivery)`` extends the consumer's claim on an unsettled delivery by another
+  lease (the worker calls it while it works on a job longer than the lease: its heartbeat);
+  ``lease`` says how long a claim lasts unrenewed (``None``: no time limit on the client's side).
   A message delivered ``max_deliveries`` times (default 10, every broker) without being settled is
   dead-lettered with that reason instead of being delivered again: a message that kills its consumer
   cannot loop forever.
@@ -107,15 +108,6 @@ class Broker(Protocol):
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Move the message to the dead-letter store with ``reason``."""
-        ...
-
-    @property
-    def lease(self) -> float | None:
-        """Seconds an unsettled delivery stays claimed without :meth:`touch` (None: no client-side limit)."""
-        ...
-
-    async def touch(self, delivery: Delivery) -> None:
-        """Extend the claim on ``delivery`` by another :attr:`lease`; BrokerError when it was lost."""
         ...
 
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:

@@ -48,6 +48,7 @@ import logging
 import os
 import random
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -55,9 +56,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd import metrics
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler, CrawlerRunConfig
 from crawlherd.db.errors import is_db_unavailable
+from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.dispatch import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
 from crawlherd.dispatch.base import Dispatcher
 from crawlherd.errors import (
@@ -252,6 +255,11 @@ class Worker:
         consumer = asyncio.create_task(consume(), name="worker-consume")
         pages = asyncio.create_task(self._page_loop(pages_stop), name="worker-pages")
         stopper = asyncio.create_task(stop.wait(), name="worker-stop")
+        beat = Heartbeat(
+            self.engine, kind="worker", name=self.name, jobs_in_hand=lambda: self.stats.in_flight,
+            details=self._frontier_counts,
+        )
+        beating = asyncio.create_task(beat.run(stop), name="worker-heartbeat")
         try:
             done, _ = await asyncio.wait({consumer, pages, stopper}, return_when=asyncio.FIRST_COMPLETED)
             for t in done - {stopper}:
@@ -278,16 +286,32 @@ class Worker:
             pages_stop.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await pages
+            await beating  # marks the worker stopped
             for t in list(tasks):  # the page loop failed: nothing can finish them
                 t.cancel()
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
         return self.stats
 
+    async def process(self, delivery: Delivery) -> None:
+        """Handle one delivery to the end with the page loop running meanwhile: for callers that take
+        deliveries themselves (a Celery task, a serverless function) instead of :meth:`run`. Detail
+        pages the job queued and this call did not reach stay in the frontier for the next one."""
+        if self._http is None:
+            await self.__aenter__()
+        pages_stop = asyncio.Event()
+        pages = asyncio.create_task(self._page_loop(pages_stop), name="worker-pages")
+        try:
+            await self.handle(delivery)
+        finally:
+            pages_stop.set()
+            await pages
+
     # -- one delivery -----------------------------------------------------------------------------
 
     async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         self.stats.in_flight += 1
+        metrics.JOBS_IN_FLIGHT.inc()
         heartbeat = asyncio.create_task(self._heartbeat(delivery), name=f"heartbeat:{delivery.key}")
         try:
             await self.handle(delivery)
@@ -303,6 +327,7 @@ class Worker:
         finally:
             heartbeat.cancel()
             self.stats.in_flight -= 1
+            metrics.JOBS_IN_FLIGHT.dec()
             slots.release()
 
     async def _settle(self, operation: Callable[[], Awaitable[None]]) -> None:
@@ -328,13 +353,14 @@ class Worker:
     async def _heartbeat(self, delivery: Delivery) -> None:
         """Extend the claim on ``delivery`` every third of the broker's lease while the job runs."""
         lease = getattr(self.broker, "lease", None)
-        if not lease:
+        touch = getattr(self.broker, "touch", None)
+        if not lease or touch is None:  # a broker without client-side leases (or without touch)
             return
         every = max(0.05, lease / 3)
         while True:
             await asyncio.sleep(every)
             try:
-                await asyncio.wait_for(self.broker.touch(delivery), every)
+                await asyncio.wait_for(touch(delivery), every)
             except BrokerError as exc:  # settled meanwhile, or lost: nothing more to extend
                 log.debug("worker %s: stopped extending %s: %s", self.name, delivery.key, exc)
                 return
@@ -354,7 +380,8 @@ class Worker:
             log.error("worker %s: job %s failed unexpectedly: %s", self.name, delivery.key, summarize(exc),
                       exc_info=exc)
             job = decode_job(delivery.body)
-            await self._failed(delivery, job, f"unexpected error: {summarize(exc)}", record=False)
+            await self._failed(delivery, job, f"unexpected error: {summarize(exc)}", started=time.monotonic(),
+                               record=False)
         except CrawlherdError as again:  # the broker failed too: the delivery comes back after its lease
             self._remember(f"{delivery.key}: {again}")
             log.debug("worker %s: could not settle %s: %s", self.name, delivery.key, again)
@@ -367,6 +394,7 @@ class Worker:
             job = decode_job(delivery.body)
         except MessageError as exc:
             self.stats.invalid += 1
+            metrics.JOBS.labels(outcome="invalid").inc()
             self._remember(f"invalid message {delivery.key!r}: {exc}")
             log.warning("worker %s: dead-lettering invalid message %r: %s", self.name, delivery.key, exc)
             why = f"invalid job message: {exc}"
@@ -376,20 +404,22 @@ class Worker:
         self.outages.up("config DB")
         if status in ("succeeded", "dead"):
             self.stats.skipped += 1
+            metrics.JOBS.labels(outcome="skipped").inc()
             log.info("worker %s: job %s already %s; skipped", self.name, job.idempotency_key, status)
             await self._settle(lambda: self.broker.ack(delivery))
             return
+        started = time.monotonic()
         try:
             await self.runs.start(job, worker=self.name)
         except PermanentJobError as exc:
-            await self._failed(delivery, job, str(exc), permanent=True, record=False)
+            await self._failed(delivery, job, str(exc), started=started, permanent=True, record=False)
             return
         try:
             outcome = await self._crawl(job)
         except CrawlherdError as exc:
             outcome = ListingOutcome(error=str(exc))
         if outcome.error is not None:
-            await self._failed(delivery, job, outcome.error, permanent=outcome.permanent)
+            await self._failed(delivery, job, outcome.error, started=started, permanent=outcome.permanent)
             return
         await self.runs.finish(
             job,
@@ -399,6 +429,13 @@ class Worker:
             items_updated=outcome.items_updated,
         )
         await self._settle(lambda: self.broker.ack(delivery))
+        metrics.job_finished(
+            "succeeded",
+            seconds=time.monotonic() - started,
+            pages=outcome.pages,
+            items_new=outcome.items_new,
+            items_updated=outcome.items_updated,
+        )
         self.stats.succeeded += 1
         self.stats.pages += outcome.pages
         log.info(
@@ -436,10 +473,10 @@ class Worker:
         finally:
             self._chains.pop(state.run, None)
 
-    async def _failed(self, delivery: Delivery, job: JobMessage, reason: str, *, permanent: bool = False,
-                      record: bool = True) -> None:
+    async def _failed(self, delivery: Delivery, job: JobMessage, reason: str, *, started: float,
+                      permanent: bool = False, record: bool = True) -> None:
         """Retry ``job`` after a back-off, or dead-letter it. ``record``: in ``job_runs`` too (best effort
-        when False: the run may not be recordable)."""
+        when False: the run may not be recordable). ``started``: when the attempt began (metrics)."""
         attempts = job.attempt_count + 1
         self._remember(f"{job.idempotency_key} attempt {attempts}: {reason}")
 
@@ -459,6 +496,7 @@ class Worker:
             )
             await self._settle(lambda: self.broker.dead_letter(delivery, f"{why}: {reason}"))
             self.stats.dead += 1
+            metrics.job_finished("dead", seconds=time.monotonic() - started)
             log.error("worker %s: job %s is dead (%s): %s", self.name, job.idempotency_key, why, reason)
             return
         delay = self.retry_delay(attempts)
@@ -466,6 +504,7 @@ class Worker:
         body = encode_job(job.model_copy(update={"attempt_count": attempts}))
         await self._settle(lambda: self.broker.retry(delivery, delay=delay, body=body))
         self.stats.retried += 1
+        metrics.job_finished("retried", seconds=time.monotonic() - started)
         log.warning(
             "worker %s: job %s failed (attempt %d of %d), retrying in %.1fs: %s",
             self.name,
@@ -555,6 +594,7 @@ class Worker:
         crawler = await self._crawler_for(detail is not None and detail.site.requires_playwright)
         site = detail.site if detail is not None else None
         result = await crawler.arun(request, self._run_config(crawler, site))
+        metrics.observe_fetch(result)
         if result.success and detail is not None:
             await self._store_detail(result, detail)
         return result
@@ -588,6 +628,7 @@ class Worker:
         site = job.site
         crawler = await self._crawler_for(site.requires_playwright)
         result = await crawler.arun(request, self._run_config(crawler, site))
+        metrics.observe_fetch(result)
         if not result.success:
             return result  # reported by _page_failed once the dispatcher settled it (a 429 is re-fetched first)
         await self._politeness(site, request.host, request.url)
@@ -660,9 +701,27 @@ class Worker:
         fields[DETAIL_AT] = now.isoformat()
         item = Item(website=detail.site.name, url=result.url, fingerprint=bytes.fromhex(detail.item), fields=fields)
         counts = await self.sink.upsert([item], website_id=detail.website_id, target_id=detail.target_id, seen_at=now)
+        metrics.items_stored(new=counts.new, updated=counts.updated)
         self.stats.detail_pages += 1
         self.stats.items_new += counts.new
         self.stats.items_updated += counts.updated
+
+    async def _frontier_counts(self) -> dict[str, Any]:
+        """The frontier's counts, for the heartbeat (and the console's Frontier page)."""
+        if self.frontier is None:
+            return {}
+        st = await self.frontier.stats()
+        metrics.FRONTIER.labels(state="queued").set(st.queued)
+        metrics.FRONTIER.labels(state="in_flight").set(st.in_flight)
+        hosts = dict(sorted(st.hosts.items(), key=lambda kv: -kv[1])[:50])
+        return {
+            "frontier": {
+                "queued": st.queued,
+                "in_flight": st.in_flight,
+                "hosts": hosts,
+                "oldest_queued_age": st.oldest_queued_age,
+            }
+        }
 
     async def _crawler_for(self, browser: bool) -> Crawler:
         if not browser:
