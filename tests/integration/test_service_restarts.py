@@ -73,7 +73,7 @@ async def test_redis_restarted_under_crawlherd_run(
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "crawlherd", "-v", "run", "--database-url", str(engine.url),
             "--broker-url", f"{redis}?prefix=b&claim_idle=5", "--frontier-url", f"{redis}?prefix=f&lease_timeout=5",
-            "--allow-private", "--concurrency", "2", "--interval", "0.2", "--backoff", "0.2",
+            "--allow-private", "--no-web", "--concurrency", "2", "--interval", "0.2", "--backoff", "0.2",
             stdout=log_file, stderr=asyncio.subprocess.STDOUT, env=env,
         )
         try:
@@ -133,7 +133,7 @@ async def test_postgres_restarted_under_crawlherd_run(
         with log_path.open("wb") as log_file:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "crawlherd", "-v", "run", "--database-url", pg.url, "--broker-url", broker_url,
-                "--frontier-url", "memory://", "--allow-private", "--concurrency", "2", "--interval", "0.2",
+                "--frontier-url", "memory://", "--allow-private", "--no-web", "--concurrency", "2", "--interval", "0.2",
                 "--backoff", "0.2", stdout=log_file, stderr=asyncio.subprocess.STDOUT,
             )
             try:

@@ -416,6 +416,8 @@ class Worker:
             return
         try:
             outcome = await self._crawl(job)
+        except BackendUnavailableError:
+            raise  # an outage, not the job's fault: back to the broker after a delay, not an attempt
         except CrawlherdError as exc:
             outcome = ListingOutcome(error=str(exc))
         if outcome.error is not None:
