@@ -8,6 +8,11 @@ same :class:`JobMessage`, its ``metadata`` turned into a :class:`SiteSpec` with 
 an invalid message, :func:`decode_job` refuses (with :class:`~crawlherd.errors.MessageError`) a body
 that is not JSON, not an object, of an unknown ``schema_version`` or invalid -- the worker
 dead-letters those. Unknown fields are refused too: adding a field means a new schema version.
+
+:func:`decode_job` raises nothing but :class:`~crawlherd.errors.MessageError`, whatever the body (it
+comes from a broker anyone with access can publish to): a body over :data:`MAX_BODY_BYTES`, not UTF-8,
+nested deeper than :data:`MAX_DEPTH`, or of the wrong types is refused with the reason, before or
+instead of any deeper parsing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from crawlherd.errors import MessageError
 from crawlherd.sitespec import SiteSpec
 
 __all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_DEPTH",
     "SCHEMA_VERSION",
     "SUPPORTED_VERSIONS",
     "JobMessage",
@@ -35,6 +42,10 @@ __all__ = [
 
 SCHEMA_VERSION = 2
 SUPPORTED_VERSIONS = frozenset({1, 2})
+#: The largest job message body decoded (a real one is a few kB: the website's whole configuration).
+MAX_BODY_BYTES = 1_000_000
+#: The deepest JSON nesting decoded (a real message nests about 6 levels).
+MAX_DEPTH = 32
 _JOB_NAMESPACE = uuid.UUID("6f1c2a8e-5b0e-4a4e-9d7c-63726177686c")
 
 
@@ -180,17 +191,33 @@ def encode_job(message: JobMessage) -> bytes:
 
 
 def decode_job(body: bytes | str) -> JobMessage:
-    """Parse and validate a job message; :class:`MessageError` says exactly what is wrong."""
+    """Parse and validate a job message; :class:`MessageError` (and nothing else) says what is wrong."""
+    if isinstance(body, str):
+        try:
+            body = body.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise MessageError(f"job message is not valid UTF-8: {exc}") from None
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise MessageError(f"job message body must be bytes, got {type(body).__name__}")
+    if len(body) > MAX_BODY_BYTES:
+        raise MessageError(f"job message is {len(body):,} bytes: larger than the {MAX_BODY_BYTES:,}-byte limit")
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MessageError(f"job message is not valid UTF-8: {exc}") from None
+    depth = _nesting(text)
+    if depth > MAX_DEPTH:
+        raise MessageError(f"job message nests deeper than {MAX_DEPTH} levels")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
         raise MessageError(f"job message is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise MessageError(f"job message must be a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
     if version is None:
         raise MessageError("job message has no schema_version")
-    if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
+    if isinstance(version, bool) or not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
         raise MessageError(
             f"unknown job message schema_version {version!r}; this crawlherd understands "
             f"{', '.join(str(v) for v in sorted(SUPPORTED_VERSIONS))}"
@@ -201,6 +228,37 @@ def decode_job(body: bytes | str) -> JobMessage:
         return JobMessage.model_validate(data)
     except ValidationError as exc:
         raise MessageError(f"invalid job message (schema_version {version}): {_problems(exc)}") from None
+    except MessageError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OverflowError) as exc:
+        # a validator or the version-1 upgrade tripping over a value of the wrong type
+        raise MessageError(f"invalid job message (schema_version {version}): {type(exc).__name__}: {exc}") from None
+
+
+def _nesting(text: str) -> int:
+    """How deep ``text``'s JSON arrays and objects nest (brackets inside strings are skipped): checked
+    before :func:`json.loads`, which would recurse that deep."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_DEPTH:
+                    return deepest
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 def _problems(exc: ValidationError) -> str:

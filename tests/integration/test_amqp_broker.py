@@ -10,7 +10,7 @@ import aio_pika
 import pytest
 
 from crawlherd.brokers.amqp import AMQPBroker
-from crawlherd.errors import BrokerError, ConfigurationError, PublishError
+from crawlherd.errors import BrokerError, ConfigurationError, MessageRejectedError
 
 pytestmark = pytest.mark.rabbitmq
 GUARD = 15.0
@@ -44,7 +44,7 @@ async def test_unroutable_publish_raises(amqp_url: str, unique_name: str, connec
         ch = await connection.channel()
         await ch.queue_delete(unique_name)  # someone removed the queue
         await ch.close()
-        with pytest.raises(PublishError, match="unroutable"):
+        with pytest.raises(MessageRejectedError, match="unroutable"):  # the relay dead-letters these
             await broker.publish(b"lost?", key="k2")
 
 

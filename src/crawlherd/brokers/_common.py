@@ -287,6 +287,22 @@ class BrokerBase:
         if not done:
             raise BrokerError(lost)
 
+    # -- leases ------------------------------------------------------------------------------------
+
+    @property
+    def lease(self) -> float | None:
+        """Seconds an unsettled delivery stays claimed without :meth:`touch` (None: no client-side limit)."""
+        return None
+
+    async def touch(self, delivery: Delivery) -> None:
+        """Extend the claim on ``delivery`` by another :attr:`lease` (nothing to do when the broker has
+        no client-side lease). BrokerError when this broker does not hold it."""
+        self._check_held(delivery)
+        await self._touch(delivery)
+
+    async def _touch(self, delivery: Delivery) -> None:
+        return None
+
     # -- to implement ------------------------------------------------------------------------------
 
     async def _open(self) -> None:

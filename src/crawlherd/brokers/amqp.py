@@ -11,8 +11,9 @@ Topology, declared (idempotently) on open and after every reconnect:
 
 Guarantees: messages are persistent and published on a channel with **publisher confirms** and
 ``mandatory`` routing: ``publish`` returns after RabbitMQ confirmed the message, raises
-:class:`~crawlherd.errors.PublishError` when it was nacked, returned as unroutable (the queue is gone)
-or not confirmed within ``publish_timeout``, and
+:class:`~crawlherd.errors.MessageRejectedError` (a :class:`~crawlherd.errors.PublishError`) when it was
+nacked or returned as unroutable (the queue is gone), :class:`~crawlherd.errors.PublishError` when it
+was not confirmed within ``publish_timeout``, and
 :class:`~crawlherd.errors.BackendUnavailableError` when RabbitMQ cannot be reached (the next call
 reconnects). A timeout or a lost connection does not say whether RabbitMQ kept the message: publish
 it again (at least once; the key lets consumers drop the duplicate).
@@ -25,7 +26,17 @@ reason ``nacked``; messages RabbitMQ dead-letters itself (e.g. quorum ``delivery
 same dead-letter queue, with the reason taken from ``x-death``. ``dead_letters()`` peeks with
 ``basic.get`` on a throw-away channel and closes it, so the listed messages stay where they are.
 
-Options (URL query or keywords): ``queue``, ``queue_type``, ``delivery_limit``, ``publish_timeout``
+Delivery limit on every queue type: RabbitMQ counts deliveries only in quorum queues, so the broker
+counts them itself: a message that arrives ``redelivered`` (its consumer died, lost its connection or
+gave it back) is published again to the back of the queue with its count in the header
+``x-crawlherd-deliveries`` and the original acked; at ``max_deliveries`` (10; 0 = no limit) it is
+dead-lettered instead, with the reason (a quorum queue with ``delivery_limit`` is left to RabbitMQ's
+own count). Leases: RabbitMQ has no client-side lease to extend (``lease``
+is None, ``touch`` does nothing): an unacked delivery stays with its consumer while the connection
+lives, up to the server's ``consumer_timeout`` (30 min by default; the channel is then closed and the
+message redelivered) -- set ``consumer_timeout`` in ``rabbitmq.conf`` above the longest job.
+
+Options (URL query or keywords): ``queue``, ``queue_type``, ``delivery_limit``, ``max_deliveries``, ``publish_timeout``
 (10 s), ``connect_timeout`` (10 s), ``heartbeat`` (60 s), ``delay_queue_expires`` (600 s).
 ``connection=``: a live aio-pika connection to use; the broker then closes only its own channels.
 """
@@ -58,7 +69,13 @@ from crawlherd.brokers._common import (
     new_id,
 )
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
-from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
+from crawlherd.errors import (
+    BackendUnavailableError,
+    BrokerError,
+    ConfigurationError,
+    MessageRejectedError,
+    PublishError,
+)
 
 __all__ = ["AMQPBroker", "AMQPBrokerOptions"]
 
@@ -68,6 +85,7 @@ _KEY_HEADER = RESERVED_HEADER_PREFIX + "key"
 _REASON = RESERVED_HEADER_PREFIX + "reason"
 _DEAD_AT = RESERVED_HEADER_PREFIX + "dead-at"
 _DEAD_ID = RESERVED_HEADER_PREFIX + "dead-id"
+_DELIVERIES = RESERVED_HEADER_PREFIX + "deliveries"
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,7 @@ class AMQPBrokerOptions:
     queue: str = "crawlherd.jobs"
     queue_type: str = "classic"
     delivery_limit: int = 0
+    max_deliveries: int = 10
     publish_timeout: float = 10.0
     connect_timeout: float = 10.0
     heartbeat: int = 60
@@ -90,7 +109,7 @@ class AMQPBrokerOptions:
         if self.delivery_limit < 0 or (self.delivery_limit and self.queue_type != "quorum"):
             raise ConfigurationError("amqp broker option delivery_limit: a number >= 1, with queue_type=quorum only")
         check_numbers("amqp", self, positive=("publish_timeout", "connect_timeout", "delay_queue_expires"),
-                      non_negative=("heartbeat",))
+                      non_negative=("heartbeat", "max_deliveries"))
 
 
 def delay_bucket_ms(delay: float) -> int:
@@ -286,11 +305,11 @@ class AMQPBroker(BrokerBase):
             target = ch.default_exchange if not exchange else await ch.get_exchange(exchange, ensure=False)
             await target.publish(message, routing_key, mandatory=True, timeout=self.options.publish_timeout)
         except pika_exc.PublishError as exc:
-            raise PublishError(
+            raise MessageRejectedError(
                 f"{self!r}: RabbitMQ returned the message as unroutable (does queue {routing_key!r} exist?): {exc}"
             ) from exc
         except pika_exc.DeliveryError as exc:
-            raise PublishError(f"{self!r}: RabbitMQ refused the message (nack): {exc}") from exc
+            raise MessageRejectedError(f"{self!r}: RabbitMQ refused the message (nack): {exc}") from exc
         except TimeoutError as exc:
             raise PublishError(
                 f"{self!r}: no publisher confirm within {self.options.publish_timeout} s; the message may or may not "
@@ -384,7 +403,8 @@ class AMQPBroker(BrokerBase):
 
     def _delivery(self, state: _ConsumeState, m: AbstractIncomingMessage) -> Delivery:
         key = m.message_id or _header(m.headers, _KEY_HEADER) or ""
-        return Delivery(m.body, key, f"{state.gen}.{m.delivery_tag}", bool(m.redelivered),
+        counted = _header(m.headers, _DELIVERIES)  # a copy published again by _count_redelivery
+        return Delivery(m.body, key, f"{state.gen}.{m.delivery_tag}", bool(m.redelivered) or bool(counted),
                         _str_headers(m.headers), raw=m)
 
     async def _fetch(self, state: _ConsumeState, n: int) -> Sequence[Delivery]:
@@ -410,7 +430,36 @@ class AMQPBroker(BrokerBase):
         messages = [first]
         while len(messages) < n and not state.inbox.empty():
             messages.append(state.inbox.get_nowait())
+        if self.options.max_deliveries and not self.options.delivery_limit:  # else RabbitMQ counts them
+            messages = [m for m in messages if not m.redelivered or await self._count_redelivery(m)]
         return [self._delivery(state, m) for m in messages]
+
+    async def _count_redelivery(self, m: AbstractIncomingMessage) -> bool:
+        """``max_deliveries`` on any queue type (classic queues keep no count): a redelivered message is
+        published again with its count of unsettled deliveries (header ``x-crawlherd-deliveries``, or
+        the quorum queue's ``x-delivery-count`` when higher) plus one and the original acked -- or,
+        at the limit, dead-lettered. The copy comes back through the queue; False: not handed out now."""
+        limit = self.options.max_deliveries
+        counted = [_header(m.headers, _DELIVERIES), _header(m.headers, "x-delivery-count")]
+        earlier = 1 + max((int(c) for c in counted if c is not None and c.isdigit()), default=0)
+        key = m.message_id or _header(m.headers, _KEY_HEADER) or ""
+        headers = {**_str_headers(m.headers), _DELIVERIES: str(earlier)}
+        try:
+            if earlier >= limit:
+                reason = f"delivered {earlier} times without being settled"
+                log.warning("%r: dead-lettering %r: %s", self, key, reason)
+                dead = {**headers, _REASON: reason, _DEAD_AT: f"{time.time():.3f}", _DEAD_ID: new_id()}
+                await self._send(self.dead_exchange, self.queue, m.body, key, dead)
+            else:
+                await self._send("", self.queue, m.body, key, headers)
+            await m.ack()
+        except BaseException:
+            try:
+                await m.nack(requeue=True)
+            except Exception as exc:  # noqa: BLE001 - the channel closing returns it anyway
+                log.debug("%r: could not nack %r: %r", self, key, exc)
+            raise
+        return False
 
     # -- settling -----------------------------------------------------------------------------------
 

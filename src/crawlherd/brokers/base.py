@@ -23,6 +23,13 @@ Guarantees every broker keeps:
   Deliveries stay settle-able after their ``consume()`` loop ended, until the broker is closed;
   ``close()`` gives every unsettled delivery back to the queue at once (best effort: when the broker
   cannot be reached they come back after their lease, as for a consumer that died).
+- Optional (every broker of this package has them, through ``BrokerBase``; the worker uses them when
+  present): ``touch(delivery)`` extends the consumer's claim on an unsettled delivery by another
+  lease (the worker calls it while it works on a job longer than the lease: its heartbeat);
+  ``lease`` says how long a claim lasts unrenewed (``None``: no time limit on the client's side).
+  A message delivered ``max_deliveries`` times (default 10, every broker) without being settled is
+  dead-lettered with that reason instead of being delivered again: a message that kills its consumer
+  cannot loop forever.
 - ``consume()`` never holds more than ``prefetch`` unsettled deliveries of its own, stops (ends the
   iteration) when the broker is closed, and raises :class:`~crawlherd.errors.BackendUnavailableError`
   when the connection is lost; start it again to go on.

@@ -4,8 +4,8 @@ test double for the others. Messages die with the process.
 Broker objects opened on the same ``memory://name`` (in one process) share one queue, as clients of one
 server would; ``memory://`` alone is a private queue. Options: ``clock`` (leases and delays run on it,
 so a :class:`~crawlherd.clock.FakeClock` drives them in tests), ``visibility_timeout`` (seconds an
-unsettled delivery stays leased before it is delivered again; default 300), ``max_deliveries``
-(a message delivered that many times without being settled goes to the dead letters; 0 = no limit),
+unsettled delivery stays leased before it is delivered again; default 60), ``max_deliveries``
+(a message delivered that many times without being settled goes to the dead letters; 10; 0 = no limit),
 ``record`` (keep every confirmed publish of this broker object in :attr:`MemoryBroker.published`).
 
 For tests of the code around a broker:
@@ -50,8 +50,8 @@ class MemoryBrokerOptions:
     """See the module docstring."""
 
     clock: Clock = field(default_factory=SystemClock)
-    visibility_timeout: float = 300.0
-    max_deliveries: int = 0
+    visibility_timeout: float = 60.0
+    max_deliveries: int = 10
     record: bool = False
 
     def __post_init__(self) -> None:
@@ -141,6 +141,11 @@ class MemoryStore:
                 "again, or it was settled already)"
             )
         return m
+
+    def touch(self, mid: int, lease: str, until: float) -> None:
+        m = self._held(mid, lease)
+        m.available_at = until
+        self._push(m)
 
     def ack(self, mid: int, lease: str) -> None:
         self._held(mid, lease)
@@ -297,6 +302,14 @@ class MemoryBroker(BrokerBase):
         for d in deliveries:
             with contextlib.suppress(BrokerError):  # a lost lease is back in the queue anyway
                 self.store.requeue(*self._parse(d), now, None, False)
+
+    @property
+    def lease(self) -> float:
+        return self.options.visibility_timeout
+
+    async def _touch(self, delivery: Delivery) -> None:
+        self._check_up()
+        self.store.touch(*self._parse(delivery), self._clock.now() + self.options.visibility_timeout)
 
     async def ack(self, delivery: Delivery) -> None:
         self._check_held(delivery)

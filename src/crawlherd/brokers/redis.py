@@ -21,10 +21,11 @@ deleted from the stream.
 
 Options (URL query or keywords): ``prefix``, ``stream``, ``group`` (``crawlherd``), ``consumer``
 (unique per broker object by default), ``claim_idle`` (seconds an entry may stay unsettled before
-another consumer claims it; 300), ``claim_interval`` (how often to look for such entries; default
-``claim_idle / 2``), ``block`` (longest XREADGROUP wait, 1 s), ``connect_timeout`` (5 s),
-``socket_timeout`` (10 s), ``max_deliveries`` (0 = no limit; a message delivered that many times
-without being settled -- claimed from dead consumers, or nacked back -- is dead-lettered).
+another consumer claims it; 60 -- a worker extends it while it works on a message, see ``touch``),
+``claim_interval`` (how often to look for such entries; default ``claim_idle / 2``), ``block``
+(longest XREADGROUP wait, 1 s), ``connect_timeout`` (5 s), ``socket_timeout`` (10 s),
+``max_deliveries`` (10; 0 = no limit; a message delivered that many times without being settled --
+claimed from dead consumers, or nacked back -- is dead-lettered).
 ``client=``: a live ``redis.asyncio.Redis`` (``decode_responses=False``)
 to use instead of opening one; it is not closed by :meth:`close`.
 """
@@ -80,12 +81,12 @@ class RedisBrokerOptions:
     stream: str = ""
     group: str = "crawlherd"
     consumer: str = ""
-    claim_idle: float = 300.0
+    claim_idle: float = 60.0
     claim_interval: float = 0.0
     block: float = 1.0
     connect_timeout: float = 5.0
     socket_timeout: float = 10.0
-    max_deliveries: int = 0
+    max_deliveries: int = 10
 
     def __post_init__(self) -> None:
         if not (self.stream or self.prefix):
@@ -321,6 +322,22 @@ class RedisBroker(BrokerBase):
             f"entry {delivery.delivery_id} (key {delivery.key!r}) was settled already (by this consumer, or "
             f"by another one that claimed it after claim_idle={self.options.claim_idle} s)",
         )
+
+    @property
+    def lease(self) -> float:
+        return self.options.claim_idle
+
+    async def _touch(self, delivery: Delivery) -> None:
+        # XCLAIM to ourselves resets the entry's idle time (JUSTID: without counting a delivery); only
+        # while we still own it -- checked first, so a claim lost to another consumer is not taken back
+        eid = delivery.delivery_id
+        info: Any = await self._call(self._pending_entry(eid))
+        owner = info[0]["consumer"] if info else None
+        if isinstance(owner, bytes):
+            owner = owner.decode()
+        if owner != self.consumer:
+            raise BrokerError(f"entry {eid} (key {delivery.key!r}): the claim was lost before it was extended")
+        await self._call(lambda c: c.xclaim(self.stream, self.group, self.consumer, 0, [eid], justid=True))
 
     async def ack(self, delivery: Delivery) -> None:
         await self._settle(delivery, "ack", [self.stream], [])

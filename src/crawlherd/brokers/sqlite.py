@@ -13,9 +13,9 @@ loses nothing: when its lease runs out, the message is available again (``redeli
 messages and retries are rows whose ``available_at`` lies in the future. ``retry`` is one UPDATE
 (body, ``available_at``), so it is atomic: the message is never both lost and live twice.
 
-Options (URL query or keywords): ``queue`` (default ``jobs``), ``visibility_timeout`` (300 s),
+Options (URL query or keywords): ``queue`` (default ``jobs``), ``visibility_timeout`` (60 s; ``touch`` extends it),
 ``poll_interval`` (0.2 s: how often an idle consumer looks for work), ``busy_timeout`` (5 s),
-``max_deliveries`` (0 = no limit; a message delivered that many times without being settled is
+``max_deliveries`` (10; 0 = no limit; a message delivered that many times without being settled is
 dead-lettered), ``clock`` (keyword only). All SQLite work runs in one thread per broker.
 """
 
@@ -75,10 +75,10 @@ class SQLiteBrokerOptions:
 
     clock: Clock = field(default_factory=SystemClock)
     queue: str = "jobs"
-    visibility_timeout: float = 300.0
+    visibility_timeout: float = 60.0
     poll_interval: float = 0.2
     busy_timeout: float = 5.0
-    max_deliveries: int = 0
+    max_deliveries: int = 10
 
     def __post_init__(self) -> None:
         if not self.queue:
@@ -293,6 +293,18 @@ class SQLiteBroker(BrokerBase):
             f"message {mid} (key {delivery.key!r}): the lease was lost -- the visibility timeout "
             f"({self.options.visibility_timeout} s) expired and it was delivered again, or it was settled",
         )
+
+    @property
+    def lease(self) -> float:
+        return self.options.visibility_timeout
+
+    async def _touch(self, delivery: Delivery) -> None:
+        mid, lease = self._parse(delivery)
+        until = self._clock.now() + self.options.visibility_timeout
+        extended = await self._run(lambda conn: conn.execute(
+            "UPDATE broker_messages SET available_at = ? WHERE id = ? AND lease = ?", (until, mid, lease)).rowcount)
+        if not extended:
+            raise BrokerError(f"message {mid} (key {delivery.key!r}): the lease was lost before it was extended")
 
     async def ack(self, delivery: Delivery) -> None:
         await self._settle(delivery, lambda conn, mid, lease: conn.execute(

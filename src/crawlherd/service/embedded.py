@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker
 from crawlherd.db.engine import db_now
+from crawlherd.db.errors import is_db_unavailable
 from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget
 from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.worker.worker import Worker
@@ -96,7 +97,12 @@ async def run_embedded(
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), progress_every)
-            progress = await progress_of(engine)
+            try:
+                progress = await progress_of(engine)
+            except Exception as exc:  # the config DB is down: the dispatcher and the worker say so
+                if not is_db_unavailable(exc):
+                    raise
+                continue
             if on_progress is not None:
                 on_progress(progress)
             # Idle also means nothing waiting on the broker (a message published there directly, or a

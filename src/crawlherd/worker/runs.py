@@ -17,9 +17,11 @@ from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db.models import DispatchOutbox, JobAttempt, JobRun
+from crawlherd.errors import PermanentJobError, summarize
 from crawlherd.messages import JobMessage
 from crawlherd.worker.jobcrawl import ListingOutcome
 
@@ -77,12 +79,17 @@ class RunStore:
             target_id=job.target_id, slot_at=job.slot_at, attempt=job.attempt_count + 1, worker=worker,
             status="running", started_at=now, pages=0, items_new=0, items_updated=0,
         )  # console: one row per attempt (job_runs keeps the latest only)
-        async with self.engine.begin() as conn:
-            await conn.execute(stmt.on_conflict_do_update(index_elements=["target_id", "slot_at"], set_=changed))
-            await conn.execute(attempt.on_conflict_do_update(
-                index_elements=["target_id", "slot_at", "attempt"],
-                set_={k: attempt.excluded[k] for k in ("worker", "status", "started_at")},
-            ))
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(stmt.on_conflict_do_update(index_elements=["target_id", "slot_at"], set_=changed))
+                await conn.execute(attempt.on_conflict_do_update(
+                    index_elements=["target_id", "slot_at", "attempt"],
+                    set_={k: attempt.excluded[k] for k in ("worker", "status", "started_at")},
+                ))
+        except IntegrityError as exc:  # the target was deleted after the job was published
+            raise PermanentJobError(
+                f"target {job.target_id} no longer exists: its run cannot be recorded ({summarize(exc)})"
+            ) from None
 
     async def finish(
         self,

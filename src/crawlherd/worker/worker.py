@@ -20,8 +20,24 @@ A job that fails is published again with ``attempt_count + 1`` after an exponent
 ``max_attempts`` it is ``dead`` (in ``job_runs`` and in the broker's dead-letter store).
 
 Shutdown (``stop`` set, SIGTERM, Ctrl+C): no new deliveries are taken; jobs in flight get
-``shutdown_timeout`` seconds to finish; the rest are cancelled and their deliveries requeued, so a
-restart loses no job.
+``shutdown_timeout`` seconds to finish; the rest are cancelled and their deliveries given back to the
+queue at once (another worker takes them in seconds), so a restart loses no job.
+
+Poison messages: a body that is not a valid job (:func:`~crawlherd.messages.decode_job`: too large,
+not UTF-8, too deep, wrong types) is dead-lettered at once with the reason; a job for a target that no
+longer exists too. A job whose handling fails with an unexpected error (a bug) counts as an attempt:
+retried after a back-off, dead after ``max_attempts``. A message that kills its worker outright is
+bounded by the broker's ``max_deliveries``. Nothing is ever requeued for immediate redelivery, except
+the deliveries given back at shutdown.
+
+Outages: when the broker, the frontier or the config DB stops answering, the worker says so once (a
+warning), keeps trying with back-off (a job it could not record goes back to the broker with a delay,
+not counted as an attempt), and says once when it is back (an info line).
+
+Long jobs: while it works on a job, the worker extends its claim on the delivery every third of the
+broker's ``lease`` (:meth:`~crawlherd.brokers.base.Broker.touch`), so a job longer than the lease is
+not handed to a second worker; a worker that dies stops extending, and its job is delivered again
+after about one lease.
 """
 
 from __future__ import annotations
@@ -43,10 +59,20 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd import metrics
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler, CrawlerRunConfig
+from crawlherd.db.errors import is_db_unavailable
 from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.dispatch import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
 from crawlherd.dispatch.base import Dispatcher
-from crawlherd.errors import ConfigurationError, CrawlherdError, JobError, MessageError
+from crawlherd.errors import (
+    BackendUnavailableError,
+    BrokerError,
+    ConfigurationError,
+    CrawlherdError,
+    JobError,
+    MessageError,
+    PermanentJobError,
+    summarize,
+)
 from crawlherd.extract.handlers import run_extractor
 from crawlherd.extract.rules import Page
 from crawlherd.extract.selectors import call_for_page
@@ -59,6 +85,7 @@ from crawlherd.result import CrawlResult
 from crawlherd.sinks import DETAIL_AT, Sink, SQLSink
 from crawlherd.sitespec import SiteSpec
 from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
+from crawlherd.worker.outage import OutageLog, backoff_delay
 from crawlherd.worker.runs import RunStore
 
 __all__ = ["PAGE_DISPATCHERS", "Worker", "WorkerStats"]
@@ -100,7 +127,8 @@ class Worker:
     ``engine``); ``max_attempts`` before a job is dead; ``backoff`` and ``max_backoff`` seconds
     (doubling per attempt, with jitter); ``limits`` for the fetchers; ``shutdown_timeout`` for jobs in
     flight at shutdown; ``browser_factory`` makes the browser crawler for websites that need one
-    (default: Playwright with the system Chromium); ``lease_timeout`` of the frontier's leases;
+    (default: Playwright with the system Chromium); ``lease_timeout`` of the frontier's leases (None:
+    the frontier URL's ``?lease_timeout=``, else the frontier's default);
     ``poll_interval`` seconds between two looks at ``job_runs`` while a job's listing is read by
     another worker.
     """
@@ -122,7 +150,7 @@ class Worker:
         name: str | None = None,
         browser_factory: Callable[[FetchLimits], Crawler] | None = None,
         frontier_url: str = "memory://",
-        lease_timeout: float = 120.0,
+        lease_timeout: float | None = None,
         poll_interval: float = 1.0,
     ) -> None:
         if not isinstance(concurrency, int) or concurrency < 1:
@@ -137,6 +165,8 @@ class Worker:
             raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
         if backoff < 0 or max_backoff < backoff:
             raise ConfigurationError(f"need 0 <= backoff <= max_backoff, got {backoff!r} and {max_backoff!r}")
+        if lease_timeout is not None and not lease_timeout > 0:
+            raise ConfigurationError(f"lease_timeout must be > 0 seconds, got {lease_timeout!r}")
         if not poll_interval > 0:
             raise ConfigurationError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
         self.engine = engine
@@ -164,11 +194,13 @@ class Worker:
         self._new_pages = asyncio.Event()
         # The listing chains of the jobs this worker owns, by run: where their outcome is reported.
         self._chains: dict[str, asyncio.Future[ListingOutcome]] = {}
+        self.outages = OutageLog(log, f"worker {self.name}")
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Worker:
-        self.frontier = await open_scheduler(self.frontier_url, lease_timeout=self.lease_timeout).__aenter__()
+        options = {} if self.lease_timeout is None else {"lease_timeout": self.lease_timeout}
+        self.frontier = await open_scheduler(self.frontier_url, **options).__aenter__()
         self._http = await Crawler(limits=self.limits).__aenter__()
         return self
 
@@ -198,11 +230,28 @@ class Worker:
         pages_stop = asyncio.Event()
 
         async def consume() -> None:
-            async for delivery in self.broker.consume(prefetch=self.concurrency):
-                await slots.acquire()
-                task = asyncio.create_task(self._guarded(delivery, slots), name=f"job:{delivery.key}")
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+            failures = 0
+            while not stop.is_set():
+                try:
+                    if failures:  # still down? (a cheap call; consume() would raise the same)
+                        await asyncio.wait_for(self.broker.pending(), 15.0)
+                        self.outages.up("broker")
+                        failures = 0
+                    deliveries = self.broker.consume(prefetch=self.concurrency)
+                    try:
+                        async for delivery in deliveries:
+                            await slots.acquire()
+                            task = asyncio.create_task(self._guarded(delivery, slots), name=f"job:{delivery.key}")
+                            tasks.add(task)
+                            task.add_done_callback(tasks.discard)
+                    finally:
+                        await deliveries.aclose()
+                    return  # the broker was closed
+                except (BackendUnavailableError, TimeoutError) as exc:
+                    failures += 1
+                    self.outages.down("broker", summarize(exc))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), backoff_delay(failures))
 
         consumer = asyncio.create_task(consume(), name="worker-consume")
         pages = asyncio.create_task(self._page_loop(pages_stop), name="worker-pages")
@@ -264,22 +313,79 @@ class Worker:
     async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         self.stats.in_flight += 1
         metrics.JOBS_IN_FLIGHT.inc()
+        heartbeat = asyncio.create_task(self._heartbeat(delivery), name=f"heartbeat:{delivery.key}")
         try:
             await self.handle(delivery)
         except asyncio.CancelledError:
+            # shutdown: give the delivery back at once, so that another worker takes it in seconds
             self.stats.requeued += 1
-            with contextlib.suppress(CrawlherdError):
-                await asyncio.shield(self.broker.nack(delivery, requeue=True))
+            heartbeat.cancel()
+            with contextlib.suppress(CrawlherdError, TimeoutError):
+                await asyncio.shield(asyncio.wait_for(self.broker.nack(delivery, requeue=True), 5.0))
             raise
-        except Exception as exc:  # a bug or a service failure: requeue, never lose the job
-            log.exception("worker %s: job %s failed unexpectedly; requeued", self.name, delivery.key)
-            self._remember(f"{delivery.key}: {exc}")
-            with contextlib.suppress(CrawlherdError):
-                await self.broker.nack(delivery, requeue=True)
+        except Exception as exc:  # noqa: BLE001 - a service outage or a bug: never lose the job, never loop
+            await self._unexpected(delivery, exc)
         finally:
+            heartbeat.cancel()
             self.stats.in_flight -= 1
             metrics.JOBS_IN_FLIGHT.dec()
             slots.release()
+
+    async def _settle(self, operation: Callable[[], Awaitable[None]]) -> None:
+        """Settle a delivery; while the broker cannot be reached, keep trying with back-off (the
+        delivery stays held: left alone, it would wait out its lease). Cancelled at shutdown."""
+        failures = 0
+        while True:
+            try:
+                await operation()
+            except BackendUnavailableError as exc:
+                failures += 1
+                self.outages.down("broker", summarize(exc))
+                await asyncio.sleep(backoff_delay(failures))
+                continue
+            except BrokerError as exc:  # the delivery was lost (channel gone, lease expired): it comes back
+                log.warning("worker %s: %s", self.name, exc)
+                self._remember(str(exc))
+                return
+            if failures:
+                self.outages.up("broker")
+            return
+
+    async def _heartbeat(self, delivery: Delivery) -> None:
+        """Extend the claim on ``delivery`` every third of the broker's lease while the job runs."""
+        lease = getattr(self.broker, "lease", None)
+        touch = getattr(self.broker, "touch", None)
+        if not lease or touch is None:  # a broker without client-side leases (or without touch)
+            return
+        every = max(0.05, lease / 3)
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await asyncio.wait_for(touch(delivery), every)
+            except BrokerError as exc:  # settled meanwhile, or lost: nothing more to extend
+                log.debug("worker %s: stopped extending %s: %s", self.name, delivery.key, exc)
+                return
+            except (BackendUnavailableError, TimeoutError) as exc:
+                log.debug("worker %s: could not extend %s: %s", self.name, delivery.key, exc)
+
+    async def _unexpected(self, delivery: Delivery, exc: Exception) -> None:
+        """A delivery whose handling raised: an outage sends it back after a back-off (not an attempt:
+        the job did not run); anything else counts as a failed attempt."""
+        outage = _outage_of(exc)
+        try:
+            if outage is not None:
+                self.outages.down(outage, summarize(exc))
+                self.stats.requeued += 1
+                await self._settle(lambda: self.broker.retry(delivery, delay=self.retry_delay(1)))
+                return
+            log.error("worker %s: job %s failed unexpectedly: %s", self.name, delivery.key, summarize(exc),
+                      exc_info=exc)
+            job = decode_job(delivery.body)
+            await self._failed(delivery, job, f"unexpected error: {summarize(exc)}", started=time.monotonic(),
+                               record=False)
+        except CrawlherdError as again:  # the broker failed too: the delivery comes back after its lease
+            self._remember(f"{delivery.key}: {again}")
+            log.debug("worker %s: could not settle %s: %s", self.name, delivery.key, again)
 
     async def handle(self, delivery: Delivery) -> None:
         """Process one delivery to the end: acked, retried, dead-lettered or skipped. Its pages are
@@ -292,19 +398,27 @@ class Worker:
             metrics.JOBS.labels(outcome="invalid").inc()
             self._remember(f"invalid message {delivery.key!r}: {exc}")
             log.warning("worker %s: dead-lettering invalid message %r: %s", self.name, delivery.key, exc)
-            await self.broker.dead_letter(delivery, f"invalid job message: {exc}")
+            why = f"invalid job message: {exc}"
+            await self._settle(lambda: self.broker.dead_letter(delivery, why))
             return
         status = await self.runs.status(job)
+        self.outages.up("config DB")
         if status in ("succeeded", "dead"):
             self.stats.skipped += 1
             metrics.JOBS.labels(outcome="skipped").inc()
             log.info("worker %s: job %s already %s; skipped", self.name, job.idempotency_key, status)
-            await self.broker.ack(delivery)
+            await self._settle(lambda: self.broker.ack(delivery))
             return
-        await self.runs.start(job, worker=self.name)
         started = time.monotonic()
         try:
+            await self.runs.start(job, worker=self.name)
+        except PermanentJobError as exc:
+            await self._failed(delivery, job, str(exc), started=started, permanent=True, record=False)
+            return
+        try:
             outcome = await self._crawl(job)
+        except BackendUnavailableError:
+            raise  # an outage, not the job's fault: back to the broker after a delay, not an attempt
         except CrawlherdError as exc:
             outcome = ListingOutcome(error=str(exc))
         if outcome.error is not None:
@@ -317,7 +431,7 @@ class Worker:
             items_new=outcome.items_new,
             items_updated=outcome.items_updated,
         )
-        await self.broker.ack(delivery)
+        await self._settle(lambda: self.broker.ack(delivery))
         metrics.job_finished(
             "succeeded",
             seconds=time.monotonic() - started,
@@ -362,25 +476,36 @@ class Worker:
         finally:
             self._chains.pop(state.run, None)
 
-    async def _failed(
-        self, delivery: Delivery, job: JobMessage, reason: str, *, started: float, permanent: bool = False
-    ) -> None:
+    async def _failed(self, delivery: Delivery, job: JobMessage, reason: str, *, started: float,
+                      permanent: bool = False, record: bool = True) -> None:
+        """Retry ``job`` after a back-off, or dead-letter it. ``record``: in ``job_runs`` too (best effort
+        when False: the run may not be recordable). ``started``: when the attempt began (metrics)."""
         attempts = job.attempt_count + 1
         self._remember(f"{job.idempotency_key} attempt {attempts}: {reason}")
+
+        async def finish(status: str) -> None:
+            if record:
+                await self.runs.finish(job, status=status, error=reason)
+                return
+            try:
+                await self.runs.finish(job, status=status, error=reason)
+            except Exception as exc:  # noqa: BLE001 - the broker is what keeps the job
+                log.debug("worker %s: could not record %s as %s: %s", self.name, job.idempotency_key, status, exc)
+
         if attempts >= self.max_attempts or permanent:
-            await self.runs.finish(job, status="dead", error=reason)
+            await finish("dead")
             why = "no attempt can do better" if permanent and attempts < self.max_attempts else (
                 f"attempt {attempts} of {self.max_attempts}"
             )
-            await self.broker.dead_letter(delivery, f"{why}: {reason}")
+            await self._settle(lambda: self.broker.dead_letter(delivery, f"{why}: {reason}"))
             self.stats.dead += 1
             metrics.job_finished("dead", seconds=time.monotonic() - started)
             log.error("worker %s: job %s is dead (%s): %s", self.name, job.idempotency_key, why, reason)
             return
         delay = self.retry_delay(attempts)
-        await self.runs.finish(job, status="failed", error=reason)
+        await finish("failed")
         body = encode_job(job.model_copy(update={"attempt_count": attempts}))
-        await self.broker.retry(delivery, delay=delay, body=body)
+        await self._settle(lambda: self.broker.retry(delivery, delay=delay, body=body))
         self.stats.retried += 1
         metrics.job_finished("retried", seconds=time.monotonic() - started)
         log.warning(
@@ -413,19 +538,53 @@ class Worker:
         assert self.frontier is not None
         frontier = self.frontier
         limiter = RateLimiter(base_delay=(0.0, 0.0), decay=0.5)  # 429 back-off; spacing is the frontier's
-        while not stop.is_set():
-            results = self._dispatcher(limiter).run(frontier, self._page)
-            try:
-                async for result in results:
-                    if not result.success:
-                        await self._page_failed(result)
-                    if stop.is_set():
-                        break  # what is in flight is cancelled and its leases go back
-            finally:
-                await results.aclose()  # type: ignore[attr-defined]
-            self._new_pages.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(_first(stop.wait(), self._new_pages.wait()), 1.0)
+        failures = 0
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                try:
+                    if failures:  # still down? (the frontier answers, or this raises the same)
+                        await frontier.idle()
+                        self.outages.up("frontier")
+                        failures = 0
+                    await self._run_pages(frontier, limiter, stopping)
+                except Exception as exc:  # the frontier (or the DB behind a page) went away: wait, go on
+                    unavailable = _unavailable_in(exc)
+                    if unavailable is None:
+                        raise
+                    failures += 1
+                    name = "config DB" if unavailable.backend == "database" else "frontier"
+                    self.outages.down(name, summarize(unavailable))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), backoff_delay(failures))
+                    continue
+                self._new_pages.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(_first(stop.wait(), self._new_pages.wait()), 1.0)
+        finally:
+            stopping.cancel()
+
+    async def _run_pages(self, frontier: Frontier, limiter: RateLimiter, stopping: asyncio.Future[Any]) -> None:
+        """One run of the engine's dispatcher over the frontier, until it has nothing more or ``stopping``
+        is done (then what is in flight is cancelled and its leases go back)."""
+        results = self._dispatcher(limiter).run(frontier, self._page)
+        try:
+            while not stopping.done():
+                step: asyncio.Future[Any] = asyncio.ensure_future(anext(results))
+                await asyncio.wait({step, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not step.done():
+                    step.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                        await step
+                    return
+                try:
+                    result: CrawlResult = step.result()
+                except StopAsyncIteration:
+                    return
+                if not result.success:
+                    await self._page_failed(result)
+        finally:
+            await results.aclose()  # type: ignore[attr-defined]
 
     async def _page(self, request: Request) -> CrawlResult:
         """The dispatcher's work for one page: fetch it *and* store what it holds, so that the lease is
@@ -598,3 +757,28 @@ async def _first(*aws: Awaitable[object]) -> None:
     finally:
         for t in tasks:
             t.cancel()
+
+
+def _outage_of(exc: BaseException) -> str | None:
+    """The service whose outage ``exc`` is ("broker", "frontier", "config DB"), or None for a bug."""
+    if isinstance(exc, BackendUnavailableError):
+        if exc.backend == "database":
+            return "config DB"
+        return "frontier" if "frontier" in str(exc) else "broker"
+    if isinstance(exc, CrawlherdError):
+        return None
+    if is_db_unavailable(exc) and type(exc).__name__ != "IntegrityError":
+        return "config DB"
+    return None
+
+
+def _unavailable_in(exc: BaseException) -> BackendUnavailableError | None:
+    """``exc`` itself, or the first leaf of an exception group (the dispatcher's task group), when it is
+    a :class:`BackendUnavailableError` and the group holds nothing but those (and cancellations)."""
+    if isinstance(exc, BackendUnavailableError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [_unavailable_in(e) for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        if leaves and all(leaf is not None for leaf in leaves):
+            return leaves[0]
+    return None

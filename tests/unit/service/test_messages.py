@@ -71,7 +71,11 @@ def good() -> dict[str, Any]:
     ("body", "match"),
     [
         (b"", "not valid JSON"),
-        (b"\xff\xfe", "not valid JSON"),
+        (b"\xff\xfe", "not valid UTF-8"),
+        (b"[" * 100_000 + b"]" * 100_000, "nests deeper than 32"),  # json.loads: RecursionError
+        (b'{"schema_version": [2]}', "unknown job message schema_version"),  # unhashable: TypeError
+        (b'{"schema_version": 2, "s": "' + b"a" * 1_000_001 + b'"}', "larger than the 1,000,000-byte limit"),
+        (b'{"a": "[[[[' + b"[" * 100 + b'"}', "no schema_version"),  # brackets inside a string do not nest
         (b"{not json", "not valid JSON"),
         (b"[1, 2]", "JSON object"),
         (b"{}", "no schema_version"),

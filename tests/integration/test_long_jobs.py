@@ -1,0 +1,110 @@
+"""Leases: a job longer than the broker's lease runs once (the worker extends its claim while it works),
+and the frontier's lease is the frontier URL's ``?lease_timeout=`` unless the worker is told otherwise.
+
+Two workers consume one broker whose lease (SQLite/memory ``visibility_timeout``, Redis ``claim_idle``)
+is a fraction of the job's length; without the heartbeat the second worker takes the job when the
+lease runs out and fetches its listing page a second time. RabbitMQ has no client-side lease (see
+``docs/brokers.md``: ``consumer_timeout`` on the server): it is run too, and the job runs once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd.brokers import open_broker
+from crawlherd.db import JobRun, create_engine, upgrade
+from crawlherd.fetch.base import FetchLimits
+from crawlherd.request import Request
+from crawlherd.service.dispatch_service import DispatchService
+from crawlherd.worker.worker import Worker
+from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
+from tests.support.dispatch import dispatch_due, relay_all
+from tests.support.real_brokers import remove, scratch_url
+
+LEASE = 0.6  # seconds; the job takes 2.5
+BROKERS = [
+    "memory",
+    "sqlite",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("amqp", marks=pytest.mark.rabbitmq),
+]
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
+    await upgrade(engine)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(params=BROKERS)
+async def short_lease_url(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> AsyncIterator[str]:
+    kind = request.param
+    if kind == "memory":
+        yield f"memory://{unique_name}?visibility_timeout={LEASE}"
+        return
+    redis_url = request.getfixturevalue("redis_url") if kind == "redis" else ""
+    amqp_url = request.getfixturevalue("amqp_url") if kind == "amqp" else ""
+    url = scratch_url(kind, unique_name, sqlite_path=str(tmp_path / "broker.db"), redis_url=redis_url,
+                      amqp_url=amqp_url)
+    yield url + {"sqlite": f"&visibility_timeout={LEASE}&poll_interval=0.05",
+                 "redis": f"&claim_idle={LEASE}&block=0.1", "amqp": ""}[kind]
+    await remove(url, kind, unique_name)
+
+
+@pytest.mark.timeout(60)
+async def test_a_job_longer_than_the_brokers_lease_runs_once(
+    engine: AsyncEngine, board: Board, tmp_path: Path, short_lease_url: str  # noqa: F811
+) -> None:
+    board.slow = 2.5  # the job's one listing page: four leases long
+    await load(engine, tmp_path, website(board, robots="ignore"), ["long"], due=True)
+    limits = FetchLimits(allow_private_addresses=True)
+    async with open_broker(short_lease_url) as one, open_broker(short_lease_url) as two:
+        service = DispatchService(engine, one)
+        await dispatch_due(service)
+        await relay_all(service)
+        workers = [Worker(engine, b, concurrency=1, limits=limits, name=n) for b, n in ((one, "w1"), (two, "w2"))]
+        stop = asyncio.Event()
+        async with workers[0], workers[1]:
+            running = [asyncio.create_task(w.run(stop)) for w in workers]
+            while sum(w.stats.succeeded for w in workers) < 1:  # bounded by the timeout
+                assert not any(t.done() for t in running)
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(3 * LEASE)  # a second delivery, were there one, would be taken by now
+            stop.set()
+            await asyncio.gather(*running)
+        assert await one.pending() == 0
+    assert board.fetched("/search") == ["/search?q=long"]
+    assert sum(w.stats.received for w in workers) == 1
+    async with engine.connect() as conn:
+        assert (await conn.execute(select(JobRun.status, JobRun.attempts))).all() == [("succeeded", 1)]
+
+
+@pytest.mark.timeout(30)
+async def test_the_frontier_urls_lease_timeout_is_kept_and_a_dead_workers_page_comes_back_in_it(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'frontier.db'}?lease_timeout=0.5"
+    async with open_broker("memory://") as broker:
+        dead = Worker(engine, broker, frontier_url=url, name="dead")
+        async with dead:
+            assert dead.frontier is not None
+            assert dead.frontier.options.lease_timeout == 0.5  # type: ignore[attr-defined]
+            await dead.frontier.enqueue_request(Request("https://example.test/detail/1"))
+            assert await dead.frontier.next_request() is not None  # leased ... and the worker dies
+        alive = Worker(engine, broker, frontier_url=url, name="alive")
+        async with alive:
+            assert alive.frontier is not None
+            again = await alive.frontier.wait_next(timeout=10)  # after its lease: 0.5 s, not minutes
+            assert again is not None and again.request.url == "https://example.test/detail/1"
+        told = Worker(engine, broker, frontier_url=url, lease_timeout=3.0)
+        async with told:
+            assert told.frontier.options.lease_timeout == 3.0  # type: ignore[union-attr]

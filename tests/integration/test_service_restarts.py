@@ -1,0 +1,236 @@
+"""Real services restarted under a running ``crawlherd run``: the platform says so once, carries on,
+loses nothing and logs no traceback.
+
+Redis: a PRIVATE ``redis-server`` (AOF, ``appendfsync always``, the test's own port and directory) is
+both the broker and the frontier; the test kills it by its PID while jobs are in flight and starts it
+again on the same port and directory. Every target's job must end ``succeeded``, each target's search
+page fetched at least once (a second fetch only where at-least-once allows it: a job in flight when the
+broker died), and the log must hold one warning per outage, one "is back" line, and no traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd.db import JobRun, ScrapeTarget, create_engine, upgrade
+from crawlherd.service.targets import import_targets
+from tests.integration.test_broker_outage import PrivateRedis
+from tests.integration.test_worker import Board, board, website  # noqa: F401 - the board fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
+
+KEYWORDS = [f"k{n}" for n in range(6)]
+BAD_LOG = ("Traceback", "asynchronous generator is already running", "Unclosed", "unclosed", "Task exception")
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
+    await upgrade(engine)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+async def statuses(engine: AsyncEngine) -> list[str]:
+    async with engine.connect() as conn:
+        return list((await conn.execute(select(JobRun.status))).scalars().all())
+
+
+@pytest.mark.timeout(120)
+async def test_redis_restarted_under_crawlherd_run(
+    engine: AsyncEngine, board: Board, tmp_path: Path  # noqa: F811
+) -> None:
+    board.slow = 0.5
+    document = {"websites": [website(board, robots="ignore")],
+                "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
+    targets = tmp_path / "targets.yaml"
+    targets.write_text(yaml.safe_dump(document), encoding="utf-8")
+    await import_targets(engine, targets)
+    async with engine.begin() as conn:
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+
+    redis_dir = tmp_path / "redis"
+    redis_dir.mkdir()
+    server = PrivateRedis(redis_dir)
+    server.start()
+    redis = f"redis://127.0.0.1:{server.port}/0"
+    log_path = tmp_path / "run.log"
+    env = {**os.environ, "PYTHONWARNINGS": "default"}
+    with log_path.open("wb") as log_file:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "crawlherd", "-v", "run", "--database-url", str(engine.url),
+            "--broker-url", f"{redis}?prefix=b&claim_idle=5", "--frontier-url", f"{redis}?prefix=f&lease_timeout=5",
+            "--allow-private", "--no-web", "--concurrency", "2", "--interval", "0.2", "--backoff", "0.2",
+            stdout=log_file, stderr=asyncio.subprocess.STDOUT, env=env,
+        )
+        try:
+            while not await statuses(engine):  # the first job has started: jobs are in flight
+                assert proc.returncode is None, log_path.read_text()
+                await asyncio.sleep(0.05)
+            server.kill()  # SIGKILL by PID
+            await asyncio.sleep(3.0)  # an outage of a few seconds
+            server.start()  # same port, same directory: the AOF brings the streams back
+            while (await statuses(engine)).count("succeeded") < len(KEYWORDS):  # bounded by the timeout
+                assert proc.returncode is None, log_path.read_text()
+                await asyncio.sleep(0.1)
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(proc.wait(), 60)
+            server.kill()
+    log = log_path.read_text()
+    assert proc.returncode == 0, log
+    for bad in BAD_LOG:
+        assert bad not in log, log
+    assert sorted(await statuses(engine)) == ["succeeded"] * len(KEYWORDS)
+    fetched = board.fetched("/search")
+    assert {p.split("q=")[1] for p in fetched} == set(KEYWORDS)
+    assert len(fetched) <= len(KEYWORDS) + 2  # at most the two jobs in flight fetched again
+    warnings = [line for line in log.splitlines() if "unavailable" in line and "WARNING" in line]
+    assert 1 <= len(warnings) <= 3, log  # once per outage, per service (broker, frontier, relay)
+    assert len({line.split(": ", 1)[1].split(" unavailable")[0] for line in warnings}) == len(warnings), log
+    assert any(" is back after " in line for line in log.replace("\r", "\n").splitlines()), log
+
+
+@pytest.mark.timeout(150)
+async def test_postgres_restarted_under_crawlherd_run(
+    board: Board, tmp_path: Path, redis_url: str, unique_name: str  # noqa: F811
+) -> None:
+    """The config DB (a private PostgreSQL cluster) killed by its PID while jobs are dispatched and
+    crawled, started again a few seconds later: every job succeeds, once per target at the server
+    (twice only for a job in flight at the kill), and the log holds no traceback."""
+    from tests.support.private_postgres import PrivatePostgres
+    from tests.support.real_brokers import remove
+
+    board.slow = 0.5
+    pg = PrivatePostgres()
+    pg.start()
+    engine = create_engine(pg.url)
+    broker_url = f"{redis_url}?prefix={unique_name}&claim_idle=5"
+    try:
+        await upgrade(engine)
+        document = {"websites": [website(board, robots="ignore")],
+                    "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
+        targets = tmp_path / "targets.yaml"
+        targets.write_text(yaml.safe_dump(document), encoding="utf-8")
+        await import_targets(engine, targets)
+        async with engine.begin() as conn:
+            await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+        log_path = tmp_path / "run.log"
+        with log_path.open("wb") as log_file:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "crawlherd", "-v", "run", "--database-url", pg.url, "--broker-url", broker_url,
+                "--frontier-url", "memory://", "--allow-private", "--no-web", "--concurrency", "2", "--interval", "0.2",
+                "--backoff", "0.2", stdout=log_file, stderr=asyncio.subprocess.STDOUT,
+            )
+            try:
+                while not await statuses(engine):  # the first job has started
+                    assert proc.returncode is None, log_path.read_text()
+                    await asyncio.sleep(0.05)
+                await engine.dispose()
+                pg.kill()
+                await asyncio.sleep(3.0)
+                pg.start()
+                while (await statuses(engine)).count("succeeded") < len(KEYWORDS):  # bounded by the timeout
+                    assert proc.returncode is None, log_path.read_text()
+                    await asyncio.sleep(0.2)
+            finally:
+                if proc.returncode is None:
+                    proc.send_signal(signal.SIGTERM)
+                    await asyncio.wait_for(proc.wait(), 60)
+        log = log_path.read_text()
+        assert proc.returncode == 0, log
+        for bad in BAD_LOG:
+            assert bad not in log, log
+        assert sorted(await statuses(engine)) == ["succeeded"] * len(KEYWORDS)
+        fetched = board.fetched("/search")
+        assert {p.split("q=")[1] for p in fetched} == set(KEYWORDS)
+        assert len(fetched) <= len(KEYWORDS) + 2
+    finally:
+        await engine.dispose()
+        pg.stop()
+        await remove(broker_url, "redis", unique_name)
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.timeout(90)
+async def test_rabbitmq_connection_closed_under_a_worker(
+    engine: AsyncEngine, board: Board, tmp_path: Path, amqp_url: str, unique_name: str,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``rabbitmqctl close_connection`` on the worker's own connection (found by its client-provided
+    name) while jobs are in flight: the worker reconnects and every job succeeds; a job whose delivery
+    was lost with the channel is delivered again and skipped by its run key if it had finished."""
+    import subprocess
+
+    from crawlherd.brokers import open_broker
+    from crawlherd.fetch.base import FetchLimits
+    from crawlherd.service.dispatch_service import DispatchService
+    from crawlherd.worker.worker import Worker
+    from tests.support.dispatch import dispatch_due, relay_all
+    from tests.support.real_brokers import remove
+
+    if not shutil_which("rabbitmqctl"):
+        pytest.skip("rabbitmqctl is not installed")
+    board.slow = 0.5
+    document = {"websites": [website(board, robots="ignore")],
+                "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
+    (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
+    await import_targets(engine, tmp_path / "targets.yaml")
+    async with engine.begin() as conn:
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+    url = f"{amqp_url}?queue={unique_name}"
+    try:
+        async with open_broker(url) as broker:
+            service = DispatchService(engine, broker)
+            await dispatch_due(service)
+            await relay_all(service)
+            worker = Worker(engine, broker, concurrency=2, limits=FetchLimits(allow_private_addresses=True),
+                            backoff=0.2)
+            stop = asyncio.Event()
+            async with worker:
+                running = asyncio.create_task(worker.run(stop))
+                while not await statuses(engine):  # noqa: ASYNC110 - DB state: no event to await
+                    await asyncio.sleep(0.05)
+                listing = (await asyncio.to_thread(
+                    subprocess.run, ["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
+                    capture_output=True, text=True, timeout=30)).stdout
+                ours = [line.split("\t")[0] for line in listing.splitlines()
+                        if f"crawlherd broker {unique_name}" in line]
+                assert len(ours) == 1, listing  # the test's own connection only
+                await asyncio.to_thread(
+                    subprocess.run, ["rabbitmqctl", "-q", "close_connection", ours[0], "test: connection killed"],
+                    check=True, timeout=30, capture_output=True)
+                while (await statuses(engine)).count("succeeded") < len(KEYWORDS):  # bounded by the timeout
+                    assert not running.done(), running
+                    await asyncio.sleep(0.1)
+                stop.set()
+                await running
+    finally:
+        await remove(url, "amqp", unique_name)
+    assert sorted(await statuses(engine)) == ["succeeded"] * len(KEYWORDS)
+    fetched = board.fetched("/search")
+    assert {p.split("q=")[1] for p in fetched} == set(KEYWORDS)
+    assert len(fetched) <= len(KEYWORDS) + 2  # only the jobs in flight at the close fetched again
+    said = [r.getMessage() for r in caplog.records if r.name == "crawlherd.worker.worker"]
+    assert len([m for m in said if "broker unavailable" in m]) == 1, said  # once per outage
+    assert not [r for r in caplog.records if r.exc_info and r.name.startswith("crawlherd")], said  # no traceback
+
+
+def shutil_which(name: str) -> str | None:
+    import shutil
+
+    return shutil.which(name)
