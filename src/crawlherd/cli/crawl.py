@@ -135,6 +135,9 @@ def crawl(
     )
     for label, count in sorted(summary.statuses.items(), key=lambda kv: -kv[1]):
         click.echo(f"  {label}: {count}", err=True)
+        example = summary.examples.get(label)
+        if example:
+            click.echo(f"    e.g. {example}", err=True)
     if ok == 0:
         click.echo("nothing could be crawled", err=True)
         sys.exit(1)
@@ -147,6 +150,7 @@ class _Summary:
     elapsed: float
     rate: float
     statuses: dict[str, int]
+    examples: dict[str, str]  # label of a failure -> the first such error message
 
 
 async def _crawl(
@@ -175,6 +179,7 @@ async def _crawl(
         concurrency, rate_limiter=RateLimiter(base_delay=(0.0, 0.0)), monitor=monitor
     )
     statuses: Counter[str] = Counter()
+    examples: dict[str, str] = {}
     ok = total = 0
     async with Crawler(limits=limits, config=config) as crawler:
         stream = await crawler.crawl(
@@ -192,8 +197,11 @@ async def _crawl(
                 total += 1
                 ok += result.success
                 code = result.status_code
-                statuses[str(code) if code is not None else result.error_type or "error"] += 1
+                label = str(code) if code is not None else result.error_type or "error"
+                statuses[label] += 1
+                if not result.success and result.error_message and code is None:
+                    examples.setdefault(label, result.error_message)
                 if output is not None:
                     output.write(json.dumps(result.to_dict(body=with_body), ensure_ascii=False) + "\n")
     stats = monitor.get_statistics()
-    return _Summary(ok, total, stats["elapsed"], stats["pages_per_second"], dict(statuses))
+    return _Summary(ok, total, stats["elapsed"], stats["pages_per_second"], dict(statuses), examples)

@@ -29,7 +29,7 @@ from crawlherd.crawler.stream import CrawlRun, CrawlStream
 from crawlherd.dispatch.base import Dispatcher
 from crawlherd.dispatch.rate_limiter import RateLimiter
 from crawlherd.dispatch.semaphore import SemaphoreDispatcher
-from crawlherd.errors import ConfigurationError, CrawlherdError, FetchError, InvalidURLError, RobotsDisallowedError
+from crawlherd.errors import ConfigurationError, CrawlherdError, FetchError, InvalidURLError
 from crawlherd.extract.links import extract_links
 from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.gate import HostGate
@@ -179,8 +179,7 @@ class Crawler:
         return result
 
     async def _robots(self, request: Request, run: CrawlRun) -> None:
-        if not await self.robots.allowed(request.url):
-            raise RobotsDisallowedError(f"{request.url}: disallowed by robots.txt", url=request.url, request=request)
+        await self.robots.check(request.url, request)
         host = request.host
         if host not in run.delayed_hosts:
             run.delayed_hosts.add(host)
