@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import logging
+import sys
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -11,7 +16,16 @@ from crawlherd.db import create_engine, current_revision, head_revision, upgrade
 from crawlherd.errors import CrawlherdError
 from crawlherd.settings import Settings, load_settings
 
-__all__ = ["database_option", "ensure_migrated", "settings_from"]
+__all__ = [
+    "JsonLogFormatter",
+    "Output",
+    "database_option",
+    "ensure_migrated",
+    "output_options",
+    "settings_from",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 database_option = click.option(
     "--database-url",
@@ -54,3 +68,68 @@ def engine_for(settings: Settings, *, read_only: bool = False, **options: Any) -
     """An engine for ``settings.database_url``. ``read_only`` commands refuse a SQLite path that does
     not exist (a typo must not create an empty database)."""
     return create_engine(settings.database_url, must_exist=read_only, **options)
+
+
+class JsonLogFormatter(logging.Formatter):
+    """``--log-format json``: one JSON object per log line (time in UTC, level, logger, message, and the
+    exception text when there is one), for journald, Docker or a log collector."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def output_options(func: F) -> F:
+    """``-q/--quiet`` and ``--json`` for a command that prints data; the command receives ``quiet``
+    and ``as_json`` and builds an :class:`Output` from them."""
+    func = click.option("--json", "as_json", is_flag=True,
+                        help="Print the result as JSON on standard output (progress and logs go to stderr).")(func)
+    return click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (and --json's result).")(func)
+
+
+class Output:
+    """Where a command's words go: ``info`` (progress, banners: stderr, silenced by ``-q`` and by
+    ``--json``), ``result`` (the data: a human line on stdout, or with ``--json`` one JSON document),
+    ``status`` (periodic lines; live, overwritten in place, only on a terminal)."""
+
+    def __init__(self, *, quiet: bool = False, as_json: bool = False, tty: bool | None = None) -> None:
+        self.quiet = quiet
+        self.as_json = as_json
+        self.tty = sys.stderr.isatty() if tty is None else tty
+        self._live = False
+
+    def info(self, message: str) -> None:
+        """A line for the person watching (stderr); none with -q or --json."""
+        if not (self.quiet or self.as_json):
+            self._end_live()
+            click.echo(message, err=True)
+
+    def status(self, message: str) -> None:
+        """A periodic status line: redrawn in place on a terminal, a plain line otherwise."""
+        if self.quiet or self.as_json:
+            return
+        if self.tty:
+            click.echo(f"\r{message}\x1b[K", nl=False, err=True)
+            self._live = True
+        else:
+            click.echo(message, err=True)
+
+    def result(self, text: str, data: Mapping[str, Any] | list[Any]) -> None:
+        """The command's result: ``data`` as JSON with --json, else ``text`` (silenced by -q)."""
+        self._end_live()
+        if self.as_json:
+            click.echo(json.dumps(data, ensure_ascii=False, default=str, indent=2))
+        elif not self.quiet:
+            click.echo(text)
+
+    def _end_live(self) -> None:
+        if self._live:
+            click.echo("", err=True)
+            self._live = False

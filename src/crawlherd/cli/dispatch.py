@@ -19,26 +19,27 @@ __all__ = ["dispatch"]
 
 @click.command()
 @click.option("--once", is_flag=True, help="Dispatch what is due, relay what is pending, then exit.")
-@click.option(
-    "--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, help="Seconds between cycles."
-)
+@click.option("--interval", "dispatch_interval", type=click.FloatRange(min=0.01), default=None,
+              help="Seconds between cycles.  [default: setting dispatch_interval, 1]")
 @database_option
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
-@click.option("--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True, help="Targets per tick.")
+@click.option("--batch-size", "dispatch_batch_size", type=click.IntRange(1, 100_000), default=None,
+              help="Targets per tick.  [default: setting dispatch_batch_size, 500]")
 @click.option(
-    "--lease", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
-    help="Outbox lease (seconds): how long a relay holds a row it publishes; a relay round may take half of it."
+    "--lease", "dispatch_lease", type=click.FloatRange(min=1.0), default=None,
+    help="Outbox lease (seconds): how long a relay holds a row it publishes; a relay round may take half of it.  "
+    "[default: setting dispatch_lease, 60]",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 @click.pass_context
 def dispatch(
     ctx: click.Context,
     once: bool,
-    interval: float,
+    dispatch_interval: float | None,
     database_url: str | None,
     broker_url: str | None,
-    batch_size: int,
-    lease: float,
+    dispatch_batch_size: int | None,
+    dispatch_lease: float | None,
     quiet: bool,
 ) -> None:
     """Publish one job per scrape target per slot. Run as many as you like: they share the work.
@@ -46,7 +47,11 @@ def dispatch(
     Stops cleanly on SIGTERM or Ctrl+C (a second Ctrl+C aborts; leased rows are then published again
     by another dispatcher once their lease runs out).
     """
-    settings = settings_from(ctx, database_url=database_url, broker_url=broker_url)
+    settings = settings_from(
+        ctx, database_url=database_url, broker_url=broker_url, dispatch_interval=dispatch_interval,
+        dispatch_batch_size=dispatch_batch_size, dispatch_lease=dispatch_lease,
+    )
+    interval = settings.dispatch_interval
     broker_target = settings.effective_broker_url
 
     def progress(tick: TickResult, relay: RelayResult) -> None:
@@ -62,7 +67,9 @@ def dispatch(
         try:
             await ensure_migrated(engine)
             async with open_broker(broker_target) as broker:
-                dispatcher = DispatchService(engine, broker, batch_size=batch_size, lease=lease)
+                dispatcher = DispatchService(
+                    engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease
+                )
                 if not quiet:
                     click.echo(
                         f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "

@@ -23,13 +23,13 @@ __all__ = ["run"]
 @click.command()
 @database_option
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: a table in the config DB.")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
-              help="Seconds between dispatch cycles.")
+@click.option("--interval", "dispatch_interval", type=click.FloatRange(min=0.05), default=None,
+              help="Seconds between dispatch cycles.  [default: setting dispatch_interval, 1]")
 @click.option("--until-idle", is_flag=True,
               help="Exit once no target is due and every job dispatched has succeeded or is dead.")
 @worker_options
 @click.pass_context
-def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, interval: float, until_idle: bool,
+def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, until_idle: bool,
         **options: Any) -> None:
     """The whole pipeline in one process: due targets -> outbox -> broker -> worker -> items.
 
@@ -41,7 +41,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
     Scale out with `crawlherd dispatch` and `crawlherd worker` processes on PostgreSQL + RabbitMQ or
     Redis Streams, with a redis:// frontier.
     """
-    settings = settings_from(ctx, database_url=database_url, broker_url=broker_url)
+    settings = settings_from(ctx, database_url=database_url, broker_url=broker_url, **options)
     target = settings.effective_broker_url
 
     def show(p: RunProgress) -> None:
@@ -56,7 +56,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
         try:
             await upgrade(engine)
             async with open_broker(target) as broker:
-                w = make_worker(engine, broker, settings, **options)
+                w = make_worker(engine, broker, settings)
                 click.echo(
                     f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
                     f"frontier {redact_url(w.frontier_url)}"
@@ -65,7 +65,8 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                 async with w:
                     with stop_on_signals(stop):
                         p = await run_embedded(
-                            engine, broker, w, stop=stop, interval=interval, until_idle=until_idle, on_progress=show
+                            engine, broker, w, stop=stop, interval=settings.dispatch_interval,
+                            until_idle=until_idle, on_progress=show,
                         )
                 click.echo(
                     f"\nstopped: {p.jobs} jobs, {p.succeeded} done, {p.dead} dead; {w.stats.items_new} new items"

@@ -23,18 +23,21 @@ __all__ = ["WorkerOptions", "make_worker", "worker", "worker_options"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _OPTIONS = [
-    click.option("--concurrency", type=click.IntRange(1, 1000), default=4, show_default=True,
-                 help="Jobs in flight at once (also the broker prefetch)."),
-    click.option("--page-dispatcher", type=click.Choice(PAGE_DISPATCHERS), default="semaphore", show_default=True,
-                 help="The engine dispatcher that runs every page (listing and detail)."),
-    click.option("--page-concurrency", type=click.IntRange(1, 1000), default=8, show_default=True,
-                 help="Pages (listing and detail) in flight at once."),
-    click.option("--max-attempts", type=click.IntRange(1, 100), default=3, show_default=True,
-                 help="Attempts before a job is dead."),
-    click.option("--backoff", type=click.FloatRange(min=0), default=5.0, show_default=True,
-                 help="First retry delay in seconds (doubles per attempt, with jitter)."),
-    click.option("--allow-private", is_flag=True,
-                 help="Let the fetchers reach private and loopback addresses (local sites)."),
+    click.option("--concurrency", "worker_concurrency", type=click.IntRange(1, 1000), default=None,
+                 help="Jobs in flight at once (also the broker prefetch).  [default: setting worker_concurrency, 4]"),
+    click.option("--page-dispatcher", type=click.Choice(PAGE_DISPATCHERS), default=None,
+                 help="The engine dispatcher that runs every page (listing and detail).  "
+                 "[default: setting page_dispatcher, semaphore]"),
+    click.option("--page-concurrency", type=click.IntRange(1, 1000), default=None,
+                 help="Pages (listing and detail) in flight at once.  [default: setting page_concurrency, 8]"),
+    click.option("--max-attempts", type=click.IntRange(1, 100), default=None,
+                 help="Attempts before a job is dead.  [default: setting max_attempts, 3]"),
+    click.option("--backoff", type=click.FloatRange(min=0), default=None,
+                 help="First retry delay in seconds (doubles per attempt, with jitter).  "
+                 "[default: setting backoff, 5]"),
+    click.option("--allow-private", "allow_private_addresses", flag_value=True, default=None,
+                 help="Let the fetchers reach private and loopback addresses (local sites).  "
+                 "[default: setting allow_private_addresses, off]"),
     click.option("--frontier-url", default=None, metavar="URL",
                  help="Frontier of the pages (default: CRAWLHERD_FRONTIER_URL, else the SQLite config DB "
                  "file, else memory://); redis://... shares it, and its politeness, between workers."),
@@ -44,30 +47,27 @@ WorkerOptions = dict[str, Any]
 
 
 def worker_options(func: F) -> F:
-    """The options of every command that runs a worker; they arrive as keyword arguments."""
+    """The options of every command that runs a worker; they arrive as keyword arguments named as the
+    settings they override (pass them to ``settings_from``)."""
     for option in reversed(_OPTIONS):
         func = option(func)
     return func
 
 
-def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings, **options: Any) -> Worker:
-    """A worker from the settings and the :func:`worker_options` values."""
-    limits = FetchLimits(
-        allow_private_addresses=options["allow_private"] or settings.allow_private_addresses,
-        user_agent=settings.user_agent,
-    )
-    backoff = float(options["backoff"])
+def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings) -> Worker:
+    """A worker from the settings (defaults < crawlherd.toml < CRAWLHERD_* < the worker's flags)."""
+    limits = FetchLimits(allow_private_addresses=settings.allow_private_addresses, user_agent=settings.user_agent)
     return Worker(
         engine,
         broker,
-        concurrency=options["concurrency"],
-        page_dispatcher=options["page_dispatcher"],
-        page_concurrency=options["page_concurrency"],
-        max_attempts=options["max_attempts"],
-        backoff=backoff,
-        max_backoff=max(backoff, 600.0),
+        concurrency=settings.worker_concurrency,
+        page_dispatcher=settings.page_dispatcher,
+        page_concurrency=settings.page_concurrency,
+        max_attempts=settings.max_attempts,
+        backoff=settings.backoff,
+        max_backoff=max(settings.backoff, 600.0),
         limits=limits,
-        frontier_url=options.get("frontier_url") or settings.effective_frontier_url,
+        frontier_url=settings.effective_frontier_url,
     )
 
 
@@ -84,7 +84,7 @@ def worker(ctx: click.Context, /, database_url: str | None, broker_url: str | No
     machines (share a redis:// --frontier-url so that they share politeness and seen pages).
     SIGTERM or Ctrl+C: stop taking jobs, let jobs in flight finish (30 s), requeue the rest.
     """
-    settings = settings_from(ctx, database_url=database_url, broker_url=broker_url)
+    settings = settings_from(ctx, database_url=database_url, broker_url=broker_url, **options)
     target = settings.effective_broker_url
 
     async def main() -> None:
@@ -92,7 +92,7 @@ def worker(ctx: click.Context, /, database_url: str | None, broker_url: str | No
         try:
             await ensure_migrated(engine)
             async with open_broker(target) as broker:
-                w = make_worker(engine, broker, settings, **options)
+                w = make_worker(engine, broker, settings)
                 click.echo(
                     f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
                     f"{w.concurrency} job(s) at once, frontier {redact_url(w.frontier_url)}"
