@@ -44,7 +44,7 @@ def current_cmd(ctx: click.Context, database_url: str | None) -> None:
     settings = settings_from(ctx, database_url=database_url)
 
     async def main() -> str | None:
-        engine = engine_for(settings)
+        engine = engine_for(settings, read_only=True)
         try:
             return await current_revision(engine)
         finally:

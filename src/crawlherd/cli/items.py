@@ -36,7 +36,7 @@ def export(ctx: click.Context, fmt: str, output: str, website: str | None, datab
     settings = settings_from(ctx, database_url=database_url)
 
     async def main(out: TextIO) -> int:
-        engine = engine_for(settings)
+        engine = engine_for(settings, read_only=True)
         try:
             await ensure_migrated(engine)
             return await export_items(engine, out, fmt=fmt, website=website)
