@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "WARNING", description="Logging level (-v and -vv raise it to INFO and DEBUG)."
     )
+    status_interval: float = Field(
+        10.0, ge=0.1, description="run/worker: seconds between status lines when not on a terminal."
+    )
     log_format: Literal["text", "json"] = Field("text", description="Log lines as text or one JSON object each.")
 
     @classmethod

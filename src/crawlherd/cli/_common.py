@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -19,6 +21,9 @@ from crawlherd.settings import Settings, load_settings
 __all__ = [
     "JsonLogFormatter",
     "Output",
+    "Rates",
+    "periodic_status",
+    "stats_dump",
     "database_option",
     "ensure_migrated",
     "output_options",
@@ -126,10 +131,74 @@ class Output:
         self._end_live()
         if self.as_json:
             click.echo(json.dumps(data, ensure_ascii=False, default=str, indent=2))
-        elif not self.quiet:
+        elif text and not self.quiet:
             click.echo(text)
+
+    def end_live(self) -> None:
+        """End a live status line (so that the next line starts on its own)."""
+        self._end_live()
 
     def _end_live(self) -> None:
         if self._live:
             click.echo("", err=True)
             self._live = False
+
+
+class Rates:
+    """Per-minute rates of growing counters (pages, items) since the start, for the status lines:
+    Crawlee's periodic statistics, in pages/min and items/min. ``clock`` is injectable."""
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self._clock = clock or time.monotonic
+        self.started = self._clock()
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the start."""
+        return self._clock() - self.started
+
+    def per_minute(self, count: int) -> float:
+        """``count`` events since the start, per minute (0 during the first second)."""
+        elapsed = self.elapsed
+        return 60.0 * count / elapsed if elapsed >= 1.0 else 0.0
+
+    def line(self, pages: int, items: int, extra: str = "") -> str:
+        """``12:00:01 pages 120 (60.0/min), items 40 (20.0/min)`` and ``extra``."""
+        import time
+
+        text = (
+            f"{time.strftime('%H:%M:%S')} pages {pages} ({self.per_minute(pages):.1f}/min), "
+            f"items {items} ({self.per_minute(items):.1f}/min)"
+        )
+        return f"{text}; {extra}" if extra else text
+
+
+def stats_dump(title: str, stats: Mapping[str, Any]) -> str:
+    """The statistics at the end of ``run``, ``worker`` and ``crawl``, as Scrapy dumps its stats: one
+    ``'name': value`` per line, sorted, readable by a person and by ``ast.literal_eval``."""
+    import pprint
+
+    return f"{title}:\n" + pprint.pformat(dict(sorted(stats.items())), width=100, sort_dicts=False)
+
+
+@contextlib.asynccontextmanager
+async def periodic_status(output: Output, line: Callable[[], str], every: float) -> AsyncIterator[None]:
+    """While the block runs, ``output.status(line())`` every second on a terminal (redrawn in place),
+    every ``every`` seconds otherwise (plain lines for a log file or journald: setting status_interval)."""
+    interval = min(1.0, every) if output.tty else every
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            output.status(line())
+
+    task = asyncio.create_task(tick(), name="cli-status")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        output.end_live()

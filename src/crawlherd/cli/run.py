@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Any
 
 import click
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers import open_broker
-from crawlherd.cli._common import database_option, engine_for, settings_from
+from crawlherd.cli._common import (
+    Output,
+    Rates,
+    database_option,
+    engine_for,
+    output_options,
+    periodic_status,
+    settings_from,
+    stats_dump,
+)
 from crawlherd.cli._signals import stop_on_signals
-from crawlherd.cli.worker import make_worker, worker_options
+from crawlherd.cli.worker import make_worker, waiting_for, worker_options, worker_statistics
 from crawlherd.db import upgrade
 from crawlherd.service.embedded import RunProgress, run_embedded
+from crawlherd.worker.worker import Worker
 
 __all__ = ["run"]
 
@@ -28,9 +37,10 @@ __all__ = ["run"]
 @click.option("--until-idle", is_flag=True,
               help="Exit once no target is due and every job dispatched has succeeded or is dead.")
 @worker_options
+@output_options
 @click.pass_context
-def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, until_idle: bool,
-        **options: Any) -> None:
+def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, until_idle: bool, quiet: bool,
+        as_json: bool, **options: Any) -> None:
     """The whole pipeline in one process: due targets -> outbox -> broker -> worker -> items.
 
     \b
@@ -40,16 +50,26 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
     Then:                            crawlherd run          (Ctrl+C stops cleanly)
     Scale out with `crawlherd dispatch` and `crawlherd worker` processes on PostgreSQL + RabbitMQ or
     Redis Streams, with a redis:// frontier.
+
+    \b
+    Output: a status line (pages/min, items/min, jobs) redrawn on a terminal, else a plain line every
+    status_interval seconds; at the end, the statistics (--json: as one JSON object on stdout).
     """
     settings = settings_from(ctx, database_url=database_url, broker_url=broker_url, **options)
     target = settings.effective_broker_url
+    out = Output(quiet=quiet, as_json=as_json)
+    last: list[RunProgress] = []  # the latest progress only
 
-    def show(p: RunProgress) -> None:
-        click.echo(
-            f"\r{time.strftime('%H:%M:%S')} jobs {p.jobs}: {p.succeeded} done, {p.running} running, "
-            f"{p.failed} retrying, {p.dead} dead  ",
-            nl=False,
+    def keep(p: RunProgress) -> None:
+        last[:] = [p]
+
+    def line(w: Worker, rates: Rates) -> str:
+        st = w.stats
+        jobs = (
+            f"jobs {last[-1].jobs}: {last[-1].succeeded} done, {last[-1].running} running, "
+            f"{last[-1].failed} retrying, {last[-1].dead} dead" if last else "jobs 0"
         )
+        return rates.line(st.pages + st.detail_pages, st.items_new + st.items_updated, jobs)
 
     async def main() -> None:
         engine = engine_for(settings)
@@ -57,20 +77,24 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
             await upgrade(engine)
             async with open_broker(target) as broker:
                 w = make_worker(engine, broker, settings)
-                click.echo(
+                out.info(
                     f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
                     f"frontier {redact_url(w.frontier_url)}"
                 )
                 stop = asyncio.Event()
-                async with w:
-                    with stop_on_signals(stop):
+                rates = Rates()
+                async with w, periodic_status(out, lambda: line(w, rates), settings.status_interval):
+                    with stop_on_signals(stop, waiting_for(w)):
                         p = await run_embedded(
                             engine, broker, w, stop=stop, interval=settings.dispatch_interval,
-                            until_idle=until_idle, on_progress=show,
+                            until_idle=until_idle, on_progress=keep,
                         )
-                click.echo(
-                    f"\nstopped: {p.jobs} jobs, {p.succeeded} done, {p.dead} dead; {w.stats.items_new} new items"
-                )
+                stats = {
+                    "jobs/dispatched": p.jobs, "jobs/published": p.published, "jobs/dead_total": p.dead,
+                    **worker_statistics(w, rates.elapsed),
+                }
+                out.info(stats_dump("crawlherd run stopped; statistics", stats))
+                out.result("", stats)
         finally:
             await engine.dispose()
 

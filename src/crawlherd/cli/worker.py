@@ -12,13 +12,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers import Broker, open_broker
-from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import (
+    Output,
+    Rates,
+    database_option,
+    engine_for,
+    ensure_migrated,
+    output_options,
+    periodic_status,
+    settings_from,
+    stats_dump,
+)
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
 from crawlherd.worker.worker import PAGE_DISPATCHERS, Worker
 
-__all__ = ["WorkerOptions", "make_worker", "worker", "worker_options"]
+__all__ = ["WorkerOptions", "make_worker", "waiting_for", "worker", "worker_options", "worker_statistics",
+           "worker_status"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,21 +82,69 @@ def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings) -> Work
     )
 
 
+def worker_statistics(w: Worker, elapsed: float) -> dict[str, Any]:
+    """The worker's counters for the end-of-run dump (and ``--json``)."""
+    st = w.stats
+    minutes = max(elapsed, 1e-9) / 60
+    return {
+        "elapsed_seconds": round(elapsed, 1),
+        "jobs/received": st.received,
+        "jobs/succeeded": st.succeeded,
+        "jobs/retried": st.retried,
+        "jobs/dead": st.dead,
+        "jobs/skipped": st.skipped,
+        "jobs/requeued": st.requeued,
+        "jobs/invalid": st.invalid,
+        "pages/listing": st.pages,
+        "pages/detail": st.detail_pages,
+        "pages/detail_failed": st.detail_failures,
+        "pages/per_minute": round((st.pages + st.detail_pages) / minutes, 1),
+        "items/new": st.items_new,
+        "items/updated": st.items_updated,
+        "items/per_minute": round((st.items_new + st.items_updated) / minutes, 1),
+        "last_errors": list(st.last_errors[-5:]),
+    }
+
+
+def worker_status(w: Worker, rates: Rates) -> str:
+    """One status line: pages and items with their rates per minute, and the jobs."""
+    st = w.stats
+    return rates.line(
+        st.pages + st.detail_pages,
+        st.items_new + st.items_updated,
+        f"jobs {st.succeeded} done, {st.in_flight} running, {st.retried} retried, {st.dead} dead",
+    )
+
+
+def waiting_for(w: Worker) -> Callable[[], str]:
+    """What a stopping worker waits for, for the "stopping…" line."""
+    return lambda: (
+        f"{w.stats.in_flight} job(s) in flight to finish (up to {w.shutdown_timeout:g} s; the rest are requeued)"
+    )
+
+
 @click.command()
 @database_option
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
 @worker_options
+@output_options
 @click.pass_context
-def worker(ctx: click.Context, /, database_url: str | None, broker_url: str | None, **options: Any) -> None:
+def worker(ctx: click.Context, /, database_url: str | None, broker_url: str | None, quiet: bool, as_json: bool,
+           **options: Any) -> None:
     """Consume scrape jobs and crawl them; items go to the config DB's items table.
 
     A job whose run already succeeded is skipped; a failed job is retried with a growing delay and is
     dead after --max-attempts (see `crawlherd jobs dead`). Run as many workers as you like, on as many
     machines (share a redis:// --frontier-url so that they share politeness and seen pages).
     SIGTERM or Ctrl+C: stop taking jobs, let jobs in flight finish (30 s), requeue the rest.
+
+    \b
+    Output: a status line (pages/min, items/min, jobs) redrawn on a terminal, else a plain line every
+    status_interval seconds; at the end, the statistics (--json: as one JSON object on stdout).
     """
     settings = settings_from(ctx, database_url=database_url, broker_url=broker_url, **options)
     target = settings.effective_broker_url
+    out = Output(quiet=quiet, as_json=as_json)
 
     async def main() -> None:
         engine = engine_for(settings)
@@ -93,19 +152,18 @@ def worker(ctx: click.Context, /, database_url: str | None, broker_url: str | No
             await ensure_migrated(engine)
             async with open_broker(target) as broker:
                 w = make_worker(engine, broker, settings)
-                click.echo(
+                out.info(
                     f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
                     f"{w.concurrency} job(s) at once, frontier {redact_url(w.frontier_url)}"
                 )
                 stop = asyncio.Event()
-                async with w:
-                    with stop_on_signals(stop):
-                        stats = await w.run(stop)
-                click.echo(
-                    f"worker stopped: {stats.succeeded} done, {stats.retried} retried, {stats.dead} dead, "
-                    f"{stats.skipped} skipped, {stats.requeued} requeued; {stats.detail_pages} detail pages; "
-                    f"{stats.items_new} new items"
-                )
+                rates = Rates()
+                async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
+                    with stop_on_signals(stop, waiting_for(w)):
+                        await w.run(stop)
+                stats = worker_statistics(w, rates.elapsed)
+                out.info(stats_dump(f"worker stopped ({w.name}); statistics", stats))
+                out.result("", stats)
         finally:
             await engine.dispose()
 
