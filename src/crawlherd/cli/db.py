@@ -7,7 +7,7 @@ import asyncio
 import click
 
 from crawlherd._redact import redact_url
-from crawlherd.cli._common import database_option, engine_for, settings_from
+from crawlherd.cli._common import Output, database_option, engine_for, output_options, settings_from
 from crawlherd.db import current_revision, head_revision, upgrade
 
 __all__ = ["db"]
@@ -38,8 +38,9 @@ def upgrade_cmd(ctx: click.Context, database_url: str | None) -> None:
 
 @db.command("current")
 @database_option
+@output_options
 @click.pass_context
-def current_cmd(ctx: click.Context, database_url: str | None) -> None:
+def current_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Show the config DB's migration and the newest one this crawlherd ships."""
     settings = settings_from(ctx, database_url=database_url)
 
@@ -51,4 +52,8 @@ def current_cmd(ctx: click.Context, database_url: str | None) -> None:
             await engine.dispose()
 
     current = asyncio.run(main())
-    click.echo(f"current: {current or '(not migrated)'}; newest: {head_revision()}")
+    Output(quiet=quiet, as_json=as_json).result(
+        f"current: {current or '(not migrated)'}; newest: {head_revision()}",
+        {"database_url": redact_url(settings.database_url), "current": current, "newest": head_revision(),
+         "up_to_date": current == head_revision()},
+    )

@@ -10,7 +10,14 @@ import click
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers import open_broker
-from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import (
+    Output,
+    database_option,
+    engine_for,
+    ensure_migrated,
+    output_options,
+    settings_from,
+)
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.service.dispatch_service import DispatchService, RelayResult, TickResult
 
@@ -30,7 +37,7 @@ __all__ = ["dispatch"]
     help="Outbox lease (seconds): how long a relay holds a row it publishes; a relay round may take half of it.  "
     "[default: setting dispatch_lease, 60]",
 )
-@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+@output_options
 @click.pass_context
 def dispatch(
     ctx: click.Context,
@@ -41,6 +48,7 @@ def dispatch(
     dispatch_batch_size: int | None,
     dispatch_lease: float | None,
     quiet: bool,
+    as_json: bool,
 ) -> None:
     """Publish one job per scrape target per slot. Run as many as you like: they share the work.
 
@@ -54,13 +62,17 @@ def dispatch(
     interval = settings.dispatch_interval
     broker_target = settings.effective_broker_url
 
+    out = Output(quiet=quiet, as_json=as_json)
+
+    def line(tick: TickResult, relay: RelayResult) -> str:
+        return (
+            f"{time.strftime('%H:%M:%S')} dispatch: {tick.inserted} job(s) from {tick.targets} due target(s); "
+            f"published {relay.published}, failed {relay.failed}"
+        )
+
     def progress(tick: TickResult, relay: RelayResult) -> None:
-        if not quiet:
-            stamp = time.strftime("%H:%M:%S")
-            click.echo(
-                f"{stamp} dispatch: {tick.inserted} job(s) from {tick.targets} due target(s); "
-                f"published {relay.published}, failed {relay.failed}"
-            )
+        if not (quiet or as_json):
+            click.echo(line(tick, relay))
 
     async def main() -> None:
         engine = engine_for(settings)
@@ -70,7 +82,7 @@ def dispatch(
                 dispatcher = DispatchService(
                     engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease
                 )
-                if not quiet:
+                if not (quiet or as_json):
                     click.echo(
                         f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "
                         f"{redact_url(broker_target)}" + (" (once)" if once else f" every {interval:g}s")
@@ -81,10 +93,12 @@ def dispatch(
                 with stop_on_signals(stop):
                     if once:
                         tick, relay = await dispatcher.run_once(stop)
-                        progress(tick, relay)
+                        data = {"due_targets": tick.targets, "jobs": tick.inserted,
+                                "published": relay.published, "failed": relay.failed}
+                        out.result(line(tick, relay), data)
                         return
                     await dispatcher.run(interval=interval, stop=stop, on_cycle=progress)
-                if not quiet:
+                if not (quiet or as_json):
                     click.echo("dispatcher stopped")
         finally:
             await engine.dispose()

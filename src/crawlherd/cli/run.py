@@ -77,14 +77,14 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
             await upgrade(engine)
             async with open_broker(target) as broker:
                 w = make_worker(engine, broker, settings)
-                out.info(
-                    f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
-                    f"frontier {redact_url(w.frontier_url)}"
-                )
                 stop = asyncio.Event()
                 rates = Rates()
-                async with w, periodic_status(out, lambda: line(w, rates), settings.status_interval):
-                    with stop_on_signals(stop, waiting_for(w)):
+                with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
+                    out.info(
+                        f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
+                        f"frontier {redact_url(w.frontier_url)}"
+                    )
+                    async with w, periodic_status(out, lambda: line(w, rates), settings.status_interval):
                         p = await run_embedded(
                             engine, broker, w, stop=stop, interval=settings.dispatch_interval,
                             until_idle=until_idle, on_progress=keep,

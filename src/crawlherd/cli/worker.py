@@ -152,14 +152,14 @@ def worker(ctx: click.Context, /, database_url: str | None, broker_url: str | No
             await ensure_migrated(engine)
             async with open_broker(target) as broker:
                 w = make_worker(engine, broker, settings)
-                out.info(
-                    f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
-                    f"{w.concurrency} job(s) at once, frontier {redact_url(w.frontier_url)}"
-                )
                 stop = asyncio.Event()
                 rates = Rates()
-                async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
-                    with stop_on_signals(stop, waiting_for(w)):
+                with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
+                    out.info(
+                        f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
+                        f"{w.concurrency} job(s) at once, frontier {redact_url(w.frontier_url)}"
+                    )
+                    async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
                         await w.run(stop)
                 stats = worker_statistics(w, rates.elapsed)
                 out.info(stats_dump(f"worker stopped ({w.name}); statistics", stats))
