@@ -22,7 +22,7 @@ from crawlherd.brokers import open_broker
 from crawlherd.db import JobRun, ScrapeTarget, StoredItem, Website, create_engine, upgrade
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.messages import idempotency_key, job_id_for
-from crawlherd.service.embedded import run_pipeline
+from crawlherd.service.embedded import run_embedded
 from crawlherd.service.targets import import_targets
 from crawlherd.worker.worker import Worker
 
@@ -137,7 +137,7 @@ async def run_until_idle(engine: AsyncEngine, tmp_path: Path, **options: Any) ->
     async with open_broker(db_url) as broker:
         worker = Worker(engine, broker, limits=FetchLimits(allow_private_addresses=True), backoff=0.1, **options)
         async with worker:
-            await run_pipeline(
+            await run_embedded(
                 engine, broker, worker, stop=asyncio.Event(), interval=0.1, until_idle=True, progress_every=0.1
             )
     return worker

@@ -160,3 +160,17 @@ async def test_wal_mode(tmp_path: Path) -> None:
         await f.enqueue_request(Request("http://w.test/"))
         with sqlite3.connect(db) as con:
             assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_works_without_async_with(tmp_path: Path) -> None:
+    """The crawler opens its frontier with open_scheduler() and closes it, without ``async with``: the
+    first call, a batch enqueue, opens the file (it once failed on the duplicate filter not loaded)."""
+    f = open_scheduler(url_of(tmp_path / "f.db"), delay=0)
+    try:
+        assert await f.enqueue_requests([Request("http://a.test/1"), Request("http://a.test/1")]) == 1
+        lease = await f.wait_next(timeout=0)
+        assert lease is not None and lease.request.url == "http://a.test/1"
+        await f.ack(lease)
+        assert await f.idle()
+    finally:
+        await f.close()

@@ -1,5 +1,6 @@
 """Message brokers, chosen by URL: ``sqlite:///path`` (default: a table in the config DB file),
-``redis://`` (Streams), ``amqp://`` (RabbitMQ through aio-pika), ``memory://`` (in-process reference)."""
+``redis://`` (Streams), ``amqp://`` (RabbitMQ through aio-pika), ``sqs://`` (Amazon SQS through aiobotocore),
+``memory://`` (in-process reference)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ BROKER_ALIASES: dict[str, str] = {
     "rediss": "crawlherd.brokers.redis:RedisBroker",
     "amqp": "crawlherd.brokers.amqp:AMQPBroker",
     "amqps": "crawlherd.brokers.amqp:AMQPBroker",
+    "sqs": "crawlherd.brokers.sqs:SQSBroker",
+    "celery": "crawlherd.contrib.celery:CeleryTaskBroker",  # celery+<Celery broker URL>: jobs as Celery tasks
 }
-_EXTRAS = {"redis": "redis", "rediss": "redis", "amqp": "amqp", "amqps": "amqp"}
+_EXTRAS = {"redis": "redis", "rediss": "redis", "amqp": "amqp", "amqps": "amqp", "sqs": "sqs", "celery": "celery"}
 
 
 def open_broker(url: str, **options: Any) -> Broker:

@@ -18,10 +18,9 @@ import logging
 import math
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import fields
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit
 
+from crawlherd._urloptions import options_from_url
 from crawlherd.brokers.base import Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError
 
@@ -42,45 +41,11 @@ def new_id() -> str:
 
 def build_options(cls: type[T], url: str, options: Mapping[str, Any], *, backend: str,
                   live: Sequence[str] = ()) -> T:
-    """``cls`` (a dataclass of options) from ``url``'s query string and ``options`` (which win).
-
-    Values from the query string are strings and are converted to the field's type; ``live`` names
-    options that may only come as keywords (clients, clocks). Unknown names raise ConfigurationError.
-    """
-    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
-    merged: dict[str, Any] = {}
-    for name, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
-        if name in live:
-            raise ConfigurationError(f"{backend} broker option {name!r} cannot be given in the URL")
-        merged[name] = value
-    merged.update(options)
-    values: dict[str, Any] = {}
-    for name, value in merged.items():
-        if name not in known:
-            names = ", ".join(sorted(known))
-            raise ConfigurationError(f"unknown {backend} broker option {name!r}; known options: {names}")
-        values[name] = _coerce(backend, name, value, str(known[name].type))
-    return cls(**values)
-
-
-def _coerce(backend: str, name: str, value: Any, kind: str) -> Any:
-    if not isinstance(value, str) or kind.startswith("str"):
-        return value
-    try:
-        if kind.startswith("float"):
-            return float(value)
-        if kind.startswith("int"):
-            return int(value)
-        if kind.startswith("bool"):
-            lowered = value.lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-    except ValueError:
-        raise ConfigurationError(f"{backend} broker option {name}={value!r} is not a {kind}") from None
-    return value
+    """``cls`` (a dataclass of options) from ``url``'s query string and ``options`` (which win), by the
+    one URL-options coercer of frontiers and brokers (:mod:`crawlherd._urloptions`); messages name the
+    ``backend``'s broker. ``live`` names more options that may only come as keywords (an option whose
+    type cannot be read from text, a clock or a client, already can only)."""
+    return options_from_url(cls, url, options, what=f"{backend} broker", keyword_only=live)
 
 
 def _positive(backend: str, name: str, value: float, *, allow_zero: bool = False) -> None:

@@ -15,8 +15,9 @@ persistence settings: use AOF with ``appendfsync everysec`` or ``always`` to sur
 Delivery is at least once: an entry stays in the group's pending list until acked, and a consumer
 that died (or holds an entry longer than ``claim_idle``) loses it to ``XAUTOCLAIM`` by any live
 consumer, which delivers it again with ``redelivered=True``. Ack, nack, retry and dead-letter are Lua
-scripts: ``XACK`` (refused when the entry was settled already) plus ``XDEL`` plus the re-publish, in
-one step, so a message is never both lost and live twice. Acked entries are deleted from the stream.
+scripts (``brokers/lua/*.lua``): ``XACK`` (refused when the entry was settled already) plus ``XDEL``
+plus the re-publish, in one step, so a message is never both lost and live twice. Acked entries are
+deleted from the stream.
 
 Options (URL query or keywords): ``prefix``, ``stream``, ``group`` (``crawlherd``), ``consumer``
 (unique per broker object by default), ``claim_idle`` (seconds an entry may stay unsettled before
@@ -47,6 +48,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from crawlherd._lua import lua_script
 from crawlherd._redact import redact_url
 from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_numbers, check_publish, log, new_id
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
@@ -56,130 +58,16 @@ __all__ = ["RedisBroker", "RedisBrokerOptions"]
 
 T = TypeVar("T")
 
-_NOW_MS = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
-
-# KEYS: zset, hash ; ARGV: uid, delay_ms, k, b, h, n
-_DELAY = _NOW_MS + """
-redis.call('HSET', KEYS[2], ARGV[1] .. ':k', ARGV[3], ARGV[1] .. ':b', ARGV[4])
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[2], ARGV[1] .. ':h', ARGV[5]) end
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[2], ARGV[1] .. ':n', ARGV[6]) end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-return 1
-"""
-
-# KEYS: zset, hash, stream ; ARGV: limit -> {moved, ms until the next one is due or -1}
-_PROMOTE = _NOW_MS + """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-for _, uid in ipairs(due) do
-  local v = redis.call('HMGET', KEYS[2], uid .. ':k', uid .. ':b', uid .. ':h', uid .. ':n')
-  if v[1] then
-    local args = {'k', v[1], 'b', v[2]}
-    if v[3] then args[#args + 1] = 'h'; args[#args + 1] = v[3] end
-    if v[4] then args[#args + 1] = 'n'; args[#args + 1] = v[4] end
-    redis.call('XADD', KEYS[3], '*', unpack(args))
-  end
-  redis.call('HDEL', KEYS[2], uid .. ':k', uid .. ':b', uid .. ':h', uid .. ':n')
-  redis.call('ZREM', KEYS[1], uid)
-end
-local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if #nxt == 0 then return {#due, -1} end
-return {#due, math.max(0, tonumber(nxt[2]) - now)}
-"""
-
-# KEYS: stream ; ARGV: group, id
-_ACK = """
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-redis.call('XDEL', KEYS[1], ARGV[2])
-return 1
-"""
-
-# Settle entry ARGV[2] and hand back its fields as a flat list without 'n' (and the old n).
-_TAKE = """
-if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return nil end
-local e = redis.call('XRANGE', KEYS[1], ARGV[2], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-local fields, n = {}, 0
-if #e > 0 then
-  local f = e[1][2]
-  for i = 1, #f, 2 do
-    if f[i] == 'n' then n = tonumber(f[i + 1]) else fields[#fields + 1] = f[i]; fields[#fields + 1] = f[i + 1] end
-  end
-end
-"""
-
-# KEYS: stream ; ARGV: group, id -> back at the end of the stream with n + 1
-_REQUEUE = "local function take()" + _TAKE + """
-return {fields, n}
-end
-local r = take()
-if not r then return 0 end
-local fields = r[1]
-if #fields == 0 then return 1 end
-fields[#fields + 1] = 'n'; fields[#fields + 1] = tostring(r[2] + 1)
-redis.call('XADD', KEYS[1], '*', unpack(fields))
-return 1
-"""
-
-# KEYS: stream, zset, hash ; ARGV: group, id, uid, delay_ms, has_body, body
-_RETRY = _NOW_MS + "local function take()" + _TAKE + """
-return {fields, n}
-end
-local r = take()
-if not r then return 0 end
-local fields = r[1]
-if #fields == 0 then return 1 end
-local m = {}
-for i = 1, #fields, 2 do m[fields[i]] = fields[i + 1] end
-if ARGV[5] == '1' then m['b'] = ARGV[6] end
-local delay = tonumber(ARGV[4])
-if delay > 0 then
-  local u = ARGV[3]
-  redis.call('HSET', KEYS[3], u .. ':k', m['k'], u .. ':b', m['b'])
-  if m['h'] then redis.call('HSET', KEYS[3], u .. ':h', m['h']) end
-  redis.call('ZADD', KEYS[2], now + delay, u)
-else
-  local args = {'k', m['k'], 'b', m['b']}
-  if m['h'] then args[#args + 1] = 'h'; args[#args + 1] = m['h'] end
-  redis.call('XADD', KEYS[1], '*', unpack(args))
-end
-return 1
-"""
-
-# KEYS: stream, dead ; ARGV: group, id, reason
-_DEAD = _NOW_MS + "local function take()" + _TAKE + """
-return {fields, n}
-end
-local r = take()
-if not r then return 0 end
-local fields = r[1]
-if #fields == 0 then return 1 end
-fields[#fields + 1] = 'r'; fields[#fields + 1] = ARGV[3]
-fields[#fields + 1] = 't'; fields[#fields + 1] = tostring(now)
-redis.call('XADD', KEYS[2], '*', unpack(fields))
-return 1
-"""
-
-# KEYS: dead, stream ; ARGV: id or '', limit -> moved
-_REQUEUE_DEAD = """
-local entries
-if ARGV[1] ~= '' then
-  entries = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
-else
-  entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', tonumber(ARGV[2]))
-end
-for _, e in ipairs(entries) do
-  local f, args = e[2], {}
-  for i = 1, #f, 2 do
-    if f[i] == 'k' or f[i] == 'b' or f[i] == 'h' then args[#args + 1] = f[i]; args[#args + 1] = f[i + 1] end
-  end
-  redis.call('XADD', KEYS[2], '*', unpack(args))
-  redis.call('XDEL', KEYS[1], e[1])
-end
-return #entries
-"""
+# The scripts (brokers/lua/*.lua), by name: the fragments each is made of, in order.
+_SCRIPTS: dict[str, tuple[str, ...]] = {
+    "delay": ("now_ms", "delay"),
+    "promote": ("now_ms", "promote"),
+    "ack": ("ack",),
+    "requeue": ("take", "requeue"),
+    "retry": ("now_ms", "take", "retry"),
+    "dead": ("now_ms", "take", "dead"),
+    "requeue_dead": ("requeue_dead",),
+}
 
 _STREAM_ID = re.compile(r"^\d+-\d+$")
 
@@ -291,9 +179,8 @@ class RedisBroker(BrokerBase):
                 retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2), decode_responses=False,
             )
         self._client = client
-        self._scripts = {name: client.register_script(src) for name, src in (
-            ("delay", _DELAY), ("promote", _PROMOTE), ("ack", _ACK), ("requeue", _REQUEUE), ("retry", _RETRY),
-            ("dead", _DEAD), ("requeue_dead", _REQUEUE_DEAD))}
+        self._scripts = {name: client.register_script(lua_script("crawlherd.brokers", *parts))
+                         for name, parts in _SCRIPTS.items()}
         try:
             await self._create_group()
         except (RedisError, OSError) as exc:
@@ -333,6 +220,28 @@ class RedisBroker(BrokerBase):
         if h:
             fields["h"] = h
         await self._call(lambda c: c.xadd(self.stream, fields), publishing=True)  # type: ignore[arg-type]
+
+    async def publish_many(
+        self, messages: Sequence[tuple[bytes, str, Mapping[str, str] | None]]
+    ) -> list[Exception | None]:
+        """Publish each ``(body, key, headers)`` (no delay) in one pipelined round trip; per message,
+        in order, None (Redis replied to its XADD) or the error. An outage raises for the whole batch."""
+        entries: list[dict[str | bytes, bytes | str]] = []
+        for body, key, headers in messages:
+            hdrs = check_publish(body, key, headers, 0.0)
+            fields: dict[str | bytes, bytes | str] = {"k": key, "b": bytes(body)}
+            if hdrs:
+                fields["h"] = json.dumps(hdrs)
+            entries.append(fields)
+
+        async def send(c: aioredis.Redis) -> list[Any]:
+            async with c.pipeline(transaction=False) as pipe:
+                for entry in entries:
+                    pipe.xadd(self.stream, entry)  # type: ignore[arg-type]
+                return await pipe.execute(raise_on_error=False)
+
+        replies = await self._call(send, publishing=True)
+        return [PublishError(f"{self!r}: {r}") if isinstance(r, Exception) else None for r in replies]
 
     def _delivery(self, entry_id: bytes | str, fields: Mapping[bytes, bytes], claimed: bool) -> Delivery:
         eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id

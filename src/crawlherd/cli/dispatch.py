@@ -18,6 +18,7 @@ from crawlherd.cli._common import (
     output_options,
     settings_from,
 )
+from crawlherd.cli._console import metrics_port_option, start_metrics
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.service.dispatch_service import DispatchService, RelayResult, TickResult
 
@@ -38,6 +39,7 @@ __all__ = ["dispatch"]
     "[default: setting dispatch_lease, 60]",
 )
 @output_options
+@metrics_port_option
 @click.pass_context
 def dispatch(
     ctx: click.Context,
@@ -49,6 +51,7 @@ def dispatch(
     dispatch_lease: float | None,
     quiet: bool,
     as_json: bool,
+    metrics_port: int | None,
 ) -> None:
     """Publish one job per scrape target per slot. Run as many as you like: they share the work.
 
@@ -78,9 +81,11 @@ def dispatch(
         engine = engine_for(settings)
         try:
             await ensure_migrated(engine)
+            start_metrics(metrics_port)
             async with open_broker(broker_target) as broker:
                 dispatcher = DispatchService(
-                    engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease
+                    engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease,
+                    broker_label=redact_url(broker_target),
                 )
                 if not (quiet or as_json):
                     click.echo(

@@ -20,6 +20,7 @@ from crawlherd.cli._common import (
     settings_from,
     stats_dump,
 )
+from crawlherd.cli._console import console_or_none, metrics_port_option, start_metrics
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.cli.worker import make_worker, waiting_for, worker_options, worker_statistics
 from crawlherd.db import upgrade
@@ -37,10 +38,14 @@ __all__ = ["run"]
 @click.option("--until-idle", is_flag=True,
               help="Exit once no target is due and every job dispatched has succeeded or is dead.")
 @worker_options
+@metrics_port_option
+@click.option("--web-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              envvar="CRAWLHERD_WEB_PORT", help="Serve the console on 127.0.0.1:PORT (a free port if taken).")
+@click.option("--no-web", is_flag=True, help="Do not serve the console.")
 @output_options
 @click.pass_context
-def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, until_idle: bool, quiet: bool,
-        as_json: bool, **options: Any) -> None:
+def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, until_idle: bool,
+        metrics_port: int | None, web_port: int, no_web: bool, quiet: bool, as_json: bool, **options: Any) -> None:
     """The whole pipeline in one process: due targets -> outbox -> broker -> worker -> items.
 
     \b
@@ -79,12 +84,19 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                 w = make_worker(engine, broker, settings)
                 stop = asyncio.Event()
                 rates = Rates()
+                start_metrics(metrics_port)
                 with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
                     out.info(
                         f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
                         f"frontier {redact_url(w.frontier_url)}"
                     )
-                    async with w, periodic_status(out, lambda: line(w, rates), settings.status_interval):
+                    async with (
+                        w,
+                        console_or_none(engine, web_port, enabled=not no_web) as console,
+                        periodic_status(out, lambda: line(w, rates), settings.status_interval),
+                    ):
+                        if console is not None:
+                            out.info(f"console: {console.url}")
                         p = await run_embedded(
                             engine, broker, w, stop=stop, interval=settings.dispatch_interval,
                             until_idle=until_idle, on_progress=keep,

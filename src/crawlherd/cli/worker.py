@@ -23,6 +23,7 @@ from crawlherd.cli._common import (
     settings_from,
     stats_dump,
 )
+from crawlherd.cli._console import metrics_port_option, start_metrics
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
@@ -127,10 +128,13 @@ def waiting_for(w: Worker) -> Callable[[], str]:
 @database_option
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
 @worker_options
+@metrics_port_option
 @output_options
 @click.pass_context
-def worker(ctx: click.Context, /, database_url: str | None, broker_url: str | None, quiet: bool, as_json: bool,
-           **options: Any) -> None:
+def worker(
+    ctx: click.Context, /, database_url: str | None, broker_url: str | None, metrics_port: int | None, quiet: bool,
+    as_json: bool, **options: Any,
+) -> None:
     """Consume scrape jobs and crawl them; items go to the config DB's items table.
 
     A job whose run already succeeded is skipped; a failed job is retried with a growing delay and is
@@ -150,6 +154,7 @@ def worker(ctx: click.Context, /, database_url: str | None, broker_url: str | No
         engine = engine_for(settings)
         try:
             await ensure_migrated(engine)
+            start_metrics(metrics_port)
             async with open_broker(target) as broker:
                 w = make_worker(engine, broker, settings)
                 stop = asyncio.Event()

@@ -367,12 +367,13 @@ class Crawler:
                 continue
         frontier = run.frontier
         monitor_n = 0
-        for child in children:
-            if run.enqueued >= run.max_pages:
-                break
-            if await frontier.enqueue_request(child):
-                run.enqueued += 1
-                monitor_n += 1
+        async with run.enqueue_lock:
+            for child in children:
+                if run.enqueued >= run.max_pages:
+                    break
+                if await frontier.enqueue_request(child):
+                    run.enqueued += 1
+                    monitor_n += 1
         if monitor_n and run.monitor is not None:
             run.monitor.add_queued(monitor_n)
 

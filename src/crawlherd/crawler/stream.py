@@ -3,6 +3,7 @@ async iterator of its results (:class:`CrawlStream`)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -28,8 +29,8 @@ class CrawlRun:
     """One arun_many / crawl: its frontier, options, and what the crawler's process step needs
     (repeated URLs to answer twice, hosts whose robots.txt delay is known, the page budget)."""
 
-    __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueued", "frontier",
-                 "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier")
+    __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueue_lock", "enqueued",
+                 "frontier", "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier")
 
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
@@ -41,6 +42,9 @@ class CrawlRun:
         self.max_pages = 0
         self.max_depth = -1
         self.enqueued = 0
+        # One page's links at a time: a frontier that awaits I/O (redis) must not let two pages both
+        # pass the max_pages check before either has counted its links.
+        self.enqueue_lock = asyncio.Lock()
         self.allowed: tuple[str, ...] | None = None
         self.owns_frontier = True
         self.ended = False

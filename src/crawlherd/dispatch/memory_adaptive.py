@@ -25,6 +25,7 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
+from crawlherd import metrics
 from crawlherd.clock import Clock
 from crawlherd.dispatch.base import BaseDispatcher, _RunState
 from crawlherd.dispatch.memory import SystemMemory
@@ -116,6 +117,7 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
         else:
             new = "normal" if old == "normal" else "pressure"  # hysteresis: stay held until recovery
         self.state = new
+        metrics.MEMORY_STATE.state(new)
         if new == "normal":
             self._pressure_since = None
         elif self._pressure_since is None:

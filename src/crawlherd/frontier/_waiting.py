@@ -1,14 +1,17 @@
-"""``wait_next()`` and async iteration, shared by every frontier backend.
+"""``wait_next()``, async iteration and waiting for room in a full frontier, shared by every backend.
 
 A backend provides ``next_request()`` and ``_pending_and_wakeup()`` (is anything queued or in flight,
 and when does the next timer, delayed request or lease expiry fall due) and calls ``_notify()`` when
 its state changes; waiting is then the same everywhere: until a lease is ready, the frontier is idle
 or closed, or the timeout passes -- sleeping on the frontier's clock, so tests drive it with FakeClock.
+An enqueue that finds the frontier full (``full_policy="block"``) waits in ``_wait_for_room()`` until
+the backend calls ``_room_made()`` (a request was leased).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 from crawlherd.clock import Clock
@@ -22,7 +25,8 @@ class WaitingMixin:
 
     _clock: Clock
     _closed: bool
-    _changed: asyncio.Future[None] | None
+    _changed: asyncio.Future[None] | None = None
+    _room: asyncio.Future[None] | None = None
     #: Also look again every this many seconds: state that other processes change (Redis).
     _poll: float | None = None
 
@@ -39,6 +43,33 @@ class WaitingMixin:
         if fut is not None and not fut.done():
             fut.set_result(None)
         self._changed = None
+
+    def _begin_close(self) -> bool:
+        """Mark the frontier closed and wake its waiters; False when it was closed already."""
+        if self._closed:
+            return False
+        self._closed = True
+        self._notify()
+        return True
+
+    def _room_made(self) -> None:
+        """Wake the enqueuers waiting for room: a request left the queue."""
+        fut = self._room
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        self._room = None
+
+    async def _wait_for_room(self) -> None:
+        """Until :meth:`_room_made` is called -- or, when other processes share the store, at most
+        ``_poll`` seconds (they make room without telling this one)."""
+        if self._room is None or self._room.done():
+            self._room = asyncio.get_running_loop().create_future()
+        room = asyncio.shield(self._room)  # one waiter cancelled must not cancel the others
+        if self._poll:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(room, self._poll)
+        else:
+            await room
 
     async def wait_next(self, timeout: float | None = None) -> Lease | None:
         clock = self._clock

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
+from crawlherd._urloptions import option_types, url_options
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.errors import ConfigurationError
 from crawlherd.frontier.base import FullPolicy
@@ -20,6 +20,18 @@ class HostPolicy:
 
     delay: float | None = None
     max_in_flight: int | None = None
+
+    def updated(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> HostPolicy:
+        """This policy with the values given (None keeps the current one), checked; ``host`` names the
+        host in the error."""
+        if delay is not None and delay < 0:
+            raise ConfigurationError(f"delay={delay!r} for {host}: must be >= 0 seconds")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ConfigurationError(f"max_in_flight={max_in_flight!r} for {host}: must be >= 1")
+        return HostPolicy(
+            delay=self.delay if delay is None else delay,
+            max_in_flight=self.max_in_flight if max_in_flight is None else max_in_flight,
+        )
 
 
 @dataclass(frozen=True)
@@ -67,40 +79,19 @@ class FrontierOptions:
 
     @classmethod
     def build(
-        cls, url: str, options: Mapping[str, Any], *, extra: tuple[str, ...] = ()
+        cls, url: str, options: Mapping[str, Any], *, extra: Mapping[str, Any] | None = None
     ) -> tuple[FrontierOptions, dict[str, Any]]:
         """Split the URL's query parameters and ``options`` into the common options and the backend's
-        own (names listed in ``extra``). Unknown names raise ConfigurationError."""
-        known = {f.name: f for f in fields(cls)}
-        merged: dict[str, Any] = dict(parse_qsl(urlsplit(url).query))
-        merged.update(options)
-        common: dict[str, Any] = {}
-        own: dict[str, Any] = {}
-        for name, value in merged.items():
-            if name in known:
-                common[name] = _coerce(name, value, known[name].type)
-            elif name in extra:
-                own[name] = value
-            else:
-                names = ", ".join(sorted([*known, *extra]))
-                raise ConfigurationError(f"unknown frontier option {name!r}; known options: {names}")
+        own (``extra``: name -> type), each converted to its type (:mod:`crawlherd._urloptions`).
+        Unknown names raise ConfigurationError."""
+        common_types = option_types(cls)
+        known = {**(extra or {}), **common_types}
+        values = url_options(url, options, known, what="frontier")
+        common = {k: v for k, v in values.items() if k in common_types}
+        own = {k: v for k, v in values.items() if k not in common_types}
         policies = common.get("host_policies")
         if policies:
             common["host_policies"] = {
                 h: p if isinstance(p, HostPolicy) else HostPolicy(**p) for h, p in policies.items()
             }
         return cls(**common), own
-
-
-def _coerce(name: str, value: Any, annotation: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    kind = str(annotation)
-    try:
-        if kind == "float":
-            return float(value)
-        if kind == "int":
-            return int(value)
-    except ValueError:
-        raise ConfigurationError(f"frontier option {name}={value!r} is not a {kind}") from None
-    return value

@@ -3,8 +3,8 @@
 ``open_scheduler("redis://127.0.0.1:6379/0?prefix=mycrawl")``. Every multi-step operation (enqueue
 with its duplicate check, lease with politeness, ack, retry, expiry and reclaim) is one Lua script, so
 it is atomic: two workers never take the same request, never both pass a host's delay, and a
-fingerprint is recorded exactly when its request is queued. The key layout is documented in
-:mod:`crawlherd.frontier._redis_lua`.
+fingerprint is recorded exactly when its request is queued. The scripts are ``frontier/lua/*.lua``;
+the key layout is documented at the top of ``frontier/lua/prelude.lua``.
 
 - **Politeness shared by all workers**: host ready times and in-flight counts live in Redis.
 - **Leases** expire (``lease_timeout``); the next lease call of any worker returns an expired lease's
@@ -38,7 +38,6 @@ Hosts are keys (``P:q:<host>``) built inside the scripts, so the frontier needs 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
@@ -52,6 +51,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 
+from crawlherd._lua import lua_script
 from crawlherd._redact import redact_url
 from crawlherd.errors import (
     BackendUnavailableError,
@@ -60,7 +60,6 @@ from crawlherd.errors import (
     LeaseError,
     QueueFullError,
 )
-from crawlherd.frontier import _redis_lua as lua
 from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
 from crawlherd.frontier.dupefilter import fp_to_int
@@ -76,6 +75,20 @@ _PRIO_LIMIT = (1 << 18) - 1  # scores are -prio * 2**34 + seq: exact in a double
 _BATCH = 500
 _UNAVAILABLE_REPLIES = ("OOM", "LOADING", "READONLY", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
 _T = TypeVar("_T")
+
+# The scripts (frontier/lua/*.lua), by name: the fragments each is made of, in order.
+_SCRIPTS: dict[str, tuple[str, ...]] = {
+    "INIT": ("init",),
+    "ENQUEUE": ("prelude", "enqueue"),
+    "LEASE": ("prelude", "lease"),
+    "ACK": ("prelude", "ack"),
+    "RETRY": ("prelude", "retry"),
+    "BURY": ("prelude", "bury"),
+    "BLOCK_HOST": ("prelude", "block_host"),
+    "POLICY": ("prelude", "policy"),
+    "PEEK": ("peek",),
+    "STATS": ("stats",),
+}
 
 
 def _text(value: Any) -> str:
@@ -119,8 +132,7 @@ class RedisFrontier(WaitingMixin):
         self._bits = dupefilter_bits
         self._kind = opts.dupefilter
         self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(getattr(lua, name))
-            for name in ("INIT", "ENQUEUE", "LEASE", "ACK", "RETRY", "BURY", "BLOCK_HOST", "POLICY", "PEEK", "STATS")
+            name: client.register_script(lua_script("crawlherd.frontier", *parts)) for name, parts in _SCRIPTS.items()
         }
         self._ready = False
         self._closed = False
@@ -130,12 +142,18 @@ class RedisFrontier(WaitingMixin):
     @classmethod
     def from_url(cls, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> RedisFrontier:
         opts, own = FrontierOptions.build(
-            url, options, extra=("prefix", "client", "poll_interval", "socket_timeout", "dupefilter_bits")
+            url,
+            options,
+            extra={
+                "prefix": str,
+                "client": aioredis.Redis,
+                "poll_interval": float,
+                "socket_timeout": float,
+                "dupefilter_bits": int | None,
+            },
         )
-        poll = _number(own, "poll_interval", 0.2)
-        timeout = _number(own, "socket_timeout", 10.0)
-        bits = own.get("dupefilter_bits")
-        client = own.get("client")
+        timeout = own.pop("socket_timeout", 10.0)
+        client = own.pop("client", None)
         owns = client is None
         if client is None:
             parts = urlsplit(url)
@@ -150,15 +168,7 @@ class RedisFrontier(WaitingMixin):
                 )
             except ValueError as exc:
                 raise ConfigurationError(f"bad redis URL {redact_url(url)!r}: {exc}") from None
-        return cls(
-            client,
-            opts,
-            prefix=str(own.get("prefix", "crawlherd")),
-            poll_interval=poll,
-            dupefilter_bits=None if bits is None else int(bits),
-            owns_client=owns,
-            url=url,
-        )
+        return cls(client, opts, owns_client=owns, url=url, **own)
 
     async def __aenter__(self) -> RedisFrontier:
         try:
@@ -225,12 +235,6 @@ class RedisFrontier(WaitingMixin):
             )
         self._ready = True
 
-    def _room_made(self) -> None:
-        fut = self._room
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-        self._room = None
-
     def _filter_args(self, request: Request) -> tuple[int, int]:
         fp = fp_to_int(request.fingerprint)
         if self._kind == "exact":
@@ -278,14 +282,6 @@ class RedisFrontier(WaitingMixin):
                     )
                 await self._wait_for_room()
         return queued
-
-    async def _wait_for_room(self) -> None:
-        if self._room is None or self._room.done():
-            self._room = asyncio.get_running_loop().create_future()
-        room = self._room
-        # Other processes make room too: look again every poll_interval.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(room), self._poll)
 
     # -- lease -------------------------------------------------------------------------------------
 
@@ -471,22 +467,10 @@ class RedisFrontier(WaitingMixin):
         return deleted
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._notify()
-        if self._owns_client:
+        if self._begin_close() and self._owns_client:
             await self._client.aclose()
 
 
 def _glob(prefix: str) -> str:
     """``prefix`` with glob characters escaped, for SCAN MATCH."""
     return "".join(f"\\{c}" if c in "*?[]\\" else c for c in prefix)
-
-
-def _number(own: dict[str, Any], name: str, default: float) -> float:
-    value = own.get(name, default)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"frontier option {name}={value!r} is not a number") from None

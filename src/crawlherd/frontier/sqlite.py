@@ -14,9 +14,10 @@ belongs to a process that is gone: **leases come back at open**, immediately (co
 ``expired_leases``), not after ``lease_timeout``. While the frontier is open, an unsettled lease
 expires after ``lease_timeout`` as in every backend.
 
-The scheduling decisions are made on an in-memory index (per-host heaps of ``(priority, seq, id)``,
-a ready heap, timers -- the memory backend's algorithm), rebuilt from the file at open; a request's
-record (JSON of :meth:`Request.to_record`, with its version field) is read back when it is leased.
+The scheduling decisions are made on the in-process host-aware heap index the memory backend uses
+too (:mod:`crawlherd.frontier._index`), holding request ids, rebuilt from the file at open. A
+request's record (JSON of
+:meth:`Request.to_record`, with its version field) is read back when it is leased.
 A record that cannot be read is moved to the ``bad`` table with its reason and logged.
 
 The duplicate filter (exact or Bloom, :mod:`crawlherd.frontier.dupefilter`) lives in memory; it is
@@ -32,21 +33,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import heapq
 import itertools
 import json
 import logging
 import os
 import sqlite3
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, FrontierError, LeaseError, QueueFullError
-from crawlherd.frontier._hosts import HostSlot, policy_of, schedule_host
+from crawlherd.frontier._index import Held, HostIndex, HostSlot
 from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
 from crawlherd.frontier.dupefilter import BloomFilter, ExactFilter, fp_to_int, make_dupefilter
@@ -96,14 +94,6 @@ def _unsigned(fp: int) -> int:
     return fp + (1 << 64) if fp < 0 else fp
 
 
-@dataclass(slots=True)
-class _Leased:
-    id: int
-    host: _Host
-    priority: int
-    expires_at: float
-
-
 _Host = HostSlot[int]
 
 
@@ -132,21 +122,18 @@ class SQLiteFrontier(WaitingMixin):
         self._closed = False
         self._changed: asyncio.Future[None] | None = None
         self._room: asyncio.Future[None] | None = None
+        self._index: HostIndex[int]
 
     @classmethod
     def from_url(cls, url: str = "sqlite:///crawlherd-frontier.db", **options: Any) -> SQLiteFrontier:
-        opts, own = FrontierOptions.build(url, options, extra=("synchronous", "snapshot_every"))
+        opts, own = FrontierOptions.build(url, options, extra={"synchronous": str, "snapshot_every": int})
         parts = urlsplit(url)
         path = unquote(parts.path)[1:] if parts.path.startswith("/") else unquote(parts.path)
         if parts.netloc or not path or path == ":memory:":
             raise ConfigurationError(
                 f"sqlite frontier URL {url!r} needs a file: sqlite:///relative/path.db or sqlite:////absolute/path.db"
             )
-        try:
-            every = int(own.get("snapshot_every", 100_000))
-        except ValueError:
-            raise ConfigurationError(f"snapshot_every={own['snapshot_every']!r} is not an integer") from None
-        return cls(path, opts, synchronous=str(own.get("synchronous", "normal")), snapshot_every=every)
+        return cls(path, opts, **own)
 
     async def __aenter__(self) -> SQLiteFrontier:
         self._open()
@@ -226,25 +213,18 @@ class SQLiteFrontier(WaitingMixin):
             self._logged += 1
 
         # hosts and policies
-        self._policies: dict[str, HostPolicy] = {}
-        self._ready_at: dict[str, float] = {}
-        for host, ready_at, delay, cap in db.execute("SELECT host, ready_at, delay, max_in_flight FROM hosts"):
+        policies: dict[str, HostPolicy] = {}
+        ready_at: dict[str, float] = {}
+        for host, at, delay, cap in db.execute("SELECT host, ready_at, delay, max_in_flight FROM hosts"):
             if delay is not None or cap is not None:
-                self._policies[host] = HostPolicy(delay=delay, max_in_flight=cap)
-            self._ready_at[host] = ready_at
-        for host, policy in opts.host_policies.items():
-            self._policies[host] = policy
-        self._hosts: dict[str, _Host] = {}
-        self._ready: list[tuple[int, int, str]] = []
-        self._timers: list[tuple[float, str]] = []
-        self._delayed: list[tuple[float, int, int, str, int]] = []  # (at, seq, id, host, priority)
-        self._leases: OrderedDict[str, _Leased] = OrderedDict()
+                policies[host] = HostPolicy(delay=delay, max_in_flight=cap)
+            ready_at[host] = at
+        policies.update(opts.host_policies)
         self._tokens = itertools.count(1)
-        self._queued = 0
 
         now = self._clock.now()
         top = db.execute("SELECT MAX(COALESCE(MAX(seq), 0), COALESCE(MAX(id), 0)) FROM requests").fetchone()[0]
-        self._seq = itertools.count(top + 1)
+        index: HostIndex[int] = HostIndex(opts, policies, first_seq=top + 1, ready_at=ready_at)
         self._token_base = f"{os.getpid()}.{int(now * 1000)}"
 
         # Leases in the file belong to a process that is gone (the lock says so): they come back now.
@@ -253,7 +233,7 @@ class SQLiteFrontier(WaitingMixin):
         if reclaimed:
             db.executemany(
                 "UPDATE requests SET seq = ?, enqueued_at = ? WHERE id = ?",
-                [(next(self._seq), now, rid) for (rid,) in reclaimed],
+                [(index.next_seq(now), now, rid) for (rid,) in reclaimed],
             )
         db.execute("DELETE FROM leases")
         if reclaimed:
@@ -268,16 +248,9 @@ class SQLiteFrontier(WaitingMixin):
         db.execute("COMMIT")
 
         for rid, host, prio, seq, nb in db.execute("SELECT id, host, priority, seq, not_before FROM requests"):
-            if nb is not None and nb > now:
-                heapq.heappush(self._delayed, (nb, seq, rid, host, prio))
-                self._queued += 1
-            else:
-                h = self._host(host)
-                h.queue.append((-prio, seq, rid))
-                self._queued += 1
-        for h in self._hosts.values():
-            heapq.heapify(h.queue)
-            self._schedule(h, now)
+            index.load(rid, host, prio, seq, nb, now)
+        index.sort(now)
+        self._index = index
 
     # -- transactions ------------------------------------------------------------------------------
 
@@ -313,69 +286,13 @@ class SQLiteFrontier(WaitingMixin):
         db.execute("DELETE FROM seen_log")
         self._logged = 0
 
-    # -- hosts (the memory backend's algorithm, over request ids) -----------------------------------
-
-    def _host(self, name: str) -> _Host:
-        h = self._hosts.get(name)
-        if h is None:
-            h = self._hosts[name] = _Host(name, *self._policy(name))
-            h.ready_at = self._ready_at.pop(name, 0.0)
-        return h
-
-    def _policy(self, name: str) -> tuple[float, int]:
-        return policy_of(self.options, self._policies, name)
-
-    def _schedule(self, h: _Host, now: float) -> None:
-        schedule_host(h, now, self._ready, self._timers)
-
-    def _refresh(self, db: sqlite3.Connection, now: float) -> None:
-        leases = self._leases
-        expired: list[tuple[int, float, int]] = []
-        while leases:
-            token = next(iter(leases))
-            held = leases[token]
-            if held.expires_at > now:
-                break
-            del leases[token]
-            self._counts["expired"] += 1
-            held.host.in_flight -= 1
-            seq = next(self._seq)
-            heapq.heappush(held.host.queue, (-held.priority, seq, held.id))
-            self._queued += 1
-            expired.append((seq, now, held.id))
-            self._schedule(held.host, now)
-        if expired:
-            db.executemany("UPDATE requests SET seq = ?, enqueued_at = ? WHERE id = ?", expired)
-            db.executemany("DELETE FROM leases WHERE id = ?", [(rid,) for _, _, rid in expired])
-        delayed = self._delayed
-        while delayed and delayed[0][0] <= now:
-            _, seq, rid, host, prio = heapq.heappop(delayed)
-            h = self._host(host)
-            heapq.heappush(h.queue, (-prio, seq, rid))
-            self._schedule(h, now)
-        timers = self._timers
-        while timers and timers[0][0] <= now:
-            at, name = heapq.heappop(timers)
-            timed = self._hosts.get(name)
-            if timed is not None and timed.timer_at == at:
-                timed.timer_at = -1.0
-                self._schedule(timed, now)
-
-    def _due(self, now: float) -> bool:
-        if self._timers and self._timers[0][0] <= now:
-            return True
-        if self._delayed and self._delayed[0][0] <= now:
-            return True
-        if self._leases:
-            return self._leases[next(iter(self._leases))].expires_at <= now
-        return False
-
     # -- enqueue -----------------------------------------------------------------------------------
 
     async def enqueue_request(self, request: Request) -> bool:
         return await self.enqueue_requests([request]) == 1
 
     async def enqueue_requests(self, requests: Iterable[Request]) -> int:
+        self._open()
         pending = list(requests)
         queued = 0
         while pending:
@@ -386,22 +303,21 @@ class SQLiteFrontier(WaitingMixin):
             pending = pending[stopped:]
             if self.options.full_policy == "raise":
                 raise QueueFullError(
-                    f"frontier is full ({self._queued} >= max_size={self.options.max_size}); {pending[0].url} "
+                    f"frontier is full ({self._index.queued} >= max_size={self.options.max_size}); {pending[0].url} "
                     f"and the {len(pending) - 1} request(s) after it were not queued and may be enqueued again"
                 )
-            if self._room is None or self._room.done():
-                self._room = asyncio.get_running_loop().create_future()
-            await self._room
+            await self._wait_for_room()
         return queued
 
     def _enqueue_batch(self, requests: list[Request]) -> tuple[int, int | None]:
         """Queue requests in one transaction; returns (queued, index where the queue was full or None)."""
         max_size = self.options.max_size
         seen = self._seen
+        index = self._index
         now = self._clock.now()
         rows: list[tuple[Any, ...]] = []
         fps: list[tuple[int]] = []
-        added: list[tuple[Request, int, int, bool]] = []
+        added: list[tuple[Request, int, int]] = []
         stopped: int | None = None
         dups = 0
         batch_fps: set[int] = set()
@@ -410,18 +326,16 @@ class SQLiteFrontier(WaitingMixin):
             if fp in seen or fp in batch_fps:
                 dups += 1
                 continue
-            if max_size and self._queued + len(added) >= max_size:
+            if max_size and index.queued + len(added) >= max_size:
                 stopped = i
                 break
             batch_fps.add(fp)
-            seq = next(self._seq)
-            nb = request.not_before
-            delayed = nb is not None and nb > now
+            seq = index.next_seq(now)
             record = json.dumps(request.to_record(), separators=(",", ":"), ensure_ascii=False)
             # the id is the first sequence number: unique, and above every id ever used in the file
-            rows.append((seq, request.host, request.priority, seq, nb, now, record))
+            rows.append((seq, request.host, request.priority, seq, request.not_before, now, record))
             fps.append((_signed(fp),))
-            added.append((request, seq, fp, delayed))
+            added.append((request, seq, fp))
         with self._tx() as db:
             db.executemany(
                 "INSERT INTO requests (id, host, priority, seq, not_before, enqueued_at, record) "
@@ -433,21 +347,13 @@ class SQLiteFrontier(WaitingMixin):
             self._counts["enqueued"] += len(added)
         # committed: now the in-memory index
         self._logged += len(fps)
-        for _, _, fp, _ in added:
+        for _, _, fp in added:
             seen.add(fp)
         if self._logged >= self._snapshot_every:
             with self._tx() as db:
                 self._snapshot(db)
-        for request, rid, _, delayed in added:
-            seq = rid
-            self._queued += 1
-            if delayed:
-                assert request.not_before is not None
-                heapq.heappush(self._delayed, (request.not_before, seq, rid, request.host, request.priority))
-            else:
-                h = self._host(request.host)
-                heapq.heappush(h.queue, (-request.priority, seq, rid))
-                self._schedule(h, now)
+        for request, rid, _ in added:
+            index.add(rid, request.host, request.priority, rid, request.not_before, now)
         if added:
             self._notify()
         return len(added), stopped
@@ -466,40 +372,33 @@ class SQLiteFrontier(WaitingMixin):
             if not buried:
                 break
         if out:
-            room = self._room
-            if room is not None and not room.done():
-                room.set_result(None)
+            self._room_made()
         return out
 
     def _lease_batch(self, limit: int) -> tuple[list[Lease], int]:
         now = self._clock.now()
         expires = now + self.options.lease_timeout
         with self._tx() as db:
-            if self._due(now):
-                self._refresh(db, now)
+            index = self._index
+            if index.due(now):
+                expired = index.refresh(now)
+                if expired:
+                    self._counts["expired"] += len(expired)
+                    db.executemany(
+                        "UPDATE requests SET seq = ?, enqueued_at = ? WHERE id = ?",
+                        [(seq, now, held.payload) for held, seq in expired],
+                    )
+                    db.executemany("DELETE FROM leases WHERE id = ?", [(held.payload,) for held, _ in expired])
             picked: list[tuple[int, _Host, int, str]] = []
-            ready = self._ready
-            hosts = self._hosts
             host_rows: list[tuple[str, float]] = []
-            while ready and len(picked) < limit:
-                _, seq, name = heapq.heappop(ready)
-                h = hosts.get(name)
-                if h is None or h.ready_seq != seq:
-                    continue
-                h.ready_seq = -1
-                if not h.queue or h.queue[0][1] != seq or h.in_flight >= h.max_in_flight or h.ready_at > now:
-                    self._schedule(h, now)
-                    continue
-                negprio, _, rid = heapq.heappop(h.queue)
-                self._queued -= 1
-                h.in_flight += 1
+            while len(picked) < limit:
+                popped = index.pop(now)
+                if popped is None:
+                    break
+                h, prio, rid = popped
                 if h.delay:
-                    h.ready_at = now + h.delay
                     host_rows.append((h.name, h.ready_at))
-                if h.queue:
-                    self._schedule(h, now)
-                token = f"{self._token_base}.{next(self._tokens)}"
-                picked.append((rid, h, -negprio, token))
+                picked.append((rid, h, prio, f"{self._token_base}.{next(self._tokens)}"))
             if not picked:
                 return [], 0
             db.executemany(
@@ -536,148 +435,105 @@ class SQLiteFrontier(WaitingMixin):
                     db.execute("DELETE FROM requests WHERE id = ?", (rid,))
                     db.execute("DELETE FROM leases WHERE id = ?", (rid,))
                     self._counts["bad"] += 1
-                    h.in_flight -= 1
-                    self._after_settle(h, now)
+                    index.release(h, now)
+                    self._notify()
                     buried += 1
                     continue
-                self._leases[token] = _Leased(rid, h, prio, expires)
+                index.hold(token, Held(rid, h, prio, expires))
                 out.append(Lease(token, request, expires, attempts + 1))
             return out, buried
 
     async def _pending_and_wakeup(self) -> tuple[bool, float | None]:
-        return bool(self._queued or self._leases), self._next_wakeup()
-
-    def _next_wakeup(self) -> float | None:
-        times = []
-        if self._timers:
-            times.append(self._timers[0][0])
-        if self._delayed:
-            times.append(self._delayed[0][0])
-        if self._leases:
-            times.append(self._leases[next(iter(self._leases))].expires_at)
-        return min(times) if times else None
+        self._open()
+        return self._index.busy(), self._index.next_wakeup()
 
     # -- settle ------------------------------------------------------------------------------------
-
-    def _take(self, lease: Lease) -> _Leased:
-        held = self._leases.get(lease.token)
-        if held is None:
-            raise LeaseError(f"lease {lease.token} for {lease.request.url} is unknown, expired or settled")
-        return held
-
-    def _after_settle(self, h: _Host, now: float) -> None:
-        if h.queue:
-            self._schedule(h, now)
-        elif not h.in_flight and h.ready_at <= now:
-            del self._hosts[h.name]
-        self._notify()
 
     async def ack(self, lease: Lease) -> None:
         await self.ack_many([lease])
 
     async def ack_many(self, leases: Iterable[Lease]) -> None:
+        await self._settle_many(list(leases), "acked")
+
+    async def fail(self, lease: Lease, reason: str) -> None:
+        await self._settle_many([lease], "failures")
+
+    async def _settle_many(self, batch: list[Lease], counter: str) -> None:
+        """Ack or fail (``counter``) the leases of ``batch`` in one transaction: their requests go."""
         self._open()
-        batch = list(leases)
-        held = [self._leases.get(lease.token) for lease in batch]
-        valid = [h for h in held if h is not None]
+        leases = self._index.leases
+        held = [leases.get(lease.token) for lease in batch]
+        valid = list({id(h): h for h in held if h is not None}.values())
         if valid:
             now = self._clock.now()
             with self._tx() as db:
-                gone = [(h.id,) for h in valid]
+                gone = [(h.payload,) for h in valid]
                 db.executemany("DELETE FROM requests WHERE id = ?", gone)
                 db.executemany("DELETE FROM leases WHERE id = ?", gone)
-                self._counts["acked"] += len(valid)
-            for lease, h in zip(batch, held, strict=True):
-                if h is not None:
-                    del self._leases[lease.token]
-                    h.host.in_flight -= 1
-                    self._after_settle(h.host, now)
+                self._counts[counter] += len(valid)
+            for lease in batch:
+                taken = self._index.take(lease.token)
+                if taken is not None:
+                    self._index.settled(taken.host, now)
+            self._notify()
         bad = [lease.request.url for lease, h in zip(batch, held, strict=True) if h is None]
         if bad:
             raise LeaseError(f"lease(s) for {', '.join(bad)} unknown, expired or settled")
 
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
         self._open()
-        held = self._take(lease)
+        index = self._index
+        held = index.leases.get(lease.token)
+        if held is None:
+            raise LeaseError(f"lease {lease.token} for {lease.request.url} is unknown, expired or settled")
         now = self._clock.now()
-        seq = next(self._seq)
-        later = delay > 0
+        seq = index.next_seq(now)
         with self._tx() as db:
             db.execute(
                 "UPDATE requests SET seq = ?, not_before = ?, enqueued_at = ?, attempts = ? WHERE id = ?",
-                (seq, now + delay if later else None, now, lease.attempt, held.id),
+                (seq, now + delay if delay > 0 else None, now, lease.attempt, held.payload),
             )
-            db.execute("DELETE FROM leases WHERE id = ?", (held.id,))
+            db.execute("DELETE FROM leases WHERE id = ?", (held.payload,))
             self._counts["retries"] += 1
-        del self._leases[lease.token]
-        h = held.host
-        h.in_flight -= 1
-        self._queued += 1
-        if later:
-            heapq.heappush(self._delayed, (now + delay, seq, held.id, h.name, held.priority))
-        else:
-            heapq.heappush(h.queue, (-held.priority, seq, held.id))
-        self._after_settle(h, now)
-
-    async def fail(self, lease: Lease, reason: str) -> None:
-        self._open()
-        held = self._take(lease)
-        with self._tx() as db:
-            db.execute("DELETE FROM requests WHERE id = ?", (held.id,))
-            db.execute("DELETE FROM leases WHERE id = ?", (held.id,))
-            self._counts["failures"] += 1
-        del self._leases[lease.token]
-        held.host.in_flight -= 1
-        self._after_settle(held.host, self._clock.now())
+        index.take(lease.token)
+        index.requeue(held, seq, now, delay)
+        self._notify()
 
     # -- politeness --------------------------------------------------------------------------------
 
     async def block_host(self, host: str, until: float) -> None:
         self._open()
-        h = self._host(host)
-        if until > h.ready_at:
+        if until > self._index.host(host).ready_at:
             with self._tx() as db:
                 db.execute(
                     "INSERT INTO hosts (host, ready_at) VALUES (?, ?) "
                     "ON CONFLICT (host) DO UPDATE SET ready_at = excluded.ready_at",
                     (host, until),
                 )
-            h.ready_at = until
-        self._schedule(h, self._clock.now())
+        self._index.block(host, until, self._clock.now())
         self._notify()
 
     async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
-        if delay is not None and delay < 0:
-            raise ConfigurationError(f"delay={delay!r} for {host}: must be >= 0 seconds")
-        if max_in_flight is not None and max_in_flight < 1:
-            raise ConfigurationError(f"max_in_flight={max_in_flight!r} for {host}: must be >= 1")
         self._open()
-        old = self._policies.get(host, HostPolicy())
-        policy = HostPolicy(
-            delay=old.delay if delay is None else delay,
-            max_in_flight=old.max_in_flight if max_in_flight is None else max_in_flight,
-        )
+        index = self._index
+        policy = index.policies.get(host, HostPolicy()).updated(host, delay=delay, max_in_flight=max_in_flight)
         with self._tx() as db:
             self._save_policy(db, host, policy)
-        self._policies[host] = policy
-        h = self._hosts.get(host)
-        if h is not None:
-            h.delay, h.max_in_flight = self._policy(host)
-            self._schedule(h, self._clock.now())
+        index.set_policy(host, policy, self._clock.now())
         self._notify()
 
     # -- introspection -----------------------------------------------------------------------------
 
     async def has_pending_requests(self) -> bool:
         self._open()
-        return bool(self._queued or self._leases)
+        return self._index.busy()
 
     async def idle(self) -> bool:
         return not await self.has_pending_requests()
 
     async def size(self) -> int:
         self._open()
-        return self._queued
+        return self._index.queued
 
     async def stats(self) -> FrontierStats:
         db = self._open()
@@ -695,8 +551,8 @@ class SQLiteFrontier(WaitingMixin):
             raise BackendUnavailableError(f"sqlite frontier {self.path}: {exc}", backend="sqlite") from exc
         c = self._counts
         return FrontierStats(
-            queued=self._queued,
-            in_flight=len(self._leases),
+            queued=self._index.queued,
+            in_flight=len(self._index.leases),
             duplicates_filtered=c["duplicates"],
             enqueued=c["enqueued"],
             acked=c["acked"],
@@ -727,10 +583,8 @@ class SQLiteFrontier(WaitingMixin):
         return n
 
     async def close(self) -> None:
-        if self._closed:
+        if not self._begin_close():
             return
-        self._closed = True
-        self._notify()
         db = self._db
         if db is not None:
             try:

@@ -1,0 +1,147 @@
+-- ENQUEUE (after prelude.lua). ARGV[5] max_size (0 unbounded), [6] dupefilter kind, [7] "allow" when an
+-- unusable filter may be bypassed, then one value per request: "<df_a> <df_b> <not_before or ''>\n<payload>".
+-- Exact filter: df_a = bucket, df_b = fingerprint >> bits. Bloom: df_a, df_b = the two hash halves.
+-- Returns {status, queued, processed, message}: status 'ok', 'full' (stopped at processed+1) or
+-- 'dferr' (the filter could not be used and the policy is fail).
+local MAX = tonumber(ARGV[5])
+local DF = ARGV[6]
+local ALLOW = ARGV[7] == 'allow'
+local K_BLOOM = P..':bloom'
+
+local function bloom_layers()
+  local n = tonumber(redis.call('HGET', K_BLOOM, 'n'))
+  if not n then return error('the Bloom filter configuration is missing') end
+  return n
+end
+
+local function bloom_has(h1, h2)
+  local n = bloom_layers()
+  for i = 1, n do
+    local m = tonumber(redis.call('HGET', K_BLOOM, 'm'..i))
+    local k = tonumber(redis.call('HGET', K_BLOOM, 'k'..i))
+    local key = K_BLOOM..':'..i
+    local all = true
+    for j = 0, k - 1 do
+      if redis.call('GETBIT', key, (h1 + j * h2) % m) == 0 then all = false break end
+    end
+    if all then return true end
+  end
+  return false
+end
+
+local function bloom_add(h1, h2)
+  if bloom_has(h1, h2) then return 0 end
+  local n = bloom_layers()
+  local cap = tonumber(redis.call('HGET', K_BLOOM, 'cap'..n))
+  if tonumber(redis.call('HGET', K_BLOOM, 'cnt'..n)) >= cap then
+    -- a new layer twice as large with half the error rate: the total stays under error_rate
+    n = n + 1
+    cap = cap * 2
+    local err = tonumber(redis.call('HGET', K_BLOOM, 'err')) / (2 ^ n)
+    local m = math.ceil(-cap * math.log(err) / (math.log(2) ^ 2))
+    local k = math.floor(m / cap * math.log(2) + 0.5)
+    if k < 1 then k = 1 end
+    redis.call('HSET', K_BLOOM, 'n', n, 'm'..n, m, 'k'..n, k, 'cap'..n, cap, 'cnt'..n, 0)
+  end
+  local m = tonumber(redis.call('HGET', K_BLOOM, 'm'..n))
+  local k = tonumber(redis.call('HGET', K_BLOOM, 'k'..n))
+  local key = K_BLOOM..':'..n
+  for j = 0, k - 1 do
+    redis.call('SETBIT', key, (h1 + j * h2) % m, 1)
+  end
+  redis.call('HINCRBY', K_BLOOM, 'cnt'..n, 1)
+  return 1
+end
+
+-- 1 new, 0 seen, or nil + message when the filter cannot be used (e.g. a foreign key in its place).
+local function seen_add(a, b)
+  if DF == 'exact' then
+    local r = redis.pcall('SADD', P..':df:'..a, b)
+    if type(r) == 'table' and r.err then return nil, r.err end
+    return r
+  end
+  local ok, r = pcall(bloom_add, tonumber(a), tonumber(b))
+  if not ok then return nil, tostring(r) end
+  return r
+end
+
+local function seen_has(a, b)
+  if DF == 'exact' then
+    local r = redis.pcall('SISMEMBER', P..':df:'..a, b)
+    if type(r) == 'table' and r.err then return nil, r.err end
+    return r == 1
+  end
+  local ok, r = pcall(bloom_has, tonumber(a), tonumber(b))
+  if not ok then return nil, tostring(r) end
+  return r
+end
+
+local queued = tonumber(redis.call('HGET', K_C, 'queued') or '0')
+local n_new, n_dup, n_dfu, processed = 0, 0, 0, 0
+local status, message = 'ok', ''
+local nitems = #ARGV - 7
+local base = redis.call('INCRBY', K_SEQ, nitems) - nitems
+local reqs, ages, delayed, byhost = {}, {}, {}, {}
+for i = 8, #ARGV do
+  local a, b, nb, payload = string.match(ARGV[i], '^(%d+) (%d+) ([^\n]*)\n(.*)$')
+  local prio, host = parse(payload)
+  if not prio then return redis.error_reply('malformed enqueue argument '..(i - 7)) end
+  local go = true
+  if MAX > 0 and queued >= MAX then
+    local seen, err = seen_has(a, b)
+    if seen == nil and not ALLOW then status, message = 'dferr', err break end
+    if seen then
+      n_dup = n_dup + 1
+      go = false
+    else
+      status = 'full'
+      break
+    end
+  end
+  if go then
+    local new, err = seen_add(a, b)
+    if new == nil then
+      if not ALLOW then status, message = 'dferr', err break end
+      n_dfu = n_dfu + 1
+      new = 1
+    end
+    if new == 0 then
+      n_dup = n_dup + 1
+    else
+      local id = base + processed + 1
+      reqs[#reqs + 1] = id
+      reqs[#reqs + 1] = payload
+      ages[#ages + 1] = NOW
+      ages[#ages + 1] = id
+      queued = queued + 1
+      n_new = n_new + 1
+      if nb ~= '' and tonumber(nb) > NOW then
+        delayed[#delayed + 1] = tonumber(nb)
+        delayed[#delayed + 1] = id
+      else
+        local q = byhost[host]
+        if not q then q = {} byhost[host] = q end
+        q[#q + 1] = -prio * SHIFT + id
+        q[#q + 1] = id
+      end
+    end
+  end
+  processed = processed + 1
+end
+if n_new > 0 then
+  bulk('HSET', K_REQ, reqs)
+  bulk('ZADD', K_AGE, ages)
+  if #delayed > 0 then bulk('ZADD', K_DELAYED, delayed) end
+  local hosts = {}
+  for host, q in pairs(byhost) do
+    bulk('ZADD', qkey(host), q)
+    hosts[#hosts + 1] = host
+  end
+  if #hosts > 0 then bulk('SADD', K_HOSTS, hosts) end
+  for _, host in ipairs(hosts) do schedule(host) end
+  redis.call('HINCRBY', K_C, 'queued', n_new)
+  redis.call('HINCRBY', K_C, 'enqueued', n_new)
+end
+if n_dup > 0 then redis.call('HINCRBY', K_C, 'dup', n_dup) end
+if n_dfu > 0 then redis.call('HINCRBY', K_C, 'dfu', n_dfu) end
+return {status, n_new, processed, message}
