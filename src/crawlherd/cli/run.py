@@ -102,7 +102,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                             until_idle=until_idle, on_progress=keep,
                         )
                 stats = {
-                    "jobs/dispatched": p.jobs, "jobs/published": p.published, "jobs/dead_total": p.dead,
+                    "jobs/dispatched": p.jobs, "jobs/published": p.published,
                     **worker_statistics(w, rates.elapsed),
                 }
                 out.info(stats_dump("crawlherd run stopped; statistics", stats))
