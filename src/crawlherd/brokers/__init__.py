@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crawlherd._registry import resolve_backend
+from crawlherd._registry import open_backend
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 
 __all__ = ["BROKER_ALIASES", "Broker", "DeadLetter", "Delivery", "open_broker"]
@@ -26,6 +26,5 @@ _EXTRAS = {"redis": "redis", "rediss": "redis", "amqp": "amqp", "amqps": "amqp",
 
 def open_broker(url: str, **options: Any) -> Broker:
     """A broker for ``url``; use it as ``async with open_broker(url) as broker: ...``."""
-    cls = resolve_backend(url, BROKER_ALIASES, "broker", _EXTRAS)
-    broker: Broker = cls.from_url(url, **options)
+    broker: Broker = open_backend(url, BROKER_ALIASES, "broker", _EXTRAS, **options)
     return broker

@@ -80,6 +80,11 @@ def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
+def _partial_index(name: str, *columns: str, where: str) -> Index:
+    """An index over the rows matching ``where`` only, on PostgreSQL and SQLite alike."""
+    return Index(name, *columns, postgresql_where=text(where), sqlite_where=text(where))
+
+
 class Base(DeclarativeBase):
     """Declarative base of the config DB."""
 
@@ -108,12 +113,7 @@ class ScrapeTarget(Base):
         UniqueConstraint("website_id", "keywords", "location", name="uq_scrape_targets_combo"),
         CheckConstraint(_in("schedule_kind", SCHEDULE_KINDS), name="ck_scrape_targets_schedule_kind"),
         CheckConstraint(_in("misfire_policy", MISFIRE_POLICIES), name="ck_scrape_targets_misfire_policy"),
-        Index(
-            "ix_scrape_targets_due",
-            "next_run_at",
-            postgresql_where=text("active"),
-            sqlite_where=text("active"),
-        ),
+        _partial_index("ix_scrape_targets_due", "next_run_at", where="active"),
     )
 
     id: Mapped[int] = mapped_column(BigID, primary_key=True)
@@ -143,19 +143,8 @@ class DispatchOutbox(Base):
     __table_args__ = (
         UniqueConstraint("target_id", "slot_at", name="uq_dispatch_outbox_target_slot"),
         CheckConstraint(_in("status", OUTBOX_STATUSES), name="ck_dispatch_outbox_status"),
-        Index(
-            "ix_dispatch_outbox_pending",
-            "leased_until",
-            "id",
-            postgresql_where=text("status = 'pending'"),
-            sqlite_where=text("status = 'pending'"),
-        ),
-        Index(
-            "ix_dispatch_outbox_published",
-            "published_at",
-            postgresql_where=text("status = 'published'"),
-            sqlite_where=text("status = 'published'"),
-        ),
+        _partial_index("ix_dispatch_outbox_pending", "leased_until", "id", where="status = 'pending'"),
+        _partial_index("ix_dispatch_outbox_published", "published_at", where="status = 'published'"),
     )
 
     id: Mapped[int] = mapped_column(BigID, primary_key=True)

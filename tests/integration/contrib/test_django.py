@@ -145,8 +145,11 @@ def test_django_models_match_crawlherd_tables(project: Any) -> None:
         ours[model._meta.db_table] = {
             f.column: (_normal(f.db_type(connection)), bool(f.null)) for f in model._meta.local_concrete_fields
         }
-    assert sorted(ours) == sorted(theirs)
-    for table in theirs:
+    # The tables the app maps (websites, targets, outbox, runs -- dead letters are runs -- and items),
+    # each column for column; the console's own tables (users, audit log, heartbeats...) are not
+    # Django's business.
+    assert sorted(ours) == ["dispatch_outbox", "items", "job_runs", "scrape_targets", "websites"]
+    for table in ours:
         assert ours[table] == theirs[table], f"table {table}"
 
 
