@@ -16,6 +16,7 @@ The tree::
     │   ├── ContentTypeError        content type not in the allow-list
     │   ├── AddressNotAllowedError  private / loopback / link-local target refused by the guard
     │   ├── RobotsDisallowedError   robots.txt forbids the URL
+    │   ├── RobotsUnavailableError  robots.txt could not be read (DNS, refused, timeout, 5xx): not fetched for now
     │   ├── RateLimitedError        still 429/503 after max_retries re-fetches
     │   └── BrowserUnavailableError no Chromium to drive
     ├── MemoryPressureError         memory stayed above threshold past memory_wait_timeout
@@ -106,6 +107,18 @@ class AddressNotAllowedError(FetchError):
 
 class RobotsDisallowedError(FetchError):
     """robots.txt forbids this URL for our user agent."""
+
+
+class RobotsUnavailableError(FetchError):
+    """robots.txt could not be read (DNS failure, refused connection, timeout, 5xx answer). RFC 9309
+    says to crawl nothing of the site meanwhile; unlike :class:`RobotsDisallowedError` it is worth trying
+    again later. ``cause`` is the fetch error (None for a 5xx answer)."""
+
+    def __init__(
+        self, message: str, *, url: str | None = None, request: Any = None, cause: FetchError | None = None
+    ) -> None:
+        super().__init__(message, url=url, request=request)
+        self.cause = cause
 
 
 class RateLimitedError(FetchError):

@@ -30,7 +30,7 @@ from datetime import timedelta
 from typing import Any, Literal
 from urllib.parse import quote_plus
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, field_validator, model_validator
 
 from crawlherd.duration import parse_duration
 from crawlherd.errors import ConfigurationError, ScheduleError
@@ -128,7 +128,7 @@ class SiteSpec(BaseModel):
     name: str
     base_url: str
     search_url_template: str
-    requires_playwright: bool = False
+    requires_playwright: StrictBool = False  # "no" or 1 is a mistake, not a boolean
     pagination: PaginationSpec = Field(default_factory=PaginationSpec)
     extraction: dict[str, Any] = Field(default_factory=dict)
     politeness: PolitenessSpec = Field(default_factory=PolitenessSpec)

@@ -122,7 +122,7 @@ async def test_connection_reset_is_a_fetch_error(server: MisbehavingServer, fetc
 
 
 async def test_refused_connection_is_a_fetch_error(fetcher: HttpFetcher) -> None:
-    with pytest.raises(FetchError, match="cannot connect"):
+    with pytest.raises(FetchError, match=r"^http://127\.0\.0\.1:1/: connection refused by 127\.0\.0\.1:1$"):
         await fetcher.fetch(Request("http://127.0.0.1:1/"))
 
 

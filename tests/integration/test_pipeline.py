@@ -261,7 +261,7 @@ async def test_three_worker_processes_on_postgres_and_a_real_broker(
         finally:
             outputs = stop_workers(procs)
         assert all("worker stopped" in out for out in outputs), outputs
-        detail_pages = [int(out.rsplit(" detail pages", 1)[0].rsplit(" ", 1)[1]) for out in outputs]
+        detail_pages = [int(out.split("'pages/detail': ", 1)[1].split(",", 1)[0]) for out in outputs]  # the dump
         assert sum(detail_pages) == 80  # each detail page fetched once, across the three workers
         progress = await progress_of(engine)
         assert progress.succeeded == jobs
@@ -404,7 +404,7 @@ async def test_run_command_on_the_embedded_defaults(tmp_path: Path, monkeypatch:
         assert imported.exit_code == 0, imported.output
         nothing_due = await invoke("run", "--until-idle", "--allow-private")
         assert nothing_due.exit_code == 0, nothing_due.output
-        assert "0 jobs" in nothing_due.output  # first slots are in the future: idle at once
+        assert "'jobs/dispatched': 0," in nothing_due.output  # first slots are in the future: idle at once
         engine = create_engine("sqlite:///crawlherd.db")
         try:
             async with engine.begin() as conn:

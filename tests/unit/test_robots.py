@@ -7,7 +7,13 @@ import asyncio
 import pytest
 
 from crawlherd.clock import FakeClock
-from crawlherd.errors import ContentTypeError, FetchError
+from crawlherd.errors import (
+    ContentTypeError,
+    FetchError,
+    FetchTimeoutError,
+    RobotsDisallowedError,
+    RobotsUnavailableError,
+)
 from crawlherd.fetch import FetchLimits, MockFetcher, MockResponse
 from crawlherd.fetch.robots import RobotsCache
 from crawlherd.request import Request
@@ -88,3 +94,35 @@ async def test_crawl_delay_is_handed_over_once_per_host() -> None:
     await robots.allowed("http://a.example/1")
     await robots.allowed("http://a.example/2")
     assert seen == [("a.example", 4.0)]
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "message"),
+    [
+        (200, FetchError("http://a.example/robots.txt: DNS lookup failed for a.example (Name or service not known)"),
+         "http://a.example/page: not fetched: http://a.example/robots.txt could not be read: "
+         "DNS lookup failed for a.example (Name or service not known)"),
+        (200, FetchError("http://a.example/robots.txt: connection refused by a.example:80"),
+         "http://a.example/page: not fetched: http://a.example/robots.txt could not be read: "
+         "connection refused by a.example:80"),
+        (200, FetchTimeoutError("http://a.example/robots.txt: connect timeout (5 s)"),
+         "http://a.example/page: not fetched: http://a.example/robots.txt could not be read: connect timeout (5 s)"),
+        (503, None, "http://a.example/page: not fetched: http://a.example/robots.txt could not be read: HTTP 503"),
+    ],
+)
+async def test_check_says_why_robots_txt_could_not_be_read(
+    status: int, error: FetchError | None, message: str
+) -> None:
+    robots = RobotsCache(RobotsFetcher(status=status, text=ROBOTS, error=error), clock=FakeClock())
+    with pytest.raises(RobotsUnavailableError) as info:
+        await robots.check("http://a.example/page")
+    assert str(info.value) == message
+    assert info.value.cause is error
+    assert not isinstance(info.value, RobotsDisallowedError)  # the worker retries it; a disallow is final
+
+
+async def test_check_says_disallowed_only_when_the_rules_say_so() -> None:
+    robots = RobotsCache(RobotsFetcher(text=ROBOTS), clock=FakeClock())
+    await robots.check("http://a.example/page")
+    with pytest.raises(RobotsDisallowedError, match=r"^http://a.example/private: disallowed by robots.txt$"):
+        await robots.check("http://a.example/private")

@@ -72,9 +72,12 @@ class LazyGroup(click.Group):
     help="Settings file (default: ./crawlherd.toml when it exists).",
 )
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
+              help="Log lines as text or one JSON object each (time, level, logger, message).  "
+              "[default: setting log_format, text]")
 @click.version_option(package_name="crawlherd")
 @click.pass_context
-def main(ctx: click.Context, config_file: str | None, verbose: int) -> None:
+def main(ctx: click.Context, config_file: str | None, verbose: int, log_format: str | None) -> None:
     """crawlherd keeps many crawlers fed, polite and accountable.
 
     \b
@@ -84,10 +87,21 @@ def main(ctx: click.Context, config_file: str | None, verbose: int) -> None:
 
     Settings come from defaults < crawlherd.toml < CRAWLHERD_* environment < flags.
     """
-    from crawlherd.settings import load_settings
+    import os
 
-    configured = logging.getLevelName(load_settings(config_file).log_level)
+    from crawlherd.settings import load_settings, warn_unknown_variables
+
+    warn_unknown_variables(os.environ, lambda message: click.secho(f"warning: {message}", fg="yellow", err=True))
+    settings = load_settings(config_file, log_format=log_format)
+    configured = logging.getLevelName(settings.log_level)
     level = min(configured, logging.WARNING - 10 * verbose) if verbose else configured
-    logging.basicConfig(level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    if settings.log_format == "json":
+        from crawlherd.cli._common import JsonLogFormatter
+
+        handler.setFormatter(JsonLogFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=max(level, logging.DEBUG), handlers=[handler])
     ctx.ensure_object(dict)
     ctx.obj["config_file"] = config_file

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -11,7 +18,19 @@ from crawlherd.db import create_engine, current_revision, head_revision, upgrade
 from crawlherd.errors import CrawlherdError
 from crawlherd.settings import Settings, load_settings
 
-__all__ = ["database_option", "ensure_migrated", "settings_from"]
+__all__ = [
+    "JsonLogFormatter",
+    "Output",
+    "Rates",
+    "periodic_status",
+    "stats_dump",
+    "database_option",
+    "ensure_migrated",
+    "output_options",
+    "settings_from",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 database_option = click.option(
     "--database-url",
@@ -54,3 +73,132 @@ def engine_for(settings: Settings, *, read_only: bool = False, **options: Any) -
     """An engine for ``settings.database_url``. ``read_only`` commands refuse a SQLite path that does
     not exist (a typo must not create an empty database)."""
     return create_engine(settings.database_url, must_exist=read_only, **options)
+
+
+class JsonLogFormatter(logging.Formatter):
+    """``--log-format json``: one JSON object per log line (time in UTC, level, logger, message, and the
+    exception text when there is one), for journald, Docker or a log collector."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def output_options(func: F) -> F:
+    """``-q/--quiet`` and ``--json`` for a command that prints data; the command receives ``quiet``
+    and ``as_json`` and builds an :class:`Output` from them."""
+    func = click.option("--json", "as_json", is_flag=True,
+                        help="Print the result as JSON on standard output (progress and logs go to stderr).")(func)
+    return click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (and --json's result).")(func)
+
+
+class Output:
+    """Where a command's words go: ``info`` (progress, banners: stderr, silenced by ``-q`` and by
+    ``--json``), ``result`` (the data: a human line on stdout, or with ``--json`` one JSON document),
+    ``status`` (periodic lines; live, overwritten in place, only on a terminal)."""
+
+    def __init__(self, *, quiet: bool = False, as_json: bool = False, tty: bool | None = None) -> None:
+        self.quiet = quiet
+        self.as_json = as_json
+        self.tty = sys.stderr.isatty() if tty is None else tty
+        self._live = False
+
+    def info(self, message: str) -> None:
+        """A line for the person watching (stderr); none with -q or --json."""
+        if not (self.quiet or self.as_json):
+            self._end_live()
+            click.echo(message, err=True)
+
+    def status(self, message: str) -> None:
+        """A periodic status line: redrawn in place on a terminal, a plain line otherwise."""
+        if self.quiet or self.as_json:
+            return
+        if self.tty:
+            click.echo(f"\r{message}\x1b[K", nl=False, err=True)
+            self._live = True
+        else:
+            click.echo(message, err=True)
+
+    def result(self, text: str, data: Mapping[str, Any] | list[Any]) -> None:
+        """The command's result: ``data`` as JSON with --json, else ``text`` (silenced by -q)."""
+        self._end_live()
+        if self.as_json:
+            click.echo(json.dumps(data, ensure_ascii=False, default=str, indent=2))
+        elif text and not self.quiet:
+            click.echo(text)
+
+    def end_live(self) -> None:
+        """End a live status line (so that the next line starts on its own)."""
+        self._end_live()
+
+    def _end_live(self) -> None:
+        if self._live:
+            click.echo("", err=True)
+            self._live = False
+
+
+class Rates:
+    """Per-minute rates of growing counters (pages, items) since the start, for the status lines:
+    Crawlee's periodic statistics, in pages/min and items/min. ``clock`` is injectable."""
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self._clock = clock or time.monotonic
+        self.started = self._clock()
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the start."""
+        return self._clock() - self.started
+
+    def per_minute(self, count: int) -> float:
+        """``count`` events since the start, per minute (0 during the first second)."""
+        elapsed = self.elapsed
+        return 60.0 * count / elapsed if elapsed >= 1.0 else 0.0
+
+    def line(self, pages: int, items: int, extra: str = "") -> str:
+        """``12:00:01 pages 120 (60.0/min), items 40 (20.0/min)`` and ``extra``."""
+        import time
+
+        text = (
+            f"{time.strftime('%H:%M:%S')} pages {pages} ({self.per_minute(pages):.1f}/min), "
+            f"items {items} ({self.per_minute(items):.1f}/min)"
+        )
+        return f"{text}; {extra}" if extra else text
+
+
+def stats_dump(title: str, stats: Mapping[str, Any]) -> str:
+    """The statistics at the end of ``run``, ``worker`` and ``crawl``, as Scrapy dumps its stats: one
+    ``'name': value`` per line, sorted, readable by a person and by ``ast.literal_eval``."""
+    import pprint
+
+    return f"{title}:\n" + pprint.pformat(dict(sorted(stats.items())), width=100, sort_dicts=False)
+
+
+@contextlib.asynccontextmanager
+async def periodic_status(output: Output, line: Callable[[], str], every: float) -> AsyncIterator[None]:
+    """While the block runs, ``output.status(line())`` every second on a terminal (redrawn in place),
+    every ``every`` seconds otherwise (plain lines for a log file or journald: setting status_interval)."""
+    interval = min(1.0, every) if output.tty else every
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(interval)
+            output.status(line())
+
+    task = asyncio.create_task(tick(), name="cli-status")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        output.end_live()

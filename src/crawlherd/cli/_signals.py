@@ -5,22 +5,30 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+import click
 
 __all__ = ["stop_on_signals"]
 
 
 @contextmanager
-def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
-    """The first SIGTERM or Ctrl+C sets ``stop`` (finish what is in flight); a second one cancels the
-    current task (abort now). Outside the main thread (where no signal arrives) it does nothing."""
+def stop_on_signals(stop: asyncio.Event, waiting_for: Callable[[], str] | None = None) -> Iterator[None]:
+    """The first SIGTERM or Ctrl+C sets ``stop`` (finish what is in flight) and prints, at once,
+    ``stopping… waiting for <waiting_for()> (Ctrl+C again to abort)`` on stderr; a second one cancels
+    the current task (abort now) and says so. Outside the main thread (where no signal arrives) it
+    does nothing."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
 
     def on_signal() -> None:
         if stop.is_set() and task is not None:
+            click.echo("\naborting now", err=True)
             task.cancel()
+            return
+        what = waiting_for() if waiting_for is not None else "what is in flight"
+        click.echo(f"\nstopping… waiting for {what} (Ctrl+C again to abort)", err=True)
         stop.set()
 
     if threading.current_thread() is not threading.main_thread():

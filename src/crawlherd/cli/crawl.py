@@ -13,6 +13,7 @@ import click
 from crawlherd.errors import CrawlherdError
 
 if TYPE_CHECKING:
+    from crawlherd.cli._common import Output
     from crawlherd.crawler import CrawlerRunConfig
     from crawlherd.fetch.base import FetchLimits
 
@@ -68,7 +69,10 @@ Exit status: 0 when at least one page was fetched, 1 when nothing could be crawl
 @click.option("--frontier", default="memory://", show_default=True,
               help="Frontier URL: memory://, sqlite:///crawl.db (resumable), redis://host/0?prefix=crawl.")
 @click.option("--progress/--no-progress", default=None,
-              help="Live progress view (default: when the terminal is interactive).")
+              help="Live progress view (default: when the terminal is interactive; otherwise a plain status "
+              "line every status_interval seconds).")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (and --json's result).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary and statistics as one JSON object on stdout.")
 @click.pass_context
 def crawl(
     ctx: click.Context,
@@ -87,13 +91,22 @@ def crawl(
     with_body: bool,
     frontier: str,
     progress: bool | None,
+    quiet: bool,
+    as_json: bool,
 ) -> None:
     """Crawl from the seed URL(s), following links through the frontier, politely.
 
     Prints a summary at the end; with --output, every page as a JSON line. Defaults of the
     politeness options come from the settings (crawlherd.toml, CRAWLHERD_* variables).
     """
+    from crawlherd.cli._common import Output
     from crawlherd.settings import load_settings
+
+    if as_json and output is not None and getattr(output, "name", "") == "<stdout>":
+        raise click.UsageError("--json prints the summary on stdout: write the pages to a file (-o FILE)")
+    out = Output(quiet=quiet, as_json=as_json)
+    if quiet or as_json:
+        progress = False
 
     settings = load_settings(
         (ctx.find_root().obj or {}).get("config_file"),
@@ -119,7 +132,8 @@ def crawl(
             _crawl(
                 list(urls), limits, config, max_pages=max_pages, max_depth=max_depth, domains=domains,
                 frontier=frontier, delay=settings.delay, per_host=settings.max_in_flight_per_host,
-                output=output, with_body=with_body, progress=progress,
+                output=output, with_body=with_body, progress=progress, out=out,
+                status_interval=settings.status_interval,
             )
         )
     except CrawlherdError as exc:
@@ -128,13 +142,28 @@ def crawl(
         click.echo("interrupted", err=True)
         sys.exit(130)
     ok, total = summary.ok, summary.total
-    click.echo(
+    lines = [
         f"crawled {total} page(s): {ok} ok, {total - ok} failed in {summary.elapsed:.1f} s "
-        f"({summary.rate:.1f} pages/s)",
-        err=True,
-    )
+        f"({summary.rate:.1f} pages/s)"
+    ]
     for label, count in sorted(summary.statuses.items(), key=lambda kv: -kv[1]):
-        click.echo(f"  {label}: {count}", err=True)
+        lines.append(f"  {label}: {count}")
+        example = summary.examples.get(label)
+        if example:
+            lines.append(f"    e.g. {example}")
+    stats = {
+        "elapsed_seconds": round(summary.elapsed, 1),
+        "pages/total": total,
+        "pages/ok": ok,
+        "pages/failed": total - ok,
+        "pages/per_minute": round(summary.rate * 60, 1),
+        **{f"status/{label}": count for label, count in summary.statuses.items()},
+    }
+    from crawlherd.cli._common import stats_dump
+
+    out.info("\n".join(lines))
+    out.info(stats_dump("statistics", stats))
+    out.result("", {**stats, "examples": summary.examples})
     if ok == 0:
         click.echo("nothing could be crawled", err=True)
         sys.exit(1)
@@ -147,6 +176,7 @@ class _Summary:
     elapsed: float
     rate: float
     statuses: dict[str, int]
+    examples: dict[str, str]  # label of a failure -> the first such error message
 
 
 async def _crawl(
@@ -163,20 +193,34 @@ async def _crawl(
     output: IO[str] | None,
     with_body: bool,
     progress: bool | None,
+    out: Output,
+    status_interval: float,
 ) -> _Summary:
     from collections import Counter
 
+    from crawlherd.cli._common import Output, Rates, periodic_status
     from crawlherd.crawler import Crawler
     from crawlherd.dispatch import CrawlerMonitor, RateLimiter, SemaphoreDispatcher
 
     concurrency = config.concurrency
-    monitor = CrawlerMonitor(enable_ui=progress, concurrency=concurrency)
+    monitor = CrawlerMonitor(enable_ui=progress if progress is not None else sys.stderr.isatty(),
+                             concurrency=concurrency)
     dispatcher = SemaphoreDispatcher(
         concurrency, rate_limiter=RateLimiter(base_delay=(0.0, 0.0)), monitor=monitor
     )
     statuses: Counter[str] = Counter()
+    examples: dict[str, str] = {}
     ok = total = 0
-    async with Crawler(limits=limits, config=config) as crawler:
+    rates = Rates()
+    live = progress if progress is not None else sys.stderr.isatty()
+    plain = Output(quiet=out.quiet or live, as_json=out.as_json, tty=False)  # status lines when no live view
+
+    def line() -> str:
+        return (
+            f"{rates.line(total, 0).split(', items')[0]}, ok {ok}, failed {total - ok}"
+        )
+
+    async with Crawler(limits=limits, config=config) as crawler, periodic_status(plain, line, status_interval):
         stream = await crawler.crawl(
             urls,
             max_pages=max_pages,
@@ -192,8 +236,11 @@ async def _crawl(
                 total += 1
                 ok += result.success
                 code = result.status_code
-                statuses[str(code) if code is not None else result.error_type or "error"] += 1
+                label = str(code) if code is not None else result.error_type or "error"
+                statuses[label] += 1
+                if not result.success and result.error_message and code is None:
+                    examples.setdefault(label, result.error_message)
                 if output is not None:
                     output.write(json.dumps(result.to_dict(body=with_body), ensure_ascii=False) + "\n")
     stats = monitor.get_statistics()
-    return _Summary(ok, total, stats["elapsed"], stats["pages_per_second"], dict(statuses))
+    return _Summary(ok, total, stats["elapsed"], stats["pages_per_second"], dict(statuses), examples)

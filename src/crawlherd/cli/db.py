@@ -8,7 +8,7 @@ from datetime import timedelta
 import click
 
 from crawlherd._redact import redact_url
-from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import Output, database_option, engine_for, ensure_migrated, output_options, settings_from
 from crawlherd.db import current_revision, head_revision, upgrade
 from crawlherd.duration import parse_duration
 from crawlherd.errors import ScheduleError
@@ -42,20 +42,26 @@ def upgrade_cmd(ctx: click.Context, database_url: str | None) -> None:
 
 @db.command("current")
 @database_option
+@output_options
 @click.pass_context
-def current_cmd(ctx: click.Context, database_url: str | None) -> None:
+def current_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Show the config DB's migration and the newest one this crawlherd ships."""
     settings = settings_from(ctx, database_url=database_url)
 
     async def main() -> str | None:
-        engine = engine_for(settings)
+        engine = engine_for(settings, read_only=True)
         try:
             return await current_revision(engine)
         finally:
             await engine.dispose()
 
     current = asyncio.run(main())
-    click.echo(f"current: {current or '(not migrated)'}; newest: {head_revision()}")
+    Output(quiet=quiet, as_json=as_json).result(
+        f"current: {current or '(not migrated)'}; newest: {head_revision()}",
+        {"database_url": redact_url(settings.database_url), "current": current, "newest": head_revision(),
+         "up_to_date": current == head_revision()},
+    )
+
 
 
 def _retention(value: str, what: str) -> timedelta | None:

@@ -10,7 +10,14 @@ import click
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers import open_broker
-from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import (
+    Output,
+    database_option,
+    engine_for,
+    ensure_migrated,
+    output_options,
+    settings_from,
+)
 from crawlherd.cli._console import metrics_port_option, start_metrics
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.service.dispatch_service import DispatchService, RelayResult, TickResult
@@ -20,28 +27,30 @@ __all__ = ["dispatch"]
 
 @click.command()
 @click.option("--once", is_flag=True, help="Dispatch what is due, relay what is pending, then exit.")
-@click.option(
-    "--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, help="Seconds between cycles."
-)
+@click.option("--interval", "dispatch_interval", type=click.FloatRange(min=0.01), default=None,
+              help="Seconds between cycles.  [default: setting dispatch_interval, 1]")
 @database_option
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
-@click.option("--batch-size", type=click.IntRange(1, 100_000), default=500, show_default=True, help="Targets per tick.")
+@click.option("--batch-size", "dispatch_batch_size", type=click.IntRange(1, 100_000), default=None,
+              help="Targets per tick.  [default: setting dispatch_batch_size, 500]")
 @click.option(
-    "--lease", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
-    help="Outbox lease (seconds): how long a relay holds a row it publishes; a relay round may take half of it."
+    "--lease", "dispatch_lease", type=click.FloatRange(min=1.0), default=None,
+    help="Outbox lease (seconds): how long a relay holds a row it publishes; a relay round may take half of it.  "
+    "[default: setting dispatch_lease, 60]",
 )
-@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+@output_options
 @metrics_port_option
 @click.pass_context
 def dispatch(
     ctx: click.Context,
     once: bool,
-    interval: float,
+    dispatch_interval: float | None,
     database_url: str | None,
     broker_url: str | None,
-    batch_size: int,
-    lease: float,
+    dispatch_batch_size: int | None,
+    dispatch_lease: float | None,
     quiet: bool,
+    as_json: bool,
     metrics_port: int | None,
 ) -> None:
     """Publish one job per scrape target per slot. Run as many as you like: they share the work.
@@ -49,16 +58,24 @@ def dispatch(
     Stops cleanly on SIGTERM or Ctrl+C (a second Ctrl+C aborts; leased rows are then published again
     by another dispatcher once their lease runs out).
     """
-    settings = settings_from(ctx, database_url=database_url, broker_url=broker_url)
+    settings = settings_from(
+        ctx, database_url=database_url, broker_url=broker_url, dispatch_interval=dispatch_interval,
+        dispatch_batch_size=dispatch_batch_size, dispatch_lease=dispatch_lease,
+    )
+    interval = settings.dispatch_interval
     broker_target = settings.effective_broker_url
 
+    out = Output(quiet=quiet, as_json=as_json)
+
+    def line(tick: TickResult, relay: RelayResult) -> str:
+        return (
+            f"{time.strftime('%H:%M:%S')} dispatch: {tick.inserted} job(s) from {tick.targets} due target(s); "
+            f"published {relay.published}, failed {relay.failed}"
+        )
+
     def progress(tick: TickResult, relay: RelayResult) -> None:
-        if not quiet:
-            stamp = time.strftime("%H:%M:%S")
-            click.echo(
-                f"{stamp} dispatch: {tick.inserted} job(s) from {tick.targets} due target(s); "
-                f"published {relay.published}, failed {relay.failed}"
-            )
+        if not (quiet or as_json):
+            click.echo(line(tick, relay))
 
     async def main() -> None:
         engine = engine_for(settings)
@@ -67,9 +84,10 @@ def dispatch(
             start_metrics(metrics_port)
             async with open_broker(broker_target) as broker:
                 dispatcher = DispatchService(
-                    engine, broker, batch_size=batch_size, lease=lease, broker_label=redact_url(broker_target)
+                    engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease,
+                    broker_label=redact_url(broker_target),
                 )
-                if not quiet:
+                if not (quiet or as_json):
                     click.echo(
                         f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "
                         f"{redact_url(broker_target)}" + (" (once)" if once else f" every {interval:g}s")
@@ -80,10 +98,12 @@ def dispatch(
                 with stop_on_signals(stop):
                     if once:
                         tick, relay = await dispatcher.run_once(stop)
-                        progress(tick, relay)
+                        data = {"due_targets": tick.targets, "jobs": tick.inserted,
+                                "published": relay.published, "failed": relay.failed}
+                        out.result(line(tick, relay), data)
                         return
                     await dispatcher.run(interval=interval, stop=stop, on_cycle=progress)
-                if not quiet:
+                if not (quiet or as_json):
                     click.echo("dispatcher stopped")
         finally:
             await engine.dispose()

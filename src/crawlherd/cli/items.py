@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from typing import TextIO
 
@@ -30,13 +31,17 @@ def items() -> None:
 )
 @click.option("--website", default=None, help="Only this website's items.")
 @database_option
+@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@click.option("--json", "as_json", is_flag=True,
+              help="The summary as JSON on stderr ({\"exported\": N, ...}); the items stay on --output.")
 @click.pass_context
-def export(ctx: click.Context, fmt: str, output: str, website: str | None, database_url: str | None) -> None:
+def export(ctx: click.Context, fmt: str, output: str, website: str | None, database_url: str | None, quiet: bool,
+           as_json: bool) -> None:
     """Write every item as JSON Lines or CSV (one row per item, fields as columns)."""
     settings = settings_from(ctx, database_url=database_url)
 
     async def main(out: TextIO) -> int:
-        engine = engine_for(settings)
+        engine = engine_for(settings, read_only=True)
         try:
             await ensure_migrated(engine)
             return await export_items(engine, out, fmt=fmt, website=website)
@@ -48,4 +53,7 @@ def export(ctx: click.Context, fmt: str, output: str, website: str | None, datab
     else:
         with open(output, "w", encoding="utf-8", newline="") as out:
             n = asyncio.run(main(out))
-    click.echo(f"{n} item(s) exported", err=True)
+    if as_json:
+        click.echo(json.dumps({"exported": n, "format": fmt, "output": output, "website": website}), err=True)
+    elif not quiet:
+        click.echo(f"{n} item(s) exported", err=True)

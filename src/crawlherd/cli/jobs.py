@@ -35,7 +35,7 @@ def dead(ctx: click.Context, database_url: str | None, limit: int, as_json: bool
     settings = settings_from(ctx, database_url=database_url)
 
     async def main() -> None:
-        engine = engine_for(settings)
+        engine = engine_for(settings, read_only=True)
         try:
             await ensure_migrated(engine)
             runs = await RunStore(engine).dead(limit)

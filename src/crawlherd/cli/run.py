@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Any
 
 import click
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers import open_broker
-from crawlherd.cli._common import database_option, engine_for, settings_from
+from crawlherd.cli._common import (
+    Output,
+    Rates,
+    database_option,
+    engine_for,
+    output_options,
+    periodic_status,
+    settings_from,
+    stats_dump,
+)
 from crawlherd.cli._console import console_or_none, metrics_port_option, start_metrics
 from crawlherd.cli._signals import stop_on_signals
-from crawlherd.cli.worker import make_worker, worker_options
+from crawlherd.cli.worker import make_worker, waiting_for, worker_options, worker_statistics
 from crawlherd.db import upgrade
 from crawlherd.service.embedded import RunProgress, run_embedded
+from crawlherd.worker.worker import Worker
 
 __all__ = ["run"]
 
@@ -24,8 +33,8 @@ __all__ = ["run"]
 @click.command()
 @database_option
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: a table in the config DB.")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
-              help="Seconds between dispatch cycles.")
+@click.option("--interval", "dispatch_interval", type=click.FloatRange(min=0.05), default=None,
+              help="Seconds between dispatch cycles.  [default: setting dispatch_interval, 1]")
 @click.option("--until-idle", is_flag=True,
               help="Exit once no target is due and every job dispatched has succeeded or is dead.")
 @worker_options
@@ -33,9 +42,10 @@ __all__ = ["run"]
 @click.option("--web-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
               envvar="CRAWLHERD_WEB_PORT", help="Serve the console on 127.0.0.1:PORT (a free port if taken).")
 @click.option("--no-web", is_flag=True, help="Do not serve the console.")
+@output_options
 @click.pass_context
-def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, interval: float, until_idle: bool,
-        metrics_port: int | None, web_port: int, no_web: bool, **options: Any) -> None:
+def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, until_idle: bool,
+        metrics_port: int | None, web_port: int, no_web: bool, quiet: bool, as_json: bool, **options: Any) -> None:
     """The whole pipeline in one process: due targets -> outbox -> broker -> worker -> items.
 
     \b
@@ -45,39 +55,58 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
     Then:                            crawlherd run          (Ctrl+C stops cleanly)
     Scale out with `crawlherd dispatch` and `crawlherd worker` processes on PostgreSQL + RabbitMQ or
     Redis Streams, with a redis:// frontier.
-    """
-    settings = settings_from(ctx, database_url=database_url, broker_url=broker_url)
-    target = settings.effective_broker_url
 
-    def show(p: RunProgress) -> None:
-        click.echo(
-            f"\r{time.strftime('%H:%M:%S')} jobs {p.jobs}: {p.succeeded} done, {p.running} running, "
-            f"{p.failed} retrying, {p.dead} dead  ",
-            nl=False,
+    \b
+    Output: a status line (pages/min, items/min, jobs) redrawn on a terminal, else a plain line every
+    status_interval seconds; at the end, the statistics (--json: as one JSON object on stdout).
+    """
+    settings = settings_from(ctx, database_url=database_url, broker_url=broker_url, **options)
+    target = settings.effective_broker_url
+    out = Output(quiet=quiet, as_json=as_json)
+    last: list[RunProgress] = []  # the latest progress only
+
+    def keep(p: RunProgress) -> None:
+        last[:] = [p]
+
+    def line(w: Worker, rates: Rates) -> str:
+        st = w.stats
+        jobs = (
+            f"jobs {last[-1].jobs}: {last[-1].succeeded} done, {last[-1].running} running, "
+            f"{last[-1].failed} retrying, {last[-1].dead} dead" if last else "jobs 0"
         )
+        return rates.line(st.pages + st.detail_pages, st.items_new + st.items_updated, jobs)
 
     async def main() -> None:
         engine = engine_for(settings)
         try:
             await upgrade(engine)
             async with open_broker(target) as broker:
-                w = make_worker(engine, broker, settings, **options)
-                click.echo(
-                    f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
-                    f"frontier {redact_url(w.frontier_url)}"
-                )
+                w = make_worker(engine, broker, settings)
                 stop = asyncio.Event()
+                rates = Rates()
                 start_metrics(metrics_port)
-                async with w, console_or_none(engine, web_port, enabled=not no_web) as console:
-                    if console is not None:
-                        click.echo(f"console: {console.url}")
-                    with stop_on_signals(stop):
+                with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
+                    out.info(
+                        f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
+                        f"frontier {redact_url(w.frontier_url)}"
+                    )
+                    async with (
+                        w,
+                        console_or_none(engine, web_port, enabled=not no_web) as console,
+                        periodic_status(out, lambda: line(w, rates), settings.status_interval),
+                    ):
+                        if console is not None:
+                            out.info(f"console: {console.url}")
                         p = await run_embedded(
-                            engine, broker, w, stop=stop, interval=interval, until_idle=until_idle, on_progress=show
+                            engine, broker, w, stop=stop, interval=settings.dispatch_interval,
+                            until_idle=until_idle, on_progress=keep,
                         )
-                click.echo(
-                    f"\nstopped: {p.jobs} jobs, {p.succeeded} done, {p.dead} dead; {w.stats.items_new} new items"
-                )
+                stats = {
+                    "jobs/dispatched": p.jobs, "jobs/published": p.published,
+                    **worker_statistics(w, rates.elapsed),
+                }
+                out.info(stats_dump("crawlherd run stopped; statistics", stats))
+                out.result("", stats)
         finally:
             await engine.dispose()
 

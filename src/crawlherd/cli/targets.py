@@ -16,6 +16,7 @@ from crawlherd.cli._common import database_option, engine_for, ensure_migrated, 
 from crawlherd.cli._console import echo_json, json_option
 from crawlherd.service.targets import (
     TargetInfo,
+    delete_targets,
     get_target,
     import_targets,
     list_targets,
@@ -29,11 +30,14 @@ __all__ = ["targets"]
 T = TypeVar("T")
 
 
-def _run(ctx: click.Context, database_url: str | None, work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+def _run(
+    ctx: click.Context, database_url: str | None, work: Callable[[AsyncEngine], Awaitable[T]], *,
+    read_only: bool = False,
+) -> T:
     settings = settings_from(ctx, database_url=database_url)
 
     async def main() -> T:
-        engine = engine_for(settings)
+        engine = engine_for(settings, read_only=read_only)
         try:
             await ensure_migrated(engine)
             return await work(engine)
@@ -56,20 +60,43 @@ def targets() -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 @database_option
 @click.option("--check", is_flag=True, help="Only validate the file; write nothing.")
+@click.option("--prune", is_flag=True, help="Also delete the targets that are not in the file (and their job history).")
+@click.option("--dry-run", is_flag=True, help="Say what the import (and --prune) would do; change nothing.")
 @click.pass_context
-def import_cmd(ctx: click.Context, file: str, database_url: str | None, check: bool) -> None:
-    """Import a TOML or YAML targets file (all or nothing; every problem is listed)."""
+def import_cmd(ctx: click.Context, file: str, database_url: str | None, check: bool, prune: bool,
+               dry_run: bool) -> None:
+    """Import a TOML or YAML targets file (all or nothing; every problem is listed).
+
+    \b
+    Websites are updated by name, targets by website x keywords x location. Targets that are no longer
+    in the file stay unless --prune; see them first with --prune --dry-run.
+    """
     if check:
         spec = load_targets_file(file)
         combos = sum(len(t.keywords) * len(t.locations) for t in spec.targets)
         click.echo(f"{file}: OK ({len(spec.websites)} website(s), {combos} target(s))")
         return
-    result = _run(ctx, database_url, lambda engine: import_targets(engine, file))
+    result = _run(ctx, database_url, lambda engine: import_targets(engine, file, prune=prune, dry_run=dry_run))
+    verb = "would delete" if dry_run else "deleted"
+    for t in result.pruned:
+        click.echo(f"{verb} target {t.id}: {t.keywords!r} x {t.location or '(no location)'!r} on {t.website}")
     click.echo(
-        f"{file}: websites {result.websites_created} new, {result.websites_updated} updated; "
+        ("dry run, nothing changed: " if dry_run else "")
+        + f"{file}: websites {result.websites_created} new, {result.websites_updated} updated; "
         f"targets {result.targets_created} new, {result.targets_updated} updated, "
-        f"{result.targets_unchanged} unchanged"
+        f"{result.targets_unchanged} unchanged" + (f", {len(result.pruned)} {verb}" if prune else "")
     )
+
+
+@targets.command("delete")
+@click.argument("target_ids", nargs=-1, type=int, required=True, metavar="ID...")
+@database_option
+@click.pass_context
+def delete_cmd(ctx: click.Context, target_ids: tuple[int, ...], database_url: str | None) -> None:
+    """Delete targets by id (all or none), with their pending jobs and run history; their items stay.
+    A target still in your targets file comes back at the next import."""
+    for t in _run(ctx, database_url, lambda engine: delete_targets(engine, target_ids)):
+        click.echo(f"deleted target {t.id}: {t.keywords!r} x {t.location or '(no location)'!r} on {t.website}")
 
 
 @targets.command("list")
@@ -79,7 +106,7 @@ def import_cmd(ctx: click.Context, file: str, database_url: str | None, check: b
 @click.pass_context
 def list_cmd(ctx: click.Context, database_url: str | None, website: str | None, as_json: bool) -> None:
     """One line per target: id, state, website, keywords, location, schedule, next run (UTC)."""
-    rows = _run(ctx, database_url, lambda engine: list_targets(engine, website=website))
+    rows = _run(ctx, database_url, lambda engine: list_targets(engine, website=website), read_only=True)
     if as_json:
         echo_json([dataclasses.asdict(t) for t in rows])
         return
@@ -117,7 +144,7 @@ def _show(t: TargetInfo) -> None:
 @click.pass_context
 def show_cmd(ctx: click.Context, target_id: int, database_url: str | None) -> None:
     """Everything about one target."""
-    _show(_run(ctx, database_url, lambda engine: get_target(engine, target_id)))
+    _show(_run(ctx, database_url, lambda engine: get_target(engine, target_id), read_only=True))
 
 
 @targets.command("enable")
@@ -151,7 +178,7 @@ def preview_cmd(ctx: click.Context, target_id: int, count: int, database_url: st
     async def work(engine: AsyncEngine) -> tuple[TargetInfo, list[tuple[datetime, datetime]]]:
         return await get_target(engine, target_id), await preview_target(engine, target_id, count)
 
-    info, runs = _run(ctx, database_url, work)
+    info, runs = _run(ctx, database_url, work, read_only=True)
     tz = ZoneInfo(info.timezone)
     click.echo(f"target {info.id}: {info.schedule} ({info.timezone}), jitter {info.jitter_ms / 1000:g}s")
     for slot, run_at in runs:

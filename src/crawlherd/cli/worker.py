@@ -12,30 +12,44 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers import Broker, open_broker
-from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import (
+    Output,
+    Rates,
+    database_option,
+    engine_for,
+    ensure_migrated,
+    output_options,
+    periodic_status,
+    settings_from,
+    stats_dump,
+)
 from crawlherd.cli._console import metrics_port_option, start_metrics
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
 from crawlherd.worker.worker import PAGE_DISPATCHERS, Worker
 
-__all__ = ["WorkerOptions", "make_worker", "worker", "worker_options"]
+__all__ = ["WorkerOptions", "make_worker", "waiting_for", "worker", "worker_options", "worker_statistics",
+           "worker_status"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _OPTIONS = [
-    click.option("--concurrency", type=click.IntRange(1, 1000), default=4, show_default=True,
-                 help="Jobs in flight at once (also the broker prefetch)."),
-    click.option("--page-dispatcher", type=click.Choice(PAGE_DISPATCHERS), default="semaphore", show_default=True,
-                 help="The engine dispatcher that runs every page (listing and detail)."),
-    click.option("--page-concurrency", type=click.IntRange(1, 1000), default=8, show_default=True,
-                 help="Pages (listing and detail) in flight at once."),
-    click.option("--max-attempts", type=click.IntRange(1, 100), default=3, show_default=True,
-                 help="Attempts before a job is dead."),
-    click.option("--backoff", type=click.FloatRange(min=0), default=5.0, show_default=True,
-                 help="First retry delay in seconds (doubles per attempt, with jitter)."),
-    click.option("--allow-private", is_flag=True,
-                 help="Let the fetchers reach private and loopback addresses (local sites)."),
+    click.option("--concurrency", "worker_concurrency", type=click.IntRange(1, 1000), default=None,
+                 help="Jobs in flight at once (also the broker prefetch).  [default: setting worker_concurrency, 4]"),
+    click.option("--page-dispatcher", type=click.Choice(PAGE_DISPATCHERS), default=None,
+                 help="The engine dispatcher that runs every page (listing and detail).  "
+                 "[default: setting page_dispatcher, semaphore]"),
+    click.option("--page-concurrency", type=click.IntRange(1, 1000), default=None,
+                 help="Pages (listing and detail) in flight at once.  [default: setting page_concurrency, 8]"),
+    click.option("--max-attempts", type=click.IntRange(1, 100), default=None,
+                 help="Attempts before a job is dead.  [default: setting max_attempts, 3]"),
+    click.option("--backoff", type=click.FloatRange(min=0), default=None,
+                 help="First retry delay in seconds (doubles per attempt, with jitter).  "
+                 "[default: setting backoff, 5]"),
+    click.option("--allow-private", "allow_private_addresses", flag_value=True, default=None,
+                 help="Let the fetchers reach private and loopback addresses (local sites).  "
+                 "[default: setting allow_private_addresses, off]"),
     click.option("--frontier-url", default=None, metavar="URL",
                  help="Frontier of the pages (default: CRAWLHERD_FRONTIER_URL, else the SQLite config DB "
                  "file, else memory://); redis://... shares it, and its politeness, between workers."),
@@ -45,30 +59,68 @@ WorkerOptions = dict[str, Any]
 
 
 def worker_options(func: F) -> F:
-    """The options of every command that runs a worker; they arrive as keyword arguments."""
+    """The options of every command that runs a worker; they arrive as keyword arguments named as the
+    settings they override (pass them to ``settings_from``)."""
     for option in reversed(_OPTIONS):
         func = option(func)
     return func
 
 
-def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings, **options: Any) -> Worker:
-    """A worker from the settings and the :func:`worker_options` values."""
-    limits = FetchLimits(
-        allow_private_addresses=options["allow_private"] or settings.allow_private_addresses,
-        user_agent=settings.user_agent,
-    )
-    backoff = float(options["backoff"])
+def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings) -> Worker:
+    """A worker from the settings (defaults < crawlherd.toml < CRAWLHERD_* < the worker's flags)."""
+    limits = FetchLimits(allow_private_addresses=settings.allow_private_addresses, user_agent=settings.user_agent)
     return Worker(
         engine,
         broker,
-        concurrency=options["concurrency"],
-        page_dispatcher=options["page_dispatcher"],
-        page_concurrency=options["page_concurrency"],
-        max_attempts=options["max_attempts"],
-        backoff=backoff,
-        max_backoff=max(backoff, 600.0),
+        concurrency=settings.worker_concurrency,
+        page_dispatcher=settings.page_dispatcher,
+        page_concurrency=settings.page_concurrency,
+        max_attempts=settings.max_attempts,
+        backoff=settings.backoff,
+        max_backoff=max(settings.backoff, 600.0),
         limits=limits,
-        frontier_url=options.get("frontier_url") or settings.effective_frontier_url,
+        frontier_url=settings.effective_frontier_url,
+    )
+
+
+def worker_statistics(w: Worker, elapsed: float) -> dict[str, Any]:
+    """The worker's counters for the end-of-run dump (and ``--json``)."""
+    st = w.stats
+    minutes = max(elapsed, 1e-9) / 60
+    return {
+        "elapsed_seconds": round(elapsed, 1),
+        "jobs/received": st.received,
+        "jobs/succeeded": st.succeeded,
+        "jobs/retried": st.retried,
+        "jobs/dead": st.dead,
+        "jobs/skipped": st.skipped,
+        "jobs/requeued": st.requeued,
+        "jobs/invalid": st.invalid,
+        "pages/listing": st.pages,
+        "pages/detail": st.detail_pages,
+        "pages/detail_failed": st.detail_failures,
+        "pages/per_minute": round((st.pages + st.detail_pages) / minutes, 1),
+        "items/new": st.items_new,
+        "items/updated": st.items_updated,
+        "items/per_minute": round((st.items_new + st.items_updated) / minutes, 1),
+        "last_errors": list(st.last_errors[-5:]),
+    }
+
+
+def worker_status(w: Worker, rates: Rates) -> str:
+    """One status line: pages and items with their rates per minute, and the jobs."""
+    st = w.stats
+    return rates.line(
+        st.pages + st.detail_pages,
+        st.items_new + st.items_updated,
+        f"jobs {st.succeeded} done, {st.in_flight} running, {st.retried} retried, {st.dead} dead",
+    )
+
+
+def waiting_for(w: Worker) -> Callable[[], str]:
+    """What a stopping worker waits for, for the "stopping…" line."""
+    return lambda: (
+        f"{w.stats.in_flight} job(s) in flight to finish (up to {w.shutdown_timeout:g} s; the rest are requeued)"
     )
 
 
@@ -77,9 +129,11 @@ def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings, **optio
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
 @worker_options
 @metrics_port_option
+@output_options
 @click.pass_context
 def worker(
-    ctx: click.Context, /, database_url: str | None, broker_url: str | None, metrics_port: int | None, **options: Any
+    ctx: click.Context, /, database_url: str | None, broker_url: str | None, metrics_port: int | None, quiet: bool,
+    as_json: bool, **options: Any,
 ) -> None:
     """Consume scrape jobs and crawl them; items go to the config DB's items table.
 
@@ -87,9 +141,14 @@ def worker(
     dead after --max-attempts (see `crawlherd jobs dead`). Run as many workers as you like, on as many
     machines (share a redis:// --frontier-url so that they share politeness and seen pages).
     SIGTERM or Ctrl+C: stop taking jobs, let jobs in flight finish (30 s), requeue the rest.
+
+    \b
+    Output: a status line (pages/min, items/min, jobs) redrawn on a terminal, else a plain line every
+    status_interval seconds; at the end, the statistics (--json: as one JSON object on stdout).
     """
-    settings = settings_from(ctx, database_url=database_url, broker_url=broker_url)
+    settings = settings_from(ctx, database_url=database_url, broker_url=broker_url, **options)
     target = settings.effective_broker_url
+    out = Output(quiet=quiet, as_json=as_json)
 
     async def main() -> None:
         engine = engine_for(settings)
@@ -97,20 +156,19 @@ def worker(
             await ensure_migrated(engine)
             start_metrics(metrics_port)
             async with open_broker(target) as broker:
-                w = make_worker(engine, broker, settings, **options)
-                click.echo(
-                    f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
-                    f"{w.concurrency} job(s) at once, frontier {redact_url(w.frontier_url)}"
-                )
+                w = make_worker(engine, broker, settings)
                 stop = asyncio.Event()
-                async with w:
-                    with stop_on_signals(stop):
-                        stats = await w.run(stop)
-                click.echo(
-                    f"worker stopped: {stats.succeeded} done, {stats.retried} retried, {stats.dead} dead, "
-                    f"{stats.skipped} skipped, {stats.requeued} requeued; {stats.detail_pages} detail pages; "
-                    f"{stats.items_new} new items"
-                )
+                rates = Rates()
+                with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
+                    out.info(
+                        f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
+                        f"{w.concurrency} job(s) at once, frontier {redact_url(w.frontier_url)}"
+                    )
+                    async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
+                        await w.run(stop)
+                stats = worker_statistics(w, rates.elapsed)
+                out.info(stats_dump(f"worker stopped ({w.name}); statistics", stats))
+                out.result("", stats)
         finally:
             await engine.dispose()
 

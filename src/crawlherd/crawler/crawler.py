@@ -37,7 +37,6 @@ from crawlherd.errors import (
     FetchError,
     InvalidURLError,
     PageTooComplexError,
-    RobotsDisallowedError,
 )
 from crawlherd.extract.links import extract_links_async
 from crawlherd.fetch.base import Fetcher, FetchLimits
@@ -211,8 +210,7 @@ class Crawler:
         return result
 
     async def _robots(self, request: Request, run: CrawlRun) -> None:
-        if not await self.robots.allowed(request.url):
-            raise RobotsDisallowedError(f"{request.url}: disallowed by robots.txt", url=request.url, request=request)
+        await self.robots.check(request.url, request)
         host = request.host
         if host not in run.delayed_hosts:
             run.delayed_hosts.add(host)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import errno
 import socket
 import time
 import zlib
@@ -276,8 +277,7 @@ class HttpFetcher:
                 if isinstance(inner, AddressNotAllowedError):
                     inner.url, inner.request = url, request
                     raise inner from None
-                raise FetchError(f"{url}: cannot connect to {exc.host}:{exc.port} ({exc.strerror or exc})", url=url,
-                                 request=request) from None
+                raise FetchError(f"{url}: {_connect_reason(exc)}", url=url, request=request) from None
             except aiohttp.ServerDisconnectedError:
                 raise FetchError(f"{url}: the server closed the connection without a response", url=url,
                                  request=request) from None
@@ -395,6 +395,16 @@ class HttpFetcher:
         except zlib.error as exc:
             raise FetchError(f"{url}: corrupt {encoding} body ({exc})", url=url, request=request) from None
         return b"".join(out)
+
+
+def _connect_reason(exc: aiohttp.ClientConnectorError) -> str:
+    """What went wrong opening the connection, in the words an operator searches for."""
+    where = f"{exc.host}:{exc.port}"
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"DNS lookup failed for {exc.host} ({exc.strerror or exc.os_error})"
+    if isinstance(exc.os_error, ConnectionRefusedError) or exc.os_error.errno == errno.ECONNREFUSED:
+        return f"connection refused by {where}"
+    return f"cannot connect to {where} ({exc.strerror or exc})"
 
 
 def _reason(exc: BaseException) -> str:

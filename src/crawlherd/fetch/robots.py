@@ -3,6 +3,9 @@
 A robots.txt with an unknown charset is read as UTF-8; one that cannot be parsed, or the part past
 512 KiB, sets no rules. Semantics follow RFC 9309: a 4xx answer (no robots.txt) allows everything; a 5xx answer or an
 unreachable server disallows everything for a short while (the site is in trouble; come back later).
+:meth:`RobotsCache.check` tells the two refusals apart: :class:`~crawlherd.errors.RobotsDisallowedError`
+when the rules forbid the URL, :class:`~crawlherd.errors.RobotsUnavailableError` naming what went wrong
+(DNS failure, refused connection, timeout, 5xx answer) when robots.txt could not be read.
 One fetch per host at a time: concurrent callers for the same host share it. ``Crawl-delay`` is handed
 to ``on_crawl_delay(host, seconds)`` once per host -- the crawler wires it to the frontier's
 ``set_host_policy(host, delay=...)``.
@@ -19,7 +22,14 @@ from urllib.parse import urlsplit
 from protego import Protego
 
 from crawlherd.clock import Clock, SystemClock
-from crawlherd.errors import AddressNotAllowedError, BodyTooLargeError, ContentTypeError, FetchError
+from crawlherd.errors import (
+    AddressNotAllowedError,
+    BodyTooLargeError,
+    ContentTypeError,
+    FetchError,
+    RobotsDisallowedError,
+    RobotsUnavailableError,
+)
 from crawlherd.fetch.base import Fetcher
 from crawlherd.request import Request
 
@@ -38,6 +48,9 @@ class _Entry:
     parser: Protego | None  # None: allow everything
     disallow_all: bool
     expires_at: float
+    #: Why robots.txt could not be read (disallow_all is then True); None when it was read.
+    problem: str | None = None
+    cause: FetchError | None = None
 
 
 class RobotsCache:
@@ -80,6 +93,21 @@ class RobotsCache:
             return True
         return bool(entry.parser.can_fetch(url, self.user_agent))
 
+    async def check(self, url: str, request: Request | None = None) -> None:
+        """Return when robots.txt lets our user agent fetch ``url``; else raise
+        :class:`~crawlherd.errors.RobotsDisallowedError` (its rules forbid it) or
+        :class:`~crawlherd.errors.RobotsUnavailableError` (it could not be read, and says why)."""
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        entry = await self._entry(origin, parts.netloc)
+        if entry.problem is not None:
+            raise RobotsUnavailableError(
+                f"{url}: not fetched: {origin}/robots.txt could not be read: {entry.problem}",
+                url=url, request=request, cause=entry.cause,
+            )
+        if entry.disallow_all or (entry.parser is not None and not entry.parser.can_fetch(url, self.user_agent)):
+            raise RobotsDisallowedError(f"{url}: disallowed by robots.txt", url=url, request=request)
+
     def crawl_delay(self, url: str) -> float | None:
         """The cached Crawl-delay for ``url``'s host (None when unknown or unset)."""
         parts = urlsplit(url)
@@ -119,17 +147,18 @@ class RobotsCache:
 
     async def _load(self, origin: str) -> _Entry:
         now = self._clock.now()
+        robots_url = origin + "/robots.txt"
         self.fetches += 1
         try:
-            response = await self._fetcher.fetch(Request(origin + "/robots.txt"))
+            response = await self._fetcher.fetch(Request(robots_url))
         except (ContentTypeError, BodyTooLargeError):
             return _Entry(None, False, now + self._ttl)  # not a robots.txt we can read: no rules
         except AddressNotAllowedError:
             raise  # the host itself may not be fetched: that is the reason to report, not robots.txt
-        except FetchError:
-            return _Entry(None, True, now + self._error_ttl)
+        except FetchError as exc:
+            return _Entry(None, True, now + self._error_ttl, _without_url(str(exc), robots_url), exc)
         if response.status >= 500:
-            return _Entry(None, True, now + self._error_ttl)
+            return _Entry(None, True, now + self._error_ttl, f"HTTP {response.status}")
         if response.status >= 400:
             return _Entry(None, False, now + self._ttl)
         # ``text`` decodes with the declared charset, or UTF-8 when it is unknown (charset=bogus); past
@@ -141,3 +170,8 @@ class RobotsCache:
             log.warning("%s/robots.txt cannot be parsed (%s: %s); no rules applied", origin, type(exc).__name__, exc)
             return _Entry(None, False, now + self._ttl)
         return _Entry(parser, False, now + self._ttl)
+
+
+def _without_url(message: str, url: str) -> str:
+    """A fetch error's message without its leading ``url: `` (the caller names the URL itself)."""
+    return message[len(url) + 2 :] if message.startswith(url + ": ") else message

@@ -5,17 +5,20 @@ enable, disable, preview. The file itself -- its entries and their validation --
 Import is all or nothing: the whole file is checked first (:func:`~crawlherd.service.targets_file.parse_targets`),
 then everything is written in one transaction. Websites are upserted by ``name`` (the whole
 :class:`~crawlherd.sitespec.SiteSpec` stored in ``websites.spec``), targets by (website, keywords,
-location); nothing that is not in the file is removed.
+location); nothing that is not in the file is removed unless ``prune=True`` (then the targets that are
+not in the file are deleted, with their pending jobs and run history; their items stay).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -29,6 +32,7 @@ from crawlherd.service.targets_file import TargetsFile, load_targets_file
 __all__ = [
     "ImportResult",
     "TargetInfo",
+    "delete_targets",
     "get_target",
     "import_targets",
     "list_targets",
@@ -49,6 +53,8 @@ class ImportResult:
     targets_created: int = 0
     targets_updated: int = 0
     targets_unchanged: int = 0
+    #: The targets not in the file: deleted with ``prune=True`` (listed only with ``dry_run=True``).
+    pruned: tuple[TargetInfo, ...] = ()
 
 
 def _first_run(schedule: Schedule, now: datetime, jitter: timedelta) -> datetime:
@@ -56,8 +62,28 @@ def _first_run(schedule: Schedule, now: datetime, jitter: timedelta) -> datetime
     return schedule.next_after(now - jitter) + jitter
 
 
-async def import_targets(engine: AsyncEngine, source: TargetsFile | str | Path) -> ImportResult:
-    """Write a targets file into the config DB in one transaction (all or nothing)."""
+class _DryRun(Exception):
+    """Rolls back a dry run's transaction, carrying what it would have done."""
+
+    def __init__(self, result: ImportResult) -> None:
+        super().__init__("dry run")
+        self.result = result
+
+
+async def import_targets(
+    engine: AsyncEngine, source: TargetsFile | str | Path, *, prune: bool = False, dry_run: bool = False
+) -> ImportResult:
+    """Write a targets file into the config DB in one transaction (all or nothing). ``prune``: also
+    delete the targets that are not in the file. ``dry_run``: do it all, report it, and roll back."""
+    try:
+        return await _import_in_transaction(engine, source, prune=prune, dry_run=dry_run)
+    except _DryRun as done:
+        return done.result
+
+
+async def _import_in_transaction(
+    engine: AsyncEngine, source: TargetsFile | str | Path, *, prune: bool, dry_run: bool
+) -> ImportResult:
     try:
         async with engine.begin() as conn:
             if isinstance(source, TargetsFile):
@@ -65,7 +91,12 @@ async def import_targets(engine: AsyncEngine, source: TargetsFile | str | Path) 
             else:
                 names = set((await conn.execute(select(Website.name))).scalars())
                 spec = load_targets_file(source, known_websites=names)
-            return await _import(conn, spec)
+            result = await _import(conn, spec)
+            if prune:
+                result = dataclasses.replace(result, pruned=await _prune(conn, spec))
+            if dry_run:
+                raise _DryRun(result)
+            return result
     except CrawlherdError:
         raise
     except SQLAlchemyError as exc:
@@ -154,6 +185,39 @@ async def _import(conn: AsyncConnection, spec: TargetsFile) -> ImportResult:
                 )
                 t_updated += 1
     return ImportResult(created, updated, t_created, t_updated, t_same)
+
+
+_ROWS = select(*ScrapeTarget.__table__.c, Website.name.label("website_name")).join(Website)
+
+
+async def _prune(conn: AsyncConnection, spec: TargetsFile) -> tuple[TargetInfo, ...]:
+    """Delete the targets whose (website, keywords, location) the file does not list."""
+    wanted = {(t.website, kw, loc) for t in spec.targets for kw in t.keywords for loc in t.locations}
+    rows = (await conn.execute(_ROWS)).all()
+    gone = [
+        _info(row, row.website_name) for row in rows if (row.website_name, row.keywords, row.location) not in wanted
+    ]
+    if gone:
+        await conn.execute(delete(ScrapeTarget).where(ScrapeTarget.id.in_([t.id for t in gone])))
+    return tuple(sorted(gone, key=lambda t: t.id))
+
+
+async def delete_targets(engine: AsyncEngine, target_ids: Sequence[int]) -> list[TargetInfo]:
+    """Delete these targets (with their pending jobs and run history; their items stay), all or none:
+    an unknown id deletes nothing and raises :class:`~crawlherd.errors.CrawlherdError`."""
+    async with engine.begin() as conn:
+        rows = (
+            await conn.execute(
+                _ROWS.where(ScrapeTarget.id.in_(list(target_ids))))
+        ).all()
+        found = {row.id for row in rows}
+        unknown = sorted(set(target_ids) - found)
+        if unknown:
+            raise CrawlherdError(
+                f"no target {', '.join(map(str, unknown))}: nothing deleted (see `crawlherd targets list`)"
+            )
+        await conn.execute(delete(ScrapeTarget).where(ScrapeTarget.id.in_(list(found))))
+    return sorted((_info(row, row.website_name) for row in rows), key=lambda t: t.id)
 
 
 # -- listing and editing --------------------------------------------------------------------------

@@ -5,8 +5,8 @@ to search, paginate, extract, and how politely) and ``targets`` (each a :class:`
 x a list of keywords x a list of locations, each combination one scrape target, with its schedule).
 See ``examples/targets.toml`` and ``docs/targets-file.md``.
 
-The whole file is checked and every problem is reported (by line when the format gives one -- YAML --
-and always by key and field) in one :class:`~crawlherd.errors.TargetsFileError`. Writing a checked
+The whole file is checked and every problem is reported (by line -- in TOML and YAML -- and by key and
+field) in one :class:`~crawlherd.errors.TargetsFileError`. Writing a checked
 file into the config DB is :func:`crawlherd.service.targets.import_targets`.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from crawlherd.duration import parse_duration
 from crawlherd.errors import ScheduleError, TargetsFileError
@@ -64,7 +64,7 @@ class TargetSpec(BaseModel):
     misfire: Literal["skip", "latest", "backfill"] = "skip"
     backfill_limit: int = Field(default=0, ge=0, le=10_000)
     misfire_grace: float = 60.0
-    active: bool = True
+    active: StrictBool = True
 
     _durations = field_validator("every", "jitter", "misfire_grace", mode="before")(
         classmethod(lambda cls, v: None if v is None else _duration(v))
@@ -275,6 +275,44 @@ def _depth(data: Any, limit: int) -> bool:
     return True
 
 
+_TOML_HEADER = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?")
+_TOML_KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=")
+
+
+def _toml_lines(text: str) -> dict[tuple[Any, ...], int]:
+    """Map each key path of a targets file in TOML to its (1-based) line: ``[[websites]]`` and
+    ``[[targets]]`` entries, their sub-tables (``[websites.politeness]``) and ``key =`` lines.
+    (tomllib keeps no positions; a targets file uses only these shapes.)"""
+    lines: dict[tuple[Any, ...], int] = {}
+    counts: dict[str, int] = {}
+    table: tuple[Any, ...] = ()
+    in_multiline = 0  # open brackets of a value spanning lines
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0] if '"' not in raw and "'" not in raw else raw
+        if in_multiline:
+            in_multiline += line.count("[") - line.count("]")
+            continue
+        header = _TOML_HEADER.match(line)
+        if header and not _TOML_KEY.match(line):
+            parts = header.group(2).split(".")
+            if header.group(1) == "[[" and len(parts) == 1:
+                index = counts.get(parts[0], -1) + 1
+                counts[parts[0]] = index
+                table = (parts[0], index)
+            elif parts[0] in counts:
+                table = (parts[0], counts[parts[0]], *parts[1:])
+            else:
+                table = tuple(parts)
+            lines.setdefault(table, number)
+            continue
+        key = _TOML_KEY.match(line)
+        if key:
+            lines.setdefault((*table, key.group(1).strip('"')), number)
+            value = line[key.end() :]
+            in_multiline = max(0, value.count("[") - value.count("]"))
+    return lines
+
+
 def _where(path: Sequence[Any], lines: Mapping[tuple[Any, ...], int]) -> str:
     key = ""
     for part in path:
@@ -312,6 +350,7 @@ def parse_targets(
             data: Any = tomllib.loads(text)
             if not _depth(data, max_depth):
                 raise _Refused(f"nested deeper than {max_depth} levels")
+            lines = _toml_lines(text)
         else:
             data, lines = _load_yaml(text, max_depth=max_depth, max_nodes=max_yaml_nodes)
     except _Refused as exc:
@@ -320,7 +359,7 @@ def parse_targets(
         # tomllib recurses once per nested array or inline table: a deep one runs out of stack.
         raise TargetsFileError(path, [("(file)", f"refused: nested deeper than {max_depth} levels")]) from None
     except tomllib.TOMLDecodeError as exc:
-        raise TargetsFileError(path, [("(file)", f"not valid TOML: {exc}")]) from None
+        raise TargetsFileError(path, [_toml_error(exc)]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "(file)"
@@ -400,12 +439,22 @@ def parse_targets(
     return TargetsFile(path, tuple(sites), tuple(targets))
 
 
+def _toml_error(exc: tomllib.TOMLDecodeError) -> tuple[str, str]:
+    """tomllib's "Expected ... (at line 3, column 7)" as ("line 3", "not valid TOML: Expected ...")."""
+    found = re.search(r"\s*\(at line (\d+), column (\d+)\)$", str(exc))
+    if found is None:
+        return "(file)", f"not valid TOML: {exc}"
+    return f"line {found.group(1)}", f"not valid TOML: {str(exc)[: found.start()]} (column {found.group(2)})"
+
+
 def _message(err: Mapping[str, Any]) -> str:
     msg = str(err["msg"])
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     if err["type"] == "extra_forbidden":
         msg = "unknown field (check the spelling)"
+    elif err["type"] == "bool_type":
+        msg = f"must be true or false (without quotes), not {err.get('input')!r}"
     return msg
 
 

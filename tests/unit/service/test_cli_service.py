@@ -36,9 +36,11 @@ def test_db_upgrade_and_current(db: Path) -> None:
     assert f"current: {head}; newest: {head}" in run("db", "current").output
 
 
-def test_a_fresh_db_is_created_on_first_use(db: Path) -> None:
+def test_a_read_command_does_not_create_a_db_a_write_command_does(db: Path) -> None:
     result = run("targets", "list")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2 and "error: no config DB at" in result.output
+    assert not db.exists()
+    result = run("targets", "enable", "1")  # writes: the fresh DB is created (and has no target 1)
     assert "creating its tables" in result.output
     assert run("db", "current").exit_code == 0
 

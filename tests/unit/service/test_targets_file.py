@@ -89,9 +89,9 @@ def test_bad_toml_reports_keys_and_syntax_errors() -> None:
             '[[websites]]\nname = "a"\n[[targets]]\nwebsite = "a"\nkeywords = ["x"]\nevery = "6x"\n', path="t.toml"
         )
     wheres = [w for w, _ in info.value.problems]
-    assert "websites[0].base_url" in wheres and "websites[0].search_url_template" in wheres
-    assert "targets[0].every" in wheres
-    with pytest.raises(TargetsFileError, match=r"not valid TOML: .*line 2"):
+    assert "line 1, websites[0].base_url" in wheres and "line 1, websites[0].search_url_template" in wheres
+    assert "line 6, targets[0].every" in wheres
+    with pytest.raises(TargetsFileError, match=r"line 2: not valid TOML: "):
         parse_targets("[[websites]]\nname = \n", path="t.toml")
     with pytest.raises(TargetsFileError, match="not valid YAML"):
         parse_targets("websites: [\n", path="t.yaml")
