@@ -70,7 +70,7 @@ __all__ = ["RedisFrontier"]
 
 log = logging.getLogger(__name__)
 
-LAYOUT_VERSION = "1"
+LAYOUT_VERSION = "2"
 _PRIO_LIMIT = (1 << 18) - 1  # scores are -prio * 2**34 + seq: exact in a double for |prio| < 2**18
 _BATCH = 500
 _UNAVAILABLE_REPLIES = ("OOM", "LOADING", "READONLY", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
@@ -241,12 +241,12 @@ class RedisFrontier(WaitingMixin):
             return fp & ((1 << self._bits) - 1), fp >> self._bits
         return fp & 0xFFFFFFFF, (fp >> 32) | 1
 
-    def _encode(self, request: Request) -> str:
+    def _encode(self, request: Request) -> tuple[Any, ...]:
+        """The six ENQUEUE values of a request: filter halves, not-before, priority, host, body."""
         a, b = self._filter_args(request)
         prio = max(-_PRIO_LIMIT, min(_PRIO_LIMIT, request.priority))
-        body = json.dumps(request.to_record(), separators=(",", ":"), ensure_ascii=False)
         nb = "" if request.not_before is None else repr(float(request.not_before))
-        return f"{a} {b} {nb}\n{prio}\t{request.host}\t{body}"
+        return a, b, nb, prio, request.host, _body(request)
 
     # -- enqueue -----------------------------------------------------------------------------------
 
@@ -255,12 +255,14 @@ class RedisFrontier(WaitingMixin):
 
     async def enqueue_requests(self, requests: Iterable[Request]) -> int:
         await self._init()
-        encoded = [self._encode(r) for r in requests]
+        batch = list(requests)
         queued = 0
         start = 0
-        while start < len(encoded):
-            chunk = encoded[start : start + _BATCH]
-            args: list[Any] = [self.options.max_size, self._kind, self.options.dupefilter_unavailable, *chunk]
+        while start < len(batch):
+            chunk = batch[start : start + _BATCH]
+            args: list[Any] = [self.options.max_size, self._kind, self.options.dupefilter_unavailable]
+            for request in chunk:
+                args.extend(self._encode(request))
             status, n_new, processed, message = await self._run("ENQUEUE", *args)
             queued += int(n_new)
             start += int(processed)
@@ -275,10 +277,9 @@ class RedisFrontier(WaitingMixin):
                 )
             if status == "full":
                 if self.options.full_policy == "raise":
-                    url = json.loads(encoded[start].split("\t", 2)[2])["url"]
                     raise QueueFullError(
-                        f"frontier is full (max_size={self.options.max_size}); {url} and the "
-                        f"{len(encoded) - start - 1} request(s) after it were not queued and may be enqueued again"
+                        f"frontier is full (max_size={self.options.max_size}); {batch[start].url} and the "
+                        f"{len(batch) - start - 1} request(s) after it were not queued and may be enqueued again"
                     )
                 await self._wait_for_room()
         return queued
@@ -303,8 +304,7 @@ class RedisFrontier(WaitingMixin):
             for i in range(1, len(reply), 3):
                 token, payload, attempt = _text(reply[i]), _raw(reply[i + 1]), int(reply[i + 2])
                 try:
-                    body = payload.split(b"\t", 2)[2]
-                    request = Request.from_record(json.loads(body))
+                    request = _decode(payload.split(b"\t", 2)[2])
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     await self._bury(token, payload, f"undecodable request record: {exc}")
                     buried += 1
@@ -432,7 +432,7 @@ class RedisFrontier(WaitingMixin):
         async def measure() -> dict[str, int]:
             out = {"dupefilter": 0, "queue": 0, "other": 0}
             df = (f"{self.prefix}:df:", f"{self.prefix}:bloom")
-            queue = tuple(f"{self.prefix}:{n}" for n in ("req", "q:", "ready", "timers", "delayed", "age"))
+            queue = tuple(f"{self.prefix}:{n}" for n in ("q:", "ready", "timers", "delayed", "age", "lease", "lexp", "h"))
             keys = [_text(k) async for k in self._client.scan_iter(match=f"{_glob(self.prefix)}:*", count=1000)]
             for start in range(0, len(keys), 1000):
                 part = keys[start : start + 1000]
@@ -469,6 +469,22 @@ class RedisFrontier(WaitingMixin):
     async def close(self) -> None:
         if self._begin_close() and self._owns_client:
             await self._client.aclose()
+
+
+def _body(request: Request) -> str:
+    """A request as the frontier stores it: ``"<priority> <depth> <url>"`` for a plain GET (most of a
+    crawl's requests), else the JSON of :meth:`Request.to_record` (it starts with ``{``)."""
+    rec = request.to_record()
+    if len(rec) == 4 and " " not in request.url:  # v, url, p, d: nothing else to keep
+        return f"{request.priority} {request.depth} {request.url}"
+    return json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode(body: bytes) -> Request:
+    if body[:1] == b"{":
+        return Request.from_record(json.loads(body))
+    prio, depth, url = body.split(b" ", 2)
+    return Request(url.decode("utf-8"), priority=int(prio), depth=int(depth))
 
 
 def _glob(prefix: str) -> str:
