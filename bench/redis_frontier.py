@@ -31,10 +31,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).parent))
-from frontier_backends import start_private_redis, workload  # noqa: E402
-
 from crawlherd.frontier import open_scheduler  # noqa: E402
 from crawlherd.request import Request  # noqa: E402
+from frontier_backends import start_private_redis, workload  # noqa: E402
 
 
 async def server_cpu(client: Any) -> float:

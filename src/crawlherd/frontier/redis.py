@@ -113,6 +113,7 @@ class RedisFrontier(WaitingMixin):
         dupefilter_bits: int | None = None,
         owns_client: bool = False,
         url: str = "redis://",
+        cluster: bool = False,
     ) -> None:
         if not prefix or any(c.isspace() for c in prefix):
             raise ConfigurationError(f"redis frontier prefix {prefix!r} must be non-empty, without spaces")
@@ -122,6 +123,9 @@ class RedisFrontier(WaitingMixin):
             raise ConfigurationError(f"dupefilter_bits={dupefilter_bits!r} must be between 0 and 24")
         self.options = opts = options or FrontierOptions()
         self.prefix = prefix
+        # the name the keys start with: on a Redis Cluster, the prefix as a hash tag, so that all the keys
+        # of the frontier are in one slot and every script may use them all
+        self._kp = f"{{{prefix}}}" if cluster else prefix
         self._client = client
         self._owns_client = owns_client
         self._url = redact_url(url)
@@ -155,20 +159,23 @@ class RedisFrontier(WaitingMixin):
         timeout = own.pop("socket_timeout", 10.0)
         client = own.pop("client", None)
         owns = client is None
+        parts = urlsplit(url)
+        cluster = parts.scheme == "redis+cluster"
         if client is None:
-            parts = urlsplit(url)
-            base = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
             try:
-                client = aioredis.Redis.from_url(
-                    base,
-                    socket_timeout=timeout,
-                    socket_connect_timeout=timeout,
-                    retry=Retry(NoBackoff(), 0),
-                    retry_on_error=[],
-                )
+                if cluster:
+                    client = _cluster_client(parts.netloc, timeout)
+                else:
+                    client = aioredis.Redis.from_url(
+                        urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")),
+                        socket_timeout=timeout,
+                        socket_connect_timeout=timeout,
+                        retry=Retry(NoBackoff(), 0),
+                        retry_on_error=[],
+                    )
             except ValueError as exc:
                 raise ConfigurationError(f"bad redis URL {redact_url(url)!r}: {exc}") from None
-        return cls(client, opts, owns_client=owns, url=url, **own)
+        return cls(client, opts, owns_client=owns, url=url, cluster=cluster, **own)
 
     async def __aenter__(self) -> RedisFrontier:
         try:
@@ -204,9 +211,10 @@ class RedisFrontier(WaitingMixin):
 
     async def _run(self, name: str, *args: Any) -> Any:
         opts = self.options
-        argv = [self.prefix, repr(self._clock.now()), repr(float(opts.delay)), opts.max_in_flight, *args]
+        argv = [self._kp, repr(self._clock.now()), repr(float(opts.delay)), opts.max_in_flight, *args]
         script = self._scripts[name]
-        return await self._guard(lambda: script(keys=[], args=argv))
+        keys = [f"{self._kp}:cfg"]  # not used by the scripts: it routes the call to the slot of the keys
+        return await self._guard(lambda: script(keys=keys, args=argv))
 
     async def _init(self) -> None:
         if self._ready:
@@ -422,7 +430,7 @@ class RedisFrontier(WaitingMixin):
 
     async def bad_entries(self) -> dict[str, str]:
         """Entries moved aside (``P:bad``): id -> ``"<reason>\\t<payload>"``."""
-        raw = await self._guard(lambda: self._client.hgetall(f"{self.prefix}:bad"))
+        raw = await self._guard(lambda: self._client.hgetall(f"{self._kp}:bad"))
         return {_text(k): _text(v) for k, v in raw.items()}
 
     async def memory_usage(self) -> dict[str, int]:
@@ -431,9 +439,9 @@ class RedisFrontier(WaitingMixin):
 
         async def measure() -> dict[str, int]:
             out = {"dupefilter": 0, "queue": 0, "other": 0}
-            df = (f"{self.prefix}:df:", f"{self.prefix}:bloom")
-            queue = tuple(f"{self.prefix}:{n}" for n in ("q:", "ready", "timers", "delayed", "age", "lease", "lexp", "h"))
-            keys = [_text(k) async for k in self._client.scan_iter(match=f"{_glob(self.prefix)}:*", count=1000)]
+            df = (f"{self._kp}:df:", f"{self._kp}:bloom")
+            queue = tuple(f"{self._kp}:{n}" for n in ("q:", "ready", "timers", "delayed", "age", "lease", "lexp", "h"))
+            keys = [_text(k) async for k in self._client.scan_iter(match=f"{_glob(self._kp)}:*", count=1000)]
             for start in range(0, len(keys), 1000):
                 part = keys[start : start + 1000]
                 pipe = self._client.pipeline(transaction=False)
@@ -453,7 +461,7 @@ class RedisFrontier(WaitingMixin):
         async def wipe() -> int:
             n = 0
             batch: list[Any] = []
-            async for key in self._client.scan_iter(match=f"{_glob(self.prefix)}:*", count=1000):
+            async for key in self._client.scan_iter(match=f"{_glob(self._kp)}:*", count=1000):
                 batch.append(key)
                 if len(batch) >= 1000:
                     n += int(await self._client.unlink(*batch))
@@ -485,6 +493,28 @@ def _decode(body: bytes) -> Request:
         return Request.from_record(json.loads(body))
     prio, depth, url = body.split(b" ", 2)
     return Request(url.decode("utf-8"), priority=int(prio), depth=int(depth))
+
+
+def _cluster_client(netloc: str, timeout: float) -> Any:
+    """A Redis Cluster client for ``redis+cluster://[user:pass@]host:port,host:port,...``."""
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+    auth, _, hosts = netloc.rpartition("@")
+    nodes = []
+    for part in hosts.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{part!r} is not host:port")
+        nodes.append(ClusterNode(host.strip("[]"), int(port)))
+    user, _, password = auth.partition(":")
+    return RedisCluster(
+        startup_nodes=nodes,
+        username=user or None,
+        password=password or None,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )
 
 
 def _glob(prefix: str) -> str:
