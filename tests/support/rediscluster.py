@@ -53,15 +53,8 @@ class LocalCluster:
             raise RuntimeError("redis-server and redis-cli are needed for the Redis Cluster tests")
         ports = [free_port() for _ in range(self.masters * (1 + self.replicas))]
         for port in ports:
-            d = self.root / str(port)
-            d.mkdir(parents=True)
-            self.procs[port] = subprocess.Popen(
-                [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d), "--save", "",
-                 "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                 "--cluster-node-timeout", str(self.node_timeout_ms)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            (self.root / str(port)).mkdir(parents=True)
+            self._spawn(exe, port)
         for port in ports:
             self._wait(lambda p=port: _cli(p, "ping").strip() == "PONG", f"node {port} did not start")
         subprocess.run(
@@ -72,8 +65,26 @@ class LocalCluster:
         for port in ports:
             self._wait(lambda p=port: "cluster_state:ok" in _cli(p, "cluster", "info"), "the cluster is not ok")
         if self.replicas:
-            self._wait(lambda: len(self.replica_ports()) == self.masters * self.replicas, "replicas not in sync")
+            self._wait(lambda: len(self.replica_ports()) == self.masters * self.replicas, "replicas missing")
+            for port in self.master_ports():  # each replica has done its first sync
+                self._wait(
+                    lambda p=port: _cli(p, "info", "replication").count("state=online") == self.replicas,
+                    f"the replicas of {port} are not in sync",
+                )
         return self
+
+    def _spawn(self, exe: str, port: int) -> None:
+        self.procs[port] = subprocess.Popen(
+            [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.root / str(port)), "--save", "",
+             "--appendonly", "no", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+             "--cluster-node-timeout", str(self.node_timeout_ms)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again (its nodes.conf makes it rejoin, as a replica if it was failed over)."""
+        self._spawn(shutil.which("redis-server") or "redis-server", port)
 
     def role(self, port: int) -> str:
         return _cli(port, "role").split("\n", 1)[0].strip()
@@ -83,6 +94,22 @@ class LocalCluster:
 
     def master_ports(self) -> list[int]:
         return [p for p, proc in self.procs.items() if proc.poll() is None and self.role(p) == "master"]
+
+    def master_of(self, key: str) -> int:
+        """The port of the master serving ``key``'s slot now."""
+        import redis
+        from redis.crc import key_slot
+
+        slot = key_slot(key.encode())
+        for port in self.master_ports():
+            client = redis.Redis(port=port, socket_timeout=5)
+            try:
+                for start, end, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+                    if int(start) <= slot <= int(end):
+                        return int(primary[1])
+            finally:
+                client.close()
+        raise RuntimeError(f"no master serves {key!r}")
 
     def kill(self, port: int) -> None:
         """SIGKILL one node, by its PID."""

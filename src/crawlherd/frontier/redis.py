@@ -43,13 +43,14 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.crc import key_slot
 
 from crawlherd._lua import lua_script
 from crawlherd._redact import redact_url
@@ -113,7 +114,9 @@ class RedisFrontier(WaitingMixin):
         dupefilter_bits: int | None = None,
         owns_client: bool = False,
         url: str = "redis://",
-        cluster: bool = False,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
+        route: _ClusterRoute | None = None,
     ) -> None:
         if not prefix or any(c.isspace() for c in prefix):
             raise ConfigurationError(f"redis frontier prefix {prefix!r} must be non-empty, without spaces")
@@ -125,7 +128,16 @@ class RedisFrontier(WaitingMixin):
         self.prefix = prefix
         # the name the keys start with: on a Redis Cluster, the prefix as a hash tag, so that all the keys
         # of the frontier are in one slot and every script may use them all
-        self._kp = f"{{{prefix}}}" if cluster else prefix
+        self._kp = f"{{{prefix}}}" if route is not None else prefix
+        if route is not None:
+            route.key = f"{self._kp}:cfg"
+        self._route = route
+        if not 0 <= wait_replicas <= 16:
+            raise ConfigurationError(f"wait_replicas={wait_replicas!r} must be between 0 and 16")
+        if not wait_timeout > 0:
+            raise ConfigurationError(f"wait_timeout={wait_timeout!r} must be > 0 seconds")
+        self._wait = wait_replicas
+        self._wait_ms = max(1, int(wait_timeout * 1000))
         self._client = client
         self._owns_client = owns_client
         self._url = redact_url(url)
@@ -154,19 +166,26 @@ class RedisFrontier(WaitingMixin):
                 "poll_interval": float,
                 "socket_timeout": float,
                 "dupefilter_bits": int | None,
+                "wait_replicas": int,
+                "wait_timeout": float,
             },
         )
         timeout = own.pop("socket_timeout", 10.0)
         client = own.pop("client", None)
         owns = client is None
         parts = urlsplit(url)
-        cluster = parts.scheme == "redis+cluster"
-        if client is None:
+        route = None
+        if parts.scheme == "redis+cluster":
+            if client is not None:
+                raise ConfigurationError("a redis+cluster:// frontier makes its own connections: drop client=")
             try:
-                if cluster:
-                    client = _cluster_client(parts.netloc, timeout)
-                else:
-                    client = aioredis.Redis.from_url(
+                route = _ClusterRoute(parts.netloc, timeout)
+            except ValueError as exc:
+                raise ConfigurationError(f"bad redis+cluster URL {redact_url(url)!r}: {exc}") from None
+            client = aioredis.Redis()  # a placeholder until the slot's master is found; never connected
+        elif client is None:
+            try:
+                client = aioredis.Redis.from_url(
                         urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")),
                         socket_timeout=timeout,
                         socket_connect_timeout=timeout,
@@ -175,7 +194,7 @@ class RedisFrontier(WaitingMixin):
                     )
             except ValueError as exc:
                 raise ConfigurationError(f"bad redis URL {redact_url(url)!r}: {exc}") from None
-        return cls(client, opts, owns_client=owns, url=url, cluster=cluster, **own)
+        return cls(client, opts, owns_client=owns, url=url, route=route, **own)
 
     async def __aenter__(self) -> RedisFrontier:
         try:
@@ -198,14 +217,20 @@ class RedisFrontier(WaitingMixin):
         if self._closed:
             raise FrontierError("the redis frontier is closed")
         try:
+            if self._route is not None:
+                self._client = await self._route.master()
             return await op()
         except (rexc.ConnectionError, rexc.TimeoutError, OSError, TimeoutError) as exc:
+            if self._route is not None:
+                await self._route.forget()  # the next call asks the cluster where the slot is now
             raise BackendUnavailableError(
                 f"redis frontier at {self._url} is unavailable: {exc}", backend="redis"
             ) from exc
         except rexc.ResponseError as exc:
             text = str(exc)
-            if text.startswith(_UNAVAILABLE_REPLIES):
+            if isinstance(exc, rexc.AskError) or text.startswith(_UNAVAILABLE_REPLIES):
+                if self._route is not None:
+                    await self._route.forget()
                 raise BackendUnavailableError(f"redis at {self._url} refused: {text}", backend="redis") from exc
             raise FrontierError(f"redis frontier script failed: {text}") from exc
 
@@ -213,8 +238,26 @@ class RedisFrontier(WaitingMixin):
         opts = self.options
         argv = [self._kp, repr(self._clock.now()), repr(float(opts.delay)), opts.max_in_flight, *args]
         script = self._scripts[name]
-        keys = [f"{self._kp}:cfg"]  # not used by the scripts: it routes the call to the slot of the keys
-        return await self._guard(lambda: script(keys=keys, args=argv))
+        keys = [f"{self._kp}:cfg"]  # not used by the scripts: it names the slot of the keys
+        if not self._wait or name in ("PEEK", "STATS"):
+            return await self._guard(lambda: script(keys=keys, args=argv, client=self._client))
+
+        async def durable() -> Any:
+            # the script and WAIT on one connection: WAIT counts the replicas that have this client's writes
+            async with self._client.pipeline(transaction=False) as pipe:
+                await script(keys=keys, args=argv, client=pipe)
+                pipe.execute_command("WAIT", self._wait, self._wait_ms)
+                reply, acked = await pipe.execute()
+            if int(acked) < self._wait:
+                raise BackendUnavailableError(
+                    f"redis frontier at {self._url}: {name.lower()} reached {int(acked)} of the "
+                    f"{self._wait} replica(s) wait_replicas asks for within {self._wait_ms} ms; it may be lost "
+                    "in a failover (an enqueue may be repeated: duplicates are filtered)",
+                    backend="redis",
+                )
+            return reply
+
+        return await self._guard(durable)
 
     async def _init(self) -> None:
         if self._ready:
@@ -475,8 +518,11 @@ class RedisFrontier(WaitingMixin):
         return deleted
 
     async def close(self) -> None:
-        if self._begin_close() and self._owns_client:
-            await self._client.aclose()
+        if self._begin_close():
+            if self._route is not None:
+                await self._route.forget()
+            elif self._owns_client:
+                await self._client.aclose()
 
 
 def _body(request: Request) -> str:
@@ -495,26 +541,70 @@ def _decode(body: bytes) -> Request:
     return Request(url.decode("utf-8"), priority=int(prio), depth=int(depth))
 
 
-def _cluster_client(netloc: str, timeout: float) -> Any:
-    """A Redis Cluster client for ``redis+cluster://[user:pass@]host:port,host:port,...``."""
-    from redis.asyncio.cluster import ClusterNode, RedisCluster
+class _ClusterRoute:
+    """The master of one slot of a Redis Cluster: found from the cluster's own map (``CLUSTER SLOTS``,
+    asked of any node it knows) and looked up again after an error, so that after a failover the
+    frontier talks to the promoted replica. One plain connection pool to that master: a script and its
+    ``WAIT`` go over one connection."""
 
-    auth, _, hosts = netloc.rpartition("@")
-    nodes = []
-    for part in hosts.split(","):
-        host, _, port = part.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"{part!r} is not host:port")
-        nodes.append(ClusterNode(host.strip("[]"), int(port)))
-    user, _, password = auth.partition(":")
-    return RedisCluster(
-        startup_nodes=nodes,
-        username=user or None,
-        password=password or None,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),
-    )
+    def __init__(self, netloc: str, timeout: float) -> None:
+        auth, _, hosts = netloc.rpartition("@")
+        user, _, password = auth.partition(":")
+        self._user = unquote(user) or None
+        self._password = unquote(password) or None
+        self._timeout = timeout
+        self._nodes: list[tuple[str, int]] = []
+        for part in hosts.split(","):
+            host, _, port = part.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"{part!r} is not host:port")
+            self._nodes.append((host.strip("[]"), int(port)))
+        self.key = ""
+        self._client: aioredis.Redis | None = None
+
+    def _connect(self, host: str, port: int) -> aioredis.Redis:
+        return aioredis.Redis(
+            host=host,
+            port=port,
+            socket_timeout=self._timeout,
+            socket_connect_timeout=self._timeout,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_error=[],
+            username=self._user,
+            password=self._password,
+        )
+
+    async def master(self) -> aioredis.Redis:
+        if self._client is None:
+            self._client = await self._find()
+        return self._client
+
+    async def forget(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def _find(self) -> aioredis.Redis:
+        slot = key_slot(self.key.encode("utf-8"))
+        errors = []
+        for host, port in list(self._nodes):
+            probe = self._connect(host, port)
+            try:
+                ranges = await probe.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+            except (rexc.RedisError, OSError) as exc:
+                errors.append(f"{host}:{port}: {exc}")
+                continue
+            finally:
+                await probe.aclose()
+            for start, end, primary, *replicas in ranges:
+                for node in (primary, *replicas):  # learn every node, for the next look-up
+                    addr = (_text(node[0]) or host, int(node[1]))
+                    if addr not in self._nodes:
+                        self._nodes.append(addr)
+                if int(start) <= slot <= int(end):
+                    return self._connect(_text(primary[0]) or host, int(primary[1]))
+            errors.append(f"{host}:{port}: no node serves slot {slot}")
+        raise rexc.ConnectionError("; ".join(errors) or "no cluster node given")
 
 
 def _glob(prefix: str) -> str:
