@@ -1,7 +1,7 @@
 """The ``redis://`` frontier against raw redis-py, in one run, on a private ``redis-server``.
 
     .venv/bin/python bench/redis_frontier.py [--requests 200000] [--hosts 1000] [--rounds 3]
-        [--redis private|redis://host:port/db] [--cluster redis+cluster://host:port,...]
+        [--redis private|redis://host:port/db] [--cluster]
 
 Workload (issue 13's row): ``--requests`` requests over ``--hosts`` hosts, 20% exact duplicates,
 priorities 0-100, politeness delay 0. crawlherd: ``enqueue_requests`` in batches of 1,000, then
@@ -14,6 +14,11 @@ Each round runs both, interleaved (raw, crawlherd, raw, ...), each on an empty s
 printed. Beside the client's wall-clock rate: the Redis server's CPU (``INFO cpu`` used_cpu_sys +
 used_cpu_user delta) per request, and the bytes Redis holds per queued request at the peak (``INFO
 memory`` used_memory delta after the enqueue phase, before the drain).
+
+``--cluster``: then the ``redis+cluster://`` frontier on private local clusters (redis-server
+--cluster-enabled yes, on free ports): 1 master, 3 masters, and 3 masters with one replica each, without
+and with ``wait_replicas=1`` (every write script followed by ``WAIT 1``). Server CPU and memory are
+summed over the nodes.
 """
 
 from __future__ import annotations
@@ -85,11 +90,37 @@ async def raw_round(url: str, reqs: list[Request]) -> dict[str, float]:
     return {"req_s": len(reqs) / total, "cpu_us": cpu / len(reqs) * 1e6, "bytes": peak / queued, "queued": queued}
 
 
-async def crawlherd_round(url: str, reqs: list[Request], admin_url: str | None = None) -> dict[str, float]:
-    admin = aioredis.Redis.from_url(admin_url or url)
+class _Nodes:
+    """INFO cpu / memory summed over several servers (a cluster's nodes)."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.clients = [aioredis.Redis.from_url(u) for u in urls]
+
+    async def info(self, section: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for c in self.clients:
+            for k, v in (await c.info(section)).items():
+                if isinstance(v, int | float):
+                    out[k] = out.get(k, 0) + v
+        return out
+
+    async def flushdb(self) -> None:
+        for c in self.clients:
+            if (await c.info("replication"))["role"] == "master":
+                await c.flushdb()
+
+    async def aclose(self) -> None:
+        for c in self.clients:
+            await c.aclose()
+
+
+async def crawlherd_round(
+    url: str, reqs: list[Request], admin_urls: list[str] | None = None, query: str = ""
+) -> dict[str, float]:
+    admin: Any = _Nodes(admin_urls) if admin_urls else aioredis.Redis.from_url(url)
     try:
         await admin.flushdb()
-        async with open_scheduler(f"{url}?prefix=b{uuid.uuid4().hex[:8]}", delay=0.0) as frontier:
+        async with open_scheduler(f"{url}?prefix=b{uuid.uuid4().hex[:8]}{query}", delay=0.0) as frontier:
             await frontier.stats()  # the scripts loaded and the layout written before the clock starts
             mem0 = await used_memory(admin)
             cpu0 = await server_cpu(admin)
@@ -120,6 +151,7 @@ async def main() -> int:
     p.add_argument("--hosts", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--redis", default="private", help="a Redis URL (FLUSHDB'd!), or 'private' (default)")
+    p.add_argument("--cluster", action="store_true", help="also on private Redis Clusters (1 and 3 masters)")
     args = p.parse_args()
     server = None
     if args.redis == "private":
@@ -144,11 +176,38 @@ async def main() -> int:
                 f"{name:<14} {m['req_s']:>9,.0f} {m['req_s'] / raw['req_s']:>6.2f}x {m['cpu_us']:>17.2f} "
                 f"{m['cpu_us'] / raw['cpu_us']:>9.2f}x {m['bytes']:>13.0f}"
             )
+        if args.cluster:
+            await cluster_bench(args, reqs, med["raw redis-py"])
     finally:
         if server is not None:
             server.terminate()
             server.wait(10)
     return 0
+
+
+async def cluster_bench(args: argparse.Namespace, reqs: list[Request], raw: dict[str, float]) -> None:
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).parent.parent))
+    from tests.support.rediscluster import LocalCluster
+
+    print("\nredis+cluster:// (ratios against the raw median above)")
+    print(f"{'':<34} {'req/s':>9} {'ratio':>7} {'Redis CPU µs/req':>17} {'B/queued req':>13}")
+    configs = [(1, 0, ""), (3, 0, ""), (3, 1, ""), (3, 1, "&wait_replicas=1")]
+    for masters, replicas, query in configs:
+        with tempfile.TemporaryDirectory() as tmp:
+            cluster = LocalCluster(Path(tmp), masters=masters, replicas=replicas).start()
+            try:
+                nodes = [f"redis://127.0.0.1:{p}/0" for p in cluster.procs]
+                rounds = [await crawlherd_round(cluster.url, reqs, nodes, query) for _ in range(args.rounds)]
+            finally:
+                cluster.stop()
+        m = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+        label = f"{masters} master(s), {replicas} replica(s) each{' WAIT 1' if query else ''}"
+        print(
+            f"{label:<34} {m['req_s']:>9,.0f} {m['req_s'] / raw['req_s']:>6.2f}x {m['cpu_us']:>17.2f} "
+            f"{m['bytes']:>13.0f}"
+        )
 
 
 if __name__ == "__main__":

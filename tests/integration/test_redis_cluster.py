@@ -4,6 +4,8 @@ a master killed mid-crawl, acknowledged writes (``wait_replicas``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -72,11 +74,10 @@ async def test_a_master_killed_mid_crawl_loses_no_page(replicated_cluster: Local
                 fetched.add(lease.request.url)
                 i = int(lease.request.url.rsplit("/", 1)[1])
                 children += [page(c) for c in (2 * i + 1, 2 * i + 2) if c < pages]
-            await retrying(lambda: frontier.enqueue_requests(children))
-            try:
-                await retrying(lambda: frontier.ack_many(leases))
-            except LeaseError:
-                pass  # the ack was applied, its reply lost in the failover; or the lease expired: fetched again
+            await retrying(functools.partial(frontier.enqueue_requests, children))
+            # LeaseError: the ack was applied, its reply lost in the failover; or the lease expired (fetched again)
+            with contextlib.suppress(LeaseError):
+                await retrying(functools.partial(frontier.ack_many, leases))
             if killed is None and len(fetched) >= pages // 3:
                 killed = cluster.master_of(key)
                 cluster.kill(killed)  # SIGKILL, by PID; the crawl goes on retrying meanwhile
@@ -89,7 +90,9 @@ async def test_a_master_killed_mid_crawl_loses_no_page(replicated_cluster: Local
     assert stats.queued == 0 and stats.in_flight == 0
 
 
-async def test_wait_replicas_without_replicas_is_unavailable_not_silent(redis_cluster_url: str, unique_name: str) -> None:
+async def test_wait_replicas_without_replicas_is_unavailable_not_silent(
+    redis_cluster_url: str, unique_name: str
+) -> None:
     url = f"{redis_cluster_url}?prefix={unique_name}&wait_replicas=1&wait_timeout=0.05"
     frontier = open_scheduler(url)
     with pytest.raises(BackendUnavailableError, match="reached 0 of the 1 replica"):

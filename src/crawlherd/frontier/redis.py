@@ -13,9 +13,10 @@ the key layout is documented at the top of ``frontier/lua/prelude.lua``.
   (``P:df:<fp & mask>`` holding ``fp >> bits``), which Redis keeps intset-encoded: about 9 bytes
   per fingerprint instead of the ~88 of a set of hex SHA1 strings. ``bloom`` is a scalable Bloom
   filter in Redis bit strings (``error_rate``, ``capacity``).
-- **Serialisation**: each request is ``"<priority>\\t<host>\\t" + JSON`` of :meth:`Request.to_record`
-  (it carries a version field); never pickle. An entry that cannot be read is moved to ``P:bad`` with
-  its reason and logged, and the frontier goes on.
+- **Serialisation**: a request is one packed member of its host's queue, ``"<id>\\t<batch>\\t<body>"``;
+  the body is ``"<priority> <depth> <url>"`` for a plain GET, else the JSON of
+  :meth:`Request.to_record` (it carries a version field); never pickle. An entry that cannot be read is
+  moved to ``P:bad`` with its reason and logged, and the frontier goes on.
 - **Redis going away**: every operation raises :class:`~crawlherd.errors.BackendUnavailableError`.
   The client does not retry scripts by itself (a lease or an ack must not run twice); the caller
   retries with backoff. An ack retried after such an error may find the lease already settled
@@ -27,12 +28,16 @@ the key layout is documented at the top of ``frontier/lua/prelude.lua``.
 
 Options of this backend (besides the common ones): ``prefix`` (key namespace, default
 ``crawlherd``), ``client`` (a live ``redis.asyncio.Redis``; not closed by the frontier),
+``wait_replicas`` (default 0: every write script followed by ``WAIT n`` on its connection; fewer
+acknowledgements within ``wait_timeout`` seconds, default 1, raise BackendUnavailableError),
 ``poll_interval`` (seconds between looks for other workers' changes while waiting, default 0.2),
 ``socket_timeout`` (seconds, default 10), ``dupefilter_bits`` (log2 of the exact filter's set count;
 default from ``capacity``, about 200 fingerprints per set, fixed when the frontier is created).
 
-Hosts are keys (``P:q:<host>``) built inside the scripts, so the frontier needs one Redis server
-(or a Sentinel-managed primary), not a Redis Cluster.
+Hosts are keys (``P:q:<host>``) built inside the scripts. On a Redis Cluster
+(``redis+cluster://host:port,host:port?prefix=p``) every key is under the hash tag ``{p}``, so the whole
+frontier is in one slot and every script stays single-slot and atomic; the frontier talks to the master
+of that slot (found with ``CLUSTER SLOTS``) and finds it again after a failover.
 """
 
 from __future__ import annotations
