@@ -14,6 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.sqs_server import sqs_endpoint  # noqa: F401 - the local SQS server fixture
+
 REQUIRE_SERVICES = os.environ.get("CRAWLHERD_REQUIRE_SERVICES") == "1"
 
 POSTGRES_URL = os.environ.get("CRAWLHERD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

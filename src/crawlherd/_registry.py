@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from crawlherd._redact import redact_url
 from crawlherd.errors import ConfigurationError
 
-__all__ = ["resolve_backend", "scheme_of"]
+__all__ = ["open_backend", "resolve_backend", "scheme_of"]
 
 
 def scheme_of(url: str) -> str:
@@ -41,3 +41,9 @@ def resolve_backend(url: str, aliases: Mapping[str, str], kind: str, extras: Map
         hint = f" (pip install 'crawlherd[{extra}]')" if extra else ""
         raise ConfigurationError(f"the {kind} backend for {scheme}:// needs the {exc.name!r} package{hint}") from exc
     return getattr(module, attr)
+
+
+def open_backend(url: str, aliases: Mapping[str, str], kind: str, extras: Mapping[str, str], **options: Any) -> Any:
+    """The backend for ``url``: its class (see :func:`resolve_backend`) built by ``from_url(url, **options)``.
+    Query parameters of the URL are options too; keyword options win over them."""
+    return resolve_backend(url, aliases, kind, extras).from_url(url, **options)

@@ -21,9 +21,12 @@ from crawlherd.errors import BackendUnavailableError, BrokerError, PublishError
 from tests.support.real_brokers import delete_queues
 
 from .._netutil import TcpProxy, free_port
+from ..support.sqs_server import delete_queues as delete_sqs_queues
+from ..support.sqs_server import sqs_url
 
 BROKERS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis),
-           pytest.param("amqp", marks=pytest.mark.rabbitmq)]
+           pytest.param("amqp", marks=pytest.mark.rabbitmq), pytest.param("sqs", marks=pytest.mark.sqs),
+           pytest.param("sqs-fifo", marks=pytest.mark.sqs)]
 GUARD = 15.0  # seconds: a guard against hanging, never an assertion on speed
 
 
@@ -70,12 +73,18 @@ class Harness:
             self.clock.advance(self.defaults["visibility_timeout"] + 1)
         elif self.kind == "redis":
             await asyncio.sleep(self.defaults["claim_idle"] * 2)
+        elif self.kind.startswith("sqs"):
+            await asyncio.sleep(self.defaults["visibility_timeout"] + 0.5)
 
     async def crash(self, broker: Broker) -> None:
         """The consumer dies: no settle, no close (for RabbitMQ: its TCP connection drops)."""
         if self.kind == "amqp":
             for proxy in self.proxies:
                 await proxy.down()
+        elif self.kind.startswith("sqs"):  # it stops extending its messages' visibility
+            task = broker._heartbeat_task  # type: ignore[attr-defined]
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def released(self, broker: Broker) -> bool:
         """Did ``broker`` release what it opened?"""
@@ -84,7 +93,7 @@ class Harness:
             return b._store is None
         if self.kind == "sqlite":
             return b._conn is None and b._executor is None
-        if self.kind == "redis":
+        if self.kind == "redis" or self.kind.startswith("sqs"):
             return b._client is None
         return b._connection is None
 
@@ -105,6 +114,11 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path, unique_name: s
         h = Harness(kind, f"{redis_url}?prefix={unique_name}", None,
                     f"redis://127.0.0.1:{port}/0?prefix={unique_name}",
                     {"claim_idle": 0.3, "block": 0.05, "connect_timeout": 2.0})
+    elif kind.startswith("sqs"):
+        endpoint = request.getfixturevalue("sqs_endpoint")
+        queue = unique_name + (".fifo" if kind == "sqs-fifo" else "")
+        h = Harness(kind, sqs_url(endpoint, queue), None, sqs_url(f"http://127.0.0.1:{port}", queue),
+                    {"visibility_timeout": 3, "wait_time": 1, "connect_timeout": 2.0, "max_attempts": 1})
     else:
         amqp_url = request.getfixturevalue("amqp_url")
         h = Harness(kind, f"{amqp_url}?queue={unique_name}", None,
@@ -134,6 +148,10 @@ async def _cleanup(h: Harness, unique_name: str, request: pytest.FixtureRequest)
                 await client.delete(*keys)
         finally:
             await client.aclose()
+    elif h.kind.startswith("sqs"):
+        queue = unique_name + (".fifo" if h.kind == "sqs-fifo" else "")
+        dead = f"{unique_name}-dead" + (".fifo" if h.kind == "sqs-fifo" else "")
+        await delete_sqs_queues(request.getfixturevalue("sqs_endpoint"), queue, dead)
     elif h.kind == "amqp":
         async with open_broker(h.url) as cleaner:
             names: set[str] = set()

@@ -411,6 +411,7 @@ async def test_run_command_on_the_embedded_defaults(tmp_path: Path, monkeypatch:
                 await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
             ran = await invoke("run", "--until-idle", "--allow-private", "--interval", "0.2")
             assert ran.exit_code == 0, ran.output
+            assert "console: http://127.0.0.1:" in ran.output  # `run` serves the console
             await assert_items_match(engine, site, document)
         finally:
             await engine.dispose()

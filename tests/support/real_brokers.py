@@ -16,7 +16,12 @@ from crawlherd.brokers import open_broker
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 
 
-def scratch_url(kind: str, name: str, *, sqlite_path: str, redis_url: str, amqp_url: str) -> str:
+def scratch_url(kind: str, name: str, *, sqlite_path: str, redis_url: str, amqp_url: str,
+                sqs_endpoint: str = "") -> str:
+    if kind == "sqs":
+        from tests.support.sqs_server import sqs_url
+
+        return sqs_url(sqs_endpoint, name)
     if kind == "sqlite":
         return f"sqlite:///{sqlite_path}?queue={name}"
     if kind == "redis":
@@ -60,8 +65,13 @@ async def delete_queues(broker: Broker, *, extra: Iterable[str] = ()) -> None:
 
 
 async def remove(url: str, kind: str, name: str) -> None:
-    """Delete the test's queues (RabbitMQ) or keys (Redis); SQLite files live in tmp_path."""
-    if kind == "amqp":
+    """Delete the test's queues (RabbitMQ, SQS) or keys (Redis); SQLite files live in tmp_path."""
+    if kind == "sqs":
+        from tests.support.sqs_server import delete_queues as delete_sqs_queues
+
+        endpoint = open_broker(url).options.endpoint_url  # type: ignore[attr-defined]
+        await delete_sqs_queues(endpoint, name, f"{name}-dead")
+    elif kind == "amqp":
         async with open_broker(url) as broker:
             await delete_queues(broker)
     elif kind == "redis":

@@ -1,11 +1,12 @@
 """Message brokers, chosen by URL: ``sqlite:///path`` (default: a table in the config DB file),
-``redis://`` (Streams), ``amqp://`` (RabbitMQ through aio-pika), ``memory://`` (in-process reference)."""
+``redis://`` (Streams), ``amqp://`` (RabbitMQ through aio-pika), ``sqs://`` (Amazon SQS through aiobotocore),
+``memory://`` (in-process reference)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from crawlherd._registry import resolve_backend
+from crawlherd._registry import open_backend
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 
 __all__ = ["BROKER_ALIASES", "Broker", "DeadLetter", "Delivery", "open_broker"]
@@ -17,12 +18,13 @@ BROKER_ALIASES: dict[str, str] = {
     "rediss": "crawlherd.brokers.redis:RedisBroker",
     "amqp": "crawlherd.brokers.amqp:AMQPBroker",
     "amqps": "crawlherd.brokers.amqp:AMQPBroker",
+    "sqs": "crawlherd.brokers.sqs:SQSBroker",
+    "celery": "crawlherd.contrib.celery:CeleryTaskBroker",  # celery+<Celery broker URL>: jobs as Celery tasks
 }
-_EXTRAS = {"redis": "redis", "rediss": "redis", "amqp": "amqp", "amqps": "amqp"}
+_EXTRAS = {"redis": "redis", "rediss": "redis", "amqp": "amqp", "amqps": "amqp", "sqs": "sqs", "celery": "celery"}
 
 
 def open_broker(url: str, **options: Any) -> Broker:
     """A broker for ``url``; use it as ``async with open_broker(url) as broker: ...``."""
-    cls = resolve_backend(url, BROKER_ALIASES, "broker", _EXTRAS)
-    broker: Broker = cls.from_url(url, **options)
+    broker: Broker = open_backend(url, BROKER_ALIASES, "broker", _EXTRAS, **options)
     return broker

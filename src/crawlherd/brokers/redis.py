@@ -221,6 +221,28 @@ class RedisBroker(BrokerBase):
             fields["h"] = h
         await self._call(lambda c: c.xadd(self.stream, fields), publishing=True)  # type: ignore[arg-type]
 
+    async def publish_many(
+        self, messages: Sequence[tuple[bytes, str, Mapping[str, str] | None]]
+    ) -> list[Exception | None]:
+        """Publish each ``(body, key, headers)`` (no delay) in one pipelined round trip; per message,
+        in order, None (Redis replied to its XADD) or the error. An outage raises for the whole batch."""
+        entries: list[dict[str | bytes, bytes | str]] = []
+        for body, key, headers in messages:
+            hdrs = check_publish(body, key, headers, 0.0)
+            fields: dict[str | bytes, bytes | str] = {"k": key, "b": bytes(body)}
+            if hdrs:
+                fields["h"] = json.dumps(hdrs)
+            entries.append(fields)
+
+        async def send(c: aioredis.Redis) -> list[Any]:
+            async with c.pipeline(transaction=False) as pipe:
+                for entry in entries:
+                    pipe.xadd(self.stream, entry)  # type: ignore[arg-type]
+                return await pipe.execute(raise_on_error=False)
+
+        replies = await self._call(send, publishing=True)
+        return [PublishError(f"{self!r}: {r}") if isinstance(r, Exception) else None for r in replies]
+
     def _delivery(self, entry_id: bytes | str, fields: Mapping[bytes, bytes], claimed: bool) -> Delivery:
         eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
         h = fields.get(b"h")

@@ -25,6 +25,9 @@ COMMANDS: dict[str, str] = {
     "demo": "crawlherd.cli.demo:demo",
     "jobs": "crawlherd.cli.jobs:jobs",
     "items": "crawlherd.cli.items:items",
+    "explain": "crawlherd.cli.explain:explain_cmd",
+    "users": "crawlherd.cli.users:users",
+    "web": "crawlherd.cli.web:web",
 }
 
 

@@ -11,6 +11,7 @@ import click
 from crawlherd._redact import redact_url
 from crawlherd.brokers import open_broker
 from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._console import metrics_port_option, start_metrics
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.service.dispatch_service import DispatchService, RelayResult, TickResult
 
@@ -30,6 +31,7 @@ __all__ = ["dispatch"]
     help="Outbox lease (seconds): how long a relay holds a row it publishes; a relay round may take half of it."
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+@metrics_port_option
 @click.pass_context
 def dispatch(
     ctx: click.Context,
@@ -40,6 +42,7 @@ def dispatch(
     batch_size: int,
     lease: float,
     quiet: bool,
+    metrics_port: int | None,
 ) -> None:
     """Publish one job per scrape target per slot. Run as many as you like: they share the work.
 
@@ -61,8 +64,11 @@ def dispatch(
         engine = engine_for(settings)
         try:
             await ensure_migrated(engine)
+            start_metrics(metrics_port)
             async with open_broker(broker_target) as broker:
-                dispatcher = DispatchService(engine, broker, batch_size=batch_size, lease=lease)
+                dispatcher = DispatchService(
+                    engine, broker, batch_size=batch_size, lease=lease, broker_label=redact_url(broker_target)
+                )
                 if not quiet:
                     click.echo(
                         f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "

@@ -1,8 +1,10 @@
-"""``crawlherd jobs``: dead jobs, and sending them again."""
+"""``crawlherd jobs``: job runs (list, show), dead jobs, and sending them again."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from datetime import UTC, datetime
 
 import click
 from rich.console import Console
@@ -10,7 +12,9 @@ from rich.table import Table
 
 from crawlherd.brokers import open_broker
 from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._console import echo_json, json_option, on_db
 from crawlherd.errors import CrawlherdError
+from crawlherd.service.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
 from crawlherd.worker.runs import RunStore
 
 __all__ = ["jobs"]
@@ -18,14 +22,15 @@ __all__ = ["jobs"]
 
 @click.group()
 def jobs() -> None:
-    """Inspect job runs: the dead ones, and retry them."""
+    """Inspect job runs: list them, show one with its attempts, list the dead ones and retry them."""
 
 
 @jobs.command()
 @database_option
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@json_option
 @click.pass_context
-def dead(ctx: click.Context, database_url: str | None, limit: int) -> None:
+def dead(ctx: click.Context, database_url: str | None, limit: int, as_json: bool) -> None:
     """List dead jobs (failed --max-attempts times), oldest first, with their last error."""
     settings = settings_from(ctx, database_url=database_url)
 
@@ -36,6 +41,9 @@ def dead(ctx: click.Context, database_url: str | None, limit: int) -> None:
             runs = await RunStore(engine).dead(limit)
         finally:
             await engine.dispose()
+        if as_json:
+            echo_json([dataclasses.asdict(r) for r in runs])
+            return
         if not runs:
             click.echo("no dead jobs")
             return
@@ -93,3 +101,71 @@ def retry(
             await engine.dispose()
 
     asyncio.run(main())
+
+
+# -- the console's answers (issue 12): jobs list / show ---------------------------------------------
+
+
+@jobs.command("list")
+@click.option("--status", type=click.Choice(JOB_STATUSES), default=None, help="Only jobs in this status.")
+@click.option("--target", "target_id", type=int, default=None, help="Only this target's jobs.")
+@click.option("--website", default=None, help="Only this website's jobs.")
+@click.option("--since", default=None, metavar="TIME", help="Changed at or after TIME (ISO 8601, UTC by default).")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@database_option
+@json_option
+@click.pass_context
+def list_cmd(
+    ctx: click.Context, status: str | None, target_id: int | None, website: str | None, since: str | None,
+    limit: int, database_url: str | None, as_json: bool,
+) -> None:
+    """Jobs, newest first: running, succeeded, retrying, dead, queued."""
+    flt = JobFilter(status=status, target_id=target_id, website=website, since=_when(since), limit=limit)
+    rows = on_db(ctx, database_url, lambda engine: list_jobs(engine, flt))
+    if as_json:
+        echo_json([r.as_dict() for r in rows])
+        return
+    if not rows:
+        click.echo("no jobs match")
+        return
+    click.echo(
+        f"{'RUN':>7}  {'TARGET':>6}  {'WEBSITE':16}  {'SLOT (UTC)':19}  {'STATUS':9}  {'ATT':>3}  {'PAGES':>5}  ITEMS"
+    )
+    for j in rows:
+        click.echo(
+            f"{j.id:>7}  {j.target_id:>6}  {j.website[:16]:16}  {j.slot_at:%Y-%m-%d %H:%M:%S}  {j.status:9}  "
+            f"{j.attempts:>3}  {j.pages:>5}  {j.items_new} new, {j.items_updated} updated"
+        )
+
+
+@jobs.command("show")
+@click.argument("run_id", type=int)
+@database_option
+@json_option
+@click.pass_context
+def show_cmd(ctx: click.Context, run_id: int, database_url: str | None, as_json: bool) -> None:
+    """One job: its target, slot, outcome and every attempt (worker, timings, error)."""
+    job = on_db(ctx, database_url, lambda engine: get_job(engine, run_id))
+    if as_json:
+        echo_json(job.as_dict())
+        return
+    click.echo(
+        f"job {job.id}: target {job.target_id} ({job.keywords!r} on {job.website}), "
+        f"slot {job.slot_at:%Y-%m-%d %H:%M:%S}" + (" (run now)" if job.manual else "")
+    )
+    click.echo(f"  status {job.status} after {job.attempts} attempt(s); {job.pages} pages, {job.items_new} new and "
+               f"{job.items_updated} updated items" + (f"; error: {job.error}" if job.error else ""))
+    for a in job.history:
+        took = f"{a.seconds:.2f}s" if a.seconds is not None else "-"
+        click.echo(f"  attempt {a.attempt} on {a.worker}: {a.status}, started {a.started_at:%H:%M:%S}, took {took}"
+                   + (f", error: {a.error}" if a.error else ""))
+
+
+def _when(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"not a time: {value!r}") from None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t

@@ -12,6 +12,7 @@ import click
 from crawlherd._redact import redact_url
 from crawlherd.brokers import open_broker
 from crawlherd.cli._common import database_option, engine_for, settings_from
+from crawlherd.cli._console import console_or_none, metrics_port_option, start_metrics
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.cli.worker import make_worker, worker_options
 from crawlherd.db import upgrade
@@ -28,9 +29,13 @@ __all__ = ["run"]
 @click.option("--until-idle", is_flag=True,
               help="Exit once no target is due and every job dispatched has succeeded or is dead.")
 @worker_options
+@metrics_port_option
+@click.option("--web-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              envvar="CRAWLHERD_WEB_PORT", help="Serve the console on 127.0.0.1:PORT (a free port if taken).")
+@click.option("--no-web", is_flag=True, help="Do not serve the console.")
 @click.pass_context
 def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, interval: float, until_idle: bool,
-        **options: Any) -> None:
+        metrics_port: int | None, web_port: int, no_web: bool, **options: Any) -> None:
     """The whole pipeline in one process: due targets -> outbox -> broker -> worker -> items.
 
     \b
@@ -62,7 +67,10 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                     f"frontier {redact_url(w.frontier_url)}"
                 )
                 stop = asyncio.Event()
-                async with w:
+                start_metrics(metrics_port)
+                async with w, console_or_none(engine, web_port, enabled=not no_web) as console:
+                    if console is not None:
+                        click.echo(f"console: {console.url}")
                     with stop_on_signals(stop):
                         p = await run_embedded(
                             engine, broker, w, stop=stop, interval=interval, until_idle=until_idle, on_progress=show

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TypeVar
@@ -12,6 +13,7 @@ import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._console import echo_json, json_option
 from crawlherd.service.targets import (
     TargetInfo,
     get_target,
@@ -73,10 +75,14 @@ def import_cmd(ctx: click.Context, file: str, database_url: str | None, check: b
 @targets.command("list")
 @database_option
 @click.option("--website", default=None, help="Only this website's targets.")
+@json_option
 @click.pass_context
-def list_cmd(ctx: click.Context, database_url: str | None, website: str | None) -> None:
+def list_cmd(ctx: click.Context, database_url: str | None, website: str | None, as_json: bool) -> None:
     """One line per target: id, state, website, keywords, location, schedule, next run (UTC)."""
     rows = _run(ctx, database_url, lambda engine: list_targets(engine, website=website))
+    if as_json:
+        echo_json([dataclasses.asdict(t) for t in rows])
+        return
     if not rows:
         click.echo("no targets (import some with `crawlherd targets import FILE`)")
         return
@@ -151,3 +157,23 @@ def preview_cmd(ctx: click.Context, target_id: int, count: int, database_url: st
     for slot, run_at in runs:
         local = run_at.astimezone(tz)
         click.echo(f"  slot {_ts(slot)}  runs {_ts(run_at)}  ({local.isoformat(timespec='seconds')} {local.tzname()})")
+
+
+# -- the console's answers (issue 12): run now ------------------------------------------------------
+
+
+@targets.command("run")
+@click.argument("target_ids", nargs=-1, type=int, required=True)
+@database_option
+@click.pass_context
+def run_cmd(ctx: click.Context, target_ids: tuple[int, ...], database_url: str | None) -> None:
+    """Run targets now: one ad-hoc slot each, through the outbox (a running dispatcher publishes it).
+    A target whose earlier run-now has not finished is not queued twice."""
+    from crawlherd.service.run_now import ManualRunResult, run_now
+
+    async def work(engine: AsyncEngine) -> list[ManualRunResult]:
+        return [await run_now(engine, tid, requested_by="cli") for tid in target_ids]
+
+    for r in _run(ctx, database_url, work):
+        state = "queued" if r.created else "already queued"
+        click.echo(f"target {r.target_id}: run {state} (slot {_ts(r.slot_at)})")

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd._redact import redact_url
 from crawlherd.brokers import Broker, open_broker
 from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._console import metrics_port_option, start_metrics
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
@@ -75,8 +76,11 @@ def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings, **optio
 @database_option
 @click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
 @worker_options
+@metrics_port_option
 @click.pass_context
-def worker(ctx: click.Context, /, database_url: str | None, broker_url: str | None, **options: Any) -> None:
+def worker(
+    ctx: click.Context, /, database_url: str | None, broker_url: str | None, metrics_port: int | None, **options: Any
+) -> None:
     """Consume scrape jobs and crawl them; items go to the config DB's items table.
 
     A job whose run already succeeded is skipped; a failed job is retried with a growing delay and is
@@ -91,6 +95,7 @@ def worker(ctx: click.Context, /, database_url: str | None, broker_url: str | No
         engine = engine_for(settings)
         try:
             await ensure_migrated(engine)
+            start_metrics(metrics_port)
             async with open_broker(target) as broker:
                 w = make_worker(engine, broker, settings, **options)
                 click.echo(

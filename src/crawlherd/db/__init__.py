@@ -11,17 +11,6 @@ from crawlherd.db.migrate import current_revision, head_revision, upgrade
 from crawlherd.db.models import Base, DispatchOutbox, JobRun, ScrapeTarget, StoredItem, Website
 
 __all__ = [
-    "Base",
-    "DispatchOutbox",
-    "StoredItem",
-    "JobRun",
-    "ScrapeTarget",
-    "Website",
-    "async_database_url",
-    "create_engine",
-    "current_revision",
-    "db_now",
-    "dialect_of",
-    "head_revision",
-    "upgrade",
+    "Base", "DispatchOutbox", "JobRun", "ScrapeTarget", "StoredItem", "Website",
+    "async_database_url", "create_engine", "current_revision", "db_now", "dialect_of", "head_revision", "upgrade",
 ]

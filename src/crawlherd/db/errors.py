@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from crawlherd._redact import redact_url
 from crawlherd.errors import BackendUnavailableError, CrawlherdError, summarize
 
 __all__ = ["describe_db_error", "is_db_unavailable", "translate_db_errors"]
@@ -49,15 +50,17 @@ def describe_db_error(exc: BaseException) -> str:
 
 
 @contextmanager
-def translate_db_errors(doing: str) -> Iterator[None]:
-    """Re-raise a database outage inside the block as ``BackendUnavailableError("config DB failed
-    <doing>: <summary>", backend="database")``; crawlherd's own errors and bugs pass unchanged."""
+def translate_db_errors(doing: str, *, url: str | None = None) -> Iterator[None]:
+    """Re-raise a database outage inside the block as ``BackendUnavailableError("config DB [<url>]
+    failed <doing>: <what went wrong>", backend="database")`` (``url`` redacted); crawlherd's own
+    errors and bugs pass unchanged."""
     try:
         yield
     except CrawlherdError:
         raise
     except Exception as exc:
         if is_db_unavailable(exc):
-            message = f"config DB failed {doing}: {describe_db_error(exc)}"
+            where = f"config DB {redact_url(url)}" if url else "config DB"
+            message = f"{where} failed {doing}: {describe_db_error(exc)}"
             raise BackendUnavailableError(message, backend="database") from exc
         raise

@@ -8,13 +8,10 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd._redact import redact_url
 from crawlherd.db.engine import create_engine
-from crawlherd.db.errors import describe_db_error
-from crawlherd.errors import BackendUnavailableError
+from crawlherd.db.errors import translate_db_errors
 
 __all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
 
@@ -45,15 +42,10 @@ async def upgrade(engine_or_url: AsyncEngine | str, revision: str = "head") -> s
         command.upgrade(cfg, revision)
 
     try:
-        async with engine.begin() as conn:
-            await conn.run_sync(_run)
+        with translate_db_errors("migrating", url=_shown(engine)):
+            async with engine.begin() as conn:
+                await conn.run_sync(_run)
         return await current_revision(engine) or ""
-    except (OperationalError, DBAPIError, OSError) as exc:
-        raise BackendUnavailableError(
-            f"cannot migrate the config DB {redact_url(engine.url.render_as_string(hide_password=True))}: "
-            f"{describe_db_error(exc)}",
-            backend="database",
-        ) from exc
     finally:
         if isinstance(engine_or_url, str):
             await engine.dispose()
@@ -65,12 +57,10 @@ async def current_revision(engine: AsyncEngine) -> str | None:
     def _current(sync_conn: Connection) -> str | None:
         return MigrationContext.configure(sync_conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
-    try:
+    with translate_db_errors("reading its migration", url=_shown(engine)):
         async with engine.connect() as conn:
             return await conn.run_sync(_current)
-    except (OperationalError, DBAPIError, OSError) as exc:
-        raise BackendUnavailableError(
-            f"cannot read the config DB {redact_url(engine.url.render_as_string(hide_password=True))}: "
-            f"{describe_db_error(exc)}",
-            backend="database",
-        ) from exc
+
+
+def _shown(engine: AsyncEngine) -> str:
+    return engine.url.render_as_string(hide_password=True)

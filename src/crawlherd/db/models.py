@@ -31,11 +31,18 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 __all__ = [
+    "AuditEntry",
     "Base",
+    "DiscardedRun",
     "DispatchOutbox",
-    "StoredItem",
+    "JobAttempt",
     "JobRun",
+    "ManualRun",
+    "OutboxTrail",
+    "ProcessHeartbeat",
     "ScrapeTarget",
+    "StoredItem",
+    "User",
     "UTCDateTime",
     "Website",
 ]
@@ -73,6 +80,11 @@ def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
+def _partial_index(name: str, *columns: str, where: str) -> Index:
+    """An index over the rows matching ``where`` only, on PostgreSQL and SQLite alike."""
+    return Index(name, *columns, postgresql_where=text(where), sqlite_where=text(where))
+
+
 class Base(DeclarativeBase):
     """Declarative base of the config DB."""
 
@@ -101,12 +113,7 @@ class ScrapeTarget(Base):
         UniqueConstraint("website_id", "keywords", "location", name="uq_scrape_targets_combo"),
         CheckConstraint(_in("schedule_kind", SCHEDULE_KINDS), name="ck_scrape_targets_schedule_kind"),
         CheckConstraint(_in("misfire_policy", MISFIRE_POLICIES), name="ck_scrape_targets_misfire_policy"),
-        Index(
-            "ix_scrape_targets_due",
-            "next_run_at",
-            postgresql_where=text("active"),
-            sqlite_where=text("active"),
-        ),
+        _partial_index("ix_scrape_targets_due", "next_run_at", where="active"),
     )
 
     id: Mapped[int] = mapped_column(BigID, primary_key=True)
@@ -136,19 +143,8 @@ class DispatchOutbox(Base):
     __table_args__ = (
         UniqueConstraint("target_id", "slot_at", name="uq_dispatch_outbox_target_slot"),
         CheckConstraint(_in("status", OUTBOX_STATUSES), name="ck_dispatch_outbox_status"),
-        Index(
-            "ix_dispatch_outbox_pending",
-            "leased_until",
-            "id",
-            postgresql_where=text("status = 'pending'"),
-            sqlite_where=text("status = 'pending'"),
-        ),
-        Index(
-            "ix_dispatch_outbox_published",
-            "published_at",
-            postgresql_where=text("status = 'published'"),
-            sqlite_where=text("status = 'published'"),
-        ),
+        _partial_index("ix_dispatch_outbox_pending", "leased_until", "id", where="status = 'pending'"),
+        _partial_index("ix_dispatch_outbox_published", "published_at", where="status = 'published'"),
     )
 
     id: Mapped[int] = mapped_column(BigID, primary_key=True)
@@ -207,3 +203,131 @@ class StoredItem(Base):
     data: Mapped[dict[str, Any]] = mapped_column(default=dict)
     first_seen: Mapped[datetime]
     last_seen: Mapped[datetime]
+
+
+# -- the operator's console (migration 0003) ------------------------------------------------------
+
+PROCESS_KINDS = ("dispatcher", "worker", "web")
+
+
+class User(Base):
+    """A console user: a name and an argon2 password hash (never the password)."""
+
+    __tablename__ = "users"
+    __table_args__ = (UniqueConstraint("name", name="uq_users_name"),)
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    password_hash: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    last_login_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class AuditEntry(Base):
+    """One change made through the console or the CLI: who, what, when."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_at", "at"),)
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True)
+    at: Mapped[datetime]
+    actor: Mapped[str] = mapped_column(String(100))
+    action: Mapped[str] = mapped_column(String(100))
+    subject: Mapped[str] = mapped_column(String(200), default="")
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class ProcessHeartbeat(Base):
+    """A dispatcher, worker or console process: registered at start, beating while it lives."""
+
+    __tablename__ = "process_heartbeats"
+    __table_args__ = (
+        CheckConstraint(_in("kind", PROCESS_KINDS), name="ck_process_heartbeats_kind"),
+        Index("ix_process_heartbeats_last_seen", "last_seen"),
+    )
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int] = mapped_column(Integer)
+    version: Mapped[str] = mapped_column(String(50))
+    started_at: Mapped[datetime]
+    last_seen: Mapped[datetime]
+    stopped_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    interval_seconds: Mapped[float] = mapped_column(Float)
+    jobs_in_hand: Mapped[int] = mapped_column(Integer, default=0)
+    info: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class ManualRun(Base):
+    """A "Run now" request: one ad-hoc slot of a target, written to the outbox in the same transaction.
+    ``request_key`` is unique: the same request (a double click, a retried form) makes one slot."""
+
+    __tablename__ = "manual_runs"
+    __table_args__ = (
+        UniqueConstraint("request_key", name="uq_manual_runs_request_key"),
+        Index("ix_manual_runs_target", "target_id", "slot_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("scrape_targets.id", ondelete="CASCADE"))
+    slot_at: Mapped[datetime]
+    request_key: Mapped[str] = mapped_column(String(100))
+    requested_by: Mapped[str] = mapped_column(String(100))
+    requested_at: Mapped[datetime]
+
+
+class OutboxTrail(Base):
+    """Who handled an outbox row: the dispatcher that claimed its slot, the relay that published it and
+    to which broker (redacted URL)."""
+
+    __tablename__ = "outbox_trail"
+
+    outbox_id: Mapped[int] = mapped_column(ForeignKey("dispatch_outbox.id", ondelete="CASCADE"), primary_key=True)
+    claimed_by: Mapped[str] = mapped_column(String(200))
+    published_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    broker: Mapped[str | None] = mapped_column(String(300), nullable=True)
+
+
+class JobAttempt(Base):
+    """One attempt of a job run (``job_runs`` keeps only the latest): worker, timings, outcome."""
+
+    __tablename__ = "job_attempts"
+    __table_args__ = (
+        UniqueConstraint("target_id", "slot_at", "attempt", name="uq_job_attempts_attempt"),
+        Index("ix_job_attempts_started_at", "started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("scrape_targets.id", ondelete="CASCADE"))
+    slot_at: Mapped[datetime]
+    attempt: Mapped[int] = mapped_column(Integer)
+    worker: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(10))
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    pages: Mapped[int] = mapped_column(Integer, default=0)
+    items_new: Mapped[int] = mapped_column(Integer, default=0)
+    items_updated: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class DiscardedRun(Base):
+    """A dead job an operator discarded (with the reason): no longer listed among the dead letters."""
+
+    __tablename__ = "discarded_runs"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("job_runs.id", ondelete="CASCADE"), primary_key=True)
+    discarded_by: Mapped[str] = mapped_column(String(100))
+    discarded_at: Mapped[datetime]
+    reason: Mapped[str] = mapped_column(Text)
+
+
+# Indexes the console's pages need on the existing tables (listed here, not in the classes, so that the
+# tables above stay as migration 0001 made them): jobs by status (newest first), by time window;
+# outbox rows by creation time; items by first / last seen.
+Index("ix_job_runs_status_id", JobRun.status, JobRun.id)
+Index("ix_job_runs_updated_at", JobRun.updated_at, JobRun.status)
+Index("ix_dispatch_outbox_created_at", DispatchOutbox.created_at)
+Index("ix_items_first_seen", StoredItem.first_seen)
+Index("ix_items_last_seen", StoredItem.last_seen)

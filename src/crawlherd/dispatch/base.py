@@ -22,6 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from crawlherd._aio import cancel_and_wait
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.dispatch.memory import ProcessMemory
 from crawlherd.dispatch.rate_limiter import parse_retry_after
@@ -104,10 +105,7 @@ class BaseDispatcher:
                 yield item  # type: ignore[misc]
             await driver
         finally:
-            if not driver.done():
-                driver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await driver
+            await cancel_and_wait(driver)
             if monitor is not None:
                 await monitor.stop()
 

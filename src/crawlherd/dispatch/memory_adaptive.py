@@ -21,10 +21,11 @@ Staying out of *normal* for longer than ``memory_wait_timeout`` ends the run wit
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
+from crawlherd import metrics
+from crawlherd._aio import cancel_and_wait
 from crawlherd.clock import Clock
 from crawlherd.dispatch.base import BaseDispatcher, _RunState
 from crawlherd.dispatch.memory import SystemMemory
@@ -116,6 +117,7 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
         else:
             new = "normal" if old == "normal" else "pressure"  # hysteresis: stay held until recovery
         self.state = new
+        metrics.MEMORY_STATE.state(new)
         if new == "normal":
             self._pressure_since = None
         elif self._pressure_since is None:
@@ -187,9 +189,7 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
                 self._inflight[task] = lease
                 task.add_done_callback(lambda t, s=state, e=emit: self._finished(t, s, e))  # type: ignore[misc]
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            await cancel_and_wait(watcher)
             pending = list(self._inflight)
             for task in pending:
                 task.cancel()

@@ -8,11 +8,11 @@ redrawn from a timer, never per page.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
+from crawlherd._aio import cancel_and_wait
 from crawlherd.dispatch.memory import ProcessMemory, SystemMemory
 from crawlherd.result import CrawlResult
 
@@ -206,10 +206,7 @@ class CrawlerMonitor:
         """Stop the clock and the live view (which shows the final figures)."""
         self._stopped_at = time.perf_counter()
         ticker, self._ticker = self._ticker, None
-        if ticker is not None:
-            ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+        await cancel_and_wait(ticker)
         live, self._live = self._live, None
         if live is not None:
             live.update(self.render())

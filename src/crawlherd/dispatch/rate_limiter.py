@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
+from crawlherd import metrics
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.errors import ConfigurationError
 
@@ -202,6 +203,7 @@ class RateLimiter:
         domain's delay and says whether to re-fetch, after how long, or why not."""
         d = self._domain(domain)
         d.fails += 1
+        metrics.BACKOFFS.inc()
         now = self.clock.now()
         if retry_after is not None:
             if retry_after > self.max_delay:

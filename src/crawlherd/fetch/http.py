@@ -17,7 +17,6 @@ aiohttp and OS errors come out as :class:`~crawlherd.errors.FetchError` subclass
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import socket
 import time
@@ -30,6 +29,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
+from crawlherd._aio import cancel_and_wait
 from crawlherd.content_type import charset_of
 from crawlherd.errors import (
     AddressNotAllowedError,
@@ -179,10 +179,7 @@ class HttpFetcher:
     async def close(self) -> None:
         self._closed = True
         watchdog, self._watchdog = self._watchdog, None
-        if watchdog is not None:
-            watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watchdog
+        await cancel_and_wait(watchdog)
         session, self._session = self._session, None
         if session is not None:
             await session.close()

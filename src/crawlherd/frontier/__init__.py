@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crawlherd._registry import resolve_backend
+from crawlherd._registry import open_backend
 from crawlherd.frontier.base import Frontier, FrontierStats, FullPolicy, Lease
 
 __all__ = ["BACKEND_ALIASES", "FrontierStats", "FullPolicy", "Lease", "Frontier", "open_scheduler"]
@@ -32,6 +32,5 @@ def open_scheduler(url: str = "memory://", **options: Any) -> Frontier:
     Query parameters of the URL are options too (``redis://host/0?prefix=crawl&dupefilter=bloom``);
     keyword options win over them.
     """
-    cls = resolve_backend(url, BACKEND_ALIASES, "frontier", _EXTRAS)
-    scheduler: Frontier = cls.from_url(url, **options)
-    return scheduler
+    frontier: Frontier = open_backend(url, BACKEND_ALIASES, "frontier", _EXTRAS, **options)
+    return frontier

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Unpack
@@ -20,14 +21,19 @@ from typing import Unpack
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers.base import Broker
+from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.service import outbox
 from crawlherd.service.outbox import TickResult
+from crawlherd.service.overview import refresh_dispatch_gauges
 from crawlherd.service.relay import Relay, RelayOptions, RelayResult
 
 __all__ = ["PRUNE_EVERY", "DispatchService", "RelayResult", "TickResult"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds between refreshes of the dispatcher's gauges (targets due, outbox pending).
+GAUGES_EVERY = 5.0
 
 #: Seconds between two prunings of the outbox's published rows.
 PRUNE_EVERY = 600.0
@@ -41,8 +47,10 @@ class DispatchService:
     ``engine`` and ``broker`` are owned by the caller.
 
     Options (keyword-only, validated here): ``batch_size`` targets claimed per tick transaction;
-    ``max_slots_per_target`` slots one target may emit in one tick; ``outbox_retention`` seconds a
-    published outbox row is kept (then pruned, every ``PRUNE_EVERY`` seconds); and the relay's
+    ``max_slots_per_target`` slots one target may emit in one tick; ``relay_rounds`` relay rounds
+    under way at once (2: while one waits for the broker's confirms, the other leases and marks rows
+    in the database); ``outbox_retention`` seconds a published outbox row is kept (then pruned, every
+    ``PRUNE_EVERY`` seconds); and the relay's
     (:class:`~crawlherd.service.relay.RelayOptions`): ``relay_batch`` rows per round, ``lease``
     seconds, ``publish_concurrency``, ``publish_timeout``, ``round_timeout``, ``backoff`` /
     ``max_backoff``, ``owner``.
@@ -55,26 +63,36 @@ class DispatchService:
         *,
         batch_size: int = 500,
         max_slots_per_target: int = 1000,
+        relay_rounds: int = 2,
         outbox_retention: float = 7 * 86400.0,
+        heartbeat_interval: float | None = 10.0,
         **relay_options: Unpack[RelayOptions],
     ) -> None:
+        if heartbeat_interval is not None and not heartbeat_interval > 0:
+            raise ConfigurationError(f"heartbeat_interval must be > 0 seconds or None, got {heartbeat_interval!r}")
         if not outbox_retention > 0:
             raise ConfigurationError(f"outbox_retention must be > 0 seconds, got {outbox_retention!r}")
-        for name, value in (("batch_size", batch_size), ("max_slots_per_target", max_slots_per_target)):
+        for name, value in (
+            ("batch_size", batch_size),
+            ("max_slots_per_target", max_slots_per_target),
+            ("relay_rounds", relay_rounds),
+        ):
             if not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
         self.engine = engine
         self.broker = broker
         self.batch_size = batch_size
         self.max_slots_per_target = max_slots_per_target
+        self.relay_rounds = relay_rounds
         self.outbox_retention = timedelta(seconds=outbox_retention)
+        self.heartbeat_interval = heartbeat_interval
         self.relayer = Relay(engine, broker, **relay_options)
         self.owner = self.relayer.owner
 
     async def tick(self) -> TickResult:
         """One tick: claim up to ``batch_size`` due targets and write their slots to the outbox."""
         return await outbox.tick(
-            self.engine, batch_size=self.batch_size, max_slots_per_target=self.max_slots_per_target
+            self.engine, batch_size=self.batch_size, max_slots_per_target=self.max_slots_per_target, owner=self.owner
         )
 
     async def relay(self) -> RelayResult:
@@ -82,25 +100,59 @@ class DispatchService:
         return await self.relayer.run_round()
 
     async def run_once(self, stop: asyncio.Event | None = None) -> tuple[TickResult, RelayResult]:
-        """Tick until nothing is due, then relay until nothing is ready to publish (stopping early when
-        ``stop`` is set): one dispatch cycle, for cron, timers and serverless functions."""
+        """Tick until nothing is due and relay until nothing is ready to publish (stopping early when
+        ``stop`` is set): one dispatch cycle, for cron, timers and serverless functions. The relay
+        runs beside the ticks, from the first committed batch on (the broker's round trips overlap the
+        database's); it stops at its first failed publish (the rows wait for their back-off)."""
+        stop = stop or asyncio.Event()
         ticked, relayed = TickResult(), RelayResult()
-        while stop is None or not stop.is_set():
-            tick = await self.tick()
-            ticked += tick
-            if tick.targets < self.batch_size:
-                break
-        while stop is None or not stop.is_set():
-            relay = await self.relay()
-            relayed += relay
-            if relay.leased < self.relayer.batch or relay.failed:
-                break
+        new_rows, ticks_done = asyncio.Event(), asyncio.Event()
+
+        async def ticks() -> None:
+            nonlocal ticked
+            try:
+                while not stop.is_set():
+                    tick = await self.tick()
+                    ticked += tick
+                    if tick.slots:
+                        new_rows.set()
+                    if tick.targets < self.batch_size:
+                        break
+            finally:
+                ticks_done.set()
+
+        async def relays() -> None:
+            nonlocal relayed
+            while not stop.is_set():
+                last_chance = ticks_done.is_set()  # no row can come after this round's lease
+                new_rows.clear()
+                relay = await self.relay()
+                relayed += relay
+                if relay.failed:
+                    break
+                if relay.leased < self.relayer.batch:
+                    if last_chance:
+                        break
+                    waits = [asyncio.ensure_future(e.wait()) for e in (new_rows, ticks_done, stop)]
+                    try:
+                        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        for w in waits:
+                            w.cancel()
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(ticks(), name="dispatch-once-tick")
+                for n in range(self.relay_rounds):
+                    group.create_task(relays(), name=f"dispatch-once-relay-{n}")
+        except BaseExceptionGroup as group_error:  # the first failure as itself (an outage: BackendUnavailableError)
+            raise group_error.exceptions[0] from None
         return ticked, relayed
 
     async def run(
         self, *, interval: float = 1.0, stop: asyncio.Event | None = None, on_cycle: ProgressFn | None = None
     ) -> None:
-        """Run the tick loop and the relay loop until ``stop`` is set: each works every ``interval``
+        """Run the tick loop and ``relay_rounds`` relay loops until ``stop`` is set: each works every ``interval``
         seconds, at once while work is left, and the relay also as soon as a tick wrote new rows.
         ``on_cycle`` sees each tick and each relay round that did something. A database or broker
         outage is logged and retried with back-off; neither loop dies of it, nor waits for the other.
@@ -110,8 +162,14 @@ class DispatchService:
         stop = stop or asyncio.Event()
         new_rows = asyncio.Event()
 
+        gauges_at = 0.0
+
         async def tick() -> bool:
+            nonlocal gauges_at
             result = await self.tick()
+            if time.monotonic() - gauges_at >= GAUGES_EVERY:
+                gauges_at = time.monotonic()
+                await refresh_dispatch_gauges(self.engine)
             if result.slots:
                 new_rows.set()
                 log.info("dispatched %d slot(s) of %d target(s)", result.inserted, result.targets)
@@ -135,8 +193,12 @@ class DispatchService:
             return False
 
         async with asyncio.TaskGroup() as group:
+            if self.heartbeat_interval is not None:
+                beat = Heartbeat(self.engine, kind="dispatcher", name=self.owner, interval=self.heartbeat_interval)
+                group.create_task(beat.run(stop), name="dispatch-heartbeat")
             group.create_task(self._repeat(tick, interval, stop), name="dispatch-tick")
-            group.create_task(self._repeat(relay, interval, stop, wake=new_rows), name="dispatch-relay")
+            for n in range(self.relay_rounds):
+                group.create_task(self._repeat(relay, interval, stop, wake=new_rows), name=f"dispatch-relay-{n}")
             group.create_task(self._repeat(prune, PRUNE_EVERY, stop), name="dispatch-prune")
 
     async def _repeat(

@@ -99,6 +99,8 @@ async def run_embedded(
             progress = await progress_of(engine)
             if on_progress is not None:
                 on_progress(progress)
-            if until_idle and progress.idle and await worker.idle():
+            # Idle also means nothing waiting on the broker (a message published there directly, or a
+            # retry coming due): the worker may not have taken it yet.
+            if until_idle and progress.idle and await worker.idle() and not await broker.pending():
                 stop.set()
     return await progress_of(engine)

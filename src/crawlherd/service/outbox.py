@@ -1,20 +1,26 @@
 """The tick: due targets -> outbox rows, in one transaction on the **database clock**.
 
-Steps (each a function below):
+Steps (each a function below), a few statements per batch whatever its size:
 
-1. :func:`claim_due` -- lock up to ``batch_size`` due targets (``FOR UPDATE SKIP LOCKED`` on
-   PostgreSQL; SQLite transactions are ``BEGIN IMMEDIATE``), oldest ``next_run_at`` first.
+1. :func:`claim_due` -- lock up to ``batch_size`` due targets, oldest ``next_run_at`` first, in one
+   ``SELECT ... FOR UPDATE SKIP LOCKED`` on the partial index ``ix_scrape_targets_due`` (SQLite:
+   the transaction is ``BEGIN IMMEDIATE``), and their websites in one more ``SELECT`` (each website's
+   JSON columns are read once per tick, not once per target).
 2. :func:`plan_target` -- the slots each one owes (its schedule, misfire policy and jitter) and the
-   job message of every slot.
-3. :func:`write_outbox` -- one outbox row per (target, slot), ``ON CONFLICT DO NOTHING``.
+   job message of every slot (:func:`_job_message`, the one place a body is built). Schedules are
+   built once per distinct definition in a tick and cron slots looked up once per distinct
+   (expression, zone, time) (:class:`ScheduleCache`); interval slots are arithmetic.
+3. :func:`write_outbox` -- one outbox row per (target, slot), ``ON CONFLICT DO NOTHING``: one
+   ``INSERT ... SELECT FROM unnest(arrays)`` on PostgreSQL, one ``executemany`` on SQLite.
 4. :func:`advance_targets` -- ``last_scheduled`` and ``next_run_at`` move on, anchored to the slot
-   (no drift).
+   (no drift): one ``UPDATE ... FROM unnest(arrays)`` on PostgreSQL, one ``executemany`` on SQLite.
 
 All four run in one transaction: a target is claimed by exactly one dispatcher at a time and its
 slots move forward in the same commit as its outbox rows, so each (target, slot) is written once; the
 unique key ``(target_id, slot_at)`` makes a second write impossible anyway. The tick never talks to
 the broker: scheduling goes on whatever the broker does (the relay, :mod:`crawlherd.service.relay`,
-publishes the rows).
+publishes the rows). Its cost grows with the number of due targets, not with the table
+(``bench/tick_scale.py`` measures it).
 """
 
 from __future__ import annotations
@@ -26,26 +32,62 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from pydantic import ValidationError
-from sqlalchemy import Row, Table, bindparam, func, select, true, update
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Row,
+    Select,
+    Table,
+    Text,
+    bindparam,
+    column,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from crawlherd import metrics
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
-from crawlherd.db.models import DispatchOutbox, ScrapeTarget, UTCDateTime, Website
+from crawlherd.db.models import DispatchOutbox, OutboxTrail, ScrapeTarget, UTCDateTime, Website
 from crawlherd.errors import ConfigurationError, CrawlherdError
 from crawlherd.messages import JobMessage, encode_job
-from crawlherd.service.schedule import plan_slots, schedule_of
+from crawlherd.service.schedule import CronSchedule, Schedule, plan_slots, schedule_of
 from crawlherd.sitespec import SiteSpec
 
-__all__ = ["TickResult", "advance_targets", "claim_due", "plan_target", "tick", "write_outbox"]
+__all__ = [
+    "ClaimedTarget",
+    "ScheduleCache",
+    "TickResult",
+    "advance_targets",
+    "claim_due",
+    "custom_plans",
+    "load_targets",
+    "lock_target",
+    "outbox_row",
+    "plan_target",
+    "tick",
+    "write_outbox",
+]
 
 log = logging.getLogger(__name__)
 
 _OUTBOX = cast(Table, DispatchOutbox.__table__)
 _TARGETS = cast(Table, ScrapeTarget.__table__)
+_TRAIL = cast(Table, OutboxTrail.__table__)
 #: How long a target that cannot be scheduled (edited by hand into an unusable state) waits.
 BROKEN_TARGET_RETRY = timedelta(hours=1)
+_TSTZ = DateTime(timezone=True)
+_ACTIVE = text("scrape_targets.active")
+#: The target columns the tick reads (not the bookkeeping ones: fewer values to convert per row).
+_CLAIMED = [
+    c for c in _TARGETS.c if c.name not in ("active", "last_scheduled", "created_at", "updated_at")
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,59 +112,141 @@ class TargetPlan:
     outbox: list[dict[str, Any]] = field(default_factory=list)
 
 
-async def tick(engine: AsyncEngine, *, batch_size: int, max_slots_per_target: int) -> TickResult:
-    """Claim up to ``batch_size`` due targets and write their slots to the outbox, in one transaction.
+class ClaimedTarget:
+    """A claimed target row and its website row read as one: an attribute is the target's column of
+    that name, else the website's (by ORM attribute name: ``name``, ``base_url``, ``site_metadata``
+    ...). ``id`` is the target's."""
+
+    def __init__(self, target: Row[Any], site: dict[str, Any]) -> None:
+        self.__dict__.update(site)
+        self.__dict__.update(target._asdict())
+
+    def __getattr__(self, name: str) -> Any:  # for mypy: the columns are set in __init__
+        raise AttributeError(name)
+
+
+class _MemoCron:
+    """A cron schedule whose look-ups are remembered (many targets share an expression and a slot)."""
+
+    __slots__ = ("_next", "_prev", "schedule")
+
+    def __init__(self, schedule: CronSchedule) -> None:
+        self.schedule = schedule
+        self._next: dict[datetime, datetime] = {}
+        self._prev: dict[datetime, datetime | None] = {}
+
+    def next_after(self, t: datetime) -> datetime:
+        slot = self._next.get(t)
+        if slot is None:
+            slot = self._next[t] = self.schedule.next_after(t)
+        return slot
+
+    def prev_before(self, t: datetime) -> datetime | None:
+        if t not in self._prev:
+            self._prev[t] = self.schedule.prev_before(t)
+        return self._prev[t]
+
+
+class ScheduleCache:
+    """The schedules of one tick: each distinct definition is built (and validated) once; a cron
+    schedule is shared per (expression, zone) and remembers its slot look-ups."""
+
+    def __init__(self) -> None:
+        self._schedules: dict[tuple[Any, ...], Schedule] = {}
+
+    def of(self, row: Any) -> Schedule:
+        """The schedule of ``row`` (raises :class:`~crawlherd.errors.ScheduleError` when unusable)."""
+        if row.schedule_kind == "cron":
+            key: tuple[Any, ...] = ("cron", row.cron, row.timezone)
+        else:
+            key = (row.schedule_kind, row.interval_seconds, row.timezone, row.anchor_at)
+        schedule = self._schedules.get(key)
+        if schedule is None:
+            schedule = schedule_of(row)
+            if isinstance(schedule, CronSchedule):
+                schedule = _MemoCron(schedule)
+            self._schedules[key] = schedule
+        return schedule
+
+
+async def tick(
+    engine: AsyncEngine, *, batch_size: int, max_slots_per_target: int, owner: str | None = None
+) -> TickResult:
+    """Claim up to ``batch_size`` due targets and write their slots to the outbox, in one transaction;
+    ``owner`` (the dispatcher's name) is recorded as the claimer of each row (``outbox_trail``).
     A database outage raises :class:`~crawlherd.errors.BackendUnavailableError`."""
     with translate_db_errors("during the tick"):
         async with engine.begin() as conn:
+            await custom_plans(conn)
             now = await db_now(conn)
             rows = await claim_due(conn, now=now, limit=batch_size)
             if not rows:
                 return TickResult()
-            plans = [plan_target(row, now=now, max_slots=max_slots_per_target) for row in rows]
-            inserted = await write_outbox(conn, [r for p in plans for r in p.outbox])
+            schedules = ScheduleCache()
+            plans = [plan_target(row, now=now, max_slots=max_slots_per_target, schedules=schedules) for row in rows]
+            inserted = await write_outbox(conn, [r for p in plans for r in p.outbox], now=now, claimed_by=owner)
             await advance_targets(conn, plans, now=now)
+    metrics.OUTBOX_WRITTEN.inc(inserted)
     return TickResult(targets=len(rows), slots=sum(len(p.outbox) for p in plans), inserted=inserted)
 
 
-async def claim_due(conn: AsyncConnection, *, now: datetime, limit: int) -> Sequence[Row[Any]]:
-    """Lock and return up to ``limit`` active targets due at ``now`` (with their website's columns)."""
-    T, W = ScrapeTarget, Website
+async def custom_plans(conn: AsyncConnection) -> None:
+    """PostgreSQL: plan this transaction's statements for their parameters and the table as it is now.
+    asyncpg prepares every statement, and after five runs PostgreSQL may switch to a *generic* plan
+    cached for the connection; one made while the outbox was (nearly) empty joins the lease by nested
+    loops over the whole table and stays until the next ANALYZE -- seconds per batch after a burst."""
+    if conn.dialect.name == "postgresql":
+        await conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_custom_plan")
+
+
+def _site_columns() -> list[Any]:
+    mapper = Website.__mapper__
+    return [getattr(Website, key).label(key) for key in mapper.column_attrs.keys()]  # noqa: SIM118
+
+
+async def claim_due(conn: AsyncConnection, *, now: datetime, limit: int) -> list[ClaimedTarget]:
+    """Lock and return up to ``limit`` active targets due at ``now``, each with its website's columns."""
+    # The bare column, as in the partial index's WHERE (SQLite uses a partial index only for the very
+    # same term; ``active = 1`` would scan the whole table).
     query = (
-        select(
-            T.id,
-            T.website_id,
-            T.keywords,
-            T.location,
-            T.schedule_kind,
-            T.interval_seconds,
-            T.cron,
-            T.timezone,
-            T.anchor_at,
-            T.jitter_ms,
-            T.misfire_policy,
-            T.backfill_limit,
-            T.misfire_grace_seconds,
-            T.next_run_at,
-            W.spec,
-        )
-        .join(W, W.id == T.website_id)
-        .where(T.active == true(), T.next_run_at <= now)
-        .order_by(T.next_run_at)
+        select(*_CLAIMED)
+        .where(_ACTIVE, _TARGETS.c.next_run_at <= now)
+        .order_by(_TARGETS.c.next_run_at)
         .limit(limit)
-        .with_for_update(of=T, skip_locked=True)
+        .with_for_update(skip_locked=True)
     )
-    rows: Sequence[Row[Any]] = (await conn.execute(query)).all()  # type: ignore[assignment]
-    return rows
+    return await load_targets(conn, query)
 
 
-def plan_target(row: Row[Any], *, now: datetime, max_slots: int) -> TargetPlan:
+async def lock_target(conn: AsyncConnection, target_id: int) -> ClaimedTarget | None:
+    """Lock one target (active or not) and return it with its website's columns, for an ad-hoc run."""
+    query = select(*_CLAIMED).where(_TARGETS.c.id == target_id).with_for_update()
+    found = await load_targets(conn, query)
+    return found[0] if found else None
+
+
+async def load_targets(conn: AsyncConnection, query: Select[Any]) -> list[ClaimedTarget]:
+    """The targets ``query`` (a select of the claimed columns) returns, each with its website's
+    columns; the websites are read once each, their stored ``SiteSpec`` validated once."""
+    claimed = (await conn.execute(query)).all()
+    if not claimed:
+        return []
+    site_ids = sorted({row.website_id for row in claimed})
+    sites = {
+        row.id: _with_spec(row._asdict())
+        for row in (await conn.execute(select(*_site_columns()).where(Website.id.in_(site_ids)))).all()
+    }
+    # A target's website cannot go away under its lock (deleting it deletes the target first).
+    return [ClaimedTarget(row, sites[row.website_id]) for row in claimed]
+
+
+def plan_target(row: Any, *, now: datetime, max_slots: int, schedules: ScheduleCache | None = None) -> TargetPlan:
     """The slots ``row`` owes at ``now`` and their outbox rows. A target that cannot be scheduled is
     logged and retried in :data:`BROKEN_TARGET_RETRY`; it never stops the others."""
     jitter = timedelta(milliseconds=row.jitter_ms)
     try:
         plan = plan_slots(
-            schedule_of(row),
+            (schedules or ScheduleCache()).of(row),
             next_slot=row.next_run_at - jitter,
             now=now - jitter,
             misfire=row.misfire_policy,
@@ -135,20 +259,7 @@ def plan_target(row: Row[Any], *, now: datetime, max_slots: int) -> TargetPlan:
             next_run_at=plan.next_slot + jitter,
             last_scheduled=plan.slots[-1] if plan.slots else None,
         )
-        for slot in plan.slots:
-            message = _job_message(row, slot, now)
-            result.outbox.append(
-                {
-                    "target_id": row.id,
-                    "slot_at": slot,
-                    "key": message.idempotency_key,
-                    "status": "pending",
-                    "attempts": 0,
-                    "leased_until": now,
-                    "body": encode_job(message).decode(),
-                    "created_at": now,
-                }
-            )
+        result.outbox.extend(outbox_row(row, slot, now) for slot in plan.slots)
     except CrawlherdError as exc:
         log.error("target %d cannot be scheduled (%s); retrying in %s", row.id, exc, BROKEN_TARGET_RETRY)
         return TargetPlan(target_id=row.id, next_run_at=now + BROKEN_TARGET_RETRY)
@@ -157,14 +268,29 @@ def plan_target(row: Row[Any], *, now: datetime, max_slots: int) -> TargetPlan:
     return result
 
 
-def _job_message(row: Row[Any], slot: datetime, now: datetime) -> JobMessage:
-    """The job message of one claimed target (``row``: its columns, with its website's ``spec``) for
+def outbox_row(row: Any, slot: datetime, now: datetime) -> dict[str, Any]:
+    """The outbox row of ``row``'s target for ``slot``: ``target_id``, ``slot_at``, ``key``, ``body``."""
+    message = _job_message(row, slot, now)
+    return {"target_id": row.id, "slot_at": slot, "key": message.idempotency_key, "body": encode_job(message).decode()}
+
+
+def _with_spec(site: dict[str, Any]) -> dict[str, Any]:
+    """The website's columns with its stored spec validated once per tick: ``site`` (the
+    :class:`SiteSpec`) or ``site_error`` (why the stored spec is no longer valid)."""
+    try:
+        site["site"], site["site_error"] = SiteSpec.model_validate(site["spec"]), None
+    except ValidationError as exc:
+        site["site"], site["site_error"] = None, f"stored spec is invalid: {exc}"
+    return site
+
+
+def _job_message(row: Any, slot: datetime, now: datetime) -> JobMessage:
+    """The job message of one claimed target (``row``: its columns, with its website's ``site``) for
     one slot: the website's :class:`SiteSpec` travels typed. A stored spec that no longer validates
     raises ConfigurationError (the tick sets that target aside)."""
-    try:
-        site = SiteSpec.model_validate(row.spec)
-    except ValidationError as exc:
-        raise ConfigurationError(f"website of target {row.id}: stored spec is invalid: {exc}") from None
+    site: SiteSpec | None = row.site
+    if site is None:
+        raise ConfigurationError(f"website of target {row.id}: {row.site_error}")
     return JobMessage.for_slot(
         target_id=row.id,
         slot_at=slot,
@@ -177,19 +303,86 @@ def _job_message(row: Row[Any], slot: datetime, now: datetime) -> JobMessage:
     )
 
 
-async def write_outbox(conn: AsyncConnection, rows: list[dict[str, Any]]) -> int:
-    """Insert ``rows`` into the outbox, ``ON CONFLICT DO NOTHING``; how many were really inserted."""
+async def write_outbox(
+    conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: datetime, claimed_by: str | None = None
+) -> int:
+    """Insert ``rows`` (``target_id``, ``slot_at``, ``key``, ``body``) into the outbox as pending rows
+    created at ``now``, ``ON CONFLICT DO NOTHING``; how many were really inserted. With ``claimed_by``,
+    the claimer of each inserted row is recorded in ``outbox_trail`` (the lineage)."""
     if not rows:
         return 0
-    # executemany of one cached statement (SQLAlchemy batches it into multi-row INSERTs);
-    # RETURNING lists only the rows really inserted (not those the unique key turned away).
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    stmt = insert(_OUTBOX).on_conflict_do_nothing(index_elements=["target_id", "slot_at"]).returning(_OUTBOX.c.id)
-    return len((await conn.execute(stmt, rows)).all())
+    inserted = await _insert_outbox(conn, rows, now=now)
+    if inserted and claimed_by is not None:
+        # The rows this transaction inserted: created at ``now`` (the transaction's clock) with these keys.
+        new_rows = select(_OUTBOX.c.id, literal(claimed_by[:200])).where(
+            _OUTBOX.c.created_at == now, _OUTBOX.c.key.in_([r["key"] for r in rows])
+        )
+        await conn.execute(insert(_TRAIL).from_select(["outbox_id", "claimed_by"], new_rows))
+    return inserted
+
+
+async def _insert_outbox(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: datetime) -> int:
+    if conn.dialect.name == "postgresql":
+        # One statement of four arrays, whatever the batch size (one prepared statement, reused).
+        result = await conn.execute(
+            _PG_INSERT,
+            {
+                "t": [r["target_id"] for r in rows],
+                "s": [r["slot_at"] for r in rows],
+                "k": [r["key"] for r in rows],
+                "b": [r["body"] for r in rows],
+                "now": now,
+            },
+        )
+        return int(result.rowcount)
+    # SQLite: one executemany in the tick's BEGIN IMMEDIATE transaction; rows the unique key turned
+    # away are not counted.
+    stmt = sqlite.insert(_OUTBOX).on_conflict_do_nothing(index_elements=["target_id", "slot_at"])
+    params = [
+        {**r, "status": "pending", "attempts": 0, "leased_until": now, "created_at": now} for r in rows
+    ]
+    result = await conn.execute(stmt, params)
+    return int(result.rowcount)
+
+
+_PG_INSERT = text(
+    "INSERT INTO dispatch_outbox (target_id, slot_at, key, status, attempts, leased_until, body, created_at) "
+    "SELECT v.t, v.s, v.k, 'pending', 0, :now, v.b, :now FROM unnest(:t, :s, :k, :b) AS v(t, s, k, b) "
+    "ON CONFLICT (target_id, slot_at) DO NOTHING"
+).bindparams(
+    bindparam("t", type_=postgresql.ARRAY(BigInteger)),
+    bindparam("s", type_=postgresql.ARRAY(_TSTZ)),
+    bindparam("k", type_=postgresql.ARRAY(Text)),
+    bindparam("b", type_=postgresql.ARRAY(Text)),
+    bindparam("now", type_=_TSTZ),
+)
 
 
 async def advance_targets(conn: AsyncConnection, plans: Sequence[TargetPlan], *, now: datetime) -> None:
     """Move each planned target's ``next_run_at`` (and ``last_scheduled`` when it emitted a slot)."""
+    if not plans:
+        return
+    if conn.dialect.name == "postgresql":
+        moves = func.unnest(
+            bindparam("ids", type_=postgresql.ARRAY(BigInteger)),
+            bindparam("nexts", type_=postgresql.ARRAY(_TSTZ)),
+            bindparam("lasts", type_=postgresql.ARRAY(_TSTZ)),
+        ).table_valued(column("id", BigInteger), column("next", _TSTZ), column("last", _TSTZ)).render_derived("v")
+        await conn.execute(
+            update(_TARGETS)
+            .where(_TARGETS.c.id == moves.c.id)
+            .values(
+                next_run_at=moves.c.next,
+                last_scheduled=func.coalesce(moves.c.last, _TARGETS.c.last_scheduled),
+                updated_at=now,
+            ),
+            {
+                "ids": [p.target_id for p in plans],
+                "nexts": [p.next_run_at for p in plans],
+                "lasts": [p.last_scheduled for p in plans],
+            },
+        )
+        return
     await conn.execute(
         update(_TARGETS)
         .where(_TARGETS.c.id == bindparam("b_id"))

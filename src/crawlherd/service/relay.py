@@ -4,9 +4,13 @@ One round (:meth:`Relay.run_round`):
 
 1. :meth:`Relay.lease` -- take up to ``batch`` pending rows whose ``leased_until`` has passed
    (database clock, ``SKIP LOCKED``): ``leased_until = now + lease``, ``lease_owner = us``.
-2. :meth:`Relay.publish` -- publish each with its idempotency key, ``concurrency`` at a time, every
-   publish bounded by ``publish_timeout`` and the whole round by ``round_timeout``.
-3. :meth:`Relay.settle` -- mark the confirmed rows published; a failed row keeps its lease until a
+2. :meth:`Relay.publish` -- publish each with its idempotency key, ``publish_concurrency`` (500)
+   confirms outstanding at a time (RabbitMQ: one confirm channel, many unconfirmed publishes), or, for
+   a broker that publishes batches (:class:`BatchPublisher`: Redis pipelines its ``XADD`` s), in
+   batches of ``publish_concurrency``; every publish (or batch) bounded by ``publish_timeout`` and the
+   whole round by ``round_timeout``.
+3. :meth:`Relay.settle` -- mark the confirmed rows published in one ``UPDATE`` (PostgreSQL: ``id =
+   ANY(array)``); a failed row keeps its lease until a
    back-off has passed (doubling per attempt, with its ``last_error``); a row the broker refused
    (:class:`~crawlherd.errors.MessageRejectedError`: unroutable, nacked) on its ``dead_after``-th
    attempt or later goes ``dead`` with the reason (listed with the dead jobs); rows the round did not
@@ -28,27 +32,49 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import TypedDict, cast
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, TypedDict, cast, runtime_checkable
 
-from sqlalchemy import Table, bindparam, delete, select, update
+from sqlalchemy import BigInteger, Table, bindparam, delete, func, select, text, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd import metrics
 from crawlherd.brokers.base import Broker
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
-from crawlherd.db.models import DispatchOutbox, UTCDateTime
+from crawlherd.db.models import DispatchOutbox, OutboxTrail, UTCDateTime
 from crawlherd.errors import ConfigurationError, MessageRejectedError, summarize
+from crawlherd.messages import SCHEMA_VERSION
+from crawlherd.service.outbox import custom_plans
 
-__all__ = ["Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
+__all__ = ["JOB_HEADERS", "BatchPublisher", "Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
 
 log = logging.getLogger(__name__)
 
 _OUTBOX = cast(Table, DispatchOutbox.__table__)
+# The partial indexes' own terms, inline: a bound 'pending' would hide them from SQLite's planner and
+# from PostgreSQL's generic plans of prepared statements.
+_PENDING = text("dispatch_outbox.status = 'pending'")
+_PUBLISHED = text("dispatch_outbox.status = 'published'")
 _MARK_CHUNK = 1000  # ids per UPDATE ... WHERE id IN (...) (keeps under the drivers' parameter limits)
 _ROUND_ERROR = "relay round deadline passed before the broker confirmed"
+#: The headers every job message is published with.
+JOB_HEADERS: Mapping[str, str] = {"schema_version": str(SCHEMA_VERSION)}
+
+
+@runtime_checkable
+class BatchPublisher(Protocol):
+    """A broker that publishes many messages in one round trip (``RedisBroker``: pipelined ``XADD``)."""
+
+    async def publish_many(
+        self, messages: Sequence[tuple[bytes, str, Mapping[str, str] | None]]
+    ) -> list[Exception | None]:
+        """Publish each ``(body, key, headers)``; per message, in order, None (confirmed) or its error.
+        Raises (for the whole batch) when the broker cannot be reached."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +108,7 @@ class LeasedRow:
     key: str
     body: str
     attempts: int
+    slot_at: datetime | None = None
 
 
 class RelayOptions(TypedDict, total=False):
@@ -96,6 +123,7 @@ class RelayOptions(TypedDict, total=False):
     max_backoff: float
     dead_after: int
     owner: str | None
+    broker_label: str | None
 
 
 class Relay:
@@ -111,15 +139,16 @@ class Relay:
         engine: AsyncEngine,
         broker: Broker,
         *,
-        relay_batch: int = 500,
+        relay_batch: int = 1000,
         lease: float = 60.0,
-        publish_concurrency: int = 32,
+        publish_concurrency: int = 500,
         publish_timeout: float = 10.0,
         round_timeout: float | None = None,
         backoff: float = 1.0,
         max_backoff: float = 300.0,
         dead_after: int = 5,
         owner: str | None = None,
+        broker_label: str | None = None,
     ) -> None:
         for name, value in (
             ("relay_batch", relay_batch),
@@ -150,6 +179,7 @@ class Relay:
         self.max_backoff = max_backoff
         self.dead_after = dead_after
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.broker_label = (broker_label or type(broker).__name__)[:300]
         #: The last publish failure, while failures go on (None once a publish succeeds again).
         self.last_error: str | None = None
 
@@ -167,6 +197,8 @@ class Relay:
             settled = {*confirmed, *(f.row.id for f in failures)}
             released = [r for r in leased if r.id not in settled]
             await asyncio.shield(self.settle(confirmed, failures, released))
+        metrics.RELAY_PUBLISHES.labels(outcome="confirmed").inc(len(confirmed))
+        _observe_lag(leased, confirmed)
         if failures:
             log.warning(
                 "%d publish(es) failed, kept in the outbox for a retry; first: %s: %s",
@@ -181,24 +213,28 @@ class Relay:
         ob = DispatchOutbox
         with translate_db_errors("leasing outbox rows"):
             async with self.engine.begin() as conn:
+                await custom_plans(conn)
                 now = await db_now(conn)
-                ids = (
+                picked = (
                     select(ob.id)
-                    .where(ob.status == "pending", ob.leased_until <= now)
+                    .where(_PENDING, ob.leased_until <= now)
                     .order_by(ob.leased_until, ob.id)
                     .limit(self.batch)
                     .with_for_update(skip_locked=True)
-                    .scalar_subquery()
                 )
-                rows = (
-                    await conn.execute(
-                        update(ob)
-                        .where(ob.id.in_(ids))
-                        .values(leased_until=now + self.lease_time, lease_owner=self.owner, attempts=ob.attempts + 1)
-                        .returning(ob.id, ob.key, ob.body, ob.attempts)
-                    )
-                ).all()
-        return sorted((LeasedRow(r.id, r.key, r.body, r.attempts) for r in rows), key=lambda r: r.id)
+                lease = update(ob).values(
+                    leased_until=now + self.lease_time, lease_owner=self.owner, attempts=ob.attempts + 1
+                )
+                if conn.dialect.name == "postgresql":
+                    # The locking SELECT as a CTE runs exactly once. As an IN (subquery) the planner
+                    # may run it again (a generic plan re-scanning it), and the UPDATE then takes rows
+                    # it never locked -- rows another relay leased at the same moment.
+                    cte = picked.cte("picked")
+                    lease = lease.where(ob.id == cte.c.id)
+                else:  # SQLite: one writer at a time (BEGIN IMMEDIATE)
+                    lease = lease.where(ob.id.in_(picked.scalar_subquery()))
+                rows = (await conn.execute(lease.returning(ob.id, ob.key, ob.body, ob.attempts, ob.slot_at))).all()
+        return sorted((LeasedRow(r.id, r.key, r.body, r.attempts, r.slot_at) for r in rows), key=lambda r: r.id)
 
     async def publish(
         self, rows: Sequence[LeasedRow], confirmed: list[int], failures: list[Failure]
@@ -206,29 +242,14 @@ class Relay:
         """Publish ``rows``, appending each confirmed id to ``confirmed`` and each failure (with its
         reason) to ``failures`` as it happens. Returns at the round deadline at the latest: what is
         still in flight then counts as failed."""
-        semaphore = asyncio.Semaphore(self.concurrency)
         started: dict[int, LeasedRow] = {}
         finished: set[int] = set()
-
-        async def one(row: LeasedRow) -> None:
-            async with semaphore:
-                started[row.id] = row
-                try:
-                    await asyncio.wait_for(
-                        self.broker.publish(row.body.encode(), key=row.key, headers={"schema_version": "1"}),
-                        self.publish_timeout,
-                    )
-                except Exception as exc:  # noqa: BLE001 - any failure keeps the row for a retry
-                    self._failed(Failure(row, summarize(exc), isinstance(exc, MessageRejectedError)), failures)
-                else:
-                    confirmed.append(row.id)
-                    self.last_error = None
-                finished.add(row.id)
-
         try:
-            async with asyncio.timeout(self.round_timeout), asyncio.TaskGroup() as group:
-                for row in rows:
-                    group.create_task(one(row), name=f"publish:{row.key}")
+            async with asyncio.timeout(self.round_timeout):
+                if isinstance(self.broker, BatchPublisher):
+                    await self._publish_batches(self.broker, rows, confirmed, failures, started, finished)
+                else:
+                    await self._publish_each(rows, confirmed, failures, started, finished)
         except TimeoutError:
             # Publishes cut off in flight may or may not have reached the broker: retried after a
             # back-off (a duplicate at worst). Rows never started are released by the caller.
@@ -236,8 +257,63 @@ class Relay:
                 if row_id not in finished:
                     self._failed(Failure(row, f"{_ROUND_ERROR} ({self.round_timeout:g}s)"), failures)
 
+    async def _publish_each(
+        self,
+        rows: Sequence[LeasedRow],
+        confirmed: list[int],
+        failures: list[Failure],
+        started: dict[int, LeasedRow],
+        finished: set[int],
+    ) -> None:
+        """``publish_concurrency`` publishers, each taking the next row as soon as its last is confirmed."""
+        todo = iter(rows)
+
+        async def publisher() -> None:
+            for row in todo:
+                started[row.id] = row
+                try:
+                    async with asyncio.timeout(self.publish_timeout):
+                        await self.broker.publish(row.body.encode(), key=row.key, headers=JOB_HEADERS)
+                except Exception as exc:  # noqa: BLE001 - any failure keeps the row for a retry
+                    self._failed(Failure(row, summarize(exc), isinstance(exc, MessageRejectedError)), failures)
+                else:
+                    confirmed.append(row.id)
+                    self.last_error = None
+                finished.add(row.id)
+
+        async with asyncio.TaskGroup() as group:
+            for _ in range(min(self.concurrency, len(rows))):
+                group.create_task(publisher())
+
+    async def _publish_batches(
+        self,
+        broker: BatchPublisher,
+        rows: Sequence[LeasedRow],
+        confirmed: list[int],
+        failures: list[Failure],
+        started: dict[int, LeasedRow],
+        finished: set[int],
+    ) -> None:
+        """Batches of ``publish_concurrency`` rows, one after the other (each one round trip)."""
+        for start in range(0, len(rows), self.concurrency):
+            batch = rows[start : start + self.concurrency]
+            started.update((row.id, row) for row in batch)
+            try:
+                async with asyncio.timeout(self.publish_timeout):
+                    errors = await broker.publish_many([(row.body.encode(), row.key, JOB_HEADERS) for row in batch])
+            except Exception as exc:  # noqa: BLE001 - any failure keeps the rows for a retry
+                errors = [exc] * len(batch)
+            for row, error in zip(batch, errors, strict=True):
+                if error is None:
+                    confirmed.append(row.id)
+                    self.last_error = None
+                else:
+                    self._failed(Failure(row, summarize(error), isinstance(error, MessageRejectedError)), failures)
+                finished.add(row.id)
+
     def _failed(self, failure: Failure, failures: list[Failure]) -> None:
         failures.append(failure)
+        metrics.RELAY_PUBLISHES.labels(outcome="failed").inc()
         if self.last_error is None:
             log.warning("publish of %s failed: %s", failure.row.key, failure.error)
         self.last_error = failure.error
@@ -253,15 +329,21 @@ class Relay:
         # On a DB outage the leases run out and the rows are published again: duplicates, never a loss.
         with translate_db_errors(f"marking {len(confirmed)} published row(s)"):
             async with self.engine.begin() as conn:
+                await custom_plans(conn)
                 now = await db_now(conn)
-                for start in range(0, len(confirmed), _MARK_CHUNK):
-                    await conn.execute(
-                        update(ob)
-                        .where(ob.id.in_(confirmed[start : start + _MARK_CHUNK]), ob.status == "pending")
-                        .values(
-                            status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
-                        )
-                    )
+                mark = update(ob).values(
+                    status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
+                )
+                trail = update(OutboxTrail).values(published_by=self.owner[:200], broker=self.broker_label)
+                if confirmed and conn.dialect.name == "postgresql":  # one statement, one array
+                    ids = bindparam("ids", list(confirmed), type_=postgresql.ARRAY(BigInteger))
+                    await conn.execute(mark.where(ob.id == func.any(ids), ob.status == "pending"))
+                    await conn.execute(trail.where(OutboxTrail.outbox_id == func.any(ids)))
+                else:
+                    for start in range(0, len(confirmed), _MARK_CHUNK):
+                        chunk = confirmed[start : start + _MARK_CHUNK]
+                        await conn.execute(mark.where(ob.id.in_(chunk), ob.status == "pending"))
+                        await conn.execute(trail.where(OutboxTrail.outbox_id.in_(chunk)))
                 dead = [f for f in failures if f.rejected and f.row.attempts >= self.dead_after]
                 if dead:
                     await conn.execute(
@@ -311,10 +393,11 @@ class Relay:
         with translate_db_errors("pruning the outbox"):
             while True:
                 async with self.engine.begin() as conn:
+                    await custom_plans(conn)
                     cutoff = await db_now(conn) - retention
                     ids = (
                         select(ob.id)
-                        .where(ob.status == "published", ob.published_at < cutoff)
+                        .where(_PUBLISHED, ob.published_at < cutoff)
                         .limit(chunk)
                         .scalar_subquery()
                     )
@@ -326,3 +409,12 @@ class Relay:
     def backoff_for(self, attempts: int) -> float:
         """Seconds a row waits after its ``attempts``-th failed publish: doubling, capped."""
         return float(min(self.max_backoff, self.backoff * 2 ** max(0, min(attempts - 1, 30))))
+
+
+def _observe_lag(leased: Sequence[LeasedRow], confirmed: Sequence[int]) -> None:
+    """Dispatch lag of the confirmed rows: slot time -> now (confirmed and marked)."""
+    ok = set(confirmed)
+    now = datetime.now(UTC)
+    for row in leased:
+        if row.id in ok and row.slot_at is not None:
+            metrics.DISPATCH_LAG.observe(max(0.0, (now - row.slot_at).total_seconds()))

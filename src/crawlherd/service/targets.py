@@ -23,7 +23,7 @@ from crawlherd.db.engine import db_now
 from crawlherd.db.models import ScrapeTarget, Website
 from crawlherd.duration import format_duration
 from crawlherd.errors import BackendUnavailableError, CrawlherdError, TargetsFileError
-from crawlherd.service.schedule import Schedule, jitter_for, make_schedule, upcoming
+from crawlherd.service.schedule import Schedule, jitter_for, make_schedule, schedule_of, upcoming
 from crawlherd.service.targets_file import TargetsFile, load_targets_file
 
 __all__ = [
@@ -233,17 +233,6 @@ async def get_target(engine: AsyncEngine, target_id: int) -> TargetInfo:
     return _info(row, row.website_name)
 
 
-def _stored_schedule(row: Any) -> Schedule:
-    """The schedule of a ``scrape_targets`` row."""
-    return make_schedule(
-        kind=row.schedule_kind,
-        interval_seconds=row.interval_seconds,
-        cron=row.cron,
-        timezone=row.timezone,
-        anchor_at=row.anchor_at,
-    )
-
-
 async def set_active(engine: AsyncEngine, target_id: int, active: bool) -> TargetInfo:
     """Enable or disable a target. Enabling starts it from its next future slot (missed slots are not
     made up: the target was off on purpose)."""
@@ -254,7 +243,7 @@ async def set_active(engine: AsyncEngine, target_id: int, active: bool) -> Targe
             raise CrawlherdError(f"no scrape target with id {target_id} (see `crawlherd targets list`)")
         values: dict[str, Any] = {"active": active, "updated_at": now}
         if active and not row.active:
-            schedule = _stored_schedule(row)
+            schedule = schedule_of(row)
             values["next_run_at"] = _first_run(schedule, now, timedelta(milliseconds=row.jitter_ms))
         await conn.execute(update(ScrapeTarget).where(ScrapeTarget.id == target_id).values(**values))
     return await get_target(engine, target_id)
@@ -269,7 +258,7 @@ async def preview_target(engine: AsyncEngine, target_id: int, count: int = 10) -
     if row is None:
         raise CrawlherdError(f"no scrape target with id {target_id} (see `crawlherd targets list`)")
     jitter = timedelta(milliseconds=row.jitter_ms)
-    schedule = _stored_schedule(row)
+    schedule = schedule_of(row)
     first = row.next_run_at - jitter
     slots = [first, *upcoming(schedule, after=first, count=count - 1)]
     return [(slot, slot + jitter) for slot in slots]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crawlherd._registry import resolve_backend
+from crawlherd._registry import open_backend
 from crawlherd.sinks.base import DETAIL_AT, Sink, SinkBase, SinkRecord, UpsertCounts
 from crawlherd.sinks.memory import MemorySink
 from crawlherd.sinks.sql import SQLSink
@@ -33,6 +33,5 @@ _EXTRAS = {"postgresql": "postgresql", "postgres": "postgresql"}
 
 def open_sink(url: str, **options: Any) -> Sink:
     """A sink for ``url``; use it as ``async with open_sink(url) as sink: ...``."""
-    cls = resolve_backend(url, SINK_ALIASES, "sink", _EXTRAS)
-    sink: Sink = cls.from_url(url, **options)
+    sink: Sink = open_backend(url, SINK_ALIASES, "sink", _EXTRAS, **options)
     return sink

@@ -19,7 +19,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.db.models import DispatchOutbox, JobRun
+from crawlherd.db.models import DispatchOutbox, JobAttempt, JobRun
 from crawlherd.messages import JobMessage
 from crawlherd.worker.jobcrawl import ListingOutcome
 
@@ -73,8 +73,16 @@ class RunStore:
             k: stmt.excluded[k]
             for k in ("status", "attempts", "started_at", "finished_at", "worker", "error", "updated_at")
         }
+        attempt = self._insert(JobAttempt).values(
+            target_id=job.target_id, slot_at=job.slot_at, attempt=job.attempt_count + 1, worker=worker,
+            status="running", started_at=now, pages=0, items_new=0, items_updated=0,
+        )  # console: one row per attempt (job_runs keeps the latest only)
         async with self.engine.begin() as conn:
             await conn.execute(stmt.on_conflict_do_update(index_elements=["target_id", "slot_at"], set_=changed))
+            await conn.execute(attempt.on_conflict_do_update(
+                index_elements=["target_id", "slot_at", "attempt"],
+                set_={k: attempt.excluded[k] for k in ("worker", "status", "started_at")},
+            ))
 
     async def finish(
         self,
@@ -100,6 +108,13 @@ class RunStore:
                     finished_at=now,
                     updated_at=now,
                 )
+            )
+            await conn.execute(  # console: the attempt's outcome
+                update(JobAttempt)
+                .where(JobAttempt.target_id == job.target_id, JobAttempt.slot_at == job.slot_at,
+                       JobAttempt.attempt == job.attempt_count + 1)
+                .values(status=status, error=error, pages=pages, items_new=items_new, items_updated=items_updated,
+                        finished_at=now)
             )
 
     def _owned(self, job: JobMessage, worker: str) -> Any:

@@ -32,14 +32,18 @@ import logging
 import os
 import random
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd import metrics
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler, CrawlerRunConfig
+from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.dispatch import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
 from crawlherd.dispatch.base import Dispatcher
 from crawlherd.errors import ConfigurationError, CrawlherdError, JobError, MessageError
@@ -202,6 +206,11 @@ class Worker:
         consumer = asyncio.create_task(consume(), name="worker-consume")
         pages = asyncio.create_task(self._page_loop(pages_stop), name="worker-pages")
         stopper = asyncio.create_task(stop.wait(), name="worker-stop")
+        beat = Heartbeat(
+            self.engine, kind="worker", name=self.name, jobs_in_hand=lambda: self.stats.in_flight,
+            details=self._frontier_counts,
+        )
+        beating = asyncio.create_task(beat.run(stop), name="worker-heartbeat")
         try:
             done, _ = await asyncio.wait({consumer, pages, stopper}, return_when=asyncio.FIRST_COMPLETED)
             for t in done - {stopper}:
@@ -228,16 +237,32 @@ class Worker:
             pages_stop.set()
             with contextlib.suppress(asyncio.CancelledError):
                 await pages
+            await beating  # marks the worker stopped
             for t in list(tasks):  # the page loop failed: nothing can finish them
                 t.cancel()
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
         return self.stats
 
+    async def process(self, delivery: Delivery) -> None:
+        """Handle one delivery to the end with the page loop running meanwhile: for callers that take
+        deliveries themselves (a Celery task, a serverless function) instead of :meth:`run`. Detail
+        pages the job queued and this call did not reach stay in the frontier for the next one."""
+        if self._http is None:
+            await self.__aenter__()
+        pages_stop = asyncio.Event()
+        pages = asyncio.create_task(self._page_loop(pages_stop), name="worker-pages")
+        try:
+            await self.handle(delivery)
+        finally:
+            pages_stop.set()
+            await pages
+
     # -- one delivery -----------------------------------------------------------------------------
 
     async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         self.stats.in_flight += 1
+        metrics.JOBS_IN_FLIGHT.inc()
         try:
             await self.handle(delivery)
         except asyncio.CancelledError:
@@ -252,6 +277,7 @@ class Worker:
                 await self.broker.nack(delivery, requeue=True)
         finally:
             self.stats.in_flight -= 1
+            metrics.JOBS_IN_FLIGHT.dec()
             slots.release()
 
     async def handle(self, delivery: Delivery) -> None:
@@ -262,6 +288,7 @@ class Worker:
             job = decode_job(delivery.body)
         except MessageError as exc:
             self.stats.invalid += 1
+            metrics.JOBS.labels(outcome="invalid").inc()
             self._remember(f"invalid message {delivery.key!r}: {exc}")
             log.warning("worker %s: dead-lettering invalid message %r: %s", self.name, delivery.key, exc)
             await self.broker.dead_letter(delivery, f"invalid job message: {exc}")
@@ -269,16 +296,18 @@ class Worker:
         status = await self.runs.status(job)
         if status in ("succeeded", "dead"):
             self.stats.skipped += 1
+            metrics.JOBS.labels(outcome="skipped").inc()
             log.info("worker %s: job %s already %s; skipped", self.name, job.idempotency_key, status)
             await self.broker.ack(delivery)
             return
         await self.runs.start(job, worker=self.name)
+        started = time.monotonic()
         try:
             outcome = await self._crawl(job)
         except CrawlherdError as exc:
             outcome = ListingOutcome(error=str(exc))
         if outcome.error is not None:
-            await self._failed(delivery, job, outcome.error, permanent=outcome.permanent)
+            await self._failed(delivery, job, outcome.error, started=started, permanent=outcome.permanent)
             return
         await self.runs.finish(
             job,
@@ -288,6 +317,13 @@ class Worker:
             items_updated=outcome.items_updated,
         )
         await self.broker.ack(delivery)
+        metrics.job_finished(
+            "succeeded",
+            seconds=time.monotonic() - started,
+            pages=outcome.pages,
+            items_new=outcome.items_new,
+            items_updated=outcome.items_updated,
+        )
         self.stats.succeeded += 1
         self.stats.pages += outcome.pages
         log.info(
@@ -325,7 +361,9 @@ class Worker:
         finally:
             self._chains.pop(state.run, None)
 
-    async def _failed(self, delivery: Delivery, job: JobMessage, reason: str, *, permanent: bool = False) -> None:
+    async def _failed(
+        self, delivery: Delivery, job: JobMessage, reason: str, *, started: float, permanent: bool = False
+    ) -> None:
         attempts = job.attempt_count + 1
         self._remember(f"{job.idempotency_key} attempt {attempts}: {reason}")
         if attempts >= self.max_attempts or permanent:
@@ -335,6 +373,7 @@ class Worker:
             )
             await self.broker.dead_letter(delivery, f"{why}: {reason}")
             self.stats.dead += 1
+            metrics.job_finished("dead", seconds=time.monotonic() - started)
             log.error("worker %s: job %s is dead (%s): %s", self.name, job.idempotency_key, why, reason)
             return
         delay = self.retry_delay(attempts)
@@ -342,6 +381,7 @@ class Worker:
         body = encode_job(job.model_copy(update={"attempt_count": attempts}))
         await self.broker.retry(delivery, delay=delay, body=body)
         self.stats.retried += 1
+        metrics.job_finished("retried", seconds=time.monotonic() - started)
         log.warning(
             "worker %s: job %s failed (attempt %d of %d), retrying in %.1fs: %s",
             self.name,
@@ -397,6 +437,7 @@ class Worker:
         crawler = await self._crawler_for(detail is not None and detail.site.requires_playwright)
         site = detail.site if detail is not None else None
         result = await crawler.arun(request, self._run_config(crawler, site))
+        metrics.observe_fetch(result)
         if result.success and detail is not None:
             await self._store_detail(result, detail)
         return result
@@ -430,6 +471,7 @@ class Worker:
         site = job.site
         crawler = await self._crawler_for(site.requires_playwright)
         result = await crawler.arun(request, self._run_config(crawler, site))
+        metrics.observe_fetch(result)
         if not result.success:
             return result  # reported by _page_failed once the dispatcher settled it (a 429 is re-fetched first)
         await self._politeness(site, request.host, request.url)
@@ -502,9 +544,27 @@ class Worker:
         fields[DETAIL_AT] = now.isoformat()
         item = Item(website=detail.site.name, url=result.url, fingerprint=bytes.fromhex(detail.item), fields=fields)
         counts = await self.sink.upsert([item], website_id=detail.website_id, target_id=detail.target_id, seen_at=now)
+        metrics.items_stored(new=counts.new, updated=counts.updated)
         self.stats.detail_pages += 1
         self.stats.items_new += counts.new
         self.stats.items_updated += counts.updated
+
+    async def _frontier_counts(self) -> dict[str, Any]:
+        """The frontier's counts, for the heartbeat (and the console's Frontier page)."""
+        if self.frontier is None:
+            return {}
+        st = await self.frontier.stats()
+        metrics.FRONTIER.labels(state="queued").set(st.queued)
+        metrics.FRONTIER.labels(state="in_flight").set(st.in_flight)
+        hosts = dict(sorted(st.hosts.items(), key=lambda kv: -kv[1])[:50])
+        return {
+            "frontier": {
+                "queued": st.queued,
+                "in_flight": st.in_flight,
+                "hosts": hosts,
+                "oldest_queued_age": st.oldest_queued_age,
+            }
+        }
 
     async def _crawler_for(self, browser: bool) -> Crawler:
         if not browser:

@@ -38,7 +38,7 @@ async def test_0002_folds_the_columns_into_a_site_spec_and_back(empty_db: str) -
         assert await upgrade(engine, "0001") == "0001"
         async with engine.begin() as conn:
             await conn.execute(text(OLD_ROW))
-        assert await upgrade(engine) == "0002"
+        assert await upgrade(engine, "0002") == "0002"
         async with engine.connect() as conn:
             stored = (await conn.execute(text("SELECT spec FROM websites"))).scalar_one()
         spec = SiteSpec.model_validate_json(stored) if isinstance(stored, str) else SiteSpec.model_validate(stored)

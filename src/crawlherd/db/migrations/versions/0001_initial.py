@@ -10,10 +10,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from crawlherd.db.migrations._ops import create_partial_index
+
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 BigID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 TS = sa.DateTime(timezone=True)
@@ -73,13 +73,7 @@ def upgrade() -> None:
         ),
     )
     op.create_index("ix_scrape_targets_website_id", "scrape_targets", ["website_id"])
-    op.create_index(
-        "ix_scrape_targets_due",
-        "scrape_targets",
-        ["next_run_at"],
-        postgresql_where=sa.text("active"),
-        sqlite_where=sa.text("active"),
-    )
+    create_partial_index("ix_scrape_targets_due", "scrape_targets", ["next_run_at"], where="active")
     op.create_table(
         "dispatch_outbox",
         sa.Column("id", BigID, primary_key=True),
@@ -97,12 +91,8 @@ def upgrade() -> None:
         sa.UniqueConstraint("target_id", "slot_at", name="uq_dispatch_outbox_target_slot"),
         sa.CheckConstraint(_in("status", ("pending", "published")), name="ck_dispatch_outbox_status"),
     )
-    op.create_index(
-        "ix_dispatch_outbox_pending",
-        "dispatch_outbox",
-        ["leased_until", "id"],
-        postgresql_where=sa.text("status = 'pending'"),
-        sqlite_where=sa.text("status = 'pending'"),
+    create_partial_index(
+        "ix_dispatch_outbox_pending", "dispatch_outbox", ["leased_until", "id"], where="status = 'pending'"
     )
     op.create_table(
         "job_runs",

@@ -19,8 +19,6 @@ from alembic import op
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 _DAY = 86_400.0
 _FLAT: tuple[tuple[str, Any], ...] = (

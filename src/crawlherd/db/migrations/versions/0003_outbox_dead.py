@@ -7,25 +7,20 @@ Create Date: 2026-11-24
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
+
+from crawlherd.db.migrations._ops import create_partial_index
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
     with op.batch_alter_table("dispatch_outbox") as batch:
         batch.drop_constraint("ck_dispatch_outbox_status", type_="check")
         batch.create_check_constraint("ck_dispatch_outbox_status", "status IN ('pending', 'published', 'dead')")
-    op.create_index(
-        "ix_dispatch_outbox_published",
-        "dispatch_outbox",
-        ["published_at"],
-        postgresql_where=sa.text("status = 'published'"),
-        sqlite_where=sa.text("status = 'published'"),
+    create_partial_index(
+        "ix_dispatch_outbox_published", "dispatch_outbox", ["published_at"], where="status = 'published'"
     )
 
 

@@ -1,0 +1,88 @@
+"""Helpers of the console's commands: ``--json``, ``--metrics-port``, and running one coroutine on the
+config DB."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd.cli._common import engine_for, ensure_migrated, settings_from
+
+__all__ = ["console_or_none", "echo_json", "json_option", "metrics_port_option", "on_db", "start_metrics"]
+
+T = TypeVar("T")
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (one document) instead of a table.")
+
+metrics_port_option = click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    envvar="CRAWLHERD_METRICS_PORT",
+    help="Serve Prometheus metrics on this port (127.0.0.1:PORT/metrics; env CRAWLHERD_METRICS_PORT).",
+)
+
+
+def start_metrics(port: int | None, host: str = "127.0.0.1") -> None:
+    """Serve ``/metrics`` when ``port`` is given, and say where."""
+    if port is None:
+        return
+    from crawlherd.metrics import serve_metrics
+
+    bound = serve_metrics(port, host)
+    click.echo(f"metrics: http://{host}:{bound}/metrics", err=True)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def echo_json(value: Any) -> None:
+    """Print ``value`` as JSON (datetimes as ISO 8601)."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=_default))
+
+
+def on_db(ctx: click.Context, database_url: str | None, work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
+    """Run ``work`` on the (migrated) config DB of the settings."""
+    settings = settings_from(ctx, database_url=database_url)
+
+    async def main() -> T:
+        engine = engine_for(settings)
+        try:
+            await ensure_migrated(engine)
+            return await work(engine)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(main())
+
+
+@contextlib.asynccontextmanager
+async def console_or_none(engine: AsyncEngine, port: int, *, enabled: bool = True) -> AsyncIterator[Any]:
+    """The console on 127.0.0.1:``port`` (or a free port when that one is taken) for ``run`` and
+    ``demo``; None when not ``enabled``."""
+    if not enabled:
+        yield None
+        return
+    from crawlherd.web.server import serve_console
+
+    try:
+        cm = serve_console(engine, port=port)
+        console = await cm.__aenter__()
+    except OSError:
+        click.echo(f"port {port} is taken: serving the console on a free port", err=True)
+        cm = serve_console(engine, port=0)
+        console = await cm.__aenter__()
+    try:
+        yield console
+    finally:
+        await cm.__aexit__(None, None, None)

@@ -1,0 +1,83 @@
+"""One dispatch cycle from the settings: what every scheduled entry point runs (cron's ``crawlherd
+dispatch --once``, the Lambda handler, the Celery beat task, ``manage.py crawlherd_dispatch --once``).
+
+The cycle claims the due targets, writes their outbox rows and relays what is pending to the broker,
+exactly as the dispatcher service does; ``deadline`` (seconds) stops it between batches so that it ends
+in time (a batch in flight is finished; rows leased and not published are published by the next cycle
+once their lease runs out: a duplicate the workers drop, never a loss).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from crawlherd.brokers import open_broker
+from crawlherd.db import create_engine, current_revision, head_revision
+from crawlherd.errors import ConfigurationError
+from crawlherd.service.dispatch_service import DispatchService
+from crawlherd.settings import Settings, load_settings
+
+__all__ = ["CycleResult", "dispatch_cycle", "run_dispatch_cycle"]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """What one cycle did: targets claimed, slots found, outbox rows written, messages published or not."""
+
+    targets: int
+    slots: int
+    inserted: int
+    published: int
+    failed: int
+    stopped_early: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-able summary (what the Lambda handler and the Celery task return)."""
+        return asdict(self)
+
+
+@contextlib.asynccontextmanager
+async def _deadline(seconds: float | None) -> AsyncIterator[asyncio.Event]:
+    stop = asyncio.Event()
+    if seconds is not None and seconds <= 0:
+        stop.set()
+    timer = None
+    if seconds is not None and seconds > 0:
+        timer = asyncio.get_running_loop().call_later(seconds, stop.set)
+    try:
+        yield stop
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+async def dispatch_cycle(settings: Settings | None = None, *, deadline: float | None = None,
+                         batch_size: int = 500, lease: float = 60.0) -> CycleResult:
+    """Run one dispatch cycle with ``settings`` (default: crawlherd.toml and ``CRAWLHERD_*``).
+
+    The config DB must be migrated (``crawlherd db upgrade``): a scheduled job never changes the schema.
+    """
+    settings = settings or load_settings()
+    engine = create_engine(settings.database_url)
+    try:
+        current, head = await current_revision(engine), head_revision()
+        if current != head:
+            raise ConfigurationError(
+                f"the config DB is at migration {current or '(none)'}, this crawlherd needs {head}: "
+                "run `crawlherd db upgrade` first")
+        async with open_broker(settings.effective_broker_url) as broker, _deadline(deadline) as stop:
+            service = DispatchService(engine, broker, batch_size=batch_size, lease=lease)
+            tick, relay = await service.run_once(stop)
+            return CycleResult(tick.targets, tick.slots, tick.inserted, relay.published, relay.failed,
+                               stop.is_set())
+    finally:
+        await engine.dispose()
+
+
+def run_dispatch_cycle(settings: Settings | None = None, **options: Any) -> CycleResult:
+    """:func:`dispatch_cycle` from synchronous code (its own event loop)."""
+    return asyncio.run(dispatch_cycle(settings, **options))

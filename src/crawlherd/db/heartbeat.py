@@ -1,0 +1,195 @@
+"""Heartbeats: every long-running process (dispatcher, worker, console) registers itself in
+``process_heartbeats`` and beats every ``interval`` seconds; the console shows a process as **gone**
+when it has not beaten for :data:`GONE_AFTER` intervals, or as **stopped** when it said goodbye.
+
+A failing beat (database down) is logged and tried again at the next interval: a heartbeat never
+stops the process it reports on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd.db.engine import db_now
+from crawlherd.db.models import PROCESS_KINDS, ProcessHeartbeat
+from crawlherd.errors import ConfigurationError, summarize
+
+__all__ = ["GONE_AFTER", "Heartbeat", "ProcessInfo", "list_processes", "process_id"]
+
+log = logging.getLogger(__name__)
+
+#: A process that missed this many beats is shown as gone.
+GONE_AFTER = 3
+
+
+def _version() -> str:
+    try:
+        return version("crawlherd")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without metadata
+        return "unknown"
+
+
+def process_id(kind: str) -> str:
+    """A unique id for a new process of ``kind``: ``kind:host:pid:random``."""
+    return f"{kind}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Heartbeat:
+    """Registers a process of ``kind`` (``dispatcher``, ``worker`` or ``web``) and beats every
+    ``interval`` seconds while its :meth:`run` task lives; ``jobs_in_hand`` (a callable) is read at
+    each beat; ``info`` is stored with it (never put a secret in it), merged at each beat with what
+    ``details`` (an async callable, e.g. the worker's frontier counts) returns. ``engine`` is the caller's.
+
+    Use as an async context manager (``async with Heartbeat(...):``) or run :meth:`run` as a task.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        kind: str,
+        interval: float = 10.0,
+        name: str | None = None,
+        jobs_in_hand: Callable[[], int] | None = None,
+        info: dict[str, Any] | None = None,
+        details: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+    ) -> None:
+        if kind not in PROCESS_KINDS:
+            raise ConfigurationError(f"unknown process kind {kind!r}: use one of {', '.join(PROCESS_KINDS)}")
+        if not interval > 0:
+            raise ConfigurationError(f"heartbeat interval must be > 0 seconds, got {interval!r}")
+        self.engine = engine
+        self.kind = kind
+        self.interval = interval
+        self.id = (name or process_id(kind))[:200]
+        self.jobs_in_hand = jobs_in_hand or (lambda: 0)
+        self.info = dict(info or {})
+        self.details = details
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+
+    async def register(self) -> None:
+        """Insert (or refresh) this process's row."""
+        async with self.engine.begin() as conn:
+            now = await db_now(conn)
+            exists = (await conn.execute(select(ProcessHeartbeat.id).where(ProcessHeartbeat.id == self.id))).first()
+            values = {
+                "kind": self.kind,
+                "host": socket.gethostname()[:200],
+                "pid": os.getpid(),
+                "version": _version(),
+                "started_at": now,
+                "last_seen": now,
+                "stopped_at": None,
+                "interval_seconds": self.interval,
+                "jobs_in_hand": self.jobs_in_hand(),
+                "info": self.info,
+            }
+            if exists:
+                await conn.execute(update(ProcessHeartbeat).where(ProcessHeartbeat.id == self.id).values(**values))
+            else:
+                await conn.execute(insert(ProcessHeartbeat).values(id=self.id, **values))
+
+    async def beat(self, *, stopped: bool = False) -> None:
+        """One beat: ``last_seen`` = now, ``jobs_in_hand`` refreshed; ``stopped`` marks a clean exit."""
+        async with self.engine.begin() as conn:
+            now = await db_now(conn)
+            values: dict[str, Any] = {"last_seen": now, "jobs_in_hand": self.jobs_in_hand()}
+            if self.details is not None:
+                values["info"] = {**self.info, **await self.details()}
+            if stopped:
+                values["stopped_at"] = now
+            await conn.execute(update(ProcessHeartbeat).where(ProcessHeartbeat.id == self.id).values(**values))
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Register, then beat every ``interval`` seconds until ``stop`` is set (or the task is
+        cancelled); on the way out, mark the process stopped."""
+        stop = stop or self._stop
+        await self._safely(self.register)
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.interval)
+                if not stop.is_set():
+                    await self._safely(self.beat)
+        finally:
+            await asyncio.shield(self._safely(lambda: self.beat(stopped=True)))
+
+    async def _safely(self, step: Callable[[], Any]) -> None:
+        try:
+            await step()
+        except Exception as exc:  # noqa: BLE001 - a heartbeat never kills the process it reports on
+            log.warning("heartbeat %s: %s", self.id, summarize(exc))
+
+    async def __aenter__(self) -> Heartbeat:
+        await self._safely(self.register)
+        self._task = asyncio.create_task(self._loop(), name=f"heartbeat:{self.id}")
+        return self
+
+    async def _loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.interval)
+            if not self._stop.is_set():
+                await self._safely(self.beat)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+        await self._safely(lambda: self.beat(stopped=True))
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """A registered process as the console shows it; ``state`` is ``alive``, ``gone`` or ``stopped``."""
+
+    id: str
+    kind: str
+    host: str
+    pid: int
+    version: str
+    started_at: datetime
+    last_seen: datetime
+    jobs_in_hand: int
+    state: str
+    info: dict[str, Any]
+
+
+async def list_processes(engine: AsyncEngine, *, include_old: bool = False) -> list[ProcessInfo]:
+    """Registered processes, newest first; without ``include_old``, those stopped or gone more than a
+    day ago are left out."""
+    async with engine.connect() as conn:
+        now = await db_now(conn)
+        hb = ProcessHeartbeat
+        stmt = select(*hb.__table__.c).order_by(hb.kind, hb.started_at.desc())
+        if not include_old:
+            stmt = stmt.where(hb.last_seen >= now - timedelta(days=1))
+        rows = (await conn.execute(stmt)).all()
+    out = []
+    for r in rows:
+        if r.stopped_at is not None:
+            state = "stopped"
+        elif r.last_seen < now - timedelta(seconds=GONE_AFTER * r.interval_seconds):
+            state = "gone"
+        else:
+            state = "alive"
+        out.append(
+            ProcessInfo(
+                r.id, r.kind, r.host, r.pid, r.version, r.started_at, r.last_seen, r.jobs_in_hand, state, r.info
+            )
+        )
+    return out

@@ -1,0 +1,193 @@
+"""Paged, filtered listings for the console and ``--json``: targets, websites, items. Pages are keyset
+pages (``after_id``): the thousandth page costs what the first does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import String, cast, func, or_, select, true
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd._redact import redact_url
+from crawlherd.db.engine import db_now
+from crawlherd.db.models import ScrapeTarget, StoredItem, Website
+from crawlherd.duration import format_duration
+from crawlherd.sitespec import SiteSpec
+
+__all__ = [
+    "ItemRow",
+    "TargetRow",
+    "WebsiteRow",
+    "browse_items",
+    "browse_targets",
+    "list_websites",
+    "website_names",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TargetRow:
+    """One line of the targets page."""
+
+    id: int
+    website: str
+    keywords: str
+    location: str
+    schedule: str
+    timezone: str
+    active: bool
+    next_run_at: datetime
+    last_scheduled: datetime | None
+    due: bool
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+async def browse_targets(
+    engine: AsyncEngine,
+    *,
+    q: str = "",
+    website: str | None = None,
+    state: str | None = None,
+    after_id: int | None = None,
+    limit: int = 50,
+) -> list[TargetRow]:
+    """Targets by id; ``q`` searches keywords and location; ``state`` is ``active``, ``disabled`` or ``due``."""
+    T, W = ScrapeTarget, Website  # noqa: N806
+    async with engine.connect() as conn:
+        now = await db_now(conn)
+        stmt = (
+            select(
+                T.id, W.name, T.keywords, T.location, T.schedule_kind, T.interval_seconds, T.cron, T.timezone,
+                T.active, T.next_run_at, T.last_scheduled,
+            )
+            .join(W, W.id == T.website_id)
+            .order_by(T.id)
+            .limit(limit)
+        )
+        if q.strip():
+            pattern = _like(q.strip().lower())
+            stmt = stmt.where(
+                or_(
+                    func.lower(T.keywords).like(pattern, escape="\\"),
+                    func.lower(T.location).like(pattern, escape="\\"),
+                )
+            )
+        if website:
+            stmt = stmt.where(W.name == website)
+        if state == "active":
+            stmt = stmt.where(T.active == true())
+        elif state == "disabled":
+            stmt = stmt.where(T.active.is_(False))
+        elif state == "due":
+            stmt = stmt.where(T.active == true(), T.next_run_at <= now)
+        if after_id is not None:
+            stmt = stmt.where(T.id > after_id)
+        rows = (await conn.execute(stmt)).all()
+    return [
+        TargetRow(
+            r.id, r.name, r.keywords, r.location,
+            f"every {format_duration(r.interval_seconds)}" if r.schedule_kind == "interval" else f"cron {r.cron}",
+            r.timezone, r.active, r.next_run_at, r.last_scheduled, bool(r.active and r.next_run_at <= now),
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class WebsiteRow:
+    """A website as the console shows it (URLs redacted)."""
+
+    id: int
+    name: str
+    base_url: str
+    search_url_template: str
+    requires_playwright: bool
+    pagination_type: str
+    min_delay: float
+    max_concurrency: int
+    robots_policy: str
+    targets: int
+
+
+async def website_names(engine: AsyncEngine) -> list[str]:
+    """Every website's name, sorted (for filters: no counting)."""
+    async with engine.connect() as conn:
+        return list((await conn.execute(select(Website.name).order_by(Website.name))).scalars())
+
+
+async def list_websites(engine: AsyncEngine) -> list[WebsiteRow]:
+    """Every website with its target count, by name."""
+    W, T = Website, ScrapeTarget  # noqa: N806
+    counts = select(T.website_id, func.count().label("n")).group_by(T.website_id).subquery()
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(W.id, W.name, W.spec, func.coalesce(counts.c.n, 0))
+                .outerjoin(counts, counts.c.website_id == W.id)
+                .order_by(W.name)
+            )
+        ).all()
+    return [_website_row(r[0], r[1], r[2], int(r[3])) for r in rows]
+
+
+def _website_row(website_id: int, name: str, spec: dict[str, Any], targets: int) -> WebsiteRow:
+    """A website's listing row, read from its stored ``SiteSpec`` (defaults where the spec is silent)."""
+    site = SiteSpec.model_validate(spec)
+    return WebsiteRow(
+        website_id,
+        name,
+        redact_url(site.base_url),
+        redact_url(site.search_url_template),
+        site.requires_playwright,
+        site.pagination.type,
+        site.politeness.min_delay,
+        site.politeness.max_concurrency,
+        site.politeness.robots,
+        targets,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRow:
+    """One item (its URL redacted)."""
+
+    id: int
+    website: str
+    url: str
+    data: dict[str, Any]
+    first_seen: datetime
+    last_seen: datetime
+
+
+async def browse_items(
+    engine: AsyncEngine,
+    *,
+    website: str | None = None,
+    q: str = "",
+    location: str = "",
+    before_id: int | None = None,
+    limit: int = 50,
+) -> list[ItemRow]:
+    """Items, newest first; ``q`` and ``location`` search the item's fields."""
+    It, W = StoredItem, Website  # noqa: N806
+    stmt = (
+        select(It.id, W.name, It.url, It.data, It.first_seen, It.last_seen)
+        .join(W, W.id == It.website_id)
+        .order_by(It.id.desc())
+        .limit(limit)
+    )
+    if website:
+        stmt = stmt.where(W.name == website)
+    for term in (q, location):
+        if term.strip():
+            stmt = stmt.where(func.lower(cast(It.data, String)).like(_like(term.strip().lower()), escape="\\"))
+    if before_id is not None:
+        stmt = stmt.where(It.id < before_id)
+    async with engine.connect() as conn:
+        rows = (await conn.execute(stmt)).all()
+    return [ItemRow(r[0], r[1], redact_url(r[2]), r[3], r[4], r[5]) for r in rows]

@@ -1,0 +1,165 @@
+"""Job runs as the console's Jobs page and ``crawlherd jobs list`` / ``show`` show them: filtered by
+status, website, target and time, newest first, paged by id (keyset: fast at any depth)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd._redact import redact_url
+from crawlherd.db.models import RUN_STATUSES, JobAttempt, JobRun, ManualRun, ScrapeTarget, Website
+from crawlherd.errors import CrawlherdError
+
+__all__ = ["JOB_STATUSES", "AttemptInfo", "JobFilter", "JobInfo", "get_job", "list_jobs"]
+
+#: Statuses a job can be listed by; "retrying" is a failed run waiting for its next attempt.
+JOB_STATUSES = ("queued", "running", "succeeded", "retrying", "dead")
+
+
+def _shown(status: str) -> str:
+    return "retrying" if status == "failed" else status
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """What to list: any of status, website name, target id, updated since / until; ``before_id`` pages."""
+
+    status: str | None = None
+    website: str | None = None
+    target_id: int | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    before_id: int | None = None
+    limit: int = 50
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in JOB_STATUSES:
+            raise CrawlherdError(f"unknown job status {self.status!r}: use one of {', '.join(JOB_STATUSES)}")
+        if not 1 <= self.limit <= 10_000:
+            raise CrawlherdError("limit must be between 1 and 10000")
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptInfo:
+    """One attempt of a job."""
+
+    attempt: int
+    worker: str
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    pages: int
+    items_new: int
+    items_updated: int
+    error: str | None
+
+    @property
+    def seconds(self) -> float | None:
+        return (self.finished_at - self.started_at).total_seconds() if self.finished_at else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job run (one per target and slot) with its website and, for ``get_job``, its attempts."""
+
+    id: int
+    target_id: int
+    website: str
+    keywords: str
+    location: str
+    slot_at: datetime
+    status: str
+    attempts: int
+    worker: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    pages: int
+    items_new: int
+    items_updated: int
+    error: str | None
+    manual: bool = False
+    history: list[AttemptInfo] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for k, v in list(out.items()):
+            if isinstance(v, datetime):
+                out[k] = v.isoformat()
+        out["history"] = [
+            {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in asdict(a).items()} for a in self.history
+        ]
+        return out
+
+
+def _select() -> Any:
+    R, T, W = JobRun, ScrapeTarget, Website  # noqa: N806
+    return (
+        select(
+            R.id, R.target_id, W.name, T.keywords, T.location, R.slot_at, R.status, R.attempts, R.worker,
+            R.started_at, R.finished_at, R.pages, R.items_new, R.items_updated, R.error,
+        )
+        .join(T, T.id == R.target_id)
+        .join(W, W.id == T.website_id)
+    )
+
+
+def _info(row: Any) -> JobInfo:
+    values = list(row)
+    values[6] = _shown(values[6])
+    values[14] = redact_url(values[14]) if values[14] else values[14]  # an error may quote a URL
+    return JobInfo(*values)
+
+
+async def list_jobs(engine: AsyncEngine, flt: JobFilter | None = None) -> list[JobInfo]:
+    """Jobs matching ``flt``, newest (highest id) first."""
+    flt = flt or JobFilter()
+    R = JobRun  # noqa: N806
+    stmt = _select().order_by(R.id.desc()).limit(flt.limit)
+    if flt.status is not None:
+        stmt = stmt.where(R.status == ("failed" if flt.status == "retrying" else flt.status))
+    if flt.website:
+        stmt = stmt.where(Website.name == flt.website)
+    if flt.target_id is not None:
+        stmt = stmt.where(R.target_id == flt.target_id)
+    if flt.since is not None:
+        stmt = stmt.where(R.updated_at >= flt.since)
+    if flt.until is not None:
+        stmt = stmt.where(R.updated_at < flt.until)
+    if flt.before_id is not None:
+        stmt = stmt.where(R.id < flt.before_id)
+    async with engine.connect() as conn:
+        return [_info(row) for row in (await conn.execute(stmt)).all()]
+
+
+async def get_job(engine: AsyncEngine, run_id: int) -> JobInfo:
+    """One job with its attempts; :class:`CrawlherdError` when there is none."""
+    A = JobAttempt  # noqa: N806
+    async with engine.connect() as conn:
+        row = (await conn.execute(_select().where(JobRun.id == run_id))).first()
+        if row is None:
+            raise CrawlherdError(f"no job run with id {run_id} (see `crawlherd jobs list`)")
+        info = _info(row)
+        attempts = (
+            await conn.execute(
+                select(
+                    A.attempt, A.worker, A.status, A.started_at, A.finished_at, A.pages, A.items_new,
+                    A.items_updated, A.error,
+                )
+                .where(A.target_id == info.target_id, A.slot_at == info.slot_at)
+                .order_by(A.attempt)
+            )
+        ).all()
+        manual = (
+            await conn.execute(
+                select(ManualRun.id).where(ManualRun.target_id == info.target_id, ManualRun.slot_at == info.slot_at)
+            )
+        ).first() is not None
+    history = [AttemptInfo(*a[:8], redact_url(a[8]) if a[8] else None) for a in attempts]
+    return replace(info, manual=manual, history=history)
+
+
+assert set(RUN_STATUSES) - {"failed"} <= set(JOB_STATUSES)

@@ -1,0 +1,153 @@
+"""The platform at a glance, from the config DB: what the console's Overview page and ``crawlherd
+overview`` show, and what the dispatcher's gauges export. Every count uses an index (see the EXPLAIN
+test and ``bench/web.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, true
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from crawlherd import metrics
+from crawlherd.db.engine import db_now
+from crawlherd.db.heartbeat import ProcessInfo, list_processes
+from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget, StoredItem, Website
+
+__all__ = ["OVERDUE_AFTER", "Overview", "outbox_backlog", "overview", "refresh_dispatch_gauges"]
+
+#: A due target not claimed this long after its run time is overdue (no dispatcher is keeping up).
+OVERDUE_AFTER = timedelta(minutes=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The numbers of the Overview page (``now`` is the database's clock)."""
+
+    now: datetime
+    targets_active: int
+    targets_due: int
+    targets_overdue: int
+    dispatched_last_hour: int
+    dispatched_last_day: int
+    outbox_pending: int
+    outbox_oldest_pending_seconds: float | None
+    jobs_last_day: dict[str, int]
+    items_new_last_day: int
+    items_updated_last_day: int
+    processes: list[ProcessInfo]
+    frontier_queued: int
+    frontier_in_flight: int
+    #: The websites with the most failed or dead jobs in the last hour, most first.
+    failing_websites: list[tuple[str, int]] = field(default_factory=list)
+
+    def alive(self, kind: str) -> int:
+        """Processes of ``kind`` beating now."""
+        return sum(1 for p in self.processes if p.kind == kind and p.state == "alive")
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (``--json`` and the live page)."""
+        return {
+            "now": self.now.isoformat(),
+            "targets": {"active": self.targets_active, "due": self.targets_due, "overdue": self.targets_overdue},
+            "dispatched": {"last_hour": self.dispatched_last_hour, "last_day": self.dispatched_last_day},
+            "outbox": {"pending": self.outbox_pending, "oldest_pending_seconds": self.outbox_oldest_pending_seconds},
+            "jobs_last_day": self.jobs_last_day,
+            "items_last_day": {"new": self.items_new_last_day, "updated": self.items_updated_last_day},
+            "processes": {
+                kind: {
+                    "alive": self.alive(kind),
+                    "gone": sum(1 for p in self.processes if p.kind == kind and p.state == "gone"),
+                }
+                for kind in ("dispatcher", "worker", "web")
+            },
+            "frontier": {"queued": self.frontier_queued, "in_flight": self.frontier_in_flight},
+            "failing_websites": [{"website": w, "failures": n} for w, n in self.failing_websites],
+        }
+
+
+async def _count(conn: AsyncConnection, stmt: Any) -> int:
+    return int((await conn.execute(stmt)).scalar_one() or 0)
+
+
+async def outbox_backlog(conn: AsyncConnection, now: datetime) -> tuple[int, float | None]:
+    """Pending outbox rows and the age (seconds) of the oldest one."""
+    ob = DispatchOutbox
+    count, oldest = (
+        await conn.execute(select(func.count(), func.min(ob.created_at)).where(ob.status == "pending"))
+    ).one()
+    if oldest is not None and oldest.tzinfo is None:  # SQLite aggregates lose the column type
+        oldest = datetime.fromisoformat(str(oldest)).replace(tzinfo=now.tzinfo)
+    elif isinstance(oldest, str):
+        oldest = datetime.fromisoformat(oldest).replace(tzinfo=now.tzinfo)
+    return int(count), (max(0.0, (now - oldest).total_seconds()) if oldest is not None else None)
+
+
+async def overview(engine: AsyncEngine, *, failing: int = 5) -> Overview:
+    """Everything the Overview page shows, read in one connection."""
+    T, ob, R, It = ScrapeTarget, DispatchOutbox, JobRun, StoredItem  # noqa: N806
+    async with engine.connect() as conn:
+        now = await db_now(conn)
+        hour, day = now - timedelta(hours=1), now - timedelta(days=1)
+        active = await _count(conn, select(func.count()).select_from(T).where(T.active == true()))
+        due = await _count(conn, select(func.count()).select_from(T).where(T.active == true(), T.next_run_at <= now))
+        overdue = await _count(
+            conn,
+            select(func.count()).select_from(T).where(T.active == true(), T.next_run_at <= now - OVERDUE_AFTER),
+        )
+        last_hour = await _count(conn, select(func.count()).select_from(ob).where(ob.created_at >= hour))
+        last_day = await _count(conn, select(func.count()).select_from(ob).where(ob.created_at >= day))
+        pending, oldest = await outbox_backlog(conn, now)
+        jobs = {
+            status: int(n)
+            for status, n in (
+                await conn.execute(select(R.status, func.count()).where(R.updated_at >= day).group_by(R.status))
+            ).all()
+        }
+        items_new = await _count(conn, select(func.count()).select_from(It).where(It.first_seen >= day))
+        items_seen = await _count(conn, select(func.count()).select_from(It).where(It.last_seen >= day))
+        failing_rows = (
+            await conn.execute(
+                select(Website.name, func.count())
+                .select_from(R)
+                .join(T, T.id == R.target_id)
+                .join(Website, Website.id == T.website_id)
+                .where(R.updated_at >= hour, R.status.in_(("failed", "dead")))
+                .group_by(Website.name)
+                .order_by(func.count().desc(), Website.name)
+                .limit(failing)
+            )
+        ).all()
+    processes = await list_processes(engine)
+    alive_workers = [p for p in processes if p.kind == "worker" and p.state == "alive"]
+    return Overview(
+        now=now,
+        targets_active=active,
+        targets_due=due,
+        targets_overdue=overdue,
+        dispatched_last_hour=last_hour,
+        dispatched_last_day=last_day,
+        outbox_pending=pending,
+        outbox_oldest_pending_seconds=oldest,
+        jobs_last_day=jobs,
+        items_new_last_day=items_new,
+        items_updated_last_day=max(0, items_seen - items_new),
+        processes=processes,
+        frontier_queued=sum(int(p.info.get("frontier", {}).get("queued", 0)) for p in alive_workers),
+        frontier_in_flight=sum(int(p.info.get("frontier", {}).get("in_flight", 0)) for p in alive_workers),
+        failing_websites=[(str(w), int(n)) for w, n in failing_rows],
+    )
+
+
+async def refresh_dispatch_gauges(engine: AsyncEngine) -> None:
+    """Set the dispatcher's gauges (targets due, outbox pending and its oldest row's age)."""
+    T = ScrapeTarget  # noqa: N806
+    async with engine.connect() as conn:
+        now = await db_now(conn)
+        due = await _count(conn, select(func.count()).select_from(T).where(T.active == true(), T.next_run_at <= now))
+        pending, oldest = await outbox_backlog(conn, now)
+    metrics.TARGETS_DUE.set(due)
+    metrics.OUTBOX_PENDING.set(pending)
+    metrics.OUTBOX_OLDEST.set(oldest or 0.0)

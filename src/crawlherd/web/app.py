@@ -1,0 +1,541 @@
+"""``crawlherd web``: the operator's console, a server-rendered ASGI application on the config DB.
+
+:func:`create_app` builds it (Starlette + Jinja2, templates in ``templates/``, a little JavaScript in
+``static/console.js`` for the live overview and the schedule preview). Every page reads the same
+functions the CLI calls (:mod:`crawlherd.service.overview`, ``.jobs``, ``.explain``, ``.run_now`` ...);
+every change goes through :mod:`crawlherd.service.editing`, ``.run_now`` or ``.dead_letters`` and is
+written to the audit trail. Secrets in URLs are redacted before anything is rendered.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+import uuid
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from importlib.resources import files
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from crawlherd._redact import redact_url
+from crawlherd.db.engine import db_now
+from crawlherd.errors import CrawlherdError, TargetsFileError
+from crawlherd.service import editing
+from crawlherd.service.audit import list_audit
+from crawlherd.service.browse import browse_items, browse_targets, list_websites, website_names
+from crawlherd.service.dead_letters import discard, list_dead_letters, retry_dead
+from crawlherd.service.explain import explain, lineage
+from crawlherd.service.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
+from crawlherd.service.overview import overview
+from crawlherd.service.run_now import run_now
+from crawlherd.service.schedule import make_schedule, upcoming
+from crawlherd.service.targets import get_target, preview_target
+from crawlherd.service.targets_file import TargetSpec
+from crawlherd.service.users import authenticate
+from crawlherd.sinks.export import FORMATS, export_items
+from crawlherd.web.auth import LoginRequired, actor, checked_form, csrf_token
+
+__all__ = ["create_app"]
+
+_HERE = files("crawlherd.web")
+PAGE = 50
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+def _ts(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
+
+
+def _templates() -> Jinja2Templates:
+    env = Environment(
+        loader=FileSystemLoader(str(_HERE.joinpath("templates"))),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
+    env.filters["ts"] = _ts
+    env.filters["age"] = _age
+    env.filters["redact"] = lambda v: redact_url(str(v)) if v is not None else ""
+    env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
+    return Jinja2Templates(env=env)
+
+
+def _duration(value: str) -> str | float:
+    """A form's duration: a bare number is seconds, anything else ("15m", "1h30m") is parsed later."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        raise HTTPException(400, f"not a number: {value!r}") from None
+
+
+def _time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise HTTPException(400, f"not a time: {value!r} (use 2026-01-31T07:00 or with +01:00)") from None
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+
+
+def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str = "crawlherd") -> Starlette:
+    """The console on ``engine`` (the caller's). ``secret_key`` signs the session cookies (default: a
+    random key made now, so sessions end when the process does)."""
+    templates = _templates()
+
+    def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        context.update(
+            request=request,
+            csrf=csrf_token(request),
+            user=actor(request),
+            open_mode=getattr(request.state, "open_mode", False),
+            title=title,
+        )
+        return templates.TemplateResponse(request, name, context, status_code=status)
+
+    def back(url: str, message: str | None = None) -> RedirectResponse:
+        if message:
+            sep = "&" if "?" in url else "?"
+            url = f"{url}{sep}flash={message}"
+        return RedirectResponse(url, status_code=303)
+
+    # -- login ------------------------------------------------------------------------------------
+
+    async def login_page(request: Request) -> Response:
+        return render(request, "login.html", next=request.query_params.get("next", "/"), error=None)
+
+    async def login(request: Request) -> Response:
+        form = await checked_form(request)
+        name, password = str(form.get("name", "")), str(form.get("password", ""))
+        target = str(form.get("next", "/"))
+        if not target.startswith("/") or target.startswith("//"):
+            target = "/"
+        if not await authenticate(engine, name, password):
+            return render(request, "login.html", status=401, next=target, error="wrong name or password")
+        request.session.clear()
+        request.session["user"] = name
+        request.session["csrf"] = secrets.token_urlsafe(32)
+        return RedirectResponse(target, status_code=303)
+
+    async def logout(request: Request) -> Response:
+        await checked_form(request)
+        request.session.clear()
+        return RedirectResponse("/login", status_code=303)
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    # -- overview ---------------------------------------------------------------------------------
+
+    async def overview_page(request: Request) -> Response:
+        return render(request, "overview.html", o=await overview(engine))
+
+    async def overview_live(request: Request) -> Response:
+        return render(request, "_overview_live.html", o=await overview(engine))
+
+    async def overview_json(request: Request) -> Response:
+        return JSONResponse((await overview(engine)).as_dict())
+
+    # -- websites ---------------------------------------------------------------------------------
+
+    async def websites_page(request: Request) -> Response:
+        return render(request, "websites.html", websites=await list_websites(engine), errors={}, values={})
+
+    async def website_create(request: Request) -> Response:
+        form = await checked_form(request)
+        values = {k: str(v) for k, v in form.items() if k != "csrf"}
+        spec: dict[str, Any] = {
+            "name": values.get("name", "").strip(),
+            "base_url": values.get("base_url", "").strip(),
+            "search_url_template": values.get("search_url_template", "").strip(),
+            "requires_playwright": values.get("requires_playwright") == "on",
+            "politeness": {
+                "min_delay": _duration(values.get("min_delay") or "1s"),
+                "max_concurrency": values.get("max_concurrency") or 2,
+                "robots": values.get("robots") or "obey",
+            },
+        }
+        try:
+            if values.get("pagination", "").strip():
+                spec["pagination"] = json.loads(values["pagination"])
+            if values.get("extraction", "").strip():
+                spec["extraction"] = json.loads(values["extraction"])
+            await editing.save_website(engine, spec, actor=actor(request))
+        except json.JSONDecodeError as exc:
+            errors = {"extraction": f"not valid JSON: {exc}"}
+        except editing.FormError as exc:
+            errors = exc.problems
+        except CrawlherdError as exc:
+            errors = {"form": str(exc)}
+        else:
+            return back("/websites", "website saved")
+        return render(
+            request, "websites.html", status=400, websites=await list_websites(engine), errors=errors,
+            values={k: v for k, v in values.items() if k not in ("base_url", "search_url_template")},
+        )
+
+    async def website_politeness(request: Request) -> Response:
+        website_id = _int(request.path_params["website_id"])
+        assert website_id is not None
+        form = await checked_form(request)
+        try:
+            await editing.update_politeness(
+                engine,
+                website_id,
+                min_delay=float(str(form.get("min_delay", "1"))),
+                max_concurrency=int(str(form.get("max_concurrency", "2"))),
+                robots_policy=str(form.get("robots_policy", "obey")),
+                requires_playwright=form.get("requires_playwright") == "on",
+                actor=actor(request),
+            )
+        except (ValueError, CrawlherdError) as exc:
+            return back("/websites", f"not saved: {exc}")
+        return back("/websites", "politeness saved")
+
+    # -- targets ----------------------------------------------------------------------------------
+
+    async def targets_page(request: Request) -> Response:
+        p = request.query_params
+        rows = await browse_targets(
+            engine,
+            q=p.get("q", ""),
+            website=p.get("website") or None,
+            state=p.get("state") or None,
+            after_id=_int(p.get("after")),
+            limit=PAGE,
+        )
+        if p.get("format") == "json":
+            return JSONResponse([_jsonable(vars_(r)) for r in rows])
+        return render(
+            request, "targets.html", rows=rows, q=p.get("q", ""), website=p.get("website", ""),
+            state=p.get("state", ""), websites=await website_names(engine),
+            next_after=rows[-1].id if len(rows) == PAGE else None,
+        )
+
+    async def target_new(request: Request) -> Response:
+        return render(
+            request, "target_form.html", websites=await website_names(engine), errors={},
+            values={"timezone": "UTC", "every": "1h", "misfire": "skip"}, target=None,
+        )
+
+    def _target_values(form: Any) -> tuple[dict[str, Any], dict[str, str]]:
+        raw = {k: str(v) for k, v in form.items() if k != "csrf"}
+        values: dict[str, Any] = {
+            "website": raw.get("website", ""),
+            "keywords": [k for k in (s.strip() for s in raw.get("keywords", "").split(",")) if k],
+            "locations": [loc.strip() for loc in raw.get("locations", "").split(",")] or [""],
+            "timezone": raw.get("timezone") or "UTC",
+            "misfire": raw.get("misfire") or "skip",
+            "active": raw.get("active", "on") == "on",
+        }
+        if raw.get("cron", "").strip():
+            values["cron"] = raw["cron"].strip()
+        else:
+            values["every"] = _duration(raw.get("every", "").strip()) or None
+        if raw.get("jitter", "").strip():
+            values["jitter"] = _duration(raw["jitter"].strip())
+        if raw.get("backfill_limit", "").strip():
+            values["backfill_limit"] = raw["backfill_limit"].strip()
+        return values, raw
+
+    async def target_create(request: Request) -> Response:
+        values, raw = _target_values(await checked_form(request))
+        try:
+            await editing.save_target(engine, values, actor=actor(request))
+        except editing.FormError as exc:
+            errors = exc.problems
+        except CrawlherdError as exc:
+            errors = {"form": str(exc)}
+        else:
+            return back("/targets", "target saved")
+        return render(
+            request, "target_form.html", status=400, websites=await website_names(engine),
+            errors=errors, values=raw, target=None,
+        )
+
+    async def target_page(request: Request) -> Response:
+        target_id = _int(request.path_params["target_id"])
+        assert target_id is not None
+        try:
+            info = await get_target(engine, target_id)
+        except CrawlherdError as exc:
+            raise HTTPException(404, str(exc)) from None
+        at = _time(request.query_params.get("at"))
+        why = await explain(engine, target_id, at)
+        trail = await lineage(engine, target_id, limit=10)
+        zone = ZoneInfo(info.timezone)
+        runs = [(slot, run_at, run_at.astimezone(zone)) for slot, run_at in await preview_target(engine, target_id, 10)]
+        return render(
+            request, "target.html", t=info, why=why, trail=trail, runs=runs, at=request.query_params.get("at", ""),
+            run_key=uuid.uuid4().hex, flash=request.query_params.get("flash"),
+        )
+
+    async def target_run(request: Request) -> Response:
+        target_id = _int(request.path_params["target_id"])
+        assert target_id is not None
+        form = await checked_form(request)
+        key = str(form.get("key") or "") or None
+        result = await run_now(engine, target_id, requested_by=actor(request), request_key=key)
+        message = "run queued" if result.created else "a run of this target is already queued"
+        return back(f"/targets/{target_id}", f"{message} (slot {_ts(result.slot_at)})")
+
+    async def target_active(request: Request) -> Response:
+        target_id = _int(request.path_params["target_id"])
+        assert target_id is not None
+        form = await checked_form(request)
+        active = form.get("active") == "1"
+        await editing.set_target_active(engine, target_id, active, actor=actor(request))
+        return back(f"/targets/{target_id}", "enabled" if active else "disabled")
+
+    async def target_delete(request: Request) -> Response:
+        target_id = _int(request.path_params["target_id"])
+        assert target_id is not None
+        await checked_form(request)
+        await editing.delete_target(engine, target_id, actor=actor(request))
+        return back("/targets", f"target {target_id} deleted")
+
+    async def target_schedule(request: Request) -> Response:
+        target_id = _int(request.path_params["target_id"])
+        assert target_id is not None
+        info = await get_target(engine, target_id)
+        form = await checked_form(request)
+        values, _raw = _target_values(form)
+        values.update(website=info.website, keywords=[info.keywords], locations=[info.location], active=info.active)
+        try:
+            await editing.save_target(engine, values, actor=actor(request))
+        except CrawlherdError as exc:
+            return back(f"/targets/{target_id}", f"schedule not saved: {exc}")
+        return back(f"/targets/{target_id}", "schedule saved")
+
+    async def import_page(request: Request) -> Response:
+        return render(request, "import.html", errors=[], text="", result=None)
+
+    async def import_post(request: Request) -> Response:
+        form = await checked_form(request)
+        try:
+            upload = form.get("file")
+            if upload is not None and not isinstance(upload, str) and upload.filename:
+                filename = upload.filename
+                text = (await upload.read()).decode("utf-8", errors="replace")
+            else:
+                text = str(form.get("text", ""))
+                filename = "pasted." + ("yaml" if form.get("format") == "yaml" else "toml")
+        finally:
+            await form.close()
+        try:
+            result = await editing.import_text(engine, text, filename=filename, actor=actor(request))
+        except TargetsFileError as exc:
+            return render(request, "import.html", status=400, errors=exc.problems, text=text, result=None)
+        except CrawlherdError as exc:
+            return render(request, "import.html", status=400, errors=[("(file)", str(exc))], text=text, result=None)
+        return render(request, "import.html", errors=[], text="", result=result)
+
+    async def schedule_preview(request: Request) -> Response:
+        p = request.query_params
+        values: dict[str, Any] = {"website": "preview", "keywords": ["preview"], "timezone": p.get("timezone") or "UTC"}
+        if p.get("cron", "").strip():
+            values["cron"] = p["cron"].strip()
+        else:
+            values["every"] = _duration(p.get("every", "").strip()) or None
+        if p.get("jitter", "").strip():
+            values["jitter"] = _duration(p["jitter"].strip())
+        try:
+            spec = TargetSpec.model_validate(values)
+            schedule = make_schedule(**spec.schedule_fields())
+        except ValidationError as exc:
+            return JSONResponse({"ok": False, "errors": editing._problems(exc)})  # noqa: SLF001
+        except CrawlherdError as exc:
+            return JSONResponse({"ok": False, "errors": {"schedule": str(exc)}})
+        async with engine.connect() as conn:
+            now = await db_now(conn)
+        zone = ZoneInfo(spec.timezone)
+        runs = [
+            {"utc": _ts(s), "local": s.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")}
+            for s in upcoming(schedule, after=now, count=10)
+        ]
+        return JSONResponse({"ok": True, "timezone": spec.timezone, "jitter_seconds": spec.jitter, "runs": runs})
+
+    # -- jobs -------------------------------------------------------------------------------------
+
+    async def jobs_page(request: Request) -> Response:
+        p = request.query_params
+        status = p.get("status") or None
+        if status is not None and status not in JOB_STATUSES:
+            raise HTTPException(400, f"unknown status {status!r}")
+        flt = JobFilter(
+            status=status,
+            website=p.get("website") or None,
+            target_id=_int(p.get("target")),
+            since=_time(p.get("since")),
+            until=_time(p.get("until")),
+            before_id=_int(p.get("before")),
+            limit=PAGE,
+        )
+        rows = await list_jobs(engine, flt)
+        if p.get("format") == "json":
+            return JSONResponse([r.as_dict() for r in rows])
+        return render(
+            request, "jobs.html", rows=rows, f=flt, statuses=JOB_STATUSES, params=dict(p),
+            websites=await website_names(engine),
+            next_before=rows[-1].id if len(rows) == PAGE else None,
+        )
+
+    async def job_page(request: Request) -> Response:
+        run_id = _int(request.path_params["run_id"])
+        assert run_id is not None
+        try:
+            job = await get_job(engine, run_id)
+        except CrawlherdError as exc:
+            raise HTTPException(404, str(exc)) from None
+        return render(request, "job.html", job=job)
+
+    # -- dead letters -----------------------------------------------------------------------------
+
+    async def dead_page(request: Request) -> Response:
+        rows = await list_dead_letters(engine, website=request.query_params.get("website") or None)
+        return render(request, "dead_letters.html", rows=rows, flash=request.query_params.get("flash"))
+
+    async def dead_retry(request: Request) -> Response:
+        form = await checked_form(request)
+        ids = None if form.get("all") == "1" else [int(str(v)) for v in form.getlist("run_id")]
+        sent = await retry_dead(engine, ids, actor=actor(request))
+        return back("/dead-letters", f"{sent} job(s) sent again")
+
+    async def dead_discard(request: Request) -> Response:
+        run_id = _int(request.path_params["run_id"])
+        assert run_id is not None
+        form = await checked_form(request)
+        try:
+            await discard(engine, run_id, reason=str(form.get("reason", "")), actor=actor(request))
+        except CrawlherdError as exc:
+            return back("/dead-letters", f"not discarded: {exc}")
+        return back("/dead-letters", f"run {run_id} discarded")
+
+    # -- items, frontier, audit -------------------------------------------------------------------
+
+    async def items_page(request: Request) -> Response:
+        p = request.query_params
+        rows = await browse_items(
+            engine, website=p.get("website") or None, q=p.get("q", ""), location=p.get("location", ""),
+            before_id=_int(p.get("before")), limit=PAGE,
+        )
+        return render(
+            request, "items.html", rows=rows, params=dict(p), websites=await website_names(engine),
+            next_before=rows[-1].id if len(rows) == PAGE else None,
+        )
+
+    async def items_export(request: Request) -> Response:
+        fmt = request.query_params.get("format", "jsonl")
+        if fmt not in FORMATS:
+            raise HTTPException(400, f"format must be one of {', '.join(FORMATS)}")
+        out = io.StringIO()
+        await export_items(engine, out, fmt=fmt, website=request.query_params.get("website") or None)
+        media = "text/csv" if fmt == "csv" else "application/x-ndjson"
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        return Response(
+            out.getvalue(), media_type=media,
+            headers={"content-disposition": f'attachment; filename="items-{stamp}.{fmt}"'},
+        )
+
+    async def frontier_page(request: Request) -> Response:
+        o = await overview(engine)
+        workers = [p for p in o.processes if p.kind == "worker"]
+        return render(request, "frontier.html", workers=workers)
+
+    async def audit_page(request: Request) -> Response:
+        rows = await list_audit(engine, limit=200, before_id=_int(request.query_params.get("before")))
+        return render(request, "audit.html", rows=rows)
+
+    async def forbidden(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return PlainTextResponse(str(exc.detail), status_code=exc.status_code)
+
+    async def user_error(request: Request, exc: Exception) -> Response:
+        return PlainTextResponse(f"error: {exc}", status_code=400)
+
+    routes = [
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/healthz", healthz),
+        Route("/", overview_page),
+        Route("/overview/live", overview_live),
+        Route("/overview.json", overview_json),
+        Route("/websites", websites_page, methods=["GET"]),
+        Route("/websites", website_create, methods=["POST"]),
+        Route("/websites/{website_id:int}/politeness", website_politeness, methods=["POST"]),
+        Route("/targets", targets_page, methods=["GET"]),
+        Route("/targets", target_create, methods=["POST"]),
+        Route("/targets/new", target_new),
+        Route("/targets/import", import_page, methods=["GET"]),
+        Route("/targets/import", import_post, methods=["POST"]),
+        Route("/targets/{target_id:int}", target_page),
+        Route("/targets/{target_id:int}/run", target_run, methods=["POST"]),
+        Route("/targets/{target_id:int}/active", target_active, methods=["POST"]),
+        Route("/targets/{target_id:int}/delete", target_delete, methods=["POST"]),
+        Route("/targets/{target_id:int}/schedule", target_schedule, methods=["POST"]),
+        Route("/api/schedule-preview", schedule_preview),
+        Route("/jobs", jobs_page),
+        Route("/jobs/{run_id:int}", job_page),
+        Route("/dead-letters", dead_page),
+        Route("/dead-letters/retry", dead_retry, methods=["POST"]),
+        Route("/dead-letters/{run_id:int}/discard", dead_discard, methods=["POST"]),
+        Route("/items", items_page),
+        Route("/items/export", items_export),
+        Route("/frontier", frontier_page),
+        Route("/audit", audit_page),
+        Mount("/static", app=StaticFiles(directory=str(_HERE.joinpath("static"))), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(
+                SessionMiddleware,
+                secret_key=secret_key or secrets.token_urlsafe(32),
+                session_cookie="crawlherd_session",
+                same_site="strict",
+                max_age=12 * 3600,
+            ),
+            Middleware(LoginRequired),
+        ],
+        exception_handlers={HTTPException: forbidden, CrawlherdError: user_error},
+    )
+    app.state.engine = engine
+    return app
+
+
+def vars_(obj: Any) -> dict[str, Any]:
+    """A slotted dataclass as a dict."""
+    return {name: getattr(obj, name) for name in obj.__slots__}
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in values.items()}

@@ -1,0 +1,67 @@
+"""Serving the console with uvicorn, inside the caller's event loop (``crawlherd web``, ``run``, ``demo``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator
+
+import uvicorn
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd.db.heartbeat import Heartbeat
+from crawlherd.service.users import count_users
+from crawlherd.web.app import create_app
+from crawlherd.web.auth import check_bind
+
+__all__ = ["Console", "serve_console"]
+
+log = logging.getLogger(__name__)
+
+
+class Console:
+    """A running console: ``url`` once started."""
+
+    def __init__(self, server: uvicorn.Server, host: str, port: int) -> None:
+        self.server = server
+        self.host = host
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+
+@contextlib.asynccontextmanager
+async def serve_console(
+    engine: AsyncEngine, *, host: str = "127.0.0.1", port: int = 8080, heartbeat: bool = True
+) -> AsyncIterator[Console]:
+    """Serve the console on ``host:port`` (``port`` 0: a free one) until the block exits. Refuses a
+    non-loopback ``host`` while no user is defined."""
+    check_bind(host, await count_users(engine))
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    bound = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(engine), log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]), name="console")
+    beat = Heartbeat(engine, kind="web", info={"url": f"http://{host}:{bound}/"}) if heartbeat else None
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.02)
+        if beat is not None:
+            await beat.__aenter__()
+        yield Console(server, host, bound)
+    finally:
+        if beat is not None:
+            await beat.__aexit__(None, None, None)
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        sock.close()
