@@ -48,6 +48,13 @@ class LocalCluster:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in list(self.procs)[: self.masters])
 
     def start(self) -> LocalCluster:
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # nothing left running when the cluster could not be made
+            raise
+
+    def _start(self) -> LocalCluster:
         exe = shutil.which("redis-server")
         if exe is None or shutil.which("redis-cli") is None:
             raise RuntimeError("redis-server and redis-cli are needed for the Redis Cluster tests")
