@@ -20,10 +20,15 @@ __version__ = "0.1.0"
 
 # name -> module, imported lazily by __getattr__.
 _LAZY: dict[str, str] = {
+    "AsyncWebCrawler": "crawlherd.crawler.crawler",
+    "BaseDispatcher": "crawlherd.dispatch.base",
     "Crawler": "crawlherd.crawler",
     "CrawlerRunConfig": "crawlherd.crawler",
     "CrawlResult": "crawlherd.result",
+    "CrawloConfig": "crawlherd.compat.crawlo",
+    "open_crawlo_scheduler": "crawlherd.compat.crawlo",
     "CrawlerMonitor": "crawlherd.dispatch.monitor",
+    "DisplayMode": "crawlherd.dispatch.monitor",
     "HttpFetcher": "crawlherd.fetch.http",
     "MemoryAdaptiveDispatcher": "crawlherd.dispatch.memory_adaptive",
     "RateLimiter": "crawlherd.dispatch.rate_limiter",

@@ -19,6 +19,7 @@ The tree::
     │   ├── RateLimitedError        still 429/503 after max_retries re-fetches
     │   └── BrowserUnavailableError no Chromium to drive
     ├── MemoryPressureError         memory stayed above threshold past memory_wait_timeout
+    ├── PageTooComplexError         an HTML page nested too deep or too large to parse within budget
     ├── ScheduleError               a frequency (interval / cron / time zone) that cannot be used
     ├── TargetsFileError            a targets file refused whole; .problems lists every problem
     ├── MessageError                a job message that fails validation or has an unknown version
@@ -117,6 +118,11 @@ class BrowserUnavailableError(FetchError):
 
 class MemoryPressureError(CrawlherdError):
     """Memory stayed above the threshold for longer than ``memory_wait_timeout``."""
+
+
+class PageTooComplexError(CrawlherdError):
+    """An HTML page refused before parsing: nested deeper, or costlier to parse, than the budget
+    (:data:`crawlherd.page.MAX_HTML_DEPTH`, :data:`~crawlherd.page.MAX_HTML_WORK`)."""
 
 
 class ScheduleError(CrawlherdError):

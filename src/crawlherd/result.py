@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from crawlherd.content_type import HasBody
+from crawlherd.page import clean_html, extract_links, main_content_markdown
 from crawlherd.request import Request
 
 __all__ = ["CrawlResult", "DispatchInfo"]
+
+_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
 
 
 @dataclass(slots=True)
@@ -54,6 +58,11 @@ class CrawlResult(HasBody):
     one after redirects. ``elapsed`` is the fetch time in seconds; ``dispatch`` the dispatcher's
     record (timing, memory, retries). ``text`` and ``content_type`` come from
     :class:`~crawlherd.content_type.HasBody`.
+
+    What crawl4ai users read most is computed on first access, never during the crawl, and kept:
+    ``links`` (absolute http(s) links of the page; ``internal_links``/``external_links`` split them by
+    host), ``cleaned_html`` (no scripts, styles, comments, handlers) and ``markdown`` (the main
+    content as Markdown; extra ``crawlherd[markdown]``). A page that is not HTML gives empty values.
     """
 
     url: str
@@ -68,10 +77,65 @@ class CrawlResult(HasBody):
     elapsed: float = 0.0
     redirects: tuple[str, ...] = ()
     depth: int = 0
-    links: list[str] = field(default_factory=list)
+    links_found: list[str] | None = field(default=None, repr=False)
     screenshot: bytes | None = None
     request: Request | None = None
     dispatch: DispatchInfo | None = None
+    _cleaned_html: str | None = field(default=None, init=False, repr=False, compare=False)
+    _markdown: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def _is_html(self) -> bool:
+        return bool(self.body) and self.content_type in _HTML_TYPES
+
+    @property
+    def html(self) -> str:
+        """The page as fetched, decoded (crawl4ai's name for :attr:`text`)."""
+        return self.text
+
+    @property
+    def base_url(self) -> str:
+        """The URL links are resolved against: the final URL after redirects, else the URL asked for."""
+        return self.final_url or self.url
+
+    @property
+    def links(self) -> list[str]:
+        """Absolute http(s) links of the page, document order, no repeats (computed once)."""
+        found = self.links_found
+        if found is None:
+            found = self.links_found = extract_links(self.text, self.base_url) if self._is_html() else []
+        return found
+
+    @links.setter
+    def links(self, value: list[str]) -> None:
+        self.links_found = value
+
+    @property
+    def internal_links(self) -> list[str]:
+        """The links to the page's own host (crawl4ai's ``links["internal"]``, as URLs)."""
+        host = urlsplit(self.base_url).hostname
+        return [u for u in self.links if urlsplit(u).hostname == host]
+
+    @property
+    def external_links(self) -> list[str]:
+        """The links to other hosts (crawl4ai's ``links["external"]``, as URLs)."""
+        host = urlsplit(self.base_url).hostname
+        return [u for u in self.links if urlsplit(u).hostname != host]
+
+    @property
+    def cleaned_html(self) -> str:
+        """The page's body without scripts, styles, comments, hidden inputs and inline handlers
+        (computed once; "" for a page that is not HTML)."""
+        if self._cleaned_html is None:
+            self._cleaned_html = clean_html(self.text) if self._is_html() else ""
+        return self._cleaned_html
+
+    @property
+    def markdown(self) -> str:
+        """The page's main content as Markdown, links made absolute (computed once; "" for a page
+        that is not HTML). Needs the ``markdown`` extra: ``pip install 'crawlherd[markdown]'``."""
+        if self._markdown is None:
+            self._markdown = main_content_markdown(self.text, self.base_url) if self._is_html() else ""
+        return self._markdown
 
     def to_dict(self, *, body: bool = False) -> dict[str, Any]:
         """A JSON-safe dict (the body only when asked for, as text)."""
@@ -88,8 +152,8 @@ class CrawlResult(HasBody):
             "depth": self.depth,
             "redirects": list(self.redirects),
         }
-        if self.links:
-            out["links"] = len(self.links)
+        if self.links_found:
+            out["links"] = len(self.links_found)
         if self.dispatch is not None:
             out["dispatch"] = self.dispatch.to_dict()
         if body:

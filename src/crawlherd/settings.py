@@ -41,6 +41,12 @@ class Settings(BaseModel):
     allow_private_addresses: bool = Field(
         False, description="Let the fetchers reach private, loopback and link-local addresses."
     )
+    runs_retention: str = Field(
+        "90d", description="`crawlherd db prune`: delete job runs finished longer ago than this ('never' keeps them)."
+    )
+    items_retention: str = Field(
+        "never", description="`crawlherd db prune`: delete items last seen longer ago than this ('never' keeps them)."
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "WARNING", description="Logging level (-v and -vv raise it to INFO and DEBUG)."
     )

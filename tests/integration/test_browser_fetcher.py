@@ -352,3 +352,18 @@ async def test_every_js_target_of_the_demo_yields_the_sites_expected_items(
         for item in rules.extract(response.text, response.url).items:
             found[item.fingerprint.hex()] = {"url": item.url, "fields": dict(item.fields)}
     assert found == expected and len(found) > 0
+
+
+async def test_crawler_run_config_screenshot_reaches_the_browser(
+    site: DemoSite, chromium: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """crawl4ai's CrawlerRunConfig(screenshot=True) through the Crawler: a PNG, and no warning."""
+    from crawlherd import AsyncWebCrawler, CrawlerRunConfig
+
+    fetcher = BrowserFetcher(LOOPBACK, executable_path=chromium, wait_until="domcontentloaded")
+    async with AsyncWebCrawler(fetcher=fetcher) as crawler:
+        [result] = await crawler.arun_many(urls=[f"{site.url}/"], config=CrawlerRunConfig(screenshot=True))
+        plain = await crawler.arun(f"{site.url}/")
+    assert result.success and result.screenshot is not None and result.screenshot.startswith(b"\x89PNG")
+    assert plain.screenshot is None  # only when asked
+    assert not [r for r in caplog.records if r.name == "crawlherd.crawler"]

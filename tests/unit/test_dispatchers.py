@@ -254,7 +254,7 @@ async def test_memory_pressure_while_waiting_on_the_frontier_still_ends_the_run(
 
 
 def test_thresholds_are_validated() -> None:
-    with pytest.raises(ConfigurationError, match="recovery < threshold <= critical"):
+    with pytest.raises(ConfigurationError, match="recovery <= threshold <= critical"):
         MemoryAdaptiveDispatcher(memory_threshold_percent=80, recovery_threshold_percent=85)
     with pytest.raises(ConfigurationError):
         MemoryAdaptiveDispatcher(max_session_permit=0)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -151,6 +152,10 @@ class SQLiteBroker(BrokerBase):
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlherd-sqlite-broker")
 
         def connect() -> sqlite3.Connection:
+            if self.path != ":memory:" and not self.path.startswith("file:") and Path(self.path).parent.exists():
+                # owner only; SQLite gives its -wal and -shm files the permissions of the database file
+                with contextlib.suppress(FileExistsError):
+                    os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             conn = sqlite3.connect(self.path, timeout=self.options.busy_timeout, isolation_level=None,
                                    check_same_thread=False)
             try:

@@ -25,7 +25,9 @@ class CrawlerRunConfig:
     - ``headers``: sent with every request of the run, on top of the fetcher's.
     - ``check_robots_txt``: obey robots.txt (a disallowed URL gives a failed result,
       ``RobotsDisallowedError``); its ``Crawl-delay`` becomes the frontier's delay for that host.
-    - ``screenshot``: ask the fetcher for a screenshot (browser fetchers; HTTP ignores it).
+    - ``screenshot``: ask the fetcher for a full-page PNG in ``CrawlResult.screenshot``. Only a
+      fetcher that renders pages can (``BrowserFetcher``); with the HTTP fetcher the crawler logs a
+      warning saying so, once, and results have ``screenshot=None``.
     - ``cache_mode``: ``bypass`` (always fetch, keep nothing), ``enabled`` (a URL fetched successfully
       earlier by this crawler is answered from memory), ``refresh`` (always fetch, update the cache).
     - ``concurrency``: requests in flight when no dispatcher is given.

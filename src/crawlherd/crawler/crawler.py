@@ -19,26 +19,39 @@ dispatcher, so politeness, re-fetches and memory-pressure re-queues all go throu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
-from typing import Any, Literal, TypedDict, Unpack, cast, overload
+import logging
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, Literal, Protocol, TypedDict, Unpack, cast, overload
 from urllib.parse import urlsplit
 
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.crawler.config import CrawlerRunConfig
 from crawlherd.crawler.stream import CrawlRun, CrawlStream
-from crawlherd.dispatch.base import Dispatcher
+from crawlherd.dispatch.base import BaseDispatcher, Dispatcher
+from crawlherd.dispatch.monitor import CrawlerMonitor
 from crawlherd.dispatch.rate_limiter import RateLimiter
 from crawlherd.dispatch.semaphore import SemaphoreDispatcher
-from crawlherd.errors import ConfigurationError, CrawlherdError, FetchError, InvalidURLError, RobotsDisallowedError
-from crawlherd.extract.links import extract_links
+from crawlherd.errors import (
+    ConfigurationError,
+    CrawlherdError,
+    FetchError,
+    InvalidURLError,
+    PageTooComplexError,
+    RobotsDisallowedError,
+)
+from crawlherd.extract.links import extract_links_async
 from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.gate import HostGate
 from crawlherd.fetch.robots import RobotsCache
-from crawlherd.frontier import Frontier, open_scheduler
+from crawlherd.frontier import Frontier, Lease, open_scheduler
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
-__all__ = ["Crawler"]
+__all__ = ["AsyncWebCrawler", "Crawler", "RunUrlsDispatcher", "runs_urls_itself"]
+
+log = logging.getLogger("crawlherd.crawler")
+
+log = logging.getLogger(__name__)
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
 
@@ -46,13 +59,16 @@ _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
 class _ManyOptions(TypedDict, total=False):
     """The keyword options of :meth:`Crawler.arun_many` besides ``stream`` (for its overloads)."""
 
-    dispatcher: Dispatcher | None
+    urls: Iterable[str | Request] | None
+    dispatcher: Dispatcher | RunUrlsDispatcher | None
     config: CrawlerRunConfig | None
 
 
-class _CrawlOptions(_ManyOptions, total=False):
+class _CrawlOptions(TypedDict, total=False):
     """The keyword options of :meth:`Crawler.crawl` besides the budget and ``stream``."""
 
+    dispatcher: Dispatcher | None
+    config: CrawlerRunConfig | None
     allowed_domains: Iterable[str] | None
     frontier: str | Frontier
     delay: float
@@ -104,6 +120,7 @@ class Crawler:
         self._cache: dict[bytes, CrawlResult] = {}
         self._streams: set[CrawlStream] = set()
         self._entered = False
+        self._warned_screenshot: set[str] = set()
 
     async def __aenter__(self) -> Crawler:
         await self.fetcher.__aenter__()
@@ -125,6 +142,7 @@ class Crawler:
     async def arun(self, url_or_request: str | Request, config: CrawlerRunConfig | None = None) -> CrawlResult:
         """Fetch one URL (no frontier, no dispatcher): its result, failed or not."""
         config = config or self.config
+        self._check_screenshot(config)
         run = CrawlRun(cast(Frontier, _NoFrontier()), config)
         try:
             request = self._request(url_or_request, run)
@@ -142,6 +160,20 @@ class Crawler:
         if not isinstance(item, str):
             raise InvalidURLError(f"expected a URL string or a Request, got {type(item).__name__}: {item!r:.100}")
         return Request(item, meta=meta or None, headers=headers or None, **kw)
+
+    def _check_screenshot(self, config: CrawlerRunConfig) -> None:
+        """Say once per fetcher that a screenshot was asked of a fetcher that cannot take one."""
+        if not config.screenshot or getattr(self.fetcher, "takes_screenshots", False):
+            return
+        name = type(self.fetcher).__name__
+        if name not in self._warned_screenshot:
+            self._warned_screenshot.add(name)
+            log.warning(
+                "CrawlerRunConfig(screenshot=True): %s does not render pages and cannot take screenshots; "
+                "results will have screenshot=None. Use Crawler(fetcher=BrowserFetcher()) "
+                "(pip install 'crawlherd[browser]') for screenshots.",
+                name,
+            )
 
     async def _process(self, request: Request, run: CrawlRun) -> CrawlResult:
         config = run.config
@@ -193,35 +225,59 @@ class Crawler:
 
     @overload
     async def arun_many(
-        self, urls_or_requests: Iterable[str | Request], *, stream: Literal[False], **options: Unpack[_ManyOptions]
+        self, urls_or_requests: Iterable[str | Request] | None = ..., *, stream: Literal[False],
+        **options: Unpack[_ManyOptions],
     ) -> list[CrawlResult]: ...
 
     @overload
     async def arun_many(
-        self, urls_or_requests: Iterable[str | Request], *, stream: Literal[True], **options: Unpack[_ManyOptions]
+        self, urls_or_requests: Iterable[str | Request] | None = ..., *, stream: Literal[True],
+        **options: Unpack[_ManyOptions],
     ) -> CrawlStream: ...
 
     @overload
     async def arun_many(
-        self, urls_or_requests: Iterable[str | Request], *, stream: bool | None = ..., **options: Unpack[_ManyOptions]
+        self, urls_or_requests: Iterable[str | Request] | None = ..., *, stream: bool | None = ...,
+        **options: Unpack[_ManyOptions],
     ) -> list[CrawlResult] | CrawlStream: ...
 
     async def arun_many(
         self,
-        urls_or_requests: Iterable[str | Request],
+        urls_or_requests: Iterable[str | Request] | None = None,
         *,
-        dispatcher: Dispatcher | None = None,
+        urls: Iterable[str | Request] | None = None,
+        dispatcher: Dispatcher | RunUrlsDispatcher | None = None,
         config: CrawlerRunConfig | None = None,
         stream: bool | None = None,
     ) -> list[CrawlResult] | CrawlStream:
         """Fetch every URL: a list of results, or with ``stream=True`` (or ``config.stream``) an async
         iterator in completion order. Exactly one result per item given, in the same number -- an
         invalid URL gives a failed result, a repeated URL is fetched once and answered for each time.
-        ``dispatcher`` defaults to ``SemaphoreDispatcher(config.concurrency)``."""
+        The URLs come positionally or as ``urls=`` (crawl4ai's spelling).
+
+        ``dispatcher`` defaults to ``SemaphoreDispatcher(config.concurrency)``. A dispatcher written as
+        crawl4ai documents one -- a subclass of :class:`~crawlherd.dispatch.base.BaseDispatcher` (or any
+        object) with ``run_urls(urls, crawler, config)`` and ``crawl_url(...)`` calling
+        ``self.crawler.arun(url, config=config)`` -- plugs in too: it is handed the URLs and this
+        crawler (``run_urls_stream`` is used when streaming, if it has one)."""
         config = config or self.config
+        if urls is not None:
+            if urls_or_requests is not None:
+                raise ConfigurationError("arun_many: pass the URLs once, positionally or as urls=, not both")
+            urls_or_requests = urls
+        if urls_or_requests is None:
+            raise ConfigurationError("arun_many needs the URLs: arun_many([...]) or arun_many(urls=[...])")
         if isinstance(urls_or_requests, (str, Request)):
             raise ConfigurationError("arun_many takes a list of URLs or Requests; for one URL use arun()")
-        dispatcher = dispatcher or SemaphoreDispatcher(config.concurrency)
+        self._check_screenshot(config)
+        use_stream = config.stream if stream is None else stream
+        chosen: Dispatcher
+        if dispatcher is None:
+            chosen = SemaphoreDispatcher(config.concurrency)
+        elif runs_urls_itself(dispatcher):
+            chosen = _RunUrlsAdapter(cast(RunUrlsDispatcher, dispatcher), self, config, stream=use_stream)
+        else:
+            chosen = cast(Dispatcher, dispatcher)
         frontier = open_scheduler("memory://", clock=self.clock, max_in_flight=1_000_000)
         run = CrawlRun(frontier, config)
         invalid: list[CrawlResult] = []
@@ -240,10 +296,9 @@ class Crawler:
                 seen[fp] = request
                 requests.append(request)
         await frontier.enqueue_requests(requests)
-        if dispatcher.monitor is not None:
-            dispatcher.monitor.add_queued(len(requests))
-        out = self._stream(run, dispatcher, invalid)
-        use_stream = config.stream if stream is None else stream
+        if chosen.monitor is not None:
+            chosen.monitor.add_queued(len(requests))
+        out = self._stream(run, chosen, invalid)
         if use_stream:
             return out
         async with out:
@@ -350,7 +405,12 @@ class Crawler:
         looks idle while children are on their way)."""
         if result.content_type not in _HTML_TYPES:
             return
-        links = extract_links(result.text, result.final_url or request.url)
+        try:
+            links = await extract_links_async(result.text, result.final_url or request.url)
+        except PageTooComplexError as exc:
+            log.warning("%s: links not followed: %s", request.url, exc)
+            result.links = []
+            return
         result.links = links
         depth = request.depth + 1
         if depth > run.max_depth or run.enqueued >= run.max_pages:
@@ -396,3 +456,68 @@ class _NoFrontier:
     async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
         return None
 
+
+
+#: crawl4ai's name for the crawler: ``from crawlherd import AsyncWebCrawler``.
+AsyncWebCrawler = Crawler
+
+
+class RunUrlsDispatcher(Protocol):
+    """A dispatcher written as crawl4ai documents one: it runs the URLs itself, calling
+    ``crawler.arun(url, config=config)`` (``self.crawler`` is set before ``run_urls`` is called)."""
+
+    async def run_urls(self, urls: list[str], crawler: Any, config: CrawlerRunConfig) -> Any: ...
+
+
+def runs_urls_itself(dispatcher: object) -> bool:
+    """True for a dispatcher with its own ``run_urls`` (crawl4ai's custom dispatchers); False for
+    crawlherd's own, which run a frontier's requests (:class:`~crawlherd.dispatch.base.Dispatcher`)."""
+    method = getattr(type(dispatcher), "run_urls", None)
+    return method is not None and method is not getattr(BaseDispatcher, "run_urls", None)
+
+
+def _task_result(item: Any) -> CrawlResult:
+    """A CrawlResult from what a crawl4ai-style ``run_urls`` returns: a CrawlResult, or a task result
+    carrying one in ``.result`` (crawl4ai's ``CrawlerTaskResult``)."""
+    if isinstance(item, CrawlResult):
+        return item
+    inner = getattr(item, "result", None)
+    if isinstance(inner, CrawlResult):
+        return inner
+    raise ConfigurationError(
+        f"a custom dispatcher's run_urls returned {type(item).__name__}: expected CrawlResult objects (what "
+        "crawler.arun returns) or task results with the CrawlResult in .result"
+    )
+
+
+class _RunUrlsAdapter:
+    """Runs a crawl4ai-style dispatcher inside the crawler's usual stream: it takes every URL out of
+    the run's frontier, hands them to ``run_urls`` (``run_urls_stream`` when it has one) and reports
+    what it returns. The dispatcher owns concurrency and rate limiting; the frontier only keeps the
+    one-result-per-URL bookkeeping (repeated URLs answered twice)."""
+
+    def __init__(self, inner: RunUrlsDispatcher, crawler: Crawler, config: CrawlerRunConfig, *, stream: bool) -> None:
+        self.inner = inner
+        self.crawler = crawler
+        self.config = config
+        self.stream = stream
+        self.rate_limiter: RateLimiter | None = None  # the dispatcher keeps its own
+        self.monitor: CrawlerMonitor | None = None
+
+    async def run(
+        self, frontier: Frontier, process: Any, *, clock: Clock | None = None, rate_limit_at_send: bool = False
+    ) -> AsyncIterator[CrawlResult]:
+        leases: list[Lease] = []
+        while (lease := await frontier.next_request()) is not None:
+            leases.append(lease)
+        for lease in leases:
+            await frontier.ack(lease)
+        urls = [lease.request.url for lease in leases]
+        inner: Any = self.inner
+        inner.crawler = self.crawler
+        if self.stream and hasattr(inner, "run_urls_stream"):
+            async for item in inner.run_urls_stream(urls=urls, crawler=self.crawler, config=self.config):
+                yield _task_result(item)
+            return
+        for item in await inner.run_urls(urls=urls, crawler=self.crawler, config=self.config):
+            yield _task_result(item)

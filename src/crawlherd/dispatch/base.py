@@ -19,8 +19,8 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from crawlherd._aio import cancel_and_wait
 from crawlherd.clock import Clock, SystemClock
@@ -79,12 +79,27 @@ class _RunState:
 
 class BaseDispatcher:
     """What every dispatcher shares: running one lease (rate limiting, re-fetches, settling,
-    monitoring) and the result channel. Subclasses implement :meth:`_drive`."""
+    monitoring) and the result channel. crawlherd's dispatchers implement :meth:`_drive`.
 
-    def __init__(self, *, rate_limiter: RateLimiter | None = None, monitor: CrawlerMonitor | None = None) -> None:
+    It is also the base class of a dispatcher written as crawl4ai documents one: subclass it, call
+    ``super().__init__(rate_limiter)``, and implement ``run_urls(urls, crawler, config)`` (and whatever
+    ``crawl_url`` it uses, calling ``self.crawler.arun(url, config=config)``); the
+    :class:`~crawlherd.crawler.Crawler` then hands it the URLs and sets ``self.crawler``.
+    """
+
+    def __init__(self, rate_limiter: RateLimiter | None = None, monitor: CrawlerMonitor | None = None) -> None:
         self.rate_limiter = rate_limiter
         self.monitor = monitor
+        #: The crawler running this dispatcher (set by ``arun_many`` for crawl4ai-style dispatchers).
+        self.crawler: Any = None
         self._memory = monitor.memory if monitor is not None else ProcessMemory()
+
+    async def run_urls(self, urls: Iterable[str], crawler: Any, config: Any = None) -> list[CrawlResult]:
+        """crawl4ai's entry point: ``crawler.arun_many(urls, dispatcher=self, config=config)``, as a
+        list. A crawl4ai-style subclass overrides it to run the URLs itself."""
+        return cast(
+            "list[CrawlResult]", await crawler.arun_many(list(urls), dispatcher=self, config=config, stream=False)
+        )
 
     async def run(
         self, frontier: Frontier, process: ProcessFn, *, clock: Clock | None = None, rate_limit_at_send: bool = False

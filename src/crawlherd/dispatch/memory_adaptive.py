@@ -9,7 +9,8 @@ States, with hysteresis:
 
 - **normal**: up to ``max_session_permit`` requests in flight;
 - **pressure** (reading >= ``memory_threshold_percent``): no new request starts until the reading
-  falls below ``recovery_threshold_percent``;
+  falls to ``recovery_threshold_percent`` or below (crawl4ai's rule; the recovery threshold defaults
+  to 5 points under the threshold: 85 for the default 90, 80 for a threshold of 85);
 - **critical** (reading >= ``critical_threshold_percent``): in addition, the requests in flight --
   all but the oldest, so the crawl still moves -- are cancelled and their URLs go back to the
   frontier (``retry``); each is fetched again later and still yields exactly one result.
@@ -43,14 +44,18 @@ State = Literal["normal", "pressure", "critical"]
 
 class MemoryAdaptiveDispatcher(BaseDispatcher):
     """``MemoryAdaptiveDispatcher(memory_threshold_percent=90, critical_threshold_percent=95,
-    recovery_threshold_percent=85, check_interval=1.0, max_session_permit=20, memory_wait_timeout=600,
-    rate_limiter=None, monitor=None, *, memory_reader=None)``. See the module docstring."""
+    recovery_threshold_percent=None, check_interval=1.0, max_session_permit=20, memory_wait_timeout=600,
+    rate_limiter=None, monitor=None, *, memory_reader=None)``. See the module docstring.
+
+    ``recovery_threshold_percent`` None means ``memory_threshold_percent - 5``. As in crawl4ai,
+    :attr:`memory_pressure_mode` says whether new work is held back and :attr:`current_memory_percent`
+    is the last reading."""
 
     def __init__(
         self,
         memory_threshold_percent: float = 90.0,
         critical_threshold_percent: float = 95.0,
-        recovery_threshold_percent: float = 85.0,
+        recovery_threshold_percent: float | None = None,
         check_interval: float = 1.0,
         max_session_permit: int = 20,
         memory_wait_timeout: float = 600.0,
@@ -59,9 +64,11 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
         *,
         memory_reader: Callable[[], float] | None = None,
     ) -> None:
-        if not 0 < recovery_threshold_percent < memory_threshold_percent <= critical_threshold_percent <= 100:
+        if recovery_threshold_percent is None:
+            recovery_threshold_percent = max(memory_threshold_percent - 5.0, memory_threshold_percent / 2)
+        if not 0 < recovery_threshold_percent <= memory_threshold_percent <= critical_threshold_percent <= 100:
             raise ConfigurationError(
-                "MemoryAdaptiveDispatcher thresholds need 0 < recovery < threshold <= critical <= 100; got "
+                "MemoryAdaptiveDispatcher thresholds need 0 < recovery <= threshold <= critical <= 100; got "
                 f"recovery={recovery_threshold_percent}, threshold={memory_threshold_percent}, "
                 f"critical={critical_threshold_percent}"
             )
@@ -101,6 +108,16 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
             f"max_session_permit={self.max_session_permit}, state={self.state!r})"
         )
 
+    @property
+    def memory_pressure_mode(self) -> bool:
+        """True while new work is held back (pressure or critical), as crawl4ai's flag."""
+        return self.state != "normal"
+
+    @property
+    def current_memory_percent(self) -> float:
+        """The last memory reading in percent (0.0 before the first), as crawl4ai's attribute."""
+        return 0.0 if self.last_reading is None else self.last_reading
+
     # -- memory -------------------------------------------------------------------------------------
 
     def check_memory(self, now: float) -> State:
@@ -112,7 +129,7 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
             new: State = "critical"
         elif pct >= self.memory_threshold_percent:
             new = "pressure"
-        elif pct < self.recovery_threshold_percent:
+        elif pct <= self.recovery_threshold_percent:
             new = "normal"
         else:
             new = "normal" if old == "normal" else "pressure"  # hysteresis: stay held until recovery

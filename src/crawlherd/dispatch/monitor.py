@@ -8,28 +8,51 @@ redrawn from a timer, never per page.
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from crawlherd._aio import cancel_and_wait
 from crawlherd.dispatch.memory import ProcessMemory, SystemMemory
 from crawlherd.result import CrawlResult
 
-__all__ = ["CrawlerMonitor"]
+__all__ = ["CrawlerMonitor", "DisplayMode"]
+
+_MB = 1024 * 1024
+
+
+class DisplayMode(enum.Enum):
+    """What the live view shows (crawl4ai's names): ``DETAILED``, the totals and one row per recent
+    URL (at most ``max_visible_rows``); ``AGGREGATED``, the totals only."""
+
+    DETAILED = "DETAILED"
+    AGGREGATED = "AGGREGATED"
+
+
+class _Row(NamedTuple):
+    url: str
+    status: str
+    duration: float
+    memory: int
 
 
 class CrawlerMonitor:
-    """``CrawlerMonitor(*, enable_ui=None, refresh_per_second=4, console=None, concurrency=None)``.
+    """``CrawlerMonitor(*, max_visible_rows=15, display_mode=DisplayMode.DETAILED, enable_ui=None,
+    refresh_per_second=4, console=None, concurrency=None)``.
 
     Attach it to a dispatcher (``SemaphoreDispatcher(monitor=CrawlerMonitor())``). ``enable_ui``: None
-    shows the live view only when stdout is a terminal; True/False force it. Statistics are available
-    at any time through :meth:`get_statistics`.
+    shows the live view only when stdout is a terminal; True/False force it. ``display_mode`` and
+    ``max_visible_rows`` are crawl4ai's: the detailed view lists the last ``max_visible_rows`` URLs
+    finished. Statistics are available at any time through :meth:`get_statistics`.
     """
 
     def __init__(
         self,
         *,
+        max_visible_rows: int = 15,
+        display_mode: DisplayMode | str = DisplayMode.DETAILED,
         enable_ui: bool | None = None,
         refresh_per_second: float = 4.0,
         console: Any = None,
@@ -39,6 +62,20 @@ class CrawlerMonitor:
     ) -> None:
         if refresh_per_second <= 0:
             raise ValueError(f"refresh_per_second={refresh_per_second!r}: must be > 0")
+        if not isinstance(max_visible_rows, int) or max_visible_rows < 1:
+            raise ValueError(f"max_visible_rows={max_visible_rows!r}: must be an int >= 1")
+        try:
+            self.display_mode = DisplayMode(display_mode.value if isinstance(display_mode, DisplayMode) else
+                                            str(display_mode).upper())
+        except ValueError:
+            raise ValueError(
+                f"display_mode={display_mode!r}: use DisplayMode.DETAILED or DisplayMode.AGGREGATED"
+            ) from None
+        self.max_visible_rows = max_visible_rows
+        #: The last URLs finished, newest last (kept only for the detailed view).
+        self.recent: deque[_Row] | None = (
+            deque(maxlen=max_visible_rows) if self.display_mode is DisplayMode.DETAILED else None
+        )
         self._enable_ui = enable_ui
         self._refresh = refresh_per_second
         self._console = console
@@ -92,6 +129,9 @@ class CrawlerMonitor:
             host = req.host
             domains[host] = domains.get(host, 0) + 1
         info = result.dispatch
+        recent = self.recent
+        if recent is not None:
+            recent.append(_Row(result.url, str(key), info.duration if info else 0.0, info.memory_at_end if info else 0))
         if info is not None:
             self._duration_sum += info.end_time - info.start_time
             mem = info.memory_at_end
@@ -133,6 +173,7 @@ class CrawlerMonitor:
     def get_statistics(self) -> dict[str, Any]:
         """A snapshot: completed, failed, retried, requeued, in_flight, queued, total, elapsed,
         pages_per_second, status_counts, domain_counts, avg_memory, peak_memory (bytes, this process),
+        avg_memory_usage and peak_memory_usage (the same in MB, crawl4ai's names),
         memory_percent (of the container's limit or the machine; None before the first sample), avg_duration
         and eta_seconds (None until it can be estimated)."""
         start = self._started_at
@@ -150,6 +191,8 @@ class CrawlerMonitor:
         elif avg_duration is not None:
             lanes = max(1, self.concurrency or self.in_flight or 1)
             eta = avg_duration * remaining / min(lanes, remaining)
+        avg_memory = self._mem_sum // self._mem_n if self._mem_n else 0
+        peak_memory = max(self._mem_peak, self.memory.peak)
         return {
             "completed": self.completed,
             "failed": self.failed,
@@ -162,8 +205,10 @@ class CrawlerMonitor:
             "pages_per_second": rate,
             "status_counts": self.status_counts,
             "domain_counts": self.domain_counts,
-            "avg_memory": self._mem_sum // self._mem_n if self._mem_n else 0,
-            "peak_memory": max(self._mem_peak, self.memory.peak),
+            "avg_memory": avg_memory,
+            "peak_memory": peak_memory,
+            "avg_memory_usage": round(avg_memory / _MB, 1),
+            "peak_memory_usage": round(peak_memory / _MB, 1),
             "memory_percent": self.memory_percent,
             "avg_duration": avg_duration,
             "eta_seconds": eta,
@@ -232,4 +277,13 @@ class CrawlerMonitor:
         table.add_row("status", "  ".join(f"{k}:{v}" for k, v in statuses) or "-")
         domains = sorted(s["domain_counts"].items(), key=lambda kv: -kv[1])[:5]
         table.add_row("domains", "  ".join(f"{k}:{v}" for k, v in domains) or "-")
-        return table
+        if self.recent is None:
+            return table
+        from rich.console import Group
+
+        rows = Table(title=f"last {self.max_visible_rows} URLs", expand=False)
+        for name in ("url", "status", "time", "memory"):
+            rows.add_column(name, justify="left" if name == "url" else "right", overflow="ellipsis")
+        for row in self.recent:
+            rows.add_row(row.url[:80], row.status, f"{row.duration:.2f} s", f"{row.memory / _MB:.0f} MB")
+        return Group(table, rows)

@@ -14,10 +14,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from urllib.parse import urlsplit
 
 from crawlherd import metrics
 from crawlherd.clock import Clock, SystemClock
-from crawlherd.errors import ConfigurationError
+from crawlherd.errors import ConfigurationError, InvalidURLError
+from crawlherd.url import canonicalize
 
 __all__ = ["RateLimitDecision", "RateLimiter", "parse_retry_after"]
 
@@ -37,6 +39,14 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     if when.tzinfo is None:
         return None
     return max(0.0, when.timestamp() - now)
+
+
+def _domain_of(url: str) -> str:
+    """The key a URL's politeness is kept under: ``host[:port]``, as ``Request.host`` spells it."""
+    try:
+        return canonicalize(url)[1]
+    except InvalidURLError:
+        return (urlsplit(url).hostname or url).lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +167,31 @@ class RateLimiter:
         slot = d.next_at if d.next_at > now else now
         d.next_at = slot + (d.delay if raised else self._base())
         return slot - now
+
+    async def wait_if_needed(self, url: str) -> None:
+        """crawl4ai's call: wait until ``url``'s domain may be fetched again, and take that slot. The
+        dispatchers call :meth:`reserve`/:meth:`claim` themselves; this is for a dispatcher of your own."""
+        domain = _domain_of(url)
+        clock = self.clock
+        wait = self.reserve(domain)
+        if wait > 0:
+            await clock.sleep(wait)
+        if self.spaced(domain):
+            while (wait := self.claim(domain)) > 0:
+                await clock.sleep(wait)
+
+    async def update_delay(self, url: str, status_code: int, retry_after: str | None = None) -> bool:
+        """crawl4ai's call after each answer: a rate-limit code (``rate_limit_codes``) raises the
+        domain's delay (to ``retry_after`` when given, a ``Retry-After`` header value) and returns
+        whether to re-fetch (False once ``max_retries`` were used up for this domain in a row); any
+        other code decays the delay and returns True."""
+        domain = _domain_of(url)
+        if status_code not in self.rate_limit_codes:
+            self.on_success(domain)
+            return True
+        d = self._domain(domain)
+        decision = self.on_rate_limited(domain, status_code, parse_retry_after(retry_after, self.clock.now()), d.fails)
+        return decision.retry
 
     def spaced(self, domain: str) -> bool:
         """True when requests to ``domain`` must be spaced (a base delay, or a raised one)."""

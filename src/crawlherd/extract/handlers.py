@@ -19,6 +19,7 @@ match the rules' ones.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from importlib.metadata import entry_points
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 
 from crawlherd.errors import ConfigurationError
 from crawlherd.extract.rules import ExtractionResult, ExtractionRules, Page
+from crawlherd.extract.selectors import OFF_LOOP_CHARS
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -148,8 +150,16 @@ def resolve_extractor(
 
 
 async def run_extractor(extractor: Handler, page: Page) -> ExtractionResult:
-    """Call ``extractor`` on ``page``, awaiting it if it is async; a wrong return type is an error."""
-    result = extractor(page)
+    """Call ``extractor`` on ``page``, awaiting it if it is async; a wrong return type is an error.
+
+    Declarative rules read a large page (over :data:`~crawlherd.page.OFF_LOOP_CHARS`)
+    in a thread, so the event loop goes on; a page over the parse budget raises
+    :class:`~crawlherd.errors.PageTooComplexError`. A Python handler is called as it is."""
+    result: ExtractionResult | Awaitable[ExtractionResult]
+    if isinstance(extractor, ExtractionRules) and len(page.html) > OFF_LOOP_CHARS:
+        result = await asyncio.to_thread(extractor, page)
+    else:
+        result = extractor(page)
     if inspect.isawaitable(result):
         result = await result
     if not isinstance(result, ExtractionResult):

@@ -1,29 +1,20 @@
-"""Link extraction for the crawler: the absolute http(s) links of a page."""
+"""Link extraction for the crawler: the absolute http(s) links of a page (the function lives in
+:mod:`crawlherd.page`, beside the other readings of a page, so that a CrawlResult can compute it).
+A page over the parse budget raises :class:`~crawlherd.errors.PageTooComplexError`;
+:func:`extract_links_async` parses a large page in a thread."""
 
 from __future__ import annotations
 
-from urllib.parse import urljoin
+import asyncio
 
-__all__ = ["extract_links"]
+from crawlherd.page import OFF_LOOP_CHARS, extract_links
 
-_SKIPPED_SCHEMES = ("#", "javascript:", "mailto:", "tel:", "data:")
+__all__ = ["extract_links", "extract_links_async"]
 
 
-def extract_links(html: str, base_url: str) -> list[str]:
-    """Absolute http(s) links of ``<a href>`` in ``html`` (``<base href>`` honoured), fragments
-    dropped, duplicates removed, document order kept."""
-    from selectolax.lexbor import LexborHTMLParser as HTMLParser
-
-    tree = HTMLParser(html)
-    base = tree.css_first("base[href]")
-    if base is not None:
-        base_url = urljoin(base_url, base.attributes.get("href") or "")
-    seen: dict[str, None] = {}
-    for node in tree.css("a[href]"):
-        href = (node.attributes.get("href") or "").strip()
-        if not href or href.startswith(_SKIPPED_SCHEMES):
-            continue
-        url = urljoin(base_url, href).split("#", 1)[0]
-        if url.startswith(("http://", "https://")):
-            seen.setdefault(url, None)
-    return list(seen)
+async def extract_links_async(html: str, base_url: str) -> list[str]:
+    """:func:`extract_links`, in a thread for a page longer than
+    :data:`~crawlherd.page.OFF_LOOP_CHARS` so that the event loop goes on."""
+    if len(html) > OFF_LOOP_CHARS:
+        return await asyncio.to_thread(extract_links, html, base_url)
+    return extract_links(html, base_url)

@@ -6,29 +6,53 @@ table with ``selector``, ``attr``, ``all``, ``required``, ``absolute``). Both th
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urljoin
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
 
 from crawlherd.errors import ConfigurationError
+from crawlherd.page import MAX_HTML_DEPTH, MAX_HTML_WORK, OFF_LOOP_CHARS, html_cost
 
-__all__ = ["FieldRule", "check_selector", "parse_html"]
+__all__ = [
+    "MAX_HTML_DEPTH",
+    "MAX_HTML_WORK",
+    "OFF_LOOP_CHARS",
+    "FieldRule",
+    "call_for_page",
+    "check_selector",
+    "html_cost",
+    "parse_html",
+]
+
+T = TypeVar("T")
 
 _ATTR = re.compile(r"^[A-Za-z_:][-A-Za-z0-9_:.]*$")
 _FIELD_KEYS = frozenset({"selector", "attr", "all", "required", "absolute"})
 _PROBE = LexborHTMLParser("<html><body><p></p></body></html>")
 
 
+async def call_for_page(html: str, func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``func(*args, **kwargs)`` -- work on the page ``html`` (parsing it) -- in a thread when the page
+    is longer than :data:`OFF_LOOP_CHARS`, so that the event loop goes on; else right here."""
+    if len(html) > OFF_LOOP_CHARS:
+        return await asyncio.to_thread(func, *args, **kwargs)
+    return func(*args, **kwargs)
+
+
 def parse_html(html: str | bytes | LexborHTMLParser) -> LexborHTMLParser:
-    """A parsed tree from text, bytes (UTF-8) or an already parsed tree."""
+    """A parsed tree from text, bytes (UTF-8) or an already parsed tree. Text is checked against the
+    parse budget first (:func:`html_cost`): a page over it raises
+    :class:`~crawlherd.errors.PageTooComplexError` instead of holding the parser for minutes."""
     if isinstance(html, LexborHTMLParser):
         return html
     if isinstance(html, bytes):
         html = html.decode("utf-8", errors="replace")
+    html_cost(html)
     return LexborHTMLParser(html)
 
 

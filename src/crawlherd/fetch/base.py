@@ -8,7 +8,9 @@ Every fetcher also honours a per-host send gate (``send_gate``, :mod:`crawlherd.
 
 Per-request overrides travel in ``Request.meta`` (JSON-safe, so they survive a persistent frontier):
 ``"crawlherd.timeouts": {"connect": s, "read": s, "total": s}`` (read with :meth:`Timeouts.of`) and
-``"crawlherd.screenshot": True`` (browser fetchers). ``Request.headers`` are sent on top of the fetcher's own.
+``"crawlherd.screenshot": True`` (browser fetchers: those with a ``takes_screenshots = True`` attribute;
+the Crawler warns when a run asks a fetcher without it for screenshots). ``Request.headers`` are sent on
+top of the fetcher's own.
 """
 
 from __future__ import annotations

@@ -165,6 +165,9 @@ class BrowserFetcher:
     raw body for other allowed types (JSON, text).
     """
 
+    #: It renders pages, so ``CrawlerRunConfig(screenshot=True)`` gets a PNG (the Crawler checks this).
+    takes_screenshots = True
+
     def __init__(
         self,
         limits: FetchLimits | None = None,

@@ -23,17 +23,44 @@ __all__ = ["address_allowed", "check_address", "is_public_address", "parse_netwo
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052 well-known prefix: the last 32 bits are IPv4
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215 local-use NAT64: never global
+_V4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated IPv4-compatible form ::a.b.c.d (::7f00:1)
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for, when it is one of the forms that reach an IPv4
+    host: IPv4-mapped (``::ffff:127.0.0.1``), IPv4-compatible (``::7f00:1``), NAT64
+    (``64:ff9b::7f00:1``), 6to4 (``2002:7f00:1::``) and Teredo (the client address)."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip in _V4_COMPATIBLE and int(ip) > 1:  # :: and ::1 are themselves
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    return None
+
+
 @lru_cache(maxsize=4096)
 def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address to judge: an IPv6 form of an IPv4 address is judged as that IPv4 address."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        return _embedded_ipv4(ip) or ip
     return ip
 
 
 def is_public_address(address: str) -> bool:
-    """True for a globally routable address."""
+    """True for a globally routable address. An IPv6 address that embeds an IPv4 one (mapped,
+    compatible, NAT64, 6to4, Teredo) is public only when that IPv4 address is; local-use NAT64
+    (``64:ff9b:1::/48``) never is."""
     ip = _ip(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip in _NAT64_LOCAL:
+        return False
     return ip.is_global and not ip.is_multicast
 
 

@@ -1,6 +1,7 @@
 """robots.txt, parsed with protego and cached per host (scheme + host + port).
 
-Semantics follow RFC 9309: a 4xx answer (no robots.txt) allows everything; a 5xx answer or an
+A robots.txt with an unknown charset is read as UTF-8; one that cannot be parsed, or the part past
+512 KiB, sets no rules. Semantics follow RFC 9309: a 4xx answer (no robots.txt) allows everything; a 5xx answer or an
 unreachable server disallows everything for a short while (the site is in trouble; come back later).
 One fetch per host at a time: concurrent callers for the same host share it. ``Crawl-delay`` is handed
 to ``on_crawl_delay(host, seconds)`` once per host -- the crawler wires it to the frontier's
@@ -10,6 +11,7 @@ to ``on_crawl_delay(host, seconds)`` once per host -- the crawler wires it to th
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -21,7 +23,12 @@ from crawlherd.errors import AddressNotAllowedError, BodyTooLargeError, ContentT
 from crawlherd.fetch.base import Fetcher
 from crawlherd.request import Request
 
-__all__ = ["RobotsCache"]
+__all__ = ["MAX_ROBOTS_CHARS", "RobotsCache"]
+
+log = logging.getLogger(__name__)
+
+#: How much of a robots.txt is read (characters); RFC 9309 asks for at least 500 KiB.
+MAX_ROBOTS_CHARS = 512 * 1024
 
 CrawlDelayHook = Callable[[str, float], Awaitable[None]]
 
@@ -125,4 +132,12 @@ class RobotsCache:
             return _Entry(None, True, now + self._error_ttl)
         if response.status >= 400:
             return _Entry(None, False, now + self._ttl)
-        return _Entry(Protego.parse(response.text), False, now + self._ttl)
+        # ``text`` decodes with the declared charset, or UTF-8 when it is unknown (charset=bogus); past
+        # MAX_ROBOTS_CHARS the rest is ignored (RFC 9309 asks parsers to read at least 500 KiB).
+        text = response.text[:MAX_ROBOTS_CHARS]
+        try:
+            parser = Protego.parse(text)
+        except Exception as exc:  # noqa: BLE001 - a hostile robots.txt must not fail every page of the host
+            log.warning("%s/robots.txt cannot be parsed (%s: %s); no rules applied", origin, type(exc).__name__, exc)
+            return _Entry(None, False, now + self._ttl)
+        return _Entry(parser, False, now + self._ttl)

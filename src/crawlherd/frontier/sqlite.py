@@ -166,6 +166,8 @@ class SQLiteFrontier(WaitingMixin):
                 backend="sqlite",
             ) from None
         try:
+            with contextlib.suppress(FileExistsError):  # owner only; -wal and -shm files take its mode
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={self._synchronous}")

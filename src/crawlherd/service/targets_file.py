@@ -12,6 +12,7 @@ file into the config DB is :func:`crawlherd.service.targets.import_targets`.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -27,7 +28,15 @@ from crawlherd.errors import ScheduleError, TargetsFileError
 from crawlherd.service.schedule import make_schedule
 from crawlherd.sitespec import SiteSpec
 
-__all__ = ["TargetSpec", "TargetsFile", "load_targets_file", "parse_targets"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_FILE_BYTES",
+    "MAX_YAML_NODES",
+    "TargetSpec",
+    "TargetsFile",
+    "load_targets_file",
+    "parse_targets",
+]
 
 _ONE_SCHEDULE = "give exactly one of 'every' (an interval such as '6h') or 'cron' ('30 7 * * 1-5')"
 
@@ -143,29 +152,127 @@ class TargetsFile:
 # -- parsing and validation -----------------------------------------------------------------------
 
 
-def _yaml_lines(text: str) -> dict[tuple[Any, ...], int]:
-    """Map each key path of a YAML document to its (1-based) line."""
-    lines: dict[tuple[Any, ...], int] = {}
+#: The largest targets file read (bytes). A targets file of thousands of targets is well under 1 MiB.
+MAX_FILE_BYTES = 8 * 1024 * 1024
+#: The deepest nesting of mappings and lists a targets file may have (a real one needs about 6).
+MAX_DEPTH = 64
+#: How many nodes a YAML document may expand to once its aliases are followed (billion laughs).
+MAX_YAML_NODES = 200_000
 
-    def walk(node: yaml.Node, path: tuple[Any, ...]) -> None:
-        lines[path] = node.start_mark.line + 1
+
+_FLOW_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+class _Refused(Exception):
+    """A document over one of the limits; ``str()`` is the message for the user."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses documents nested deeper than ``max_depth`` while composing
+    (PyYAML's composer recurses once per level: 100,000 levels would end in a RecursionError)."""
+
+    max_depth = MAX_DEPTH
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > self.max_depth:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise _Refused(f"line {mark.line + 1}: nested deeper than {self.max_depth} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _check_expansion(root: yaml.Node, max_nodes: int) -> None:
+    """Refuse a YAML graph whose aliases expand to more than ``max_nodes`` nodes. Each distinct node
+    is counted once (memoised), so this costs the size of the file, not of its expansion."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        if not done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        sizes[id(node)] = 1 + sum(sizes.get(id(child), 1) for child in children)
+        if sizes[id(node)] > max_nodes:
+            raise _Refused(
+                f"line {node.start_mark.line + 1}: its aliases expand to more than {max_nodes:,} values "
+                "(a 'billion laughs' document?); write the entries out instead of nesting aliases"
+            )
+
+
+def _load_yaml(text: str, *, max_depth: int, max_nodes: int) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    """Parse YAML once: compose the node graph (depth-limited), check how far its aliases expand,
+    map each key path to its line, then build the Python data from the same graph."""
+    # PyYAML's scanner keeps a pending "simple key" per open flow bracket and scans them all on every
+    # token: refuse a deep ``[[[[...`` before it starts (brackets in quoted strings count too -- a
+    # real targets file has nowhere near ``max_depth`` of them open at once).
+    depth = 0
+    for bracket in _FLOW_BRACKETS.findall(text):
+        depth += 1 if bracket in "[{" else -1
+        if depth > max_depth:
+            raise _Refused(f"nested deeper than {max_depth} levels ('[' and '{{' opened {depth} deep)")
+    loader = _BoundedLoader(text)
+    loader.max_depth = max_depth
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None, {}
+        _check_expansion(root, max_nodes)
+        lines = _yaml_lines(root)
+        return loader.construct_document(root), lines
+    finally:
+        loader.dispose()
+
+
+def _yaml_lines(root: yaml.Node) -> dict[tuple[Any, ...], int]:
+    """Map each key path of a YAML document to its (1-based) line. A node reached again through an
+    alias is not walked again: its paths are those of its anchor."""
+    lines: dict[tuple[Any, ...], int] = {}
+    walked: set[int] = set()
+    stack: list[tuple[yaml.Node, tuple[Any, ...]]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        lines.setdefault(path, node.start_mark.line + 1)
+        if id(node) in walked:
+            continue
+        walked.add(id(node))
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
-                name = key.value
+                name = key.value if isinstance(key, yaml.ScalarNode) else None
                 lines[(*path, name)] = key.start_mark.line + 1
-                walk(value, (*path, name))
-                lines[(*path, name)] = key.start_mark.line + 1
+                stack.append((value, (*path, name)))
         elif isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
-                walk(item, (*path, index))
-
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return lines
-    if root is not None:
-        walk(root, ())
+                stack.append((item, (*path, index)))
     return lines
+
+
+def _depth(data: Any, limit: int) -> bool:
+    """True when ``data`` (parsed TOML) nests at most ``limit`` levels (checked without recursion)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return False
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+    return True
 
 
 def _where(path: Sequence[Any], lines: Mapping[tuple[Any, ...], int]) -> str:
@@ -186,19 +293,32 @@ def parse_targets(
     path: str = "<targets>",
     fmt: Literal["toml", "yaml"] | None = None,
     known_websites: Set[str] = frozenset(),
+    max_bytes: int = MAX_FILE_BYTES,
+    max_depth: int = MAX_DEPTH,
+    max_yaml_nodes: int = MAX_YAML_NODES,
 ) -> TargetsFile:
     """Validate a targets document; raise :class:`TargetsFileError` listing every problem.
 
     A target may name a website defined in the file or one of ``known_websites`` (those already in
-    the database)."""
+    the database). A hostile document is refused with a clear problem, in bounded time and memory:
+    over ``max_bytes`` characters, nested deeper than ``max_depth``, or (YAML) with aliases that
+    expand to more than ``max_yaml_nodes`` values. The YAML is parsed once."""
     fmt = fmt or ("yaml" if path.lower().endswith((".yaml", ".yml")) else "toml")
+    if len(text) > max_bytes:
+        raise TargetsFileError(path, [("(file)", _too_large(len(text), max_bytes))])
     lines: dict[tuple[Any, ...], int] = {}
     try:
         if fmt == "toml":
             data: Any = tomllib.loads(text)
+            if not _depth(data, max_depth):
+                raise _Refused(f"nested deeper than {max_depth} levels")
         else:
-            data = yaml.safe_load(text)
-            lines = _yaml_lines(text)
+            data, lines = _load_yaml(text, max_depth=max_depth, max_nodes=max_yaml_nodes)
+    except _Refused as exc:
+        raise TargetsFileError(path, [("(file)", f"refused: {exc}")]) from None
+    except RecursionError:
+        # tomllib recurses once per nested array or inline table: a deep one runs out of stack.
+        raise TargetsFileError(path, [("(file)", f"refused: nested deeper than {max_depth} levels")]) from None
     except tomllib.TOMLDecodeError as exc:
         raise TargetsFileError(path, [("(file)", f"not valid TOML: {exc}")]) from None
     except yaml.YAMLError as exc:
@@ -289,13 +409,27 @@ def _message(err: Mapping[str, Any]) -> str:
     return msg
 
 
-def load_targets_file(path: str | Path, *, known_websites: Set[str] = frozenset()) -> TargetsFile:
-    """Read and validate a ``.toml``, ``.yaml`` or ``.yml`` targets file."""
+def _too_large(size: int, limit: int) -> str:
+    return (
+        f"the file is {size / 1_048_576:.1f} MiB, over the {limit / 1_048_576:.1f} MiB limit for a targets file; "
+        "split it into several files (each import adds to the database)"
+    )
+
+
+def load_targets_file(
+    path: str | Path, *, known_websites: Set[str] = frozenset(), max_bytes: int = MAX_FILE_BYTES
+) -> TargetsFile:
+    """Read and validate a ``.toml``, ``.yaml`` or ``.yml`` targets file; a file over ``max_bytes``
+    is refused before it is read."""
     p = Path(path)
     if p.suffix.lower() not in (".toml", ".yaml", ".yml"):
         raise TargetsFileError(str(p), [("(file)", "use a .toml, .yaml or .yml file")])
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as fh:
+            raw = fh.read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            raise TargetsFileError(str(p), [("(file)", _too_large(p.stat().st_size, max_bytes))])
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TargetsFileError(str(p), [("(file)", f"cannot read it: {exc}")]) from None
-    return parse_targets(text, path=str(p), known_websites=known_websites)
+    return parse_targets(text, path=str(p), known_websites=known_websites, max_bytes=max_bytes)

@@ -49,6 +49,7 @@ from crawlherd.dispatch.base import Dispatcher
 from crawlherd.errors import ConfigurationError, CrawlherdError, JobError, MessageError
 from crawlherd.extract.handlers import run_extractor
 from crawlherd.extract.rules import Page
+from crawlherd.extract.selectors import call_for_page
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.item import Item
@@ -496,7 +497,9 @@ class Worker:
         after = state.next(new=new.values(), items_new=counts.new, items_updated=counts.updated, details_queued=queued)
         paginator = site.paginator
         url = request.url
-        nxt = paginator.next_url(url, pages_fetched=state.page, html=result.text, new_items=len(new))
+        nxt = await call_for_page(
+            result.text, paginator.next_url, url, pages_fetched=state.page, html=result.text, new_items=len(new)
+        )
         if nxt is None and paginator.type == "next_link" and state.page < paginator.max_pages:
             nxt = extraction.next_url
         if nxt is not None and nxt != url and await self.frontier.enqueue_request(after.request(nxt)):
@@ -538,7 +541,9 @@ class Worker:
 
     async def _store_detail(self, result: CrawlResult, detail: DetailPage) -> None:
         rules = detail.site.detail_rules
-        found = rules.extract_detail(result.text, result.final_url or result.url) if rules is not None else {}
+        found: dict[str, object] = {}
+        if rules is not None:
+            found = await call_for_page(result.text, rules.extract_detail, result.text, result.final_url or result.url)
         fields = {**detail.fields, **{k: v for k, v in found.items() if v not in (None, "", [])}}
         now = datetime.now(UTC)
         fields[DETAIL_AT] = now.isoformat()

@@ -1,0 +1,173 @@
+"""What a fetched HTML page holds for a reader: its links, its cleaned HTML and the Markdown of its main
+content. :class:`~crawlherd.result.CrawlResult` computes each on first access (never during a crawl
+that does not ask), so these are plain functions of the page's text and URL.
+
+- :func:`extract_links`: absolute http(s) links of ``<a href>`` (``<base href>`` honoured).
+- :func:`clean_html`: the document without scripts, styles, comments, ``<noscript>``, ``<iframe>``,
+  forms' hidden inputs, inline event handlers and ``style`` attributes.
+- :func:`main_content_markdown`: the page's main content (``<main>``, else ``<article>``, else
+  ``[role=main]``, else ``<body>`` without its ``nav``/``header``/``footer``/``aside``) as Markdown,
+  converted by markdownify (extra ``crawlherd[markdown]``), with links made absolute.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urljoin
+
+from crawlherd.errors import ConfigurationError, PageTooComplexError
+
+__all__ = [
+    "MAX_HTML_DEPTH",
+    "MAX_HTML_WORK",
+    "OFF_LOOP_CHARS",
+    "clean_html",
+    "extract_links",
+    "html_cost",
+    "main_content_markdown",
+]
+
+#: Pages nested deeper than this many elements are refused before they are parsed. Browsers stop
+#: nesting at a few hundred (Blink: 512); a hostile page of 150,000 nested ``<div>``s would take
+#: minutes to parse, because an HTML parser scans its stack of open elements on every tag.
+MAX_HTML_DEPTH = 1024
+#: The parse budget: the sum, over the page's start tags, of how deep each one opens. A page of
+#: 10,000 elements 30 deep costs 300,000; the default lets through flat pages of millions of tags and
+#: stops any page that would hold a parser for more than a fraction of a second.
+MAX_HTML_WORK = 20_000_000
+#: Pages longer than this (characters) are parsed in a thread (the parser releases the GIL), so that
+#: the event loop -- every other fetch of the process -- goes on meanwhile.
+OFF_LOOP_CHARS = 256 * 1024
+
+# Elements that never hold children, and those whose end tag the parser implies (a page of 5,000
+# unclosed <li> or <p> is flat, not 5,000 deep).
+_NO_DEPTH = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
+    | {"p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "thead", "tbody", "tfoot", "rb", "rt", "rtc"}
+    | {"rp", "colgroup", "caption", "html", "head", "body"}
+)
+_RAW = re.compile(r"<!--.*?-->|<(script|style|textarea|title)\b.*?</\1\s*>", re.S | re.I)
+_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)")
+
+
+def html_cost(html: str, *, max_depth: int = MAX_HTML_DEPTH, max_work: int = MAX_HTML_WORK) -> None:
+    """Raise :class:`~crawlherd.errors.PageTooComplexError` when ``html`` nests deeper than
+    ``max_depth`` elements or would cost more than ``max_work`` to parse (see :data:`MAX_HTML_WORK`).
+
+    A linear scan of the tags (comments, scripts and styles skipped), an estimate from above: end
+    tags that a parser would imply are not guessed, so a sloppy page counts a little deeper."""
+    depth = work = 0
+    for closing, name in _TAG.findall(_RAW.sub("", html) if "<" in html else ""):
+        if name.lower() in _NO_DEPTH:
+            continue
+        if closing:
+            depth = max(depth - 1, 0)
+            continue
+        depth += 1
+        work += depth
+        if depth > max_depth:
+            raise PageTooComplexError(
+                f"the page nests elements more than {max_depth} deep; refused before parsing "
+                "(a hostile or broken page: browsers stop nesting long before that)"
+            )
+    if work > max_work:
+        raise PageTooComplexError(
+            f"the page would cost {work:,} to parse, over the budget of {max_work:,} "
+            "(deeply nested and very large); refused before parsing"
+        )
+
+
+_SKIPPED_SCHEMES = ("#", "javascript:", "mailto:", "tel:", "data:")
+_NOISE = ("script", "style", "noscript", "iframe", "template", "svg", "canvas", "object", "embed")
+_CHROME = ("nav", "header", "footer", "aside", "form", "dialog")
+_MAIN = ("main", "article", "[role=main]")
+
+
+def extract_links(html: str, base_url: str) -> list[str]:
+    """Absolute http(s) links of ``<a href>`` in ``html`` (``<base href>`` honoured), fragments
+    dropped, duplicates removed, document order kept. A page over the parse budget raises
+    :class:`~crawlherd.errors.PageTooComplexError` (:func:`html_cost`)."""
+    from selectolax.lexbor import LexborHTMLParser as HTMLParser
+
+    html_cost(html)
+    tree = HTMLParser(html)
+    base = tree.css_first("base[href]")
+    if base is not None:
+        base_url = urljoin(base_url, base.attributes.get("href") or "")
+    seen: dict[str, None] = {}
+    for node in tree.css("a[href]"):
+        href = (node.attributes.get("href") or "").strip()
+        if not href or href.startswith(_SKIPPED_SCHEMES):
+            continue
+        url = urljoin(base_url, href).split("#", 1)[0]
+        if url.startswith(("http://", "https://")):
+            seen.setdefault(url, None)
+    return list(seen)
+
+
+def clean_html(html: str) -> str:
+    """``html`` without what a reader never sees: scripts, styles, ``noscript``, ``iframe``,
+    templates, inline SVG/canvas/objects, comments, hidden inputs, ``on*`` handlers and ``style``
+    attributes. The structure and the text are kept. A page over the parse budget raises
+    :class:`~crawlherd.errors.PageTooComplexError` (:func:`html_cost`)."""
+    from selectolax.lexbor import LexborHTMLParser as HTMLParser
+
+    html_cost(html)
+    tree = HTMLParser(html)
+    tree.strip_tags(list(_NOISE))
+    for node in tree.css("input[type=hidden]"):
+        node.decompose()
+    root = tree.root
+    for node in list(root.traverse(include_text=True)) if root is not None else ():
+        tag = node.tag
+        if tag == "-comment":
+            node.decompose()
+            continue
+        if tag == "-text":
+            continue
+        attrs = node.attributes
+        for name in [n for n in attrs if n == "style" or n.startswith("on")]:
+            del node.attrs[name]
+    body = tree.body
+    return (body.html if body is not None else tree.html) or ""
+
+
+def main_content_html(html: str) -> str:
+    """The HTML of the page's main content: ``<main>``, ``<article>`` or ``[role=main]`` when the
+    page marks one, else ``<body>`` without its navigation, header, footer, asides and forms."""
+    from selectolax.lexbor import LexborHTMLParser as HTMLParser
+
+    tree = HTMLParser(clean_html(html))
+    for selector in _MAIN:
+        node = tree.css_first(selector)
+        if node is not None and (node.text(strip=True) or ""):
+            return node.html or ""
+    tree.strip_tags(list(_CHROME))
+    body = tree.body
+    return (body.html if body is not None else tree.html) or ""
+
+
+def main_content_markdown(html: str, base_url: str) -> str:
+    """The page's main content as Markdown (ATX headings, ``-`` bullets), links and images made
+    absolute against ``base_url``. Needs markdownify: ``pip install 'crawlherd[markdown]'``."""
+    try:
+        from markdownify import markdownify
+    except ImportError:
+        raise ConfigurationError(
+            "CrawlResult.markdown needs markdownify: pip install 'crawlherd[markdown]'"
+        ) from None
+    from selectolax.lexbor import LexborHTMLParser as HTMLParser
+
+    tree = HTMLParser(main_content_html(html))
+    for selector, attr in (("a[href]", "href"), ("img[src]", "src")):
+        for node in tree.css(selector):
+            node.attrs[attr] = urljoin(base_url, node.attributes.get(attr) or "")
+    body = tree.body
+    markdown: str = markdownify((body.html if body is not None else tree.html) or "", heading_style="ATX",
+                                bullets="-", strip=["span"])
+    lines = [line.rstrip() for line in markdown.strip().splitlines()]
+    out: list[str] = []
+    for line in lines:  # at most one blank line in a row
+        if line or (out and out[-1]):
+            out.append(line)
+    return "\n".join(out) + ("\n" if out else "")

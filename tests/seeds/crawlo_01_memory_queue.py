@@ -1,0 +1,3 @@
+# Memory queue configuration
+QUEUE_TYPE = 'memory'
+SCHEDULER_MAX_QUEUE_SIZE = 10000

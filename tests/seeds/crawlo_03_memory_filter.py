@@ -1,0 +1,2 @@
+# Memory filter configuration
+FILTER_TYPE = 'memory'

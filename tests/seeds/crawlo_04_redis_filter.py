@@ -1,0 +1,4 @@
+# Redis filter configuration
+FILTER_TYPE = 'redis'
+REDIS_HOST = '127.0.0.1'
+REDIS_PORT = 6379

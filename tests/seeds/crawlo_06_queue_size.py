@@ -1,0 +1,2 @@
+# Set maximum queue size
+SCHEDULER_MAX_QUEUE_SIZE = 50000
