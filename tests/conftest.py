@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -41,6 +42,25 @@ def require_service(name: str, host: str, port: int) -> None:
         pytest.fail(f"{message} and CRAWLHERD_REQUIRE_SERVICES=1", pytrace=False)
     _skipped_services[name] = message
     pytest.skip(f"SERVICE MISSING: {message} (set CRAWLHERD_REQUIRE_SERVICES=1 to fail instead)")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private Redis Cluster of three masters for this test session (started on free ports, ended by
+    PID at the end of the session)."""
+    import shutil
+
+    from tests.support.rediscluster import LocalCluster
+
+    if shutil.which("redis-server") is None:
+        if REQUIRE_SERVICES:
+            pytest.fail("redis-server is not installed and CRAWLHERD_REQUIRE_SERVICES=1", pytrace=False)
+        pytest.skip("SERVICE MISSING: redis-server is not installed (for the Redis Cluster tests)")
+    cluster = LocalCluster(tmp_path_factory.mktemp("rediscluster"))
+    try:
+        yield cluster.start().url
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

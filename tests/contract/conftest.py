@@ -16,7 +16,7 @@ from crawlherd.frontier import Frontier, open_scheduler
 
 OpenFrontier = Callable[..., Awaitable[Frontier]]
 
-BACKENDS = ["memory", "sqlite", "redis"]
+BACKENDS = ["memory", "sqlite", "redis", "redis-cluster"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -49,6 +49,8 @@ async def open_frontier(
             prefix = request.getfixturevalue("unique_name")
             url = f"{redis_url}?prefix={prefix}"
             redis_prefixes.append((redis_url, prefix))
+        elif backend == "redis-cluster":
+            url = f"{request.getfixturevalue('redis_cluster_url')}?prefix={request.getfixturevalue('unique_name')}"
         else:  # pragma: no cover - a typo in BACKENDS
             raise AssertionError(backend)
         frontier = await open_scheduler(url, **options).__aenter__()

@@ -46,11 +46,14 @@ async def test_corrupt_and_foreign_entries_are_moved_aside(
     try:
         for i in range(4):
             assert await frontier.enqueue_request(Request(f"http://h{i}.test/"))
-        ids = sorted(int(k) for k in await client.hkeys(f"{unique_name}:req"))
-        await client.hset(f"{unique_name}:req", str(ids[0]), b"\x80\x81 pickled?")  # no header
-        await client.hset(f"{unique_name}:req", str(ids[1]), "0\th1.test\t{not json")
+        # each request is one member of its host's queue, "<id>\t<batch>\t<body>": replace three of them
+        members = [(await client.zrange(f"{unique_name}:q:h{i}.test", 0, -1, withscores=True))[0] for i in range(4)]
+        ids = [int(m.split(b"\t", 1)[0]) for m, _ in members]
         foreign = json.dumps({"v": 99, "url": "http://h2.test/"})
-        await client.hset(f"{unique_name}:req", str(ids[2]), f"0\th2.test\t{foreign}")
+        bodies = [f"{ids[0]}\t\x80\x81 pickled?".encode(), f"{ids[1]}\t1\t{{not json", f"{ids[2]}\t1\t{foreign}"]
+        for i, body in enumerate(bodies):  # the first has no readable header
+            await client.zrem(f"{unique_name}:q:h{i}.test", members[i][0])
+            await client.zadd(f"{unique_name}:q:h{i}.test", {body: members[i][1]})
         with caplog.at_level(logging.WARNING, logger="crawlherd.frontier.redis"):
             leases = await frontier.next_requests(10)
         assert [lease.request.url for lease in leases] == ["http://h3.test/"]
@@ -112,7 +115,7 @@ async def test_live_client_is_used_and_not_closed(redis_url: str, unique_name: s
     async with open_scheduler(f"{redis_url}?prefix={unique_name}", client=client) as frontier:
         assert await frontier.enqueue_request(Request("http://live.test/"))
     assert await client.ping()  # still open: the frontier closes only what it opened
-    assert await client.exists(f"{unique_name}:req") == 1
+    assert await client.exists(f"{unique_name}:q:live.test") == 1
 
 
 async def test_prefixes_are_separate_frontiers(redis_url: str, unique_name: str, client: aioredis.Redis) -> None:

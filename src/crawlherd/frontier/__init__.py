@@ -21,8 +21,9 @@ BACKEND_ALIASES: dict[str, str] = {
     "sqlite": "crawlherd.frontier.sqlite:SQLiteFrontier",
     "redis": "crawlherd.frontier.redis:RedisFrontier",
     "rediss": "crawlherd.frontier.redis:RedisFrontier",
+    "redis+cluster": "crawlherd.frontier.redis:RedisFrontier",
 }
-_EXTRAS = {"redis": "redis", "rediss": "redis"}
+_EXTRAS = {"redis": "redis", "rediss": "redis", "redis+cluster": "redis"}
 
 
 def open_scheduler(url: str = "memory://", **options: Any) -> Frontier:

@@ -13,9 +13,10 @@ the key layout is documented at the top of ``frontier/lua/prelude.lua``.
   (``P:df:<fp & mask>`` holding ``fp >> bits``), which Redis keeps intset-encoded: about 9 bytes
   per fingerprint instead of the ~88 of a set of hex SHA1 strings. ``bloom`` is a scalable Bloom
   filter in Redis bit strings (``error_rate``, ``capacity``).
-- **Serialisation**: each request is ``"<priority>\\t<host>\\t" + JSON`` of :meth:`Request.to_record`
-  (it carries a version field); never pickle. An entry that cannot be read is moved to ``P:bad`` with
-  its reason and logged, and the frontier goes on.
+- **Serialisation**: a request is one packed member of its host's queue, ``"<id>\\t<batch>\\t<body>"``;
+  the body is ``"<priority> <depth> <url>"`` for a plain GET, else the JSON of
+  :meth:`Request.to_record` (it carries a version field); never pickle. An entry that cannot be read is
+  moved to ``P:bad`` with its reason and logged, and the frontier goes on.
 - **Redis going away**: every operation raises :class:`~crawlherd.errors.BackendUnavailableError`.
   The client does not retry scripts by itself (a lease or an ack must not run twice); the caller
   retries with backoff. An ack retried after such an error may find the lease already settled
@@ -27,12 +28,16 @@ the key layout is documented at the top of ``frontier/lua/prelude.lua``.
 
 Options of this backend (besides the common ones): ``prefix`` (key namespace, default
 ``crawlherd``), ``client`` (a live ``redis.asyncio.Redis``; not closed by the frontier),
+``wait_replicas`` (default 0: every write script followed by ``WAIT n`` on its connection; fewer
+acknowledgements within ``wait_timeout`` seconds, default 1, raise BackendUnavailableError),
 ``poll_interval`` (seconds between looks for other workers' changes while waiting, default 0.2),
 ``socket_timeout`` (seconds, default 10), ``dupefilter_bits`` (log2 of the exact filter's set count;
 default from ``capacity``, about 200 fingerprints per set, fixed when the frontier is created).
 
-Hosts are keys (``P:q:<host>``) built inside the scripts, so the frontier needs one Redis server
-(or a Sentinel-managed primary), not a Redis Cluster.
+Hosts are keys (``P:q:<host>``) built inside the scripts. On a Redis Cluster
+(``redis+cluster://host:port,host:port?prefix=p``) every key is under the hash tag ``{p}``, so the whole
+frontier is in one slot and every script stays single-slot and atomic; the frontier talks to the master
+of that slot (found with ``CLUSTER SLOTS``) and finds it again after a failover.
 """
 
 from __future__ import annotations
@@ -43,13 +48,14 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.crc import key_slot
 
 from crawlherd._lua import lua_script
 from crawlherd._redact import redact_url
@@ -70,7 +76,7 @@ __all__ = ["RedisFrontier"]
 
 log = logging.getLogger(__name__)
 
-LAYOUT_VERSION = "1"
+LAYOUT_VERSION = "2"
 _PRIO_LIMIT = (1 << 18) - 1  # scores are -prio * 2**34 + seq: exact in a double for |prio| < 2**18
 _BATCH = 500
 _UNAVAILABLE_REPLIES = ("OOM", "LOADING", "READONLY", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
@@ -113,6 +119,9 @@ class RedisFrontier(WaitingMixin):
         dupefilter_bits: int | None = None,
         owns_client: bool = False,
         url: str = "redis://",
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
+        route: _ClusterRoute | None = None,
     ) -> None:
         if not prefix or any(c.isspace() for c in prefix):
             raise ConfigurationError(f"redis frontier prefix {prefix!r} must be non-empty, without spaces")
@@ -122,6 +131,18 @@ class RedisFrontier(WaitingMixin):
             raise ConfigurationError(f"dupefilter_bits={dupefilter_bits!r} must be between 0 and 24")
         self.options = opts = options or FrontierOptions()
         self.prefix = prefix
+        # the name the keys start with: on a Redis Cluster, the prefix as a hash tag, so that all the keys
+        # of the frontier are in one slot and every script may use them all
+        self._kp = f"{{{prefix}}}" if route is not None else prefix
+        if route is not None:
+            route.key = f"{self._kp}:cfg"
+        self._route = route
+        if not 0 <= wait_replicas <= 16:
+            raise ConfigurationError(f"wait_replicas={wait_replicas!r} must be between 0 and 16")
+        if not wait_timeout > 0:
+            raise ConfigurationError(f"wait_timeout={wait_timeout!r} must be > 0 seconds")
+        self._wait = wait_replicas
+        self._wait_ms = max(1, int(wait_timeout * 1000))
         self._client = client
         self._owns_client = owns_client
         self._url = redact_url(url)
@@ -150,25 +171,35 @@ class RedisFrontier(WaitingMixin):
                 "poll_interval": float,
                 "socket_timeout": float,
                 "dupefilter_bits": int | None,
+                "wait_replicas": int,
+                "wait_timeout": float,
             },
         )
         timeout = own.pop("socket_timeout", 10.0)
         client = own.pop("client", None)
         owns = client is None
-        if client is None:
-            parts = urlsplit(url)
-            base = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+        parts = urlsplit(url)
+        route = None
+        if parts.scheme == "redis+cluster":
+            if client is not None:
+                raise ConfigurationError("a redis+cluster:// frontier makes its own connections: drop client=")
+            try:
+                route = _ClusterRoute(parts.netloc, timeout)
+            except ValueError as exc:
+                raise ConfigurationError(f"bad redis+cluster URL {redact_url(url)!r}: {exc}") from None
+            client = aioredis.Redis()  # a placeholder until the slot's master is found; never connected
+        elif client is None:
             try:
                 client = aioredis.Redis.from_url(
-                    base,
-                    socket_timeout=timeout,
-                    socket_connect_timeout=timeout,
-                    retry=Retry(NoBackoff(), 0),
-                    retry_on_error=[],
-                )
+                        urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")),
+                        socket_timeout=timeout,
+                        socket_connect_timeout=timeout,
+                        retry=Retry(NoBackoff(), 0),
+                        retry_on_error=[],
+                    )
             except ValueError as exc:
                 raise ConfigurationError(f"bad redis URL {redact_url(url)!r}: {exc}") from None
-        return cls(client, opts, owns_client=owns, url=url, **own)
+        return cls(client, opts, owns_client=owns, url=url, route=route, **own)
 
     async def __aenter__(self) -> RedisFrontier:
         try:
@@ -191,22 +222,47 @@ class RedisFrontier(WaitingMixin):
         if self._closed:
             raise FrontierError("the redis frontier is closed")
         try:
+            if self._route is not None:
+                self._client = await self._route.master()
             return await op()
         except (rexc.ConnectionError, rexc.TimeoutError, OSError, TimeoutError) as exc:
+            if self._route is not None:
+                await self._route.forget()  # the next call asks the cluster where the slot is now
             raise BackendUnavailableError(
                 f"redis frontier at {self._url} is unavailable: {exc}", backend="redis"
             ) from exc
         except rexc.ResponseError as exc:
             text = str(exc)
-            if text.startswith(_UNAVAILABLE_REPLIES):
+            if isinstance(exc, rexc.AskError) or text.startswith(_UNAVAILABLE_REPLIES):
+                if self._route is not None:
+                    await self._route.forget()
                 raise BackendUnavailableError(f"redis at {self._url} refused: {text}", backend="redis") from exc
             raise FrontierError(f"redis frontier script failed: {text}") from exc
 
     async def _run(self, name: str, *args: Any) -> Any:
         opts = self.options
-        argv = [self.prefix, repr(self._clock.now()), repr(float(opts.delay)), opts.max_in_flight, *args]
+        argv = [self._kp, repr(self._clock.now()), repr(float(opts.delay)), opts.max_in_flight, *args]
         script = self._scripts[name]
-        return await self._guard(lambda: script(keys=[], args=argv))
+        keys = [f"{self._kp}:cfg"]  # not used by the scripts: it names the slot of the keys
+        if not self._wait or name in ("PEEK", "STATS"):
+            return await self._guard(lambda: script(keys=keys, args=argv, client=self._client))
+
+        async def durable() -> Any:
+            # the script and WAIT on one connection: WAIT counts the replicas that have this client's writes
+            async with self._client.pipeline(transaction=False) as pipe:
+                await script(keys=keys, args=argv, client=pipe)
+                pipe.execute_command("WAIT", self._wait, self._wait_ms)
+                reply, acked = await pipe.execute()
+            if int(acked) < self._wait:
+                raise BackendUnavailableError(
+                    f"redis frontier at {self._url}: {name.lower()} reached {int(acked)} of the "
+                    f"{self._wait} replica(s) wait_replicas asks for within {self._wait_ms} ms; it may be lost "
+                    "in a failover (an enqueue may be repeated: duplicates are filtered)",
+                    backend="redis",
+                )
+            return reply
+
+        return await self._guard(durable)
 
     async def _init(self) -> None:
         if self._ready:
@@ -241,12 +297,12 @@ class RedisFrontier(WaitingMixin):
             return fp & ((1 << self._bits) - 1), fp >> self._bits
         return fp & 0xFFFFFFFF, (fp >> 32) | 1
 
-    def _encode(self, request: Request) -> str:
+    def _encode(self, request: Request) -> tuple[Any, ...]:
+        """The six ENQUEUE values of a request: filter halves, not-before, priority, host, body."""
         a, b = self._filter_args(request)
         prio = max(-_PRIO_LIMIT, min(_PRIO_LIMIT, request.priority))
-        body = json.dumps(request.to_record(), separators=(",", ":"), ensure_ascii=False)
         nb = "" if request.not_before is None else repr(float(request.not_before))
-        return f"{a} {b} {nb}\n{prio}\t{request.host}\t{body}"
+        return a, b, nb, prio, request.host, _body(request)
 
     # -- enqueue -----------------------------------------------------------------------------------
 
@@ -255,12 +311,14 @@ class RedisFrontier(WaitingMixin):
 
     async def enqueue_requests(self, requests: Iterable[Request]) -> int:
         await self._init()
-        encoded = [self._encode(r) for r in requests]
+        batch = list(requests)
         queued = 0
         start = 0
-        while start < len(encoded):
-            chunk = encoded[start : start + _BATCH]
-            args: list[Any] = [self.options.max_size, self._kind, self.options.dupefilter_unavailable, *chunk]
+        while start < len(batch):
+            chunk = batch[start : start + _BATCH]
+            args: list[Any] = [self.options.max_size, self._kind, self.options.dupefilter_unavailable]
+            for request in chunk:
+                args.extend(self._encode(request))
             status, n_new, processed, message = await self._run("ENQUEUE", *args)
             queued += int(n_new)
             start += int(processed)
@@ -275,10 +333,9 @@ class RedisFrontier(WaitingMixin):
                 )
             if status == "full":
                 if self.options.full_policy == "raise":
-                    url = json.loads(encoded[start].split("\t", 2)[2])["url"]
                     raise QueueFullError(
-                        f"frontier is full (max_size={self.options.max_size}); {url} and the "
-                        f"{len(encoded) - start - 1} request(s) after it were not queued and may be enqueued again"
+                        f"frontier is full (max_size={self.options.max_size}); {batch[start].url} and the "
+                        f"{len(batch) - start - 1} request(s) after it were not queued and may be enqueued again"
                     )
                 await self._wait_for_room()
         return queued
@@ -303,8 +360,7 @@ class RedisFrontier(WaitingMixin):
             for i in range(1, len(reply), 3):
                 token, payload, attempt = _text(reply[i]), _raw(reply[i + 1]), int(reply[i + 2])
                 try:
-                    body = payload.split(b"\t", 2)[2]
-                    request = Request.from_record(json.loads(body))
+                    request = _decode(payload.split(b"\t", 2)[2])
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     await self._bury(token, payload, f"undecodable request record: {exc}")
                     buried += 1
@@ -422,7 +478,7 @@ class RedisFrontier(WaitingMixin):
 
     async def bad_entries(self) -> dict[str, str]:
         """Entries moved aside (``P:bad``): id -> ``"<reason>\\t<payload>"``."""
-        raw = await self._guard(lambda: self._client.hgetall(f"{self.prefix}:bad"))
+        raw = await self._guard(lambda: self._client.hgetall(f"{self._kp}:bad"))
         return {_text(k): _text(v) for k, v in raw.items()}
 
     async def memory_usage(self) -> dict[str, int]:
@@ -431,9 +487,9 @@ class RedisFrontier(WaitingMixin):
 
         async def measure() -> dict[str, int]:
             out = {"dupefilter": 0, "queue": 0, "other": 0}
-            df = (f"{self.prefix}:df:", f"{self.prefix}:bloom")
-            queue = tuple(f"{self.prefix}:{n}" for n in ("req", "q:", "ready", "timers", "delayed", "age"))
-            keys = [_text(k) async for k in self._client.scan_iter(match=f"{_glob(self.prefix)}:*", count=1000)]
+            df = (f"{self._kp}:df:", f"{self._kp}:bloom")
+            queue = tuple(f"{self._kp}:{n}" for n in ("q:", "ready", "timers", "delayed", "age", "lease", "lexp", "h"))
+            keys = [_text(k) async for k in self._client.scan_iter(match=f"{_glob(self._kp)}:*", count=1000)]
             for start in range(0, len(keys), 1000):
                 part = keys[start : start + 1000]
                 pipe = self._client.pipeline(transaction=False)
@@ -453,7 +509,7 @@ class RedisFrontier(WaitingMixin):
         async def wipe() -> int:
             n = 0
             batch: list[Any] = []
-            async for key in self._client.scan_iter(match=f"{_glob(self.prefix)}:*", count=1000):
+            async for key in self._client.scan_iter(match=f"{_glob(self._kp)}:*", count=1000):
                 batch.append(key)
                 if len(batch) >= 1000:
                     n += int(await self._client.unlink(*batch))
@@ -467,8 +523,93 @@ class RedisFrontier(WaitingMixin):
         return deleted
 
     async def close(self) -> None:
-        if self._begin_close() and self._owns_client:
-            await self._client.aclose()
+        if self._begin_close():
+            if self._route is not None:
+                await self._route.forget()
+            elif self._owns_client:
+                await self._client.aclose()
+
+
+def _body(request: Request) -> str:
+    """A request as the frontier stores it: ``"<priority> <depth> <url>"`` for a plain GET (most of a
+    crawl's requests), else the JSON of :meth:`Request.to_record` (it starts with ``{``)."""
+    rec = request.to_record()
+    if len(rec) == 4 and " " not in request.url:  # v, url, p, d: nothing else to keep
+        return f"{request.priority} {request.depth} {request.url}"
+    return json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode(body: bytes) -> Request:
+    if body[:1] == b"{":
+        return Request.from_record(json.loads(body))
+    prio, depth, url = body.split(b" ", 2)
+    return Request(url.decode("utf-8"), priority=int(prio), depth=int(depth))
+
+
+class _ClusterRoute:
+    """The master of one slot of a Redis Cluster: found from the cluster's own map (``CLUSTER SLOTS``,
+    asked of any node it knows) and looked up again after an error, so that after a failover the
+    frontier talks to the promoted replica. One plain connection pool to that master: a script and its
+    ``WAIT`` go over one connection."""
+
+    def __init__(self, netloc: str, timeout: float) -> None:
+        auth, _, hosts = netloc.rpartition("@")
+        user, _, password = auth.partition(":")
+        self._user = unquote(user) or None
+        self._password = unquote(password) or None
+        self._timeout = timeout
+        self._nodes: list[tuple[str, int]] = []
+        for part in hosts.split(","):
+            host, _, port = part.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"{part!r} is not host:port")
+            self._nodes.append((host.strip("[]"), int(port)))
+        self.key = ""
+        self._client: aioredis.Redis | None = None
+
+    def _connect(self, host: str, port: int) -> aioredis.Redis:
+        return aioredis.Redis(
+            host=host,
+            port=port,
+            socket_timeout=self._timeout,
+            socket_connect_timeout=self._timeout,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_error=[],
+            username=self._user,
+            password=self._password,
+        )
+
+    async def master(self) -> aioredis.Redis:
+        if self._client is None:
+            self._client = await self._find()
+        return self._client
+
+    async def forget(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def _find(self) -> aioredis.Redis:
+        slot = key_slot(self.key.encode("utf-8"))
+        errors = []
+        for host, port in list(self._nodes):
+            probe = self._connect(host, port)
+            try:
+                ranges = await probe.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+            except (rexc.RedisError, OSError) as exc:
+                errors.append(f"{host}:{port}: {exc}")
+                continue
+            finally:
+                await probe.aclose()
+            for start, end, primary, *replicas in ranges:
+                for node in (primary, *replicas):  # learn every node, for the next look-up
+                    addr = (_text(node[0]) or host, int(node[1]))
+                    if addr not in self._nodes:
+                        self._nodes.append(addr)
+                if int(start) <= slot <= int(end):
+                    return self._connect(_text(primary[0]) or host, int(primary[1]))
+            errors.append(f"{host}:{port}: no node serves slot {slot}")
+        raise rexc.ConnectionError("; ".join(errors) or "no cluster node given")
 
 
 def _glob(prefix: str) -> str:

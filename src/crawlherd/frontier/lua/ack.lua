@@ -7,15 +7,19 @@ for i = 6, #ARGV do
   ids[#ids + 1] = string.match(ARGV[i], '^(%d+):') or '0'
 end
 local infos = hmget(K_LEASE, ids)
-local bad, done, perhost, settled = {}, {}, {}, {}
+local bad, done, perhost, hosts, settled = {}, {}, {}, {}, {}
 for i, token in ipairs(tokens) do
   local info = infos[i]
   local tok, host
-  if info then tok, host = string.match(info, '^([^\t]*)\t%-?%d+\t(.*)$') end
+  if info then tok, host = string.match(info, '^([^\t]*)\t%-?%d+\t([^\t]*)\t') end
   if info and tok == token and not settled[ids[i]] then
     settled[ids[i]] = true  -- the same token twice in one call is settled once
     done[#done + 1] = ids[i]
-    perhost[host] = (perhost[host] or 0) + 1
+    if not perhost[host] then
+      perhost[host] = 0
+      hosts[#hosts + 1] = host
+    end
+    perhost[host] = perhost[host] + 1
   else
     bad[#bad + 1] = token
   end
@@ -23,12 +27,23 @@ end
 if #done > 0 then
   bulk('HDEL', K_LEASE, done)
   bulk('ZREM', K_LEXP, done)
-  bulk('HDEL', K_REQ, done)
   if redis.call('EXISTS', K_ATT) == 1 then bulk('HDEL', K_ATT, done) end
-  for host, k in pairs(perhost) do
-    redis.call('HINCRBY', K_HINF, host, -k)
-    after_settle(host)
+  local states = hmget(K_H, hosts)
+  local gone, keep = {}, {}
+  for i, host in ipairs(hosts) do
+    local inf, ra = unpack_state(states[i])
+    local now_inf = inf - perhost[host]
+    if now_inf <= 0 and ra <= NOW then
+      gone[#gone + 1] = host
+    else
+      keep[#keep + 1] = host
+      keep[#keep + 1] = now_inf..' '..fmt(ra)
+    end
+    local cap = cap_of(host)
+    if inf >= cap and now_inf < cap then place(host, head_of(host), now_inf, ra) end  -- its cap held it back
   end
+  if #gone > 0 then bulk('HDEL', K_H, gone) end
+  if #keep > 0 then bulk('HSET', K_H, keep) end
   if MODE == 'ack' then redis.call('HINCRBY', K_C, 'acked', #done)
   else redis.call('HINCRBY', K_C, 'failures', #done) end
 end

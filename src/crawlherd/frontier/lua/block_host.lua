@@ -1,6 +1,6 @@
 -- BLOCK_HOST (after prelude.lua). ARGV[5] host, [6] until.
 local host, untilt = ARGV[5], tonumber(ARGV[6])
-local ra = tonumber(redis.call('HGET', K_HREADY, host) or '0')
-if untilt > ra then redis.call('HSET', K_HREADY, host, ARGV[6]) end
+local inf, ra = state_of(host)
+if untilt > ra then set_state(host, inf, untilt) end
 schedule(host)
 return 1

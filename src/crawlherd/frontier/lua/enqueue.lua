@@ -1,5 +1,6 @@
 -- ENQUEUE (after prelude.lua). ARGV[5] max_size (0 unbounded), [6] dupefilter kind, [7] "allow" when an
--- unusable filter may be bypassed, then one value per request: "<df_a> <df_b> <not_before or ''>\n<payload>".
+-- unusable filter may be bypassed, then six values per request: df_a, df_b, not_before (or ''), priority,
+-- host, body.
 -- Exact filter: df_a = bucket, df_b = fingerprint >> bits. Bloom: df_a, df_b = the two hash halves.
 -- Returns {status, queued, processed, message}: status 'ok', 'full' (stopped at processed+1) or
 -- 'dferr' (the filter could not be used and the policy is fail).
@@ -79,13 +80,15 @@ end
 local queued = tonumber(redis.call('HGET', K_C, 'queued') or '0')
 local n_new, n_dup, n_dfu, processed = 0, 0, 0, 0
 local status, message = 'ok', ''
-local nitems = #ARGV - 7
+local nitems = (#ARGV - 7) / 6
 local base = redis.call('INCRBY', K_SEQ, nitems) - nitems
-local reqs, ages, delayed, byhost = {}, {}, {}, {}
-for i = 8, #ARGV do
-  local a, b, nb, payload = string.match(ARGV[i], '^(%d+) (%d+) ([^\n]*)\n(.*)$')
-  local prio, host = parse(payload)
-  if not prio then return redis.error_reply('malformed enqueue argument '..(i - 7)) end
+local batch = redis.call('INCR', P..':bseq')
+local delayed, byhost, hostmin, hosts = {}, {}, {}, {}
+for o = 8, #ARGV, 6 do
+  local a, b, nb, prio, host, body = ARGV[o], ARGV[o + 1], ARGV[o + 2], tonumber(ARGV[o + 3]), ARGV[o + 4], ARGV[o + 5]
+  if not prio or not body or host == '' then
+    return redis.error_reply('malformed enqueue argument '..(processed + 1))
+  end
   local go = true
   if MAX > 0 and queued >= MAX then
     local seen, err = seen_has(a, b)
@@ -109,36 +112,55 @@ for i = 8, #ARGV do
       n_dup = n_dup + 1
     else
       local id = base + processed + 1
-      reqs[#reqs + 1] = id
-      reqs[#reqs + 1] = payload
-      ages[#ages + 1] = NOW
-      ages[#ages + 1] = id
+      local member = id..'\t'..batch..'\t'..body
       queued = queued + 1
       n_new = n_new + 1
       if nb ~= '' and tonumber(nb) > NOW then
         delayed[#delayed + 1] = tonumber(nb)
-        delayed[#delayed + 1] = id
+        delayed[#delayed + 1] = prio..'\t'..host..'\t'..member
       else
         local q = byhost[host]
-        if not q then q = {} byhost[host] = q end
-        q[#q + 1] = -prio * SHIFT + id
-        q[#q + 1] = id
+        local score = -prio * SHIFT + id
+        if not q then
+          q = {}
+          byhost[host] = q
+          hosts[#hosts + 1] = host
+          hostmin[host] = score
+        elseif score < hostmin[host] then
+          hostmin[host] = score
+        end
+        q[#q + 1] = score
+        q[#q + 1] = member
       end
     end
   end
   processed = processed + 1
 end
 if n_new > 0 then
-  bulk('HSET', K_REQ, reqs)
-  bulk('ZADD', K_AGE, ages)
+  redis.call('ZADD', K_AGE, NOW, batch)
+  redis.call('HSET', K_AGEC, batch, n_new)
   if #delayed > 0 then bulk('ZADD', K_DELAYED, delayed) end
-  local hosts = {}
-  for host, q in pairs(byhost) do
-    bulk('ZADD', qkey(host), q)
-    hosts[#hosts + 1] = host
+  for _, host in ipairs(hosts) do bulk('ZADD', qkey(host), byhost[host]) end
+  -- where each host goes: a host with nothing out and no delay running (no state) is ready at its head,
+  -- which the new requests may have improved (ZADD LT); one at its cap stays out; one waiting stays waiting
+  if #hosts > 0 then
+    local states = hmget(K_H, hosts)
+    local ready, timers = {}, {}
+    for i, host in ipairs(hosts) do
+      local inf, ra = unpack_state(states[i])
+      if inf < cap_of(host) then
+        if ra > NOW then
+          timers[#timers + 1] = ra
+          timers[#timers + 1] = host
+        else
+          ready[#ready + 1] = hostmin[host]
+          ready[#ready + 1] = host
+        end
+      end
+    end
+    if #ready > 0 then bulk('ZADD', K_READY, ready, 'LT') end
+    if #timers > 0 then bulk('ZADD', K_TIMERS, timers) end
   end
-  if #hosts > 0 then bulk('SADD', K_HOSTS, hosts) end
-  for _, host in ipairs(hosts) do schedule(host) end
   redis.call('HINCRBY', K_C, 'queued', n_new)
   redis.call('HINCRBY', K_C, 'enqueued', n_new)
 end

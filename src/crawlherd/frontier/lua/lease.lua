@@ -1,89 +1,121 @@
 -- LEASE (after prelude.lua). ARGV[5] limit, [6] lease timeout. Returns the time the leases were made at
--- ('%.17g'), then token, payload, attempt for each lease; ids found unreadable are moved aside.
+-- ('%.17g'), then token, member, attempt for each lease; members found unreadable are moved aside.
+--
+-- The batch is what taking the best ready head LIMIT times would give, in a few calls per host: the
+-- candidates are the best LIMIT ready hosts (no other host's head can be among the LIMIT best) and, of
+-- each, as many requests as its cap and delay allow; the LIMIT best candidates are taken.
 local LIMIT = tonumber(ARGV[5])
 local EXPIRES = NOW + tonumber(ARGV[6])
 refresh()
-local out = {string.format('%.17g', NOW)}
--- host state read once, kept here while the batch is picked, written back at the end
-local INF, RA, RA_SET = {}, {}, {}
-local picked = {}
-while #picked < LIMIT do
-  local top = redis.call('ZRANGE', K_READY, 0, 0)
-  if #top == 0 then break end
-  local host = top[1]
-  local q = qkey(host)
-  local popped = redis.call('ZPOPMIN', q)
-  if #popped == 0 then
-    redis.call('ZREM', K_READY, host)
-  else
-    local prio = -math.floor(tonumber(popped[2]) / SHIFT)
-    picked[#picked + 1] = {popped[1], prio, host}
-    local inf = INF[host]
-    if inf == nil then inf = tonumber(redis.call('HGET', K_HINF, host) or '0') end
-    inf = inf + 1
-    INF[host] = inf
-    local ra = RA[host]
-    if ra == nil then ra = tonumber(redis.call('HGET', K_HREADY, host) or '0') end
-    local d = delay_of(host)
-    if d > 0 then
-      ra = NOW + d
-      RA_SET[host] = true
+local out = {fmt(NOW)}
+local top = redis.call('ZRANGE', K_READY, 0, LIMIT - 1, 'WITHSCORES')
+if #top == 0 then return out end
+local hosts = {}
+for i = 1, #top, 2 do hosts[#hosts + 1] = top[i] end
+-- no request scored after the LIMIT-th best head can be among the LIMIT best
+local cutoff = math.huge
+if #hosts == LIMIT then cutoff = tonumber(top[#top]) end
+local states = hmget(K_H, hosts)
+local cands, fetched, INF, RA = {}, {}, {}, {}
+local stale = {}
+for i, host in ipairs(hosts) do
+  local inf, ra = unpack_state(states[i])
+  INF[i], RA[i] = inf, ra
+  local room = cap_of(host) - inf
+  if delay_of(host) > 0 and room > 1 then room = 1 end
+  if room > LIMIT then room = LIMIT end
+  local items = {}
+  if room > 0 and ra <= NOW then
+    -- usually only the head is taken: read two (and the one after, the next head), more when they may be
+    local n = math.min(room, 2)
+    items = redis.call('ZRANGE', qkey(host), 0, n, 'WITHSCORES')
+    if room > n and #items == 2 * n + 2 and tonumber(items[#items]) <= cutoff then
+      items = redis.call('ZRANGE', qkey(host), 0, room, 'WITHSCORES')
     end
-    RA[host] = ra
-    if inf >= cap_of(host) then
-      redis.call('ZREM', K_READY, host)
-    elseif ra > NOW then
-      redis.call('ZREM', K_READY, host)
-      if redis.call('EXISTS', q) == 1 then redis.call('ZADD', K_TIMERS, ra, host) end
-    else
-      local head = redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')
-      if #head == 0 then redis.call('ZREM', K_READY, host) else redis.call('ZADD', K_READY, head[2], host) end
+  end
+  fetched[i] = items
+  if #items == 0 then
+    stale[#stale + 1] = host  -- not fetchable now after all: placed again below
+  else
+    for r = 1, math.min(room, #items / 2) do
+      local score = tonumber(items[2 * r])
+      if score > cutoff then break end
+      cands[#cands + 1] = {score, i, r}
     end
   end
 end
-if #picked == 0 then return out end
-local infs, ras = {}, {}
-for host, v in pairs(INF) do
-  infs[#infs + 1] = host
-  infs[#infs + 1] = v
+table.sort(cands, function(x, y) return x[1] < y[1] end)
+local taken = {}
+for n = 1, math.min(LIMIT, #cands) do
+  local c = cands[n]
+  taken[c[2]] = c[3]  -- ranks are taken in order within a host: the count is the last rank
 end
-for host in pairs(RA_SET) do
-  ras[#ras + 1] = host
-  ras[#ras + 1] = string.format('%.17g', RA[host])
-end
-bulk('HSET', K_HINF, infs)
-if #ras > 0 then bulk('HSET', K_HREADY, ras) end
-local ids = {}
-for i, p in ipairs(picked) do ids[i] = p[1] end
-bulk('ZREM', K_AGE, ids)
-redis.call('HINCRBY', K_C, 'queued', -#picked)
-local payloads = hmget(K_REQ, ids)
-local atts = nil
-if redis.call('EXISTS', K_ATT) == 1 then atts = hmget(K_ATT, ids) end
 local serial = redis.call('INCR', P..':lseq')
-local leases, lexp = {}, {}
-for i, p in ipairs(picked) do
-  local id, prio, host = p[1], p[2], p[3]
-  local payload = payloads[i]
-  if not parse(payload) then
-    bury(id, 'unreadable entry header')
-    redis.call('HINCRBY', K_HINF, host, -1)
-    after_settle(host)
-  else
-    local token = id..':'..serial..'.'..i
-    leases[#leases + 1] = id
-    leases[#leases + 1] = token..'\t'..prio..'\t'..host
-    lexp[#lexp + 1] = EXPIRES
-    lexp[#lexp + 1] = id
-    local att = 1
-    if atts and atts[i] then att = tonumber(atts[i]) + 1 end
-    out[#out + 1] = token
-    out[#out + 1] = payload
-    out[#out + 1] = att
+local ready_add, ready_rem, states_set, leases, lexp, ids, picked = {}, {}, {}, {}, {}, {}, {}
+local batches, n_taken = {}, 0
+for i, host in ipairs(hosts) do
+  local k = taken[i]
+  if k then
+    local items = fetched[i]
+    redis.call('ZREMRANGEBYRANK', qkey(host), 0, k - 1)
+    n_taken = n_taken + k
+    local good = 0
+    for r = 1, k do
+      local member = items[2 * r - 1]
+      local prio = -math.floor(tonumber(items[2 * r]) / SHIFT)
+      local id, b = string.match(member, '^(%d+)\t(%d+)\t')
+      if id then
+        batches[b] = (batches[b] or 0) + 1
+        good = good + 1
+        local token = id..':'..serial..'.'..(#picked + 1)
+        leases[#leases + 1] = id
+        leases[#leases + 1] = token..'\t'..prio..'\t'..host..'\t'..member
+        lexp[#lexp + 1] = EXPIRES
+        lexp[#lexp + 1] = id
+        ids[#ids + 1] = id
+        picked[#picked + 1] = {token, member}
+      else
+        bury(string.match(member, '^(%d+)') or redis.call('INCR', K_SEQ), 'unreadable entry header', member)
+      end
+    end
+    local inf, ra = INF[i] + good, RA[i]
+    local d = delay_of(host)
+    if d > 0 and good > 0 then ra = NOW + d end
+    if inf > 0 or ra > NOW then
+      states_set[#states_set + 1] = host
+      states_set[#states_set + 1] = inf..' '..fmt(ra)
+    end
+    local has_next = #items / 2 > k
+    if not has_next or inf >= cap_of(host) then
+      ready_rem[#ready_rem + 1] = host
+    elseif ra > NOW then
+      ready_rem[#ready_rem + 1] = host
+      redis.call('ZADD', K_TIMERS, ra, host)
+    else
+      ready_add[#ready_add + 1] = items[2 * k + 2]
+      ready_add[#ready_add + 1] = host
+    end
   end
 end
+for _, host in ipairs(stale) do schedule(host) end
+if #ready_rem > 0 then bulk('ZREM', K_READY, ready_rem) end
+if #ready_add > 0 then bulk('ZADD', K_READY, ready_add) end
+if #states_set > 0 then bulk('HSET', K_H, states_set) end
+if n_taken > 0 then
+  redis.call('HINCRBY', K_C, 'queued', -n_taken)
+end
+batches_done(batches)
 if #leases > 0 then
   bulk('HSET', K_LEASE, leases)
   bulk('ZADD', K_LEXP, lexp)
+  local atts = nil
+  if redis.call('EXISTS', K_ATT) == 1 then atts = hmget(K_ATT, ids) end
+  for i, p in ipairs(picked) do
+    out[#out + 1] = p[1]
+    out[#out + 1] = p[2]
+    local att = 1
+    if atts and atts[i] then att = tonumber(atts[i]) + 1 end
+    out[#out + 1] = att
+  end
 end
 return out

@@ -6,17 +6,20 @@ local inflight = redis.call('ZCARD', P..':lexp')
 local oldest = redis.call('ZRANGE', P..':age', 0, 0, 'WITHSCORES')
 local o = ''
 if #oldest > 0 then o = oldest[2] end
-local depth = {}
-for _, host in ipairs(redis.call('SMEMBERS', P..':hosts')) do
+-- a host with queued requests is ready, waiting (timers) or has leases out (h)
+local depth, seen = {}, {}
+local function count(host)
+  if seen[host] then return end
+  seen[host] = true
   local n = redis.call('ZCARD', P..':q:'..host)
   if n > 0 then depth[host] = n end
 end
-for _, id in ipairs(redis.call('ZRANGE', P..':delayed', 0, 9999)) do
-  local payload = redis.call('HGET', P..':req', id)
-  if payload then
-    local host = string.match(payload, '^-?%d+\t([^\t]+)\t')
-    if host then depth[host] = (depth[host] or 0) + 1 end
-  end
+for _, host in ipairs(redis.call('ZRANGE', P..':ready', 0, -1)) do count(host) end
+for _, host in ipairs(redis.call('ZRANGE', P..':timers', 0, -1)) do count(host) end
+for _, host in ipairs(redis.call('HKEYS', P..':h')) do count(host) end
+for _, entry in ipairs(redis.call('ZRANGE', P..':delayed', 0, 9999)) do
+  local host = string.match(entry, '^-?%d+\t([^\t]+)\t')
+  if host then depth[host] = (depth[host] or 0) + 1 end
 end
 local flat = {}
 for host, n in pairs(depth) do

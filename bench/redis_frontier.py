@@ -1,0 +1,214 @@
+"""The ``redis://`` frontier against raw redis-py, in one run, on a private ``redis-server``.
+
+    .venv/bin/python bench/redis_frontier.py [--requests 200000] [--hosts 1000] [--rounds 3]
+        [--redis private|redis://host:port/db] [--cluster]
+
+Workload (issue 13's row): ``--requests`` requests over ``--hosts`` hosts, 20% exact duplicates,
+priorities 0-100, politeness delay 0. crawlherd: ``enqueue_requests`` in batches of 1,000, then
+``next_requests(500)`` + ``ack_many`` until empty. Raw baseline: the same requests as JSON records,
+pipelined ``SADD`` (the fingerprint) + ``ZADD`` (the record, scored by priority) in batches of 1,000
+(a record is queued when its ``SADD`` said it is new), then ``ZPOPMAX 500`` until empty -- no
+politeness, no leases, no expiry.
+
+Each round runs both, interleaved (raw, crawlherd, raw, ...), each on an empty server; the medians are
+printed. Beside the client's wall-clock rate: the Redis server's CPU (``INFO cpu`` used_cpu_sys +
+used_cpu_user delta) per request, and the bytes Redis holds per queued request at the peak (``INFO
+memory`` used_memory delta after the enqueue phase, before the drain).
+
+``--cluster``: then the ``redis+cluster://`` frontier on private local clusters (redis-server
+--cluster-enabled yes, on free ports): 1 master, 3 masters, and 3 masters with one replica each, without
+and with ``wait_replicas=1`` (every write script followed by ``WAIT 1``). Server CPU and memory are
+summed over the nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+
+sys.path.insert(0, str(Path(__file__).parent))
+from crawlherd.frontier import open_scheduler  # noqa: E402
+from crawlherd.request import Request  # noqa: E402
+from frontier_backends import start_private_redis, workload  # noqa: E402
+
+
+async def server_cpu(client: Any) -> float:
+    info = await client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+async def used_memory(client: Any) -> int:
+    return int((await client.info("memory"))["used_memory"])
+
+
+async def raw_round(url: str, reqs: list[Request]) -> dict[str, float]:
+    client = aioredis.Redis.from_url(url)
+    prefix = f"raw{uuid.uuid4().hex[:8]}"
+    records = [
+        (r.fingerprint, json.dumps(r.to_record(), separators=(",", ":")), float(r.priority)) for r in reqs
+    ]
+    try:
+        await client.flushdb()
+        mem0 = await used_memory(client)
+        cpu0 = await server_cpu(client)
+        t0 = time.perf_counter()
+        queued = 0
+        for start in range(0, len(records), 1000):
+            part = records[start : start + 1000]
+            pipe = client.pipeline(transaction=False)
+            for fp, _, _ in part:
+                pipe.sadd(f"{prefix}:seen", fp)
+            new = await pipe.execute()
+            pipe = client.pipeline(transaction=False)
+            mapping = {rec: prio for (_, rec, prio), n in zip(part, new, strict=True) if n}
+            if mapping:
+                pipe.zadd(f"{prefix}:queue", mapping)  # type: ignore[arg-type]
+                queued += len(mapping)
+            await pipe.execute()
+        t1 = time.perf_counter()
+        peak = await used_memory(client) - mem0
+        t1b = time.perf_counter()
+        done = 0
+        while popped := await client.zpopmax(f"{prefix}:queue", 500):
+            done += len(popped)
+        t2 = time.perf_counter()
+        cpu = await server_cpu(client) - cpu0
+        assert done == queued, (done, queued)
+        await client.flushdb()
+    finally:
+        await client.aclose()
+    total = (t1 - t0) + (t2 - t1b)
+    return {"req_s": len(reqs) / total, "cpu_us": cpu / len(reqs) * 1e6, "bytes": peak / queued, "queued": queued}
+
+
+class _Nodes:
+    """INFO cpu / memory summed over several servers (a cluster's nodes)."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.clients = [aioredis.Redis.from_url(u) for u in urls]
+
+    async def info(self, section: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for c in self.clients:
+            for k, v in (await c.info(section)).items():
+                if isinstance(v, int | float):
+                    out[k] = out.get(k, 0) + v
+        return out
+
+    async def flushdb(self) -> None:
+        for c in self.clients:
+            if (await c.info("replication"))["role"] == "master":
+                await c.flushdb()
+
+    async def aclose(self) -> None:
+        for c in self.clients:
+            await c.aclose()
+
+
+async def crawlherd_round(
+    url: str, reqs: list[Request], admin_urls: list[str] | None = None, query: str = ""
+) -> dict[str, float]:
+    admin: Any = _Nodes(admin_urls) if admin_urls else aioredis.Redis.from_url(url)
+    try:
+        await admin.flushdb()
+        async with open_scheduler(f"{url}?prefix=b{uuid.uuid4().hex[:8]}{query}", delay=0.0) as frontier:
+            await frontier.stats()  # the scripts loaded and the layout written before the clock starts
+            mem0 = await used_memory(admin)
+            cpu0 = await server_cpu(admin)
+            t0 = time.perf_counter()
+            queued = 0
+            for start in range(0, len(reqs), 1000):
+                queued += await frontier.enqueue_requests(reqs[start : start + 1000])
+            t1 = time.perf_counter()
+            peak = await used_memory(admin) - mem0
+            t1b = time.perf_counter()
+            done = 0
+            while leases := await frontier.next_requests(500):
+                done += len(leases)
+                await frontier.ack_many(leases)
+            t2 = time.perf_counter()
+            cpu = await server_cpu(admin) - cpu0
+            assert done == queued, (done, queued)
+        await admin.flushdb()
+    finally:
+        await admin.aclose()
+    total = (t1 - t0) + (t2 - t1b)
+    return {"req_s": len(reqs) / total, "cpu_us": cpu / len(reqs) * 1e6, "bytes": peak / queued, "queued": queued}
+
+
+async def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--requests", type=int, default=200_000)
+    p.add_argument("--hosts", type=int, default=1000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--redis", default="private", help="a Redis URL (FLUSHDB'd!), or 'private' (default)")
+    p.add_argument("--cluster", action="store_true", help="also on private Redis Clusters (1 and 3 masters)")
+    args = p.parse_args()
+    server = None
+    if args.redis == "private":
+        server, args.redis = start_private_redis()
+    try:
+        reqs = workload(args.requests, args.hosts)
+        print(f"workload: {len(reqs):,} requests, {args.hosts:,} hosts, 20% duplicates, delay 0; redis {args.redis}")
+        results: dict[str, list[dict[str, float]]] = {"raw redis-py": [], "crawlherd": []}
+        for i in range(args.rounds):
+            results["raw redis-py"].append(await raw_round(args.redis, reqs))
+            results["crawlherd"].append(await crawlherd_round(args.redis, reqs))
+            print(
+                f"  round {i + 1}: raw {results['raw redis-py'][-1]['req_s']:,.0f} req/s, "
+                f"crawlherd {results['crawlherd'][-1]['req_s']:,.0f} req/s"
+            )
+        med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in results.items()}
+        raw = med["raw redis-py"]
+        print(f"\nmedians of {args.rounds} interleaved rounds")
+        print(f"{'':<14} {'req/s':>9} {'ratio':>7} {'Redis CPU µs/req':>17} {'CPU ratio':>10} {'B/queued req':>13}")
+        for name, m in med.items():
+            print(
+                f"{name:<14} {m['req_s']:>9,.0f} {m['req_s'] / raw['req_s']:>6.2f}x {m['cpu_us']:>17.2f} "
+                f"{m['cpu_us'] / raw['cpu_us']:>9.2f}x {m['bytes']:>13.0f}"
+            )
+        if args.cluster:
+            await cluster_bench(args, reqs, med["raw redis-py"])
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+    return 0
+
+
+async def cluster_bench(args: argparse.Namespace, reqs: list[Request], raw: dict[str, float]) -> None:
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).parent.parent))
+    from tests.support.rediscluster import LocalCluster
+
+    print("\nredis+cluster:// (ratios against the raw median above)")
+    print(f"{'':<34} {'req/s':>9} {'ratio':>7} {'Redis CPU µs/req':>17} {'B/queued req':>13}")
+    configs = [(1, 0, ""), (3, 0, ""), (3, 1, ""), (3, 1, "&wait_replicas=1")]
+    for masters, replicas, query in configs:
+        with tempfile.TemporaryDirectory() as tmp:
+            cluster = LocalCluster(Path(tmp), masters=masters, replicas=replicas).start()
+            try:
+                nodes = [f"redis://127.0.0.1:{p}/0" for p in cluster.procs]
+                rounds = [await crawlherd_round(cluster.url, reqs, nodes, query) for _ in range(args.rounds)]
+            finally:
+                cluster.stop()
+        m = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+        label = f"{masters} master(s), {replicas} replica(s) each{' WAIT 1' if query else ''}"
+        print(
+            f"{label:<34} {m['req_s']:>9,.0f} {m['req_s'] / raw['req_s']:>6.2f}x {m['cpu_us']:>17.2f} "
+            f"{m['bytes']:>13.0f}"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
