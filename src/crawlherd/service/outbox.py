@@ -46,6 +46,7 @@ from sqlalchemy import (
     literal,
     select,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -313,10 +314,10 @@ async def write_outbox(
         return 0
     inserted = await _insert_outbox(conn, rows, now=now)
     if inserted and claimed_by is not None:
-        # The rows this transaction inserted: created at ``now`` (the transaction's clock) with these keys.
-        new_rows = select(_OUTBOX.c.id, literal(claimed_by[:200])).where(
-            _OUTBOX.c.created_at == now, _OUTBOX.c.key.in_([r["key"] for r in rows])
-        )
+        # The rows this transaction inserted: created at ``now`` (the transaction's clock), found by
+        # their (target_id, slot_at) -- the unique key's index, so the cost follows the batch, not the table.
+        pairs = tuple_(_OUTBOX.c.target_id, _OUTBOX.c.slot_at).in_([(r["target_id"], r["slot_at"]) for r in rows])
+        new_rows = select(_OUTBOX.c.id, literal(claimed_by[:200])).where(pairs, _OUTBOX.c.created_at == now)
         await conn.execute(insert(_TRAIL).from_select(["outbox_id", "claimed_by"], new_rows))
     return inserted
 
