@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Self
 
-__all__ = ["cancel_and_wait"]
+__all__ = ["AsyncClosing", "cancel_and_wait"]
+
+
+class AsyncClosing:
+    """``async with obj:`` closes ``obj`` on the way out (``await obj.close()``). Entering does nothing
+    more here; a class that opens something on entry overrides ``__aenter__``."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        raise NotImplementedError
 
 
 async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:

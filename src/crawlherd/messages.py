@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 
 from crawlherd.errors import MessageError
-from crawlherd.sitespec import SiteSpec
+from crawlherd.sitespec import HttpURL, SiteSpec
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -84,7 +84,7 @@ class JobMessage(BaseModel):
     slot_at: datetime
     website_id: int = Field(ge=1)
     site: SiteSpec
-    search_url: str = Field(min_length=1)
+    search_url: HttpURL = Field(min_length=1)
     keywords_used: str
     location_used: str | None = None
     attempt_count: int = Field(default=0, ge=0)
@@ -96,13 +96,6 @@ class JobMessage(BaseModel):
         if value.tzinfo is None:
             raise ValueError("must carry a time zone (UTC, e.g. 2026-01-01T07:00:00Z)")
         return value.astimezone(UTC)
-
-    @field_validator("search_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.lower().startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value
 
     @field_validator("job_id")
     @classmethod

@@ -27,10 +27,19 @@ from __future__ import annotations
 import re
 import string
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import quote_plus
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    field_validator,
+    model_validator,
+)
 
 from crawlherd.duration import parse_duration
 from crawlherd.errors import ConfigurationError, ScheduleError
@@ -40,6 +49,7 @@ from crawlherd.extract.rules import ExtractionRules
 
 __all__ = [
     "PLACEHOLDERS",
+    "HttpURL",
     "PaginationSpec",
     "PolitenessSpec",
     "SiteSpec",
@@ -49,6 +59,21 @@ __all__ = [
 
 PLACEHOLDERS = frozenset({"keywords", "location"})
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+_NOT_HTTP = "must start with http:// or https://"
+
+
+def _is_http(url: str) -> bool:
+    return url.lower().startswith(("http://", "https://"))
+
+
+def _require_http(url: str) -> str:
+    if not _is_http(url):
+        raise ValueError(_NOT_HTTP)
+    return url
+
+
+#: A string field that must be an http:// or https:// URL (a website's base URL, a job's search URL).
+HttpURL = Annotated[str, AfterValidator(_require_http)]
 
 
 def _seconds(value: Any) -> Any:
@@ -72,8 +97,8 @@ def template_problems(template: str) -> list[str]:
     for name in fields:
         if name not in PLACEHOLDERS:
             problems.append(f"unknown placeholder {{{name}}}; use {{keywords}} and {{location}}")
-    if not template.lower().startswith(("http://", "https://")):
-        problems.append("must start with http:// or https://")
+    if not _is_http(template):
+        problems.append(_NOT_HTTP)
     return problems
 
 
@@ -126,7 +151,7 @@ class SiteSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    base_url: str
+    base_url: HttpURL
     search_url_template: str
     requires_playwright: StrictBool = False  # "no" or 1 is a mistake, not a boolean
     pagination: PaginationSpec = Field(default_factory=PaginationSpec)
@@ -145,13 +170,6 @@ class SiteSpec(BaseModel):
     def _name(cls, value: str) -> str:
         if not _NAME.match(value):
             raise ValueError("must be 1-200 letters, digits, '_', '.' or '-', starting with a letter or digit")
-        return value
-
-    @field_validator("base_url")
-    @classmethod
-    def _base(cls, value: str) -> str:
-        if not value.lower().startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
         return value
 
     @field_validator("search_url_template")

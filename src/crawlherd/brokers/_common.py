@@ -18,7 +18,7 @@ import logging
 import math
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from crawlherd._urloptions import options_from_url
 from crawlherd.brokers.base import Delivery
@@ -122,6 +122,8 @@ class BrokerBase:
     """Shared machinery; see the module docstring. Subclasses set ``backend`` (for messages)."""
 
     backend = "broker"
+    #: The backend's options (a dataclass; see :func:`build_options`).
+    options: Any
 
     def __init__(self) -> None:
         self._closed = False
@@ -132,6 +134,20 @@ class BrokerBase:
         self._outstanding: dict[str, tuple[Delivery, Session | None]] = {}
         # fetched from the broker by a consume() loop but not handed out yet
         self._unyielded: dict[str, Delivery] = {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._describe()} {'closed' if self._closed else 'open'}>"
+
+    def _describe(self) -> str:
+        """Where this broker is (URL redacted) and what it serves, for messages and ``repr``."""
+        return self.backend
+
+    def _live(self, resource: T | None) -> T:
+        """``resource`` (a client, a connection, a store) while the broker is open; BrokerError once it is
+        closed (the resource is then None)."""
+        if resource is None:
+            raise BrokerError(f"{self!r} is closed")
+        return resource
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -289,10 +305,15 @@ class BrokerBase:
 
     # -- leases ------------------------------------------------------------------------------------
 
+    #: The option (of ``self.options``) that says how long a claim lasts; None: no client-side lease.
+    lease_option: ClassVar[str | None] = None
+
     @property
     def lease(self) -> float | None:
         """Seconds an unsettled delivery stays claimed without :meth:`touch` (None: no client-side limit)."""
-        return None
+        if self.lease_option is None:
+            return None
+        return float(getattr(self.options, self.lease_option))
 
     async def touch(self, delivery: Delivery) -> None:
         """Extend the claim on ``delivery`` by another :attr:`lease` (nothing to do when the broker has

@@ -186,9 +186,8 @@ class AMQPBroker(BrokerBase):
     def from_url(cls, url: str, *, connection: AbstractConnection | None = None, **options: Any) -> AMQPBroker:
         return cls(url, connection=connection, options=build_options(AMQPBrokerOptions, url, options, backend="amqp"))
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<AMQPBroker {redact_url(self._url)} queue={self.queue!r} {state}>"
+    def _describe(self) -> str:
+        return f"{redact_url(self._url)} queue={self.queue!r}"
 
     # -- connection and topology --------------------------------------------------------------------
 

@@ -195,6 +195,7 @@ class MemoryBroker(BrokerBase):
     """In-process broker; see the module docstring. ``store``: share a queue explicitly."""
 
     backend = "memory"
+    lease_option = "visibility_timeout"
 
     def __init__(self, *, name: str = "", store: MemoryStore | None = None,
                  options: MemoryBrokerOptions | None = None) -> None:
@@ -219,15 +220,12 @@ class MemoryBroker(BrokerBase):
         return cls(name=name, store=store, options=build_options(MemoryBrokerOptions, url, options,
                                                                   backend="memory", live=("clock",)))
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<MemoryBroker memory://{self.name} {state}>"
+    def _describe(self) -> str:
+        return f"memory://{self.name}"
 
     @property
     def store(self) -> MemoryStore:
-        if self._store is None:
-            raise BrokerError(f"{self!r} is closed")
-        return self._store
+        return self._live(self._store)
 
     @property
     def published(self) -> list[tuple[str, bytes]]:
@@ -302,10 +300,6 @@ class MemoryBroker(BrokerBase):
         for d in deliveries:
             with contextlib.suppress(BrokerError):  # a lost lease is back in the queue anyway
                 self.store.requeue(*self._parse(d), now, None, False)
-
-    @property
-    def lease(self) -> float:
-        return self.options.visibility_timeout
 
     async def _touch(self, delivery: Delivery) -> None:
         self._check_up()

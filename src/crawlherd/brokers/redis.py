@@ -113,6 +113,7 @@ class RedisBroker(BrokerBase):
     """A broker on Redis Streams; see the module docstring."""
 
     backend = "redis"
+    lease_option = "claim_idle"
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, client: aioredis.Redis | None = None,
                  options: RedisBrokerOptions | None = None) -> None:
@@ -135,17 +136,14 @@ class RedisBroker(BrokerBase):
     def from_url(cls, url: str, *, client: aioredis.Redis | None = None, **options: Any) -> RedisBroker:
         return cls(url, client=client, options=build_options(RedisBrokerOptions, url, options, backend="redis"))
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<RedisBroker {redact_url(self._url)} stream={self.stream!r} {state}>"
+    def _describe(self) -> str:
+        return f"{redact_url(self._url)} stream={self.stream!r}"
 
     # -- plumbing ----------------------------------------------------------------------------------
 
     @property
     def client(self) -> aioredis.Redis:
-        if self._client is None:
-            raise BrokerError(f"{self!r} is closed")
-        return self._client
+        return self._live(self._client)
 
     async def _call(self, fn: Callable[[aioredis.Redis], Awaitable[T]], *, publishing: bool = False) -> T:
         if not self._opened:
@@ -322,10 +320,6 @@ class RedisBroker(BrokerBase):
             f"entry {delivery.delivery_id} (key {delivery.key!r}) was settled already (by this consumer, or "
             f"by another one that claimed it after claim_idle={self.options.claim_idle} s)",
         )
-
-    @property
-    def lease(self) -> float:
-        return self.options.claim_idle
 
     async def _touch(self, delivery: Delivery) -> None:
         # XCLAIM to ourselves resets the entry's idle time (JUSTID: without counting a delivery); only

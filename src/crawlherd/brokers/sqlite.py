@@ -105,6 +105,7 @@ class SQLiteBroker(BrokerBase):
     """A broker in a SQLite file; see the module docstring."""
 
     backend = "sqlite"
+    lease_option = "visibility_timeout"
 
     def __init__(self, path: str | Path, *, options: SQLiteBrokerOptions | None = None) -> None:
         super().__init__()
@@ -123,9 +124,8 @@ class SQLiteBroker(BrokerBase):
         opts = build_options(SQLiteBrokerOptions, url, options, backend="sqlite", live=("clock",))
         return cls(sqlite_path(url), options=opts)
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<SQLiteBroker sqlite:///{self.path} queue={self.queue!r} {state}>"
+    def _describe(self) -> str:
+        return f"sqlite:///{self.path} queue={self.queue!r}"
 
     # -- plumbing ----------------------------------------------------------------------------------
 
@@ -293,10 +293,6 @@ class SQLiteBroker(BrokerBase):
             f"message {mid} (key {delivery.key!r}): the lease was lost -- the visibility timeout "
             f"({self.options.visibility_timeout} s) expired and it was delivered again, or it was settled",
         )
-
-    @property
-    def lease(self) -> float:
-        return self.options.visibility_timeout
 
     async def _touch(self, delivery: Delivery) -> None:
         mid, lease = self._parse(delivery)

@@ -295,17 +295,14 @@ class SQSBroker(BrokerBase):
     def from_url(cls, url: str, *, client: Any | None = None, **options: Any) -> SQSBroker:
         return cls(url, client=client, options=build_options(SQSBrokerOptions, url, options, backend="sqs"))
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<SQSBroker {self._display} {state}>"
+    def _describe(self) -> str:
+        return self._display
 
     # -- plumbing ----------------------------------------------------------------------------------
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            raise BrokerError(f"{self!r} is closed")
-        return self._client
+        return self._live(self._client)
 
     async def _call(self, op: str, *, publishing: bool = False, **params: Any) -> dict[str, Any]:
         """``client.<op>(**params)`` with driver errors translated (see crawlherd.errors)."""

@@ -39,9 +39,10 @@ import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import quote, urlsplit
 
+from crawlherd._aio import AsyncClosing
 from crawlherd._redact import redact_url
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, QueueFullError
 from crawlherd.frontier import Frontier, FrontierStats, Lease, open_scheduler
@@ -300,11 +301,15 @@ class RedisFingerprintFilter:
         await self._client.aclose()
 
 
-class _Delegate:
+class _Delegate(AsyncClosing):
     """Every Frontier method handed to ``self.inner`` (subclasses override what they change)."""
 
     def __init__(self, inner: Frontier) -> None:
         self.inner = inner
+
+    async def __aenter__(self) -> Self:
+        await self.inner.__aenter__()
+        return self
 
     async def enqueue_request(self, request: Request) -> bool:
         return await self.inner.enqueue_request(request)
@@ -371,13 +376,6 @@ class SplitFrontier(_Delegate):
         self.filter = duplicate_filter
         self.duplicates_filtered = 0
 
-    async def __aenter__(self) -> SplitFrontier:
-        await self.inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
     async def enqueue_request(self, request: Request) -> bool:
         fp = request.fingerprint
         if not await self.filter.add(fp):
@@ -431,13 +429,6 @@ class LoggedFrontier(_Delegate):
     (DEBUG ``Request queued: <url>, Priority: <n>``), each duplicate (DEBUG ``Duplicate request
     filtered: <url>``), a full queue (WARNING ``Queue is full``, and ``enqueue_request`` returns False
     instead of raising -- Crawlo's contract)."""
-
-    async def __aenter__(self) -> LoggedFrontier:
-        await self.inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"<LoggedFrontier {self.inner!r}>"

@@ -66,7 +66,21 @@ def dispatch(batch_size: int = 500) -> dict[str, Any]:
 # -- publishing jobs as Celery tasks -------------------------------------------------------------
 
 
-class CeleryTaskBroker:
+class _NoDeadLetterQueue:
+    """A Celery broker keeps no dead letters of its own: dead jobs are the runs with status ``dead``
+    (``crawlherd jobs dead``), and its queue length is Celery's to tell."""
+
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        return []
+
+    async def requeue_dead(self, dead_id: str | None = None) -> int:
+        return 0
+
+    async def pending(self) -> int:
+        return 0
+
+
+class CeleryTaskBroker(_NoDeadLetterQueue):
     """``celery+amqp://...``: publishes job messages as ``crawlherd.run_job`` Celery tasks; never consumes.
 
     Options: ``queue`` (the Celery queue, ``celery``), ``publish_timeout`` (seconds, 10). ``app=``: a live
@@ -178,16 +192,6 @@ class CeleryTaskBroker:
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         raise BrokerError(f"{self!r} delivers nothing to settle")
 
-    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        """None here: dead jobs are the runs with status ``dead`` (``crawlherd jobs dead``)."""
-        return []
-
-    async def requeue_dead(self, dead_id: str | None = None) -> int:
-        return 0
-
-    async def pending(self) -> int:
-        return 0
-
     async def close(self) -> None:
         if self._closed:
             return
@@ -200,7 +204,7 @@ class CeleryTaskBroker:
 # -- running a job inside a Celery worker ---------------------------------------------------------
 
 
-class _TaskBroker:
+class _TaskBroker(_NoDeadLetterQueue):
     """The broker side of one ``crawlherd.run_job`` task: settling the task's single delivery."""
 
     backend = "celery-task"
@@ -244,15 +248,6 @@ class _TaskBroker:
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         self._settle("dead", reason)
-
-    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        return []
-
-    async def requeue_dead(self, dead_id: str | None = None) -> int:
-        return 0
-
-    async def pending(self) -> int:
-        return 0
 
     async def close(self) -> None:
         return None

@@ -152,12 +152,7 @@ class BaseDispatcher:
         rl = self.rate_limiter
         monitor = self.monitor
         if rl is not None and state.reserve:
-            wait = rl.reserve(host)
-            if wait > 0:
-                await clock.sleep(wait)
-            if rl.spaced(host):
-                while (wait := rl.claim(host)) > 0:
-                    await clock.sleep(wait)
+            await rl.take_slot(host, clock)
         memory = self._memory
         mem_start = memory.rss()
         info = DispatchInfo(next(state.task_ids), clock.now(), memory_at_start=mem_start)

@@ -171,8 +171,11 @@ class RateLimiter:
     async def wait_if_needed(self, url: str) -> None:
         """crawl4ai's call: wait until ``url``'s domain may be fetched again, and take that slot. The
         dispatchers call :meth:`reserve`/:meth:`claim` themselves; this is for a dispatcher of your own."""
-        domain = _domain_of(url)
-        clock = self.clock
+        await self.take_slot(_domain_of(url), self.clock)
+
+    async def take_slot(self, domain: str, clock: Clock) -> None:
+        """Wait on ``clock`` until ``domain`` may be fetched again, and take that slot: :meth:`reserve`,
+        then, for a spaced domain, :meth:`claim` until it is granted."""
         wait = self.reserve(domain)
         if wait > 0:
             await clock.sleep(wait)

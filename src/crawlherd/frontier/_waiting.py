@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from crawlherd.clock import Clock
+from crawlherd.errors import QueueFullError
 from crawlherd.frontier.base import Lease
 
 __all__ = ["WaitingMixin"]
@@ -24,6 +26,8 @@ class WaitingMixin:
     """Mix into a backend class; see the module docstring."""
 
     _clock: Clock
+    #: The backend's FrontierOptions (``full_policy``, ``max_size``).
+    options: Any
     _closed: bool
     _changed: asyncio.Future[None] | None = None
     _room: asyncio.Future[None] | None = None
@@ -39,9 +43,7 @@ class WaitingMixin:
 
     def _notify(self) -> None:
         """Wake the waiters: something was queued, settled or unblocked."""
-        fut = self._changed
-        if fut is not None and not fut.done():
-            fut.set_result(None)
+        _wake(self._changed)
         self._changed = None
 
     def _begin_close(self) -> bool:
@@ -52,11 +54,19 @@ class WaitingMixin:
         self._notify()
         return True
 
+    async def _when_full(self, url: str, more: int = 0, *, queued: int | None = None) -> None:
+        """The frontier is full: ``url`` (and the ``more`` requests after it) were not queued. Raise
+        :class:`QueueFullError` under ``full_policy="raise"``; else wait for room."""
+        options = self.options
+        if options.full_policy == "raise":
+            size = f"max_size={options.max_size}" if queued is None else f"{queued} >= max_size={options.max_size}"
+            which = f"{url} and the {more} request(s) after it were" if more else f"{url} was"
+            raise QueueFullError(f"frontier is full ({size}); {which} not queued and may be enqueued again later")
+        await self._wait_for_room()
+
     def _room_made(self) -> None:
         """Wake the enqueuers waiting for room: a request left the queue."""
-        fut = self._room
-        if fut is not None and not fut.done():
-            fut.set_result(None)
+        _wake(self._room)
         self._room = None
 
     async def _wait_for_room(self) -> None:
@@ -105,3 +115,8 @@ class WaitingMixin:
     async def __aiter__(self) -> AsyncIterator[Lease]:
         while (lease := await self.wait_next()) is not None:
             yield lease
+
+
+def _wake(fut: asyncio.Future[None] | None) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)

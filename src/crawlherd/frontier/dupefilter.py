@@ -56,16 +56,22 @@ class ExactFilter:
         self._mask = size - 1
         self._limit = int(size * self.MAX_LOAD)
 
-    def add(self, fp: int) -> bool:
+    def _probe(self, fp: int) -> int:
+        """The slot of ``fp``: where it is, or the empty slot where it would go (linear probing)."""
         slots = self._slots
         mask = self._mask
         i = fp & mask
         v = slots[i]
-        while v:
-            if v == fp:
-                return False
+        while v and v != fp:
             i = (i + 1) & mask
             v = slots[i]
+        return i
+
+    def add(self, fp: int) -> bool:
+        slots = self._slots
+        i = self._probe(fp)
+        if slots[i]:
+            return False
         slots[i] = fp
         self._count += 1
         if self._count > self._limit:
@@ -75,16 +81,7 @@ class ExactFilter:
     def __contains__(self, fp: object) -> bool:
         if not isinstance(fp, int):
             return False
-        slots = self._slots
-        mask = self._mask
-        i = fp & mask
-        v = slots[i]
-        while v:
-            if v == fp:
-                return True
-            i = (i + 1) & mask
-            v = slots[i]
-        return False
+        return bool(self._slots[self._probe(fp)])
 
     def _grow(self) -> None:
         old = self._slots

@@ -14,7 +14,8 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from crawlherd.errors import LeaseError, QueueFullError
+from crawlherd._aio import AsyncClosing
+from crawlherd.errors import LeaseError
 from crawlherd.frontier._index import Held, HostIndex
 from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
@@ -25,7 +26,7 @@ from crawlherd.request import Request
 __all__ = ["MemoryFrontier"]
 
 
-class MemoryFrontier(WaitingMixin):
+class MemoryFrontier(AsyncClosing, WaitingMixin):
     """In-process frontier; see the module docstring. Create it with :func:`open_scheduler`."""
 
     def __init__(self, options: FrontierOptions | None = None) -> None:
@@ -45,12 +46,6 @@ class MemoryFrontier(WaitingMixin):
         opts, _ = FrontierOptions.build(url, options)
         return cls(opts)
 
-    async def __aenter__(self) -> MemoryFrontier:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
     def __repr__(self) -> str:
         return f"<MemoryFrontier queued={self._index.queued} in_flight={len(self._index.leases)}>"
 
@@ -64,12 +59,7 @@ class MemoryFrontier(WaitingMixin):
             if fp in self._seen:
                 self._duplicates += 1
                 return False
-            if self.options.full_policy == "raise":
-                raise QueueFullError(
-                    f"frontier is full ({index.queued} >= max_size={max_size}); "
-                    f"{request.url} was not queued and may be enqueued again later"
-                )
-            await self._wait_for_room()
+            await self._when_full(request.url, queued=index.queued)
         if not self._seen.add(fp):
             self._duplicates += 1
             return False

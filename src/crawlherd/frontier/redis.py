@@ -64,7 +64,6 @@ from crawlherd.errors import (
     ConfigurationError,
     FrontierError,
     LeaseError,
-    QueueFullError,
 )
 from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
@@ -332,12 +331,7 @@ class RedisFrontier(WaitingMixin):
                     backend="redis",
                 )
             if status == "full":
-                if self.options.full_policy == "raise":
-                    raise QueueFullError(
-                        f"frontier is full (max_size={self.options.max_size}); {batch[start].url} and the "
-                        f"{len(batch) - start - 1} request(s) after it were not queued and may be enqueued again"
-                    )
-                await self._wait_for_room()
+                await self._when_full(batch[start].url, len(batch) - start - 1)
         return queued
 
     # -- lease -------------------------------------------------------------------------------------

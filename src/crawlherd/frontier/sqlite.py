@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
-from crawlherd.errors import BackendUnavailableError, ConfigurationError, FrontierError, LeaseError, QueueFullError
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, FrontierError, LeaseError
 from crawlherd.frontier._index import Held, HostIndex, HostSlot
 from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
@@ -303,12 +303,7 @@ class SQLiteFrontier(WaitingMixin):
             if stopped is None:
                 break
             pending = pending[stopped:]
-            if self.options.full_policy == "raise":
-                raise QueueFullError(
-                    f"frontier is full ({self._index.queued} >= max_size={self.options.max_size}); {pending[0].url} "
-                    f"and the {len(pending) - 1} request(s) after it were not queued and may be enqueued again"
-                )
-            await self._wait_for_room()
+            await self._when_full(pending[0].url, len(pending) - 1, queued=self._index.queued)
         return queued
 
     def _enqueue_batch(self, requests: list[Request]) -> tuple[int, int | None]:

@@ -29,8 +29,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from crawlherd._aio import AsyncClosing
 from crawlherd.item import Item
 
 __all__ = ["DETAIL_AT", "Sink", "SinkBase", "SinkRecord", "UpsertCounts"]
@@ -91,16 +92,10 @@ class Sink(Protocol):
         ...
 
 
-class SinkBase:
+class SinkBase(AsyncClosing):
     """What every sink shares: the async-context-manager lifecycle, and the argument checks and
     de-duplication of :meth:`upsert`. A backend implements ``_upsert`` (its items are unique by
     fingerprint, the last of a duplicate kept), ``get``, ``count`` and ``close``."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def upsert(
         self, items: Sequence[Item], *, website_id: int, target_id: int | None, seen_at: datetime
