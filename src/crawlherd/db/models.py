@@ -91,6 +91,17 @@ class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
 
 
+class TargetSlotRow:
+    """The key of a row about one slot of one target -- an outbox row, a run, an attempt, a "Run now":
+    an id, the target (its rows go with it) and the slot time. Mixed into those tables' classes."""
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, sort_order=-3)
+    target_id: Mapped[int] = mapped_column(
+        ForeignKey("scrape_targets.id", ondelete="CASCADE"), sort_order=-2
+    )
+    slot_at: Mapped[datetime] = mapped_column(sort_order=-1)
+
+
 class Website(Base):
     """A site to crawl: its name and its whole configuration, ``spec`` -- the JSON form of a
     :class:`crawlherd.sitespec.SiteSpec` (``SiteSpec.model_validate(row.spec)`` gives it back)."""
@@ -136,7 +147,7 @@ class ScrapeTarget(Base):
     updated_at: Mapped[datetime] = mapped_column(default=lambda: datetime.now(UTC))
 
 
-class DispatchOutbox(Base):
+class DispatchOutbox(TargetSlotRow, Base):
     """One job message per (target, slot), written in the tick's transaction and relayed to the broker."""
 
     __tablename__ = "dispatch_outbox"
@@ -147,9 +158,6 @@ class DispatchOutbox(Base):
         _partial_index("ix_dispatch_outbox_published", "published_at", where="status = 'published'"),
     )
 
-    id: Mapped[int] = mapped_column(BigID, primary_key=True)
-    target_id: Mapped[int] = mapped_column(ForeignKey("scrape_targets.id", ondelete="CASCADE"))
-    slot_at: Mapped[datetime]
     key: Mapped[str] = mapped_column(String(100))
     status: Mapped[str] = mapped_column(String(10), default="pending")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -161,7 +169,7 @@ class DispatchOutbox(Base):
     published_at: Mapped[datetime | None] = mapped_column(nullable=True)
 
 
-class JobRun(Base):
+class JobRun(TargetSlotRow, Base):
     """One execution record per (target, slot), written by the workers; ``dead`` = dead letter."""
 
     __tablename__ = "job_runs"
@@ -170,9 +178,6 @@ class JobRun(Base):
         CheckConstraint(_in("status", RUN_STATUSES), name="ck_job_runs_status"),
     )
 
-    id: Mapped[int] = mapped_column(BigID, primary_key=True)
-    target_id: Mapped[int] = mapped_column(ForeignKey("scrape_targets.id", ondelete="CASCADE"))
-    slot_at: Mapped[datetime]
     job_id: Mapped[str] = mapped_column(String(36))
     status: Mapped[str] = mapped_column(String(10), default="queued")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -259,7 +264,7 @@ class ProcessHeartbeat(Base):
     info: Mapped[dict[str, Any]] = mapped_column(default=dict)
 
 
-class ManualRun(Base):
+class ManualRun(TargetSlotRow, Base):
     """A "Run now" request: one ad-hoc slot of a target, written to the outbox in the same transaction.
     ``request_key`` is unique: the same request (a double click, a retried form) makes one slot."""
 
@@ -269,9 +274,6 @@ class ManualRun(Base):
         Index("ix_manual_runs_target", "target_id", "slot_at"),
     )
 
-    id: Mapped[int] = mapped_column(BigID, primary_key=True)
-    target_id: Mapped[int] = mapped_column(ForeignKey("scrape_targets.id", ondelete="CASCADE"))
-    slot_at: Mapped[datetime]
     request_key: Mapped[str] = mapped_column(String(100))
     requested_by: Mapped[str] = mapped_column(String(100))
     requested_at: Mapped[datetime]
@@ -289,7 +291,7 @@ class OutboxTrail(Base):
     broker: Mapped[str | None] = mapped_column(String(300), nullable=True)
 
 
-class JobAttempt(Base):
+class JobAttempt(TargetSlotRow, Base):
     """One attempt of a job run (``job_runs`` keeps only the latest): worker, timings, outcome."""
 
     __tablename__ = "job_attempts"
@@ -298,9 +300,6 @@ class JobAttempt(Base):
         Index("ix_job_attempts_started_at", "started_at"),
     )
 
-    id: Mapped[int] = mapped_column(BigID, primary_key=True)
-    target_id: Mapped[int] = mapped_column(ForeignKey("scrape_targets.id", ondelete="CASCADE"))
-    slot_at: Mapped[datetime]
     attempt: Mapped[int] = mapped_column(Integer)
     worker: Mapped[str] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(10))

@@ -10,13 +10,11 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from crawlherd.db.migrations._ops import create_partial_index
+from crawlherd.db.migrations._ops import TS, BigID, create_partial_index, target_slot_columns
 
 revision = "0001"
 down_revision = None
 
-BigID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-TS = sa.DateTime(timezone=True)
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -76,9 +74,7 @@ def upgrade() -> None:
     create_partial_index("ix_scrape_targets_due", "scrape_targets", ["next_run_at"], where="active")
     op.create_table(
         "dispatch_outbox",
-        sa.Column("id", BigID, primary_key=True),
-        sa.Column("target_id", BigID, sa.ForeignKey("scrape_targets.id", ondelete="CASCADE"), nullable=False),
-        sa.Column("slot_at", TS, nullable=False),
+        *target_slot_columns(),
         sa.Column("key", sa.String(100), nullable=False),
         sa.Column("status", sa.String(10), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
@@ -96,9 +92,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "job_runs",
-        sa.Column("id", BigID, primary_key=True),
-        sa.Column("target_id", BigID, sa.ForeignKey("scrape_targets.id", ondelete="CASCADE"), nullable=False),
-        sa.Column("slot_at", TS, nullable=False),
+        *target_slot_columns(),
         sa.Column("job_id", sa.String(36), nullable=False),
         sa.Column("status", sa.String(10), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),

@@ -11,13 +11,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from crawlherd.db.migrations._ops import TS, BigID, target_slot_columns
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-BigID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-TS = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:
@@ -58,9 +58,7 @@ def upgrade() -> None:
     op.create_index("ix_process_heartbeats_last_seen", "process_heartbeats", ["last_seen"])
     op.create_table(
         "manual_runs",
-        sa.Column("id", BigID, primary_key=True),
-        sa.Column("target_id", BigID, sa.ForeignKey("scrape_targets.id", ondelete="CASCADE"), nullable=False),
-        sa.Column("slot_at", TS, nullable=False),
+        *target_slot_columns(),
         sa.Column("request_key", sa.String(100), nullable=False),
         sa.Column("requested_by", sa.String(100), nullable=False),
         sa.Column("requested_at", TS, nullable=False),
@@ -78,9 +76,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "job_attempts",
-        sa.Column("id", BigID, primary_key=True),
-        sa.Column("target_id", BigID, sa.ForeignKey("scrape_targets.id", ondelete="CASCADE"), nullable=False),
-        sa.Column("slot_at", TS, nullable=False),
+        *target_slot_columns(),
         sa.Column("attempt", sa.Integer(), nullable=False),
         sa.Column("worker", sa.String(200), nullable=False),
         sa.Column("status", sa.String(10), nullable=False),
