@@ -17,7 +17,10 @@ One round (:meth:`Relay.run_round`):
    reach are released at once.
 
 Published rows are kept ``retention`` and then deleted by :meth:`Relay.prune` (the service runs it
-every few minutes): the outbox stays bounded. An outage never kills a row: only refusals count.
+every few minutes): the outbox stays bounded. An outage never kills a row: only refusals count. A
+broker outage (publishes failing or timing out, not refused) is said once, when it starts, and once
+when a publish is confirmed again (:attr:`Relay.outages`, shared with the dispatch service's steps);
+a refusal is a warning each time.
 
 The lease is always longer than a round can take (checked at construction), so no other relay takes
 a row while its publish may still be confirmed. A relay that dies between publish and mark leaves the
@@ -42,6 +45,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd import metrics
+from crawlherd._outage import OutageLog
 from crawlherd.brokers.base import Broker
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
@@ -182,6 +186,8 @@ class Relay:
         self.broker_label = (broker_label or type(broker).__name__)[:300]
         #: The last publish failure, while failures go on (None once a publish succeeds again).
         self.last_error: str | None = None
+        #: Which services are down ("broker" here; the dispatch service adds "config DB").
+        self.outages = OutageLog(log, f"dispatcher {self.owner}")
 
     async def run_round(self) -> RelayResult:
         """Lease up to ``batch`` pending rows, publish them, settle them (see the module docstring)."""
@@ -199,13 +205,18 @@ class Relay:
             await asyncio.shield(self.settle(confirmed, failures, released))
         metrics.RELAY_PUBLISHES.labels(outcome="confirmed").inc(len(confirmed))
         _observe_lag(leased, confirmed)
-        if failures:
+        if confirmed:
+            self.outages.up("broker")
+        refused = [f for f in failures if f.rejected]
+        if refused:
             log.warning(
-                "%d publish(es) failed, kept in the outbox for a retry; first: %s: %s",
-                len(failures),
-                failures[0].row.key,
-                failures[0].error,
+                "%d publish(es) refused by the broker, kept in the outbox for a retry; first: %s: %s",
+                len(refused),
+                refused[0].row.key,
+                refused[0].error,
             )
+        if len(failures) > len(refused):
+            log.debug("%d publish(es) failed (broker unavailable), kept in the outbox", len(failures) - len(refused))
         return RelayResult(leased=len(leased), published=len(confirmed), failed=len(failures))
 
     async def lease(self) -> list[LeasedRow]:
@@ -314,8 +325,8 @@ class Relay:
     def _failed(self, failure: Failure, failures: list[Failure]) -> None:
         failures.append(failure)
         metrics.RELAY_PUBLISHES.labels(outcome="failed").inc()
-        if self.last_error is None:
-            log.warning("publish of %s failed: %s", failure.row.key, failure.error)
+        if not failure.rejected:  # an outage (or a hang): said once, when it starts
+            self.outages.down("broker", failure.error)
         self.last_error = failure.error
 
     async def settle(

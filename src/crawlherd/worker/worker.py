@@ -57,6 +57,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd import metrics
+from crawlherd._outage import OutageLog, backoff_delay
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler, CrawlerRunConfig
 from crawlherd.db.errors import is_db_unavailable
@@ -85,7 +86,6 @@ from crawlherd.result import CrawlResult
 from crawlherd.sinks import DETAIL_AT, Sink, SQLSink
 from crawlherd.sitespec import SiteSpec
 from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
-from crawlherd.worker.outage import OutageLog, backoff_delay
 from crawlherd.worker.runs import RunStore
 
 __all__ = ["PAGE_DISPATCHERS", "Worker", "WorkerStats"]
