@@ -25,8 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db import JobRun, ScrapeTarget, create_engine, upgrade
 from crawlherd.service.targets import import_targets
-from tests.integration.test_broker_outage import PrivateRedis
 from tests.integration.test_worker import Board, board, website  # noqa: F401 - the board fixture
+from tests.support.private_redis import PrivateRedis
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
