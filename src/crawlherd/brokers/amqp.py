@@ -178,6 +178,9 @@ class AMQPBroker(BrokerBase):
         self._sub: AbstractChannel | None = None
         self._sub_gen = 0
         self._pub_lock = asyncio.Lock()
+        # When the last reconnect failed, and why: the publishes that waited for it fail with it
+        # instead of each trying again (hundreds of connection attempts per relay round).
+        self._reconnect_failed: tuple[float, str] = (-math.inf, "")
         self._delay_declared: dict[int, float] = {}
         self._broken = False
         self.declared_queues: set[str] = set()
@@ -260,15 +263,26 @@ class AMQPBroker(BrokerBase):
                 log.debug("%r: closing the connection: %r", self, exc)
 
     async def _channel(self) -> AbstractChannel:
-        """The publishing channel, reconnecting first when the connection (or channel) was lost."""
-        if not self._opened:
-            await self._ensure_open()
+        """The publishing channel, connecting first when the broker was never opened (RabbitMQ was down
+        at start) or reconnecting when the connection (or channel) was lost."""
         if self._closed:
             raise BrokerError(f"{self!r} is closed")
-        if self._alive() and self._pub is not None and not self._pub.is_closed:
+        if self._opened and self._alive() and self._pub is not None and not self._pub.is_closed:
             return self._pub
+        asked = time.monotonic()
         async with self._pub_lock:  # one reconnect at a time
-            return await self._reopen()
+            failed_at, error = self._reconnect_failed
+            if failed_at >= asked:  # the attempt made while we waited failed: the same outage, no new attempt
+                raise BackendUnavailableError(error, backend="amqp")
+            try:
+                if not self._opened:
+                    await self._ensure_open()
+                    assert self._pub is not None
+                    return self._pub
+                return await self._reopen()
+            except BackendUnavailableError as exc:
+                self._reconnect_failed = (time.monotonic(), str(exc))
+                raise
 
     async def _reopen(self) -> AbstractChannel:
         if self._closed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
 import click
@@ -20,6 +21,7 @@ from crawlherd.cli._common import (
 )
 from crawlherd.cli._console import metrics_port_option, start_metrics
 from crawlherd.cli._signals import stop_on_signals
+from crawlherd.errors import BackendUnavailableError
 from crawlherd.service.dispatch_service import DispatchService, RelayResult, TickResult
 
 __all__ = ["dispatch"]
@@ -82,7 +84,15 @@ def dispatch(
         try:
             await ensure_migrated(engine)
             start_metrics(metrics_port)
-            async with open_broker(broker_target) as broker:
+            async with contextlib.AsyncExitStack() as opened:
+                broker = open_broker(broker_target)
+                opened.push_async_callback(broker.close)
+                try:
+                    await opened.enter_async_context(broker)
+                except BackendUnavailableError as exc:
+                    # The tick needs only the config DB: start scheduling; the relay keeps the jobs in
+                    # the outbox and publishes them once the broker answers (it says the outage once).
+                    logging.getLogger(__name__).debug("broker not reachable at start: %s", exc)
                 dispatcher = DispatchService(
                     engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease,
                     broker_label=redact_url(broker_target),
