@@ -18,12 +18,15 @@ async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
     cancellation goes on (``suppress(CancelledError)`` around the await would swallow it)."""
     if task is None:
         return
+    current = asyncio.current_task()
+    # Cancellations of the caller asked *before* this call (cleanup in a ``finally`` after the caller
+    # was cancelled) are not this wait's: only one asked while it waits goes on.
+    before = current.cancelling() if current is not None else 0
     task.cancel()
     try:
         await task
     except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
+        if current is not None and current.cancelling() > before:
             raise
 
 

@@ -10,7 +10,6 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -21,7 +20,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
-from crawlherd.db import JobRun, ScrapeTarget, create_engine, upgrade
+from crawlherd.db import JobRun, ScrapeTarget
 from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.service.targets import import_targets
 from tests.servers.timestamping import Stamp, TimestampingServer
@@ -63,16 +62,6 @@ class JobBoard(TimestampingServer):
         data = body.encode()
         return (b"HTTP/1.1 " + status + b"\r\nContent-Type: text/html\r\n" + extra + b"Content-Length: "
                 + str(len(data)).encode() + b"\r\n\r\n" + data)
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
-    await upgrade(engine)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 @pytest.mark.timeout(180)

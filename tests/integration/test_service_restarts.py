@@ -14,7 +14,6 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,16 +31,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
 KEYWORDS = [f"k{n}" for n in range(6)]
 BAD_LOG = ("Traceback", "asynchronous generator is already running", "Unclosed", "unclosed", "Task exception")
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
-    await upgrade(engine)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 async def statuses(engine: AsyncEngine) -> list[str]:

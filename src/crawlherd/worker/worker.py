@@ -568,9 +568,10 @@ class Worker:
         """One run of the engine's dispatcher over the frontier, until it has nothing more or ``stopping``
         is done (then what is in flight is cancelled and its leases go back)."""
         results = self._dispatcher(limiter).run(frontier, self._page)
+        step: asyncio.Future[Any] | None = None
         try:
             while not stopping.done():
-                step: asyncio.Future[Any] = asyncio.ensure_future(anext(results))
+                step = asyncio.ensure_future(anext(results))
                 await asyncio.wait({step, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 if not step.done():
                     step.cancel()
@@ -584,6 +585,9 @@ class Worker:
                 if not result.success:
                     await self._page_failed(result)
         finally:
+            if step is not None and not step.done():  # cancelled (an abort) while it ran the generator
+                step.cancel()
+                await asyncio.wait({step})
             await results.aclose()  # type: ignore[attr-defined]
 
     async def _page(self, request: Request) -> CrawlResult:
