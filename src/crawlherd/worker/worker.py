@@ -78,6 +78,7 @@ from crawlherd.extract.handlers import run_extractor
 from crawlherd.extract.rules import Page
 from crawlherd.extract.selectors import call_for_page
 from crawlherd.fetch.base import FetchLimits
+from crawlherd.fetch.gate import SendStamps
 from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.item import Item
 from crawlherd.messages import JobMessage, decode_job, encode_job
@@ -201,8 +202,14 @@ class Worker:
     async def __aenter__(self) -> Worker:
         options = {} if self.lease_timeout is None else {"lease_timeout": self.lease_timeout}
         self.frontier = await open_scheduler(self.frontier_url, **options).__aenter__()
-        self._http = await Crawler(limits=self.limits).__aenter__()
+        self._http = self._share_gate(await Crawler(limits=self.limits).__aenter__())
         return self
+
+    def _share_gate(self, crawler: Crawler) -> Crawler:
+        """A frontier shared by processes (Redis) keeps each host's delay at the moment of sending,
+        across the fleet: the crawler's send gate asks it (:meth:`HostGate.share`)."""
+        crawler.gate.share(self.frontier if isinstance(self.frontier, SendStamps) else None)
+        return crawler
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
@@ -740,7 +747,7 @@ class Worker:
             return self._http
         async with self._browser_lock:
             if self._browser is None:  # started on first need; BrowserUnavailableError fails the job
-                self._browser = await self._browser_factory(self.limits).__aenter__()
+                self._browser = self._share_gate(await self._browser_factory(self.limits).__aenter__())
             return self._browser
 
     def _remember(self, message: str) -> None:
