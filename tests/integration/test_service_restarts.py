@@ -360,3 +360,57 @@ async def test_two_dispatchers_and_two_workers_carry_on_through_a_restart(
             await remove(broker_url, "redis", f"{unique_name}b")
         if fault != "redis":
             await remove(frontier_url, "redis", f"{unique_name}f")
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.timeout(120)
+async def test_dispatch_and_worker_started_during_a_broker_outage_wait_for_it(
+    engine: AsyncEngine, board: Board, tmp_path: Path, amqp_url: str, unique_name: str  # noqa: F811
+) -> None:
+    """``crawlherd dispatch`` and ``crawlherd worker`` started while RabbitMQ cannot be reached (a TCP
+    proxy of the test's own, not listening) do not exit: each says the outage once, and once the
+    broker answers the jobs are published and done."""
+    from tests._netutil import TcpProxy
+    from tests.support.processes import CliProcess, outage_lines, wait_until
+    from tests.support.real_brokers import remove
+
+    up = urlsplit(amqp_url)
+    proxy = TcpProxy(up.hostname or "127.0.0.1", up.port or 5672)
+    await proxy.up()
+    await proxy.down()  # its port now refuses connections
+    broker_url = f"amqp://{up.username}:{up.password}@127.0.0.1:{proxy.port}/?queue={unique_name}"
+    document = {"websites": [website(board, robots="ignore")],
+                "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
+    (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
+    await import_targets(engine, tmp_path / "targets.yaml")
+    async with engine.begin() as conn:
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+    common = ["--database-url", str(engine.url), "--broker-url", broker_url]
+    procs = [CliProcess(["dispatch", "--interval", "0.2", *common], tmp_path / "dispatch.log"),
+             CliProcess(["worker", *common, "--frontier-url", "memory://", "--allow-private"], tmp_path / "worker.log")]
+    try:
+        for proc in procs:
+            await proc.start()
+
+        async def both_said_so() -> bool:
+            return all(outage_lines(p.log, "broker")[0] for p in procs)
+
+        await wait_until(both_said_so, alive=procs)
+        await proxy.up()
+
+        async def done() -> bool:
+            return await statuses(engine) == ["succeeded"] * len(KEYWORDS)
+
+        await wait_until(done, alive=procs)
+        for proc in procs:
+            await proc.stop()
+        for proc in procs:
+            proc.assert_clean()
+            lost, back = outage_lines(proc.log, "broker")
+            assert len(lost) == 1 and len(back) == 1, proc.log
+    finally:
+        for proc in procs:
+            if proc.proc is not None:
+                await proc.stop()
+        await proxy.down()
+        await remove(f"{amqp_url}?queue={unique_name}", "amqp", unique_name)

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 
 import click
 
 from crawlherd._redact import redact_url
-from crawlherd.brokers import open_broker
 from crawlherd.cli._common import (
     Output,
+    broker_for_service,
     database_option,
     engine_for,
     ensure_migrated,
@@ -21,7 +20,6 @@ from crawlherd.cli._common import (
 )
 from crawlherd.cli._console import metrics_port_option, start_metrics
 from crawlherd.cli._signals import stop_on_signals
-from crawlherd.errors import BackendUnavailableError
 from crawlherd.service.dispatch_service import DispatchService, RelayResult, TickResult
 
 __all__ = ["dispatch"]
@@ -84,15 +82,7 @@ def dispatch(
         try:
             await ensure_migrated(engine)
             start_metrics(metrics_port)
-            async with contextlib.AsyncExitStack() as opened:
-                broker = open_broker(broker_target)
-                opened.push_async_callback(broker.close)
-                try:
-                    await opened.enter_async_context(broker)
-                except BackendUnavailableError as exc:
-                    # The tick needs only the config DB: start scheduling; the relay keeps the jobs in
-                    # the outbox and publishes them once the broker answers (it says the outage once).
-                    logging.getLogger(__name__).debug("broker not reachable at start: %s", exc)
+            async with broker_for_service(broker_target) as broker:
                 dispatcher = DispatchService(
                     engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease,
                     broker_label=redact_url(broker_target),
