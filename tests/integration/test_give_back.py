@@ -11,19 +11,17 @@ running the jobs. B must then run every job, once, to success.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import yaml
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
-from crawlherd.db import JobRun, ScrapeTarget
+from crawlherd.db import JobRun
+from crawlherd.db.models import ProcessHeartbeat
 from crawlherd.service.dispatch_service import DispatchService
-from crawlherd.service.targets import import_targets
-from tests.integration.test_worker import Board, board, website  # noqa: F401 - the board fixture
+from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.dispatch import dispatch_due, relay_all
 from tests.support.processes import CliProcess, job_statuses, wait_until
 from tests.support.real_brokers import remove
@@ -52,12 +50,7 @@ async def test_deliveries_given_back_at_shutdown_go_to_another_worker(
 ) -> None:
     kind, broker_url = held_broker_url
     board.slow = 3600.0  # A's listing pages hang: A holds its jobs until it is stopped
-    document = {"websites": [website(board, robots="ignore")],
-                "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
-    (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
-    await import_targets(engine, tmp_path / "targets.yaml")
-    async with engine.begin() as conn:
-        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+    await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
     try:
         async with open_broker(broker_url) as broker:
             service = DispatchService(engine, broker)
@@ -80,7 +73,14 @@ async def test_deliveries_given_back_at_shutdown_go_to_another_worker(
         board.slow = 0.0
         assert a.proc is not None
         a.proc.terminate()  # SIGTERM: stop taking jobs, wait for those in flight ...
-        await wait_until(lambda: _logged(a, "stopping"))
+
+        async def a_said_goodbye() -> bool:  # its last heartbeat written (an abort during it is not this test)
+            async with engine.connect() as conn:
+                return bool((await conn.execute(select(ProcessHeartbeat.stopped_at).where(
+                    ProcessHeartbeat.kind == "worker", ProcessHeartbeat.pid == a_pid))).scalar_one_or_none())
+
+        a_pid = a.proc.pid
+        await wait_until(a_said_goodbye, alive=[a])
         a.proc.terminate()  # ... a second one: abort them, give them back
         await asyncio.wait_for(a.proc.wait(), 60)
 

@@ -20,12 +20,12 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.db import JobRun, ScrapeTarget, create_engine, upgrade
+from crawlherd.db import JobRun, create_engine, upgrade
 from crawlherd.service.targets import import_targets
-from tests.integration.test_worker import Board, board, website  # noqa: F401 - the board fixture
+from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.private_redis import PrivateRedis
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
@@ -44,13 +44,7 @@ async def test_redis_restarted_under_crawlherd_run(
     engine: AsyncEngine, board: Board, tmp_path: Path  # noqa: F811
 ) -> None:
     board.slow = 0.5
-    document = {"websites": [website(board, robots="ignore")],
-                "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
-    targets = tmp_path / "targets.yaml"
-    targets.write_text(yaml.safe_dump(document), encoding="utf-8")
-    await import_targets(engine, targets)
-    async with engine.begin() as conn:
-        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+    await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
 
     redis_dir = tmp_path / "redis"
     redis_dir.mkdir()
@@ -112,13 +106,7 @@ async def test_postgres_restarted_under_crawlherd_run(
     broker_url = f"{redis_url}?prefix={unique_name}&claim_idle=5"
     try:
         await upgrade(engine)
-        document = {"websites": [website(board, robots="ignore")],
-                    "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
-        targets = tmp_path / "targets.yaml"
-        targets.write_text(yaml.safe_dump(document), encoding="utf-8")
-        await import_targets(engine, targets)
-        async with engine.begin() as conn:
-            await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+        await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
         log_path = tmp_path / "run.log"
         with log_path.open("wb") as log_file:
             proc = await asyncio.create_subprocess_exec(
@@ -176,12 +164,7 @@ async def test_rabbitmq_connection_closed_under_a_worker(
     if not shutil_which("rabbitmqctl"):
         pytest.skip("rabbitmqctl is not installed")
     board.slow = 0.5
-    document = {"websites": [website(board, robots="ignore")],
-                "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
-    (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
-    await import_targets(engine, tmp_path / "targets.yaml")
-    async with engine.begin() as conn:
-        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+    await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
     url = f"{amqp_url}?queue={unique_name}"
     try:
         async with open_broker(url) as broker:
@@ -379,12 +362,7 @@ async def test_dispatch_and_worker_started_during_a_broker_outage_wait_for_it(
     await proxy.up()
     await proxy.down()  # its port now refuses connections
     broker_url = f"amqp://{up.username}:{up.password}@127.0.0.1:{proxy.port}/?queue={unique_name}"
-    document = {"websites": [website(board, robots="ignore")],
-                "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
-    (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
-    await import_targets(engine, tmp_path / "targets.yaml")
-    async with engine.begin() as conn:
-        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+    await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
     common = ["--database-url", str(engine.url), "--broker-url", broker_url]
     procs = [CliProcess(["dispatch", "--interval", "0.2", *common], tmp_path / "dispatch.log"),
              CliProcess(["worker", *common, "--frontier-url", "memory://", "--allow-private"], tmp_path / "worker.log")]
