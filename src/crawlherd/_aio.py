@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Self
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Self, TypeVar
 
-__all__ = ["AsyncClosing", "cancel_and_wait"]
+__all__ = ["AsyncClosing", "cancel_and_wait", "wait_while_progressing"]
+
+T = TypeVar("T")
 
 
 class AsyncClosing:
@@ -28,10 +32,36 @@ async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
     cancellation goes on (``suppress(CancelledError)`` around the await would swallow it)."""
     if task is None:
         return
+    current = asyncio.current_task()
+    # Cancellations of the caller asked *before* this call (cleanup in a ``finally`` after the caller
+    # was cancelled) are not this wait's: only one asked while it waits goes on.
+    before = current.cancelling() if current is not None else 0
     task.cancel()
     try:
         await task
     except asyncio.CancelledError:
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
+        if current is not None and current.cancelling() > before:
             raise
+
+
+async def wait_while_progressing(aw: Awaitable[T], timeout: float, progress: Callable[[], float]) -> T:
+    """Await ``aw``, giving up (``TimeoutError``, ``aw`` cancelled) only once ``timeout`` seconds passed
+    both since the wait began and since ``progress()`` (the ``time.monotonic()`` of the last sign of
+    life of whatever ``aw`` waits for -- e.g. the last publisher confirm of a channel).
+
+    A deadline for a stalled peer, not for a busy one: with thousands of publishes in flight the last
+    confirms come long after their publish began, yet every one of them comes; timing those out would
+    publish again what the broker kept."""
+    task = asyncio.ensure_future(aw)
+    began = time.monotonic()
+    try:
+        while True:
+            left = max(began, progress()) + timeout - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"nothing moved for {timeout:g}s")
+            done, _ = await asyncio.wait({task}, timeout=left)
+            if done:
+                return task.result()
+    finally:
+        if not task.done():
+            await cancel_and_wait(task)

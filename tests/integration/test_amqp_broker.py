@@ -11,6 +11,7 @@ import pytest
 
 from crawlherd.brokers.amqp import AMQPBroker
 from crawlherd.errors import BrokerError, ConfigurationError, MessageRejectedError
+from tests.support.real_brokers import delete_queues
 
 pytestmark = pytest.mark.rabbitmq
 GUARD = 15.0
@@ -119,3 +120,23 @@ async def test_delay_queues_dead_letter_back_into_the_main_queue(amqp_url: str, 
         assert (d.key, d.body, dict(d.headers), d.redelivered) == ("k", b"later", {"h": "1"}, False)
         assert "x-death" in (d.raw.headers or {})
         await broker.ack(d)
+
+
+@pytest.mark.timeout(120)
+async def test_confirms_slower_than_publish_timeout_are_waited_for_while_they_come(amqp_url: str,
+                                                                                  unique_name: str) -> None:
+    """Thousands of publishes in flight at once: the last confirms come later than ``publish_timeout``
+    after their publish started, but confirms keep coming, so none of them is a failure (a failure
+    would be published again by the relay: a duplicate of a message RabbitMQ kept). ``publish_timeout``
+    is how long RabbitMQ may confirm *nothing* before the publishes in flight fail."""
+    n = 3000
+    url = f"{amqp_url}?queue={unique_name}&publish_timeout=0.25"
+    async with AMQPBroker.from_url(url) as broker:
+        try:
+            results = await asyncio.gather(
+                *(broker.publish(f"m{i}".encode(), key=f"m{i}") for i in range(n)), return_exceptions=True)
+            failures = [r for r in results if isinstance(r, BaseException)]
+            assert not failures, f"{len(failures)} of {n} failed, first: {failures[0]!r}"
+            assert await broker.pending() == n
+        finally:
+            await delete_queues(broker)

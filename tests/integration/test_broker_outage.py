@@ -11,11 +11,7 @@ published that the broker does not hold, and publishing works again once the bro
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
 import sqlite3
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -23,9 +19,10 @@ import pytest
 
 from crawlherd.brokers import Broker, Delivery, open_broker
 from crawlherd.errors import BackendUnavailableError, PublishError
+from tests.support.private_redis import PrivateRedis, private_redis_server
 from tests.support.real_brokers import delete_queues
 
-from .._netutil import TcpProxy, free_port
+from .._netutil import TcpProxy
 
 GUARD = 20.0
 
@@ -62,46 +59,9 @@ async def publish_until_failure(broker: Broker, prefix: str, confirmed: list[str
 # -- Redis: a private server ---------------------------------------------------------------------------
 
 
-class PrivateRedis:
-    def __init__(self, directory: Path) -> None:
-        self.port = free_port()
-        self.dir = directory
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            pytest.skip("redis-server is not installed")
-        self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-             "--appendfsync", "always", "--dir", str(self.dir), "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"private redis-server exited with {self.proc.returncode}") from None
-                time.sleep(0.05)
-        raise RuntimeError("private redis-server did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()  # SIGKILL, by PID: a crash, not a shutdown
-            self.proc.wait(timeout=10)
-        self.proc = None
-
-
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.kill()
+    yield from private_redis_server(tmp_path)
 
 
 @pytest.mark.redis

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
-import socket
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ import redis.asyncio as aioredis
 
 from crawlherd.frontier import open_scheduler
 from crawlherd.request import Request
-from tests.conftest import REQUIRE_SERVICES
+from tests.support.private_redis import PrivateRedis, private_redis_server
 
 from .crawlsite import CrawlSite
 
@@ -207,73 +205,9 @@ async def test_four_workers_share_one_redis_frontier_and_its_politeness(tmp_path
 # -- Redis killed and restarted --------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server of the test's own, persisting with AOF (fsync always) in ``dir``."""
-
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory
-        self.port = _free_port()
-        self.proc: asyncio.subprocess.Process | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    async def start(self) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            if REQUIRE_SERVICES:
-                pytest.fail("redis-server is not installed and CRAWLHERD_REQUIRE_SERVICES=1")
-            pytest.skip("SERVICE MISSING: redis-server binary not installed")
-        self.proc = await asyncio.create_subprocess_exec(
-            exe,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--dir",
-            str(self.dir),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        client = aioredis.Redis.from_url(self.url)
-        try:
-            async with asyncio.timeout(20):
-                while True:
-                    try:
-                        if await client.ping():
-                            return
-                    except Exception:  # noqa: BLE001 - not up yet (refused, loading)
-                        await asyncio.sleep(0.05)
-        finally:
-            await client.aclose()
-
-    async def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-        self.proc = None
-
-
 @pytest.fixture
-async def private_redis(tmp_path: Path) -> AsyncIterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    await server.start()
-    yield server
-    if server.proc is not None:
-        await server.kill9()
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    yield from private_redis_server(tmp_path)
 
 
 @pytest.mark.redis
@@ -286,10 +220,10 @@ async def test_redis_restarted_mid_crawl_the_crawl_resumes_and_loses_nothing(
         args = ("--concurrency", "4", "--lease-timeout", "30")
         workers = [await Worker.start(tmp_path, f"w{i}", url, *args) for i in range(2)]
         await until_hits(site, 600, *workers)
-        await private_redis.kill9()
+        private_redis.kill()
         stalled = len(site.hits)
         await asyncio.sleep(1.0)  # an outage: the workers keep retrying with backoff
-        await private_redis.start()
+        private_redis.start()
         for w in workers:
             await w.wait()
 

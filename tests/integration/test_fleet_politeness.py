@@ -10,7 +10,6 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -21,7 +20,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
-from crawlherd.db import JobRun, ScrapeTarget, create_engine, upgrade
+from crawlherd.db import JobRun, ScrapeTarget
 from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.service.targets import import_targets
 from tests.servers.timestamping import Stamp, TimestampingServer
@@ -30,11 +29,6 @@ from tests.support.real_brokers import remove
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
-# The frontier spaces the *leases* of a host's pages by min_delay; between a lease and its request
-# reaching the server lies each worker process's own scheduling (tens of ms on a loaded machine: 0.969 s
-# measured once between two workers). What is asserted is min_delay minus that: a politeness bug (a
-# listing page outside the frontier, a per-process delay) shows gaps near 0 with five workers.
-SCHEDULING_SLACK = 0.1
 WORKERS = 5
 KEYWORDS = ["a", "b"]
 RETRY_AFTER = 3.0
@@ -63,16 +57,6 @@ class JobBoard(TimestampingServer):
         data = body.encode()
         return (b"HTTP/1.1 " + status + b"\r\nContent-Type: text/html\r\n" + extra + b"Content-Length: "
                 + str(len(data)).encode() + b"\r\n\r\n" + data)
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
-    await upgrade(engine)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 @pytest.mark.timeout(180)
@@ -134,7 +118,10 @@ async def test_five_workers_on_one_redis_frontier_keep_one_websites_min_delay(
     listing = [s for s in stamps if s.path.startswith("/search")]
     assert len(listing) == 2 * len(KEYWORDS)  # listing pages are part of what is measured
     gaps = [b.at - a.at for a, b in zip(stamps, stamps[1:], strict=False)]
-    assert min(gaps) >= 1.0 - SCHEDULING_SLACK, [(s.path, round(s.at - stamps[0].at, 3)) for s in stamps]
+    # The frontier spaces the leases and the send gate (stamped in Redis right before each send) the
+    # sends: the server itself sees the whole min_delay between any two requests, whoever sent them.
+    print(f"min gap at the server: {min(gaps):.3f} s over {len(stamps)} requests")
+    assert min(gaps) >= 1.0, [(s.path, round(s.at - stamps[0].at, 3)) for s in stamps]
     [limited] = [i for i, s in enumerate(stamps) if s.path == "/jobs/a-1"][:1]
     after = stamps[limited + 1]
-    assert after.at - stamps[limited].at >= RETRY_AFTER - SCHEDULING_SLACK, (after.path, after.at - stamps[limited].at)
+    assert after.at - stamps[limited].at >= RETRY_AFTER, (after.path, after.at - stamps[limited].at)

@@ -17,47 +17,24 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
-from crawlherd.db import JobRun, create_engine, upgrade
+from crawlherd.db import JobRun
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.request import Request
 from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.worker.worker import Worker
 from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.dispatch import dispatch_due, relay_all
-from tests.support.real_brokers import remove, scratch_url
+from tests.support.fixtures import BROKERS, scratch_broker
 
 LEASE = 0.6  # seconds; the job takes 2.5
-BROKERS = [
-    "memory",
-    "sqlite",
-    pytest.param("redis", marks=pytest.mark.redis),
-    pytest.param("amqp", marks=pytest.mark.rabbitmq),
-]
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
-    await upgrade(engine)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 @pytest.fixture(params=BROKERS)
 async def short_lease_url(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> AsyncIterator[str]:
-    kind = request.param
-    if kind == "memory":
-        yield f"memory://{unique_name}?visibility_timeout={LEASE}"
-        return
-    redis_url = request.getfixturevalue("redis_url") if kind == "redis" else ""
-    amqp_url = request.getfixturevalue("amqp_url") if kind == "amqp" else ""
-    url = scratch_url(kind, unique_name, sqlite_path=str(tmp_path / "broker.db"), redis_url=redis_url,
-                      amqp_url=amqp_url)
-    yield url + {"sqlite": f"&visibility_timeout={LEASE}&poll_interval=0.05",
-                 "redis": f"&claim_idle={LEASE}&block=0.1", "amqp": ""}[kind]
-    await remove(url, kind, unique_name)
+    async for url in scratch_broker(request, tmp_path, unique_name, {
+            "memory": f"&visibility_timeout={LEASE}", "sqlite": f"&visibility_timeout={LEASE}&poll_interval=0.05",
+            "redis": f"&claim_idle={LEASE}&block=0.1"}):
+        yield url
 
 
 @pytest.mark.timeout(60)
@@ -90,7 +67,7 @@ async def test_a_job_longer_than_the_brokers_lease_runs_once(
 
 @pytest.mark.timeout(30)
 async def test_the_frontier_urls_lease_timeout_is_kept_and_a_dead_workers_page_comes_back_in_it(
-    engine: AsyncEngine, tmp_path: Path
+    engine: AsyncEngine, tmp_path: Path  # noqa: F811
 ) -> None:
     url = f"sqlite:///{tmp_path / 'frontier.db'}?lease_timeout=0.5"
     async with open_broker("memory://") as broker:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,23 +19,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
 from crawlherd.brokers.memory import MemoryBroker
-from crawlherd.db import JobRun, create_engine, upgrade
+from crawlherd.db import JobRun
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.messages import decode_job, encode_job, idempotency_key, job_id_for
 from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.worker.worker import Worker
 from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.dispatch import dispatch_due, relay_all
-from tests.support.real_brokers import remove, scratch_url
+from tests.support.fixtures import broker_url  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.timeout(120)
 
-BROKERS = [
-    "memory",
-    "sqlite",
-    pytest.param("redis", marks=pytest.mark.redis),
-    pytest.param("amqp", marks=pytest.mark.rabbitmq),
-]
 
 
 def poison_bodies() -> dict[str, tuple[bytes, str]]:
@@ -52,30 +45,6 @@ def poison_bodies() -> dict[str, tuple[bytes, str]]:
         "huge": (b'{"schema_version": 2, "pad": "' + b"a" * 10_000_000 + b'"}', "larger than"),
         "not-utf8": (b'{"schema_version": 2, "k": "\xff\xfe\xfd"}', "not valid UTF-8"),
     }
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
-    await upgrade(engine)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
-
-
-@pytest.fixture(params=BROKERS)
-async def broker_url(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> AsyncIterator[str]:
-    kind = request.param
-    if kind == "memory":
-        yield f"memory://{unique_name}"
-        return
-    redis_url = request.getfixturevalue("redis_url") if kind == "redis" else ""
-    amqp_url = request.getfixturevalue("amqp_url") if kind == "amqp" else ""
-    url = scratch_url(kind, unique_name, sqlite_path=str(tmp_path / "broker.db"), redis_url=redis_url,
-                      amqp_url=amqp_url)
-    yield url
-    await remove(url, kind, unique_name)
 
 
 async def test_poison_is_dead_lettered_with_reasons_and_the_good_job_behind_it_is_done(

@@ -88,3 +88,33 @@ async def test_client_decoding_responses_is_refused(redis_url: str) -> None:
             RedisBroker.from_url(redis_url, client=decoding)
     finally:
         await decoding.aclose()
+
+
+async def test_touch_extends_the_claim_only_while_it_is_ours(redis_url: str, unique_name: str,
+                                                             client: aioredis.Redis) -> None:
+    """``touch`` (one Lua script: XPENDING's owner check and XCLAIM together) resets the entry's idle
+    time without counting a delivery; once another consumer claimed the entry it raises and leaves the
+    entry with its new owner."""
+    from crawlherd.errors import BrokerError
+
+    stream = f"{unique_name}.jobs"
+    url = f"{redis_url}?stream={stream}&claim_idle=0.2&block=0.05"
+    async with RedisBroker.from_url(url) as first, RedisBroker.from_url(url) as second:
+        await first.publish(b"long job", key="long")
+        async with asyncio.timeout(GUARD):
+            d = await anext(first.consume())
+        await asyncio.sleep(0.3)  # idle past claim_idle
+        await first.touch(d)
+        (entry,) = await client.xpending_range(stream, "crawlherd", "-", "+", 1)
+        assert entry["consumer"].decode() == first.consumer
+        assert entry["time_since_delivered"] < 200  # reset by the touch
+        assert entry["times_delivered"] == 1  # JUSTID: the touch is not a delivery
+        await asyncio.sleep(0.3)  # idle again, now untouched: the second consumer claims it
+        async with asyncio.timeout(GUARD):
+            again = await anext(second.consume())
+        assert again.key == "long" and again.redelivered
+        with pytest.raises(BrokerError, match="claim was lost"):
+            await first.touch(d)
+        (entry,) = await client.xpending_range(stream, "crawlherd", "-", "+", 1)
+        assert entry["consumer"].decode() == second.consumer  # not taken back
+        await second.ack(again)

@@ -236,3 +236,35 @@ async def test_negative_and_huge_priorities_keep_their_order(
         await frontier.ack_many(leases)
     finally:
         await frontier.close()
+
+
+async def test_the_send_gate_spaces_the_sends_of_every_process_and_keeps_retry_after_holds(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    """Two frontier objects on one prefix (two worker processes) share each host's send stamps: the
+    second send waits for the host's delay plus the margin since the first, whoever sent it; a host
+    without a delay is never held; a Retry-After hold (block_host) holds back sends too; the stamps
+    expire by themselves."""
+    clock = FakeClock()
+    one = await open_redis(redis_url, unique_name, clock=clock)
+    two = await open_redis(redis_url, unique_name, clock=clock)
+    try:
+        await one.set_host_policy("polite.example", delay=1.0)
+        assert await one.stamp_send("polite.example", 0.1) == 0.0
+        assert await two.stamp_send("polite.example", 0.1) == pytest.approx(1.1)  # the other process waits
+        clock.advance(0.6)
+        assert await two.stamp_send("polite.example", 0.1) == pytest.approx(0.5)
+        clock.advance(0.5)
+        assert await two.stamp_send("polite.example", 0.1) == 0.0
+        assert await one.stamp_send("polite.example", 0.1) == pytest.approx(1.1)  # stamped by two now
+        assert 0 < await client.pttl(f"{unique_name}:sent:polite.example") <= 2100  # expires by itself
+        for _ in range(3):
+            assert await one.stamp_send("free.example") == 0.0  # no delay: never held, nothing stored
+        assert not await client.exists(f"{unique_name}:sent:free.example")
+        await two.block_host("free.example", clock.now() + 3.0)  # a Retry-After seen by two
+        assert await one.stamp_send("free.example") == pytest.approx(3.0)
+        clock.advance(3.0)
+        assert await one.stamp_send("free.example") == 0.0
+    finally:
+        await one.close()
+        await two.close()

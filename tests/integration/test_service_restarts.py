@@ -14,34 +14,24 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from sqlalchemy import select, update
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.db import JobRun, ScrapeTarget, create_engine, upgrade
+from crawlherd.db import JobRun, create_engine, upgrade
 from crawlherd.service.targets import import_targets
-from tests.integration.test_broker_outage import PrivateRedis
-from tests.integration.test_worker import Board, board, website  # noqa: F401 - the board fixture
+from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
+from tests.support.private_redis import PrivateRedis
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
 KEYWORDS = [f"k{n}" for n in range(6)]
 BAD_LOG = ("Traceback", "asynchronous generator is already running", "Unclosed", "unclosed", "Task exception")
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
-    await upgrade(engine)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 async def statuses(engine: AsyncEngine) -> list[str]:
@@ -54,13 +44,7 @@ async def test_redis_restarted_under_crawlherd_run(
     engine: AsyncEngine, board: Board, tmp_path: Path  # noqa: F811
 ) -> None:
     board.slow = 0.5
-    document = {"websites": [website(board, robots="ignore")],
-                "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
-    targets = tmp_path / "targets.yaml"
-    targets.write_text(yaml.safe_dump(document), encoding="utf-8")
-    await import_targets(engine, targets)
-    async with engine.begin() as conn:
-        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+    await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
 
     redis_dir = tmp_path / "redis"
     redis_dir.mkdir()
@@ -122,13 +106,7 @@ async def test_postgres_restarted_under_crawlherd_run(
     broker_url = f"{redis_url}?prefix={unique_name}&claim_idle=5"
     try:
         await upgrade(engine)
-        document = {"websites": [website(board, robots="ignore")],
-                    "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
-        targets = tmp_path / "targets.yaml"
-        targets.write_text(yaml.safe_dump(document), encoding="utf-8")
-        await import_targets(engine, targets)
-        async with engine.begin() as conn:
-            await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+        await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
         log_path = tmp_path / "run.log"
         with log_path.open("wb") as log_file:
             proc = await asyncio.create_subprocess_exec(
@@ -186,12 +164,7 @@ async def test_rabbitmq_connection_closed_under_a_worker(
     if not shutil_which("rabbitmqctl"):
         pytest.skip("rabbitmqctl is not installed")
     board.slow = 0.5
-    document = {"websites": [website(board, robots="ignore")],
-                "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
-    (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
-    await import_targets(engine, tmp_path / "targets.yaml")
-    async with engine.begin() as conn:
-        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+    await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
     url = f"{amqp_url}?queue={unique_name}"
     try:
         async with open_broker(url) as broker:
@@ -234,3 +207,188 @@ def shutil_which(name: str) -> str | None:
     import shutil
 
     return shutil.which(name)
+
+
+# -- the fleet: two dispatchers and two workers through a restart ----------------------------------------
+
+FLEET_KEYWORDS = ["f0", "f1", "f2"]
+EVERY = 3  # seconds between two slots of a target
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("fault", ["postgres", "redis", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
+async def test_two_dispatchers_and_two_workers_carry_on_through_a_restart(
+    fault: str, board: Board, tmp_path: Path, redis_url: str, amqp_url: str, unique_name: str  # noqa: F811
+) -> None:
+    """``crawlherd dispatch`` x2 and ``crawlherd worker`` x2 on a private PostgreSQL config DB, with
+    targets falling due every 3 s (``misfire = "backfill"``). Mid-run, one service goes through a fault:
+    the PostgreSQL cluster is killed by its PID and started again (``pg_ctl``, same data directory); or
+    a private Redis (AOF), the broker and the frontier, is killed and started again; or every
+    connection to RabbitMQ is cut (a TCP proxy of the test's own, between the processes and the shared
+    server) and refused for a few seconds. Then: every slot due until after the fault has its job run
+    to success (none skipped, none lost), at most the jobs in flight at the fault fetched twice (at
+    least once, the run key dropping the duplicate), every process stops cleanly with no traceback, and
+    each says the outage at most once."""
+    from tests._netutil import TcpProxy
+    from tests.support.private_postgres import PrivatePostgres
+    from tests.support.processes import CliProcess, outage_lines, wait_until
+    from tests.support.real_brokers import remove
+
+    pg = PrivatePostgres()
+    await asyncio.to_thread(pg.start)
+    engine = create_engine(pg.url)
+    redis: PrivateRedis | None = None
+    proxy: TcpProxy | None = None
+    if fault == "redis":
+        (tmp_path / "redis").mkdir()
+        redis = PrivateRedis(tmp_path / "redis")
+        await asyncio.to_thread(redis.start)
+        broker_url = f"{redis.url}?prefix=b&claim_idle=5"
+        frontier_url = f"{redis.url}?prefix=f&lease_timeout=5"
+    elif fault == "rabbitmq":
+        up = urlsplit(amqp_url)
+        proxy = TcpProxy(up.hostname or "127.0.0.1", up.port or 5672)
+        await proxy.up()
+        broker_url = f"amqp://{up.username}:{up.password}@127.0.0.1:{proxy.port}/?queue={unique_name}"
+        frontier_url = f"{redis_url}?prefix={unique_name}f&lease_timeout=5"
+    else:
+        broker_url = f"{redis_url}?prefix={unique_name}b&claim_idle=5"
+        frontier_url = f"{redis_url}?prefix={unique_name}f&lease_timeout=5"
+    common = ["--database-url", pg.url, "--broker-url", broker_url]
+    procs = [CliProcess(["dispatch", "--interval", "0.2", *common], tmp_path / f"dispatch{n}.log") for n in (1, 2)]
+    worker = ["worker", *common, "--frontier-url", frontier_url, "--allow-private", "--concurrency", "2"]
+    procs += [CliProcess(worker, tmp_path / f"worker{n}.log") for n in (1, 2)]
+    board.slow = 0.3
+    try:
+        await upgrade(engine)
+        anchor = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=EVERY)  # the first slot, ahead
+        document = {"websites": [website(board, robots="ignore")],
+                    "targets": [{"website": "board", "keywords": FLEET_KEYWORDS, "every": f"{EVERY}s",
+                                 "start_at": anchor.isoformat(), "misfire": "backfill", "backfill_limit": 1000,
+                                 "misfire_grace": "1h"}]}
+        (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
+        await import_targets(engine, tmp_path / "targets.yaml")
+        for proc in procs:
+            await proc.start()
+
+        async def succeeded(at_least: int) -> bool:
+            return (await statuses(engine)).count("succeeded") >= at_least
+
+        await wait_until(lambda: succeeded(2 * len(FLEET_KEYWORDS)), alive=procs)
+        if fault == "postgres":
+            await engine.dispose()
+            await asyncio.to_thread(pg.kill)
+            await asyncio.sleep(4)
+            await asyncio.to_thread(pg.start)
+        elif redis is not None:
+            await asyncio.to_thread(redis.kill)
+            await asyncio.sleep(4)
+            await asyncio.to_thread(redis.start)  # same port and directory: the AOF brings everything back
+        else:
+            assert proxy is not None
+            await proxy.down()
+            await asyncio.sleep(4)
+            await proxy.up()
+        end = datetime.now(UTC) + timedelta(seconds=2 * EVERY)  # slots due after the fault too
+        slots = [anchor + timedelta(seconds=EVERY * k) for k in range(int((end - anchor).total_seconds()) // EVERY + 1)]
+        expected = len(slots) * len(FLEET_KEYWORDS)
+
+        seen = -1
+
+        async def all_due_done() -> bool:
+            nonlocal seen
+            async with engine.connect() as conn:
+                done = (await conn.execute(select(func.count()).select_from(JobRun).where(
+                    JobRun.slot_at <= slots[-1], JobRun.status == "succeeded"))).scalar_one()
+            if done != seen:  # shown if the timeout strikes
+                seen = int(done)
+                print(f"{seen} of {expected} due jobs succeeded")
+            return seen >= expected
+
+        await wait_until(all_due_done, alive=procs, every=0.5)  # bounded by the timeout
+        for proc in procs:
+            await proc.stop()
+        for proc in procs:
+            proc.assert_clean()
+            for service in ("config DB", "broker", "frontier"):
+                lost, back = outage_lines(proc.log, service)
+                assert len(lost) <= 1 and len(back) <= len(lost) + 1, (proc.args, service, proc.log)
+        assert any(outage_lines(p.log, s)[0] for p in procs for s in ("config DB", "broker", "frontier")), \
+            "no process noticed the fault"
+        async with engine.connect() as conn:
+            runs = (await conn.execute(select(JobRun.target_id, JobRun.slot_at, JobRun.status)
+                                       .where(JobRun.slot_at <= slots[-1]))).all()
+        per_target: dict[int, list[datetime]] = {}
+        for run in runs:
+            assert run.status == "succeeded", run
+            per_target.setdefault(run.target_id, []).append(run.slot_at)
+        for target, at in per_target.items():
+            assert sorted(a.replace(tzinfo=UTC) if a.tzinfo is None else a for a in at) == slots, target
+        assert len(per_target) == len(FLEET_KEYWORDS)  # every target, every slot, run once (the run key)
+        searches = len(board.fetched("/search"))
+        assert searches <= len(statuses_all := await statuses(engine)) + 4, (searches, len(statuses_all))
+    finally:
+        for proc in procs:
+            if proc.proc is not None:
+                await proc.stop()
+        await engine.dispose()
+        await asyncio.to_thread(pg.stop)
+        if redis is not None:
+            await asyncio.to_thread(redis.kill)
+        if proxy is not None:
+            await proxy.down()
+            await remove(f"{amqp_url}?queue={unique_name}", "amqp", unique_name)
+        elif fault == "postgres":
+            await remove(broker_url, "redis", f"{unique_name}b")
+        if fault != "redis":
+            await remove(frontier_url, "redis", f"{unique_name}f")
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.timeout(120)
+async def test_dispatch_and_worker_started_during_a_broker_outage_wait_for_it(
+    engine: AsyncEngine, board: Board, tmp_path: Path, amqp_url: str, unique_name: str  # noqa: F811
+) -> None:
+    """``crawlherd dispatch`` and ``crawlherd worker`` started while RabbitMQ cannot be reached (a TCP
+    proxy of the test's own, not listening) do not exit: each says the outage once, and once the
+    broker answers the jobs are published and done."""
+    from tests._netutil import TcpProxy
+    from tests.support.processes import CliProcess, outage_lines, wait_until
+    from tests.support.real_brokers import remove
+
+    up = urlsplit(amqp_url)
+    proxy = TcpProxy(up.hostname or "127.0.0.1", up.port or 5672)
+    await proxy.up()
+    await proxy.down()  # its port now refuses connections
+    broker_url = f"amqp://{up.username}:{up.password}@127.0.0.1:{proxy.port}/?queue={unique_name}"
+    await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
+    common = ["--database-url", str(engine.url), "--broker-url", broker_url]
+    procs = [CliProcess(["dispatch", "--interval", "0.2", *common], tmp_path / "dispatch.log"),
+             CliProcess(["worker", *common, "--frontier-url", "memory://", "--allow-private"], tmp_path / "worker.log")]
+    try:
+        for proc in procs:
+            await proc.start()
+
+        async def both_said_so() -> bool:
+            return all(outage_lines(p.log, "broker")[0] for p in procs)
+
+        await wait_until(both_said_so, alive=procs)
+        await proxy.up()
+
+        async def done() -> bool:
+            return await statuses(engine) == ["succeeded"] * len(KEYWORDS)
+
+        await wait_until(done, alive=procs)
+        for proc in procs:
+            await proc.stop()
+        for proc in procs:
+            proc.assert_clean()
+            lost, back = outage_lines(proc.log, "broker")
+            assert len(lost) == 1 and len(back) == 1, proc.log
+    finally:
+        for proc in procs:
+            if proc.proc is not None:
+                await proc.stop()
+        await proxy.down()
+        await remove(f"{amqp_url}?queue={unique_name}", "amqp", unique_name)

@@ -19,7 +19,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
-from crawlherd.db import JobRun, ScrapeTarget, StoredItem, Website, create_engine, upgrade
+from crawlherd.db import JobRun, ScrapeTarget, StoredItem, Website
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.messages import idempotency_key, job_id_for
 from crawlherd.service.embedded import run_embedded
@@ -93,16 +93,6 @@ async def board() -> AsyncIterator[Board]:
         yield site
     finally:
         await runner.cleanup()
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
-    await upgrade(engine)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 def website(board: Board, *, robots: str, search: str = "search", jobs: str = "", **extra: Any) -> dict[str, Any]:

@@ -12,8 +12,10 @@ Topology, declared (idempotently) on open and after every reconnect:
 Guarantees: messages are persistent and published on a channel with **publisher confirms** and
 ``mandatory`` routing: ``publish`` returns after RabbitMQ confirmed the message, raises
 :class:`~crawlherd.errors.MessageRejectedError` (a :class:`~crawlherd.errors.PublishError`) when it was
-nacked or returned as unroutable (the queue is gone), :class:`~crawlherd.errors.PublishError` when it
-was not confirmed within ``publish_timeout``, and
+nacked or returned as unroutable (the queue is gone), :class:`~crawlherd.errors.PublishError` when
+publishing stood still (no message sent, no confirm received, for any publish of the broker) for
+``publish_timeout`` seconds -- a stall, not a busy broker: thousands of publishes in flight are
+confirmed long after they began, and timing them out would publish again what RabbitMQ kept --, and
 :class:`~crawlherd.errors.BackendUnavailableError` when RabbitMQ cannot be reached (the next call
 reconnects). A timeout or a lost connection does not say whether RabbitMQ kept the message: publish
 it again (at least once; the key lets consumers drop the duplicate).
@@ -47,7 +49,7 @@ import asyncio
 import hashlib
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -56,6 +58,7 @@ import aio_pika
 import aio_pika.exceptions as pika_exc
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
 
+from crawlherd._aio import wait_while_progressing
 from crawlherd._redact import redact_url
 from crawlherd.brokers._common import (
     RESERVED_HEADER_PREFIX,
@@ -178,6 +181,15 @@ class AMQPBroker(BrokerBase):
         self._sub: AbstractChannel | None = None
         self._sub_gen = 0
         self._pub_lock = asyncio.Lock()
+        # When the last reconnect failed, and why: the publishes that waited for it fail with it
+        # instead of each trying again (hundreds of connection attempts per relay round).
+        self._reconnect_failed: tuple[float, str] = (-math.inf, "")
+        # Publishing progress: confirms received, messages sent (the publishing channel's delivery
+        # tag), and when either last moved. Publishes in flight fail once it stood still publish_timeout.
+        self._confirms = 0
+        self._pub_sent: Callable[[], int] = lambda: 0
+        self._progress_mark = (0, 0)
+        self._progress_at = -math.inf
         self._delay_declared: dict[int, float] = {}
         self._broken = False
         self.declared_queues: set[str] = set()
@@ -213,7 +225,7 @@ class AMQPBroker(BrokerBase):
             except (TimeoutError, *_CONNECTION_ERRORS) as exc:
                 raise self._unavailable(exc) from exc
         try:
-            self._pub = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
+            self._pub = await self._publishing_channel(self._connection)
             await self._declare(self._pub)
         except ConfigurationError:
             await self._drop_connection()
@@ -259,15 +271,26 @@ class AMQPBroker(BrokerBase):
                 log.debug("%r: closing the connection: %r", self, exc)
 
     async def _channel(self) -> AbstractChannel:
-        """The publishing channel, reconnecting first when the connection (or channel) was lost."""
-        if not self._opened:
-            await self._ensure_open()
+        """The publishing channel, connecting first when the broker was never opened (RabbitMQ was down
+        at start) or reconnecting when the connection (or channel) was lost."""
         if self._closed:
             raise BrokerError(f"{self!r} is closed")
-        if self._alive() and self._pub is not None and not self._pub.is_closed:
+        if self._opened and self._alive() and self._pub is not None and not self._pub.is_closed:
             return self._pub
+        asked = time.monotonic()
         async with self._pub_lock:  # one reconnect at a time
-            return await self._reopen()
+            failed_at, error = self._reconnect_failed
+            if failed_at >= asked:  # the attempt made while we waited failed: the same outage, no new attempt
+                raise BackendUnavailableError(error, backend="amqp")
+            try:
+                if not self._opened:
+                    await self._ensure_open()
+                    assert self._pub is not None
+                    return self._pub
+                return await self._reopen()
+            except BackendUnavailableError as exc:
+                self._reconnect_failed = (time.monotonic(), str(exc))
+                raise
 
     async def _reopen(self) -> AbstractChannel:
         if self._closed:
@@ -278,7 +301,7 @@ class AMQPBroker(BrokerBase):
         elif self._pub is None or self._pub.is_closed:
             assert self._connection is not None
             try:
-                self._pub = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
+                self._pub = await self._publishing_channel(self._connection)
             except (TimeoutError, *_CONNECTION_ERRORS) as exc:
                 raise self._unavailable(exc) from exc
         assert self._pub is not None
@@ -302,7 +325,11 @@ class AMQPBroker(BrokerBase):
                                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT, timestamp=time.time())
         try:
             target = ch.default_exchange if not exchange else await ch.get_exchange(exchange, ensure=False)
-            await target.publish(message, routing_key, mandatory=True, timeout=self.options.publish_timeout)
+            # publish_timeout bounds a stall (no confirm at all for that long), not one publish's
+            # latency: thousands in flight are confirmed long after they began, but they are confirmed.
+            await wait_while_progressing(target.publish(message, routing_key, mandatory=True, timeout=None),
+                                         self.options.publish_timeout, self._publish_progress)
+            self._confirms += 1
         except pika_exc.PublishError as exc:
             raise MessageRejectedError(
                 f"{self!r}: RabbitMQ returned the message as unroutable (does queue {routing_key!r} exist?): {exc}"
@@ -311,13 +338,28 @@ class AMQPBroker(BrokerBase):
             raise MessageRejectedError(f"{self!r}: RabbitMQ refused the message (nack): {exc}") from exc
         except TimeoutError as exc:
             raise PublishError(
-                f"{self!r}: no publisher confirm within {self.options.publish_timeout} s; the message may or may not "
-                "have been kept -- publish it again"
+                f"{self!r}: RabbitMQ confirmed nothing for {self.options.publish_timeout} s; the message may or may "
+                "not have been kept -- publish it again"
             ) from exc
         except _CONNECTION_ERRORS as exc:
             raise self._unavailable(exc) from exc
         except pika_exc.AMQPError as exc:
             raise PublishError(f"{self!r}: {exc!r}") from exc
+
+    async def _publishing_channel(self, connection: AbstractConnection) -> AbstractChannel:
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        underlay = await channel.get_underlay_channel()
+        self._pub_sent = lambda: int(getattr(underlay, "delivery_tag", 0))  # +1 per message written
+        return channel
+
+    def _publish_progress(self) -> float:
+        """When publishing last moved (a message sent, or a confirm received), as far as seen: the
+        publishes queued behind thousands of others in the client are not the broker's stall."""
+        mark = (self._confirms, self._pub_sent())
+        if mark != self._progress_mark:
+            self._progress_mark = mark
+            self._progress_at = time.monotonic()
+        return self._progress_at
 
     async def _delay_queue(self, delay: float) -> str:
         ms = delay_bucket_ms(delay)

@@ -68,6 +68,7 @@ _SCRIPTS: dict[str, tuple[str, ...]] = {
     "retry": ("now_ms", "take", "retry"),
     "dead": ("now_ms", "take", "dead"),
     "requeue_dead": ("requeue_dead",),
+    "touch": ("touch",),
 }
 
 _STREAM_ID = re.compile(r"^\d+-\d+$")
@@ -323,15 +324,11 @@ class RedisBroker(BrokerBase):
 
     async def _touch(self, delivery: Delivery) -> None:
         # XCLAIM to ourselves resets the entry's idle time (JUSTID: without counting a delivery); only
-        # while we still own it -- checked first, so a claim lost to another consumer is not taken back
+        # while we still own it -- checked in the same script, so a claim lost to another consumer is
+        # never taken back
         eid = delivery.delivery_id
-        info: Any = await self._call(self._pending_entry(eid))
-        owner = info[0]["consumer"] if info else None
-        if isinstance(owner, bytes):
-            owner = owner.decode()
-        if owner != self.consumer:
+        if not await self._script("touch", [self.stream], [self.group, eid, self.consumer]):
             raise BrokerError(f"entry {eid} (key {delivery.key!r}): the claim was lost before it was extended")
-        await self._call(lambda c: c.xclaim(self.stream, self.group, self.consumer, 0, [eid], justid=True))
 
     async def ack(self, delivery: Delivery) -> None:
         await self._settle(delivery, "ack", [self.stream], [])

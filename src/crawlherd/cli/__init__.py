@@ -103,5 +103,10 @@ def main(ctx: click.Context, config_file: str | None, verbose: int, log_format: 
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=max(level, logging.DEBUG), handlers=[handler])
+    # The AMQP client logs every failed reconnect (ERROR) and every lost connection (a WARNING with a
+    # traceback) itself; crawlherd's broker says an outage once (lost / back after N s). Their own
+    # lines only at -vv.
+    for chatty in ("aiormq", "aio_pika"):
+        logging.getLogger(chatty).setLevel(logging.DEBUG if level <= logging.DEBUG else logging.CRITICAL)
     ctx.ensure_object(dict)
     ctx.obj["config_file"] = config_file

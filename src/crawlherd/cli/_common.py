@@ -14,11 +14,13 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd.brokers import Broker, open_broker
 from crawlherd.db import create_engine, current_revision, head_revision, upgrade
-from crawlherd.errors import CrawlherdError
+from crawlherd.errors import BackendUnavailableError, CrawlherdError
 from crawlherd.settings import Settings, load_settings
 
 __all__ = [
+    "broker_for_service",
     "JsonLogFormatter",
     "Output",
     "Rates",
@@ -202,3 +204,20 @@ async def periodic_status(output: Output, line: Callable[[], str], every: float)
         with contextlib.suppress(asyncio.CancelledError):
             await task
         output.end_live()
+
+
+@contextlib.asynccontextmanager
+async def broker_for_service(url: str) -> AsyncIterator[Broker]:
+    """The broker of ``url`` for a long-running process (``dispatch``, ``worker``, ``run``), closed
+    afterwards. When it cannot be reached at start, the process starts anyway: the broker is opened on
+    first use, and the dispatcher's relay and the worker's consumer retry with back-off and say the
+    outage once -- an outage at start is an outage like any other (a bad URL still fails at once)."""
+    broker = open_broker(url)
+    try:
+        try:
+            await broker.__aenter__()
+        except BackendUnavailableError as exc:
+            logging.getLogger(__name__).debug("broker not reachable at start, carrying on: %s", exc)
+        yield broker
+    finally:
+        await broker.close()

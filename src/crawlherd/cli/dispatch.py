@@ -9,9 +9,9 @@ import time
 import click
 
 from crawlherd._redact import redact_url
-from crawlherd.brokers import open_broker
 from crawlherd.cli._common import (
     Output,
+    broker_for_service,
     database_option,
     engine_for,
     ensure_migrated,
@@ -82,7 +82,7 @@ def dispatch(
         try:
             await ensure_migrated(engine)
             start_metrics(metrics_port)
-            async with open_broker(broker_target) as broker:
+            async with broker_for_service(broker_target) as broker:
                 dispatcher = DispatchService(
                     engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease,
                     broker_label=redact_url(broker_target),

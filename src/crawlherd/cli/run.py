@@ -9,10 +9,10 @@ from typing import Any
 import click
 
 from crawlherd._redact import redact_url
-from crawlherd.brokers import open_broker
 from crawlherd.cli._common import (
     Output,
     Rates,
+    broker_for_service,
     database_option,
     engine_for,
     output_options,
@@ -80,7 +80,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
         engine = engine_for(settings)
         try:
             await upgrade(engine)
-            async with open_broker(target) as broker:
+            async with broker_for_service(target) as broker:
                 w = make_worker(engine, broker, settings)
                 stop = asyncio.Event()
                 rates = Rates()

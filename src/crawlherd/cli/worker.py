@@ -11,10 +11,11 @@ import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._redact import redact_url
-from crawlherd.brokers import Broker, open_broker
+from crawlherd.brokers import Broker
 from crawlherd.cli._common import (
     Output,
     Rates,
+    broker_for_service,
     database_option,
     engine_for,
     ensure_migrated,
@@ -155,7 +156,7 @@ def worker(
         try:
             await ensure_migrated(engine)
             start_metrics(metrics_port)
-            async with open_broker(target) as broker:
+            async with broker_for_service(target) as broker:
                 w = make_worker(engine, broker, settings)
                 stop = asyncio.Event()
                 rates = Rates()

@@ -3,7 +3,8 @@
 when it has not beaten for :data:`GONE_AFTER` intervals, or as **stopped** when it said goodbye.
 
 A failing beat (database down) is logged and tried again at the next interval: a heartbeat never
-stops the process it reports on.
+stops the process it reports on. Given the process's :class:`~crawlherd._outage.OutageLog`, a failing
+beat is part of its "config DB" outage (said once, with the process's other steps), not a warning per beat.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd._outage import OutageLog
 from crawlherd.db.engine import db_now
 from crawlherd.db.models import PROCESS_KINDS, ProcessHeartbeat
 from crawlherd.errors import ConfigurationError, summarize
@@ -51,7 +53,8 @@ class Heartbeat:
     """Registers a process of ``kind`` (``dispatcher``, ``worker`` or ``web``) and beats every
     ``interval`` seconds while its :meth:`run` task lives; ``jobs_in_hand`` (a callable) is read at
     each beat; ``info`` is stored with it (never put a secret in it), merged at each beat with what
-    ``details`` (an async callable, e.g. the worker's frontier counts) returns. ``engine`` is the caller's.
+    ``details`` (an async callable, e.g. the worker's frontier counts) returns; ``outages``: the
+    process's outage log (a failed beat is then its "config DB" outage). ``engine`` is the caller's.
 
     Use as an async context manager (``async with Heartbeat(...):``) or run :meth:`run` as a task.
     """
@@ -66,6 +69,7 @@ class Heartbeat:
         jobs_in_hand: Callable[[], int] | None = None,
         info: dict[str, Any] | None = None,
         details: Callable[[], Awaitable[dict[str, Any]]] | None = None,
+        outages: OutageLog | None = None,
     ) -> None:
         if kind not in PROCESS_KINDS:
             raise ConfigurationError(f"unknown process kind {kind!r}: use one of {', '.join(PROCESS_KINDS)}")
@@ -78,6 +82,7 @@ class Heartbeat:
         self.jobs_in_hand = jobs_in_hand or (lambda: 0)
         self.info = dict(info or {})
         self.details = details
+        self.outages = outages
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
 
@@ -132,7 +137,13 @@ class Heartbeat:
         try:
             await step()
         except Exception as exc:  # noqa: BLE001 - a heartbeat never kills the process it reports on
-            log.warning("heartbeat %s: %s", self.id, summarize(exc))
+            if self.outages is None:
+                log.warning("heartbeat %s: %s", self.id, summarize(exc))
+            else:
+                self.outages.down("config DB", summarize(exc))
+        else:
+            if self.outages is not None:
+                self.outages.up("config DB")
 
     async def __aenter__(self) -> Heartbeat:
         await self._safely(self.register)

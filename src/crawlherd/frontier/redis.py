@@ -91,6 +91,7 @@ _SCRIPTS: dict[str, tuple[str, ...]] = {
     "BURY": ("prelude", "bury"),
     "BLOCK_HOST": ("prelude", "block_host"),
     "POLICY": ("prelude", "policy"),
+    "SEND": ("prelude", "send"),
     "PEEK": ("peek",),
     "STATS": ("stats",),
 }
@@ -424,6 +425,14 @@ class RedisFrontier(WaitingMixin):
         await self._init()
         await self._run("BLOCK_HOST", host, repr(float(until)))
         self._notify()
+
+    async def stamp_send(self, host: str, margin: float = 0.0) -> float:
+        """The fleet's send gate (:class:`~crawlherd.fetch.gate.SendStamps`): 0.0 when a request to
+        ``host`` may leave now -- its delay plus ``margin`` has passed since the last request any
+        process sharing this frontier sent there, and no Retry-After hold is on -- and the send is
+        stamped, atomically; else the seconds to wait before asking again."""
+        await self._init()
+        return float(await self._run("SEND", host, repr(float(margin))))
 
     async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
         if delay is not None and delay < 0:

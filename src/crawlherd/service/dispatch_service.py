@@ -88,6 +88,8 @@ class DispatchService:
         self.heartbeat_interval = heartbeat_interval
         self.relayer = Relay(engine, broker, **relay_options)
         self.owner = self.relayer.owner
+        #: The outages under way ("config DB", "broker"), each said once when it starts and once when it ends.
+        self.outages = self.relayer.outages
 
     async def tick(self) -> TickResult:
         """One tick: claim up to ``batch_size`` due targets and write their slots to the outbox."""
@@ -155,7 +157,8 @@ class DispatchService:
         """Run the tick loop and ``relay_rounds`` relay loops until ``stop`` is set: each works every ``interval``
         seconds, at once while work is left, and the relay also as soon as a tick wrote new rows.
         ``on_cycle`` sees each tick and each relay round that did something. A database or broker
-        outage is logged and retried with back-off; neither loop dies of it, nor waits for the other.
+        outage is retried with back-off and said once (:attr:`outages`: a warning when it starts, an
+        info line when it ends); neither loop dies of it, nor waits for the other.
         """
         if not interval > 0:
             raise ConfigurationError(f"interval must be > 0 seconds, got {interval!r}")
@@ -194,7 +197,8 @@ class DispatchService:
 
         async with asyncio.TaskGroup() as group:
             if self.heartbeat_interval is not None:
-                beat = Heartbeat(self.engine, kind="dispatcher", name=self.owner, interval=self.heartbeat_interval)
+                beat = Heartbeat(self.engine, kind="dispatcher", name=self.owner, interval=self.heartbeat_interval,
+                                 outages=self.outages)
                 group.create_task(beat.run(stop), name="dispatch-heartbeat")
             group.create_task(self._repeat(tick, interval, stop), name="dispatch-tick")
             for n in range(self.relay_rounds):
@@ -214,17 +218,16 @@ class DispatchService:
         while not stop.is_set():
             try:
                 more = await step()
-            except BackendUnavailableError as exc:
+            except BackendUnavailableError as exc:  # the config DB (a broker outage fails publishes, not steps)
                 failures += 1
-                await _pause(stop, self._outage_wait(interval, failures, exc))
+                self.outages.down("config DB", exc)
+                wait = float(min(self.relayer.max_backoff, interval * 2 ** min(failures, 10)))
+                log.debug("%s; retrying in %.1fs", exc, wait)
+                await _pause(stop, wait)
                 continue
             failures = 0
+            self.outages.up("config DB")
             await _pause(stop, 0.0 if more else interval, wake)
-
-    def _outage_wait(self, interval: float, failures: int, exc: BackendUnavailableError) -> float:
-        wait = float(min(self.relayer.max_backoff, interval * 2 ** min(failures, 10)))
-        log.warning("%s; retrying in %.1fs", exc, wait)
-        return wait
 
 
 async def _pause(stop: asyncio.Event, seconds: float, wake: asyncio.Event | None = None) -> None:

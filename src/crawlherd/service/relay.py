@@ -7,8 +7,11 @@ One round (:meth:`Relay.run_round`):
 2. :meth:`Relay.publish` -- publish each with its idempotency key, ``publish_concurrency`` (500)
    confirms outstanding at a time (RabbitMQ: one confirm channel, many unconfirmed publishes), or, for
    a broker that publishes batches (:class:`BatchPublisher`: Redis pipelines its ``XADD`` s), in
-   batches of ``publish_concurrency``; every publish (or batch) bounded by ``publish_timeout`` and the
-   whole round by ``round_timeout``.
+   batches of ``publish_concurrency``; every batch bounded by ``publish_timeout``, every single
+   publish by ``publish_timeout`` *without any confirm* (a stall: while confirms keep coming, a
+   publish queued behind hundreds of others is waited for -- timing it out would publish again what
+   the broker kept), and the whole round by ``round_timeout``; no publish starts in the round's last
+   ``publish_timeout`` (the rows are released for the next round).
 3. :meth:`Relay.settle` -- mark the confirmed rows published in one ``UPDATE`` (PostgreSQL: ``id =
    ANY(array)``); a failed row keeps its lease until a
    back-off has passed (doubling per attempt, with its ``last_error``); a row the broker refused
@@ -17,7 +20,10 @@ One round (:meth:`Relay.run_round`):
    reach are released at once.
 
 Published rows are kept ``retention`` and then deleted by :meth:`Relay.prune` (the service runs it
-every few minutes): the outbox stays bounded. An outage never kills a row: only refusals count.
+every few minutes): the outbox stays bounded. An outage never kills a row: only refusals count. A
+broker outage (publishes failing or timing out, not refused) is said once, when it starts, and once
+when a publish is confirmed again (:attr:`Relay.outages`, shared with the dispatch service's steps);
+a refusal is a warning each time.
 
 The lease is always longer than a round can take (checked at construction), so no other relay takes
 a row while its publish may still be confirmed. A relay that dies between publish and mark leaves the
@@ -29,8 +35,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import socket
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +50,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd import metrics
+from crawlherd._aio import wait_while_progressing
+from crawlherd._outage import OutageLog
 from crawlherd.brokers.base import Broker
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
@@ -180,8 +190,11 @@ class Relay:
         self.dead_after = dead_after
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.broker_label = (broker_label or type(broker).__name__)[:300]
+        self._confirmed_at = -math.inf  # monotonic time of the last confirmed publish
         #: The last publish failure, while failures go on (None once a publish succeeds again).
         self.last_error: str | None = None
+        #: Which services are down ("broker" here; the dispatch service adds "config DB").
+        self.outages = OutageLog(log, f"dispatcher {self.owner}")
 
     async def run_round(self) -> RelayResult:
         """Lease up to ``batch`` pending rows, publish them, settle them (see the module docstring)."""
@@ -199,13 +212,18 @@ class Relay:
             await asyncio.shield(self.settle(confirmed, failures, released))
         metrics.RELAY_PUBLISHES.labels(outcome="confirmed").inc(len(confirmed))
         _observe_lag(leased, confirmed)
-        if failures:
+        if confirmed:
+            self.outages.up("broker")
+        refused = [f for f in failures if f.rejected]
+        if refused:
             log.warning(
-                "%d publish(es) failed, kept in the outbox for a retry; first: %s: %s",
-                len(failures),
-                failures[0].row.key,
-                failures[0].error,
+                "%d publish(es) refused by the broker, kept in the outbox for a retry; first: %s: %s",
+                len(refused),
+                refused[0].row.key,
+                refused[0].error,
             )
+        if len(failures) > len(refused):
+            log.debug("%d publish(es) failed (broker unavailable), kept in the outbox", len(failures) - len(refused))
         return RelayResult(leased=len(leased), published=len(confirmed), failed=len(failures))
 
     async def lease(self) -> list[LeasedRow]:
@@ -268,16 +286,24 @@ class Relay:
         """``publish_concurrency`` publishers, each taking the next row as soon as its last is confirmed."""
         todo = iter(rows)
 
+        last_start = self._last_start()
+
         async def publisher() -> None:
             for row in todo:
+                if time.monotonic() > last_start:
+                    return  # too late in the round to be confirmed before its deadline: released
                 started[row.id] = row
                 try:
-                    async with asyncio.timeout(self.publish_timeout):
-                        await self.broker.publish(row.body.encode(), key=row.key, headers=JOB_HEADERS)
+                    await wait_while_progressing(
+                        self.broker.publish(row.body.encode(), key=row.key, headers=JOB_HEADERS),
+                        self.publish_timeout,
+                        lambda: self._confirmed_at,
+                    )
                 except Exception as exc:  # noqa: BLE001 - any failure keeps the row for a retry
                     self._failed(Failure(row, summarize(exc), isinstance(exc, MessageRejectedError)), failures)
                 else:
                     confirmed.append(row.id)
+                    self._confirmed_at = time.monotonic()
                     self.last_error = None
                 finished.add(row.id)
 
@@ -295,7 +321,10 @@ class Relay:
         finished: set[int],
     ) -> None:
         """Batches of ``publish_concurrency`` rows, one after the other (each one round trip)."""
+        last_start = self._last_start()
         for start in range(0, len(rows), self.concurrency):
+            if time.monotonic() > last_start:
+                return  # too late in the round: the rest is released
             batch = rows[start : start + self.concurrency]
             started.update((row.id, row) for row in batch)
             try:
@@ -311,11 +340,18 @@ class Relay:
                     self._failed(Failure(row, summarize(error), isinstance(error, MessageRejectedError)), failures)
                 finished.add(row.id)
 
+    def _last_start(self) -> float:
+        """The monotonic time after which this round starts no publish: ``publish_timeout`` before its
+        deadline (but not before half of it), so that what it starts can be confirmed in time -- a
+        publish cut off by the deadline may be published again, a duplicate; a row not started is
+        released, and published by the next round."""
+        return time.monotonic() + max(self.round_timeout / 2, self.round_timeout - self.publish_timeout)
+
     def _failed(self, failure: Failure, failures: list[Failure]) -> None:
         failures.append(failure)
         metrics.RELAY_PUBLISHES.labels(outcome="failed").inc()
-        if self.last_error is None:
-            log.warning("publish of %s failed: %s", failure.row.key, failure.error)
+        if not failure.rejected:  # an outage (or a hang): said once, when it starts
+            self.outages.down("broker", failure.error)
         self.last_error = failure.error
 
     async def settle(

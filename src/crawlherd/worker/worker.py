@@ -57,6 +57,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd import metrics
+from crawlherd._outage import OutageLog, backoff_delay
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler, CrawlerRunConfig
 from crawlherd.db.errors import is_db_unavailable
@@ -77,6 +78,7 @@ from crawlherd.extract.handlers import run_extractor
 from crawlherd.extract.rules import Page
 from crawlherd.extract.selectors import call_for_page
 from crawlherd.fetch.base import FetchLimits
+from crawlherd.fetch.gate import SendStamps
 from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.item import Item
 from crawlherd.messages import JobMessage, decode_job, encode_job
@@ -85,7 +87,6 @@ from crawlherd.result import CrawlResult
 from crawlherd.sinks import DETAIL_AT, Sink, SQLSink
 from crawlherd.sitespec import SiteSpec
 from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
-from crawlherd.worker.outage import OutageLog, backoff_delay
 from crawlherd.worker.runs import RunStore
 
 __all__ = ["PAGE_DISPATCHERS", "Worker", "WorkerStats"]
@@ -201,8 +202,14 @@ class Worker:
     async def __aenter__(self) -> Worker:
         options = {} if self.lease_timeout is None else {"lease_timeout": self.lease_timeout}
         self.frontier = await open_scheduler(self.frontier_url, **options).__aenter__()
-        self._http = await Crawler(limits=self.limits).__aenter__()
+        self._http = self._share_gate(await Crawler(limits=self.limits).__aenter__())
         return self
+
+    def _share_gate(self, crawler: Crawler) -> Crawler:
+        """A frontier shared by processes (Redis) keeps each host's delay at the moment of sending,
+        across the fleet: the crawler's send gate asks it (:meth:`HostGate.share`)."""
+        crawler.gate.share(self.frontier if isinstance(self.frontier, SendStamps) else None)
+        return crawler
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
@@ -568,9 +575,10 @@ class Worker:
         """One run of the engine's dispatcher over the frontier, until it has nothing more or ``stopping``
         is done (then what is in flight is cancelled and its leases go back)."""
         results = self._dispatcher(limiter).run(frontier, self._page)
+        step: asyncio.Future[Any] | None = None
         try:
             while not stopping.done():
-                step: asyncio.Future[Any] = asyncio.ensure_future(anext(results))
+                step = asyncio.ensure_future(anext(results))
                 await asyncio.wait({step, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 if not step.done():
                     step.cancel()
@@ -584,6 +592,9 @@ class Worker:
                 if not result.success:
                     await self._page_failed(result)
         finally:
+            if step is not None and not step.done():  # cancelled (an abort) while it ran the generator
+                step.cancel()
+                await asyncio.wait({step})
             await results.aclose()  # type: ignore[attr-defined]
 
     async def _page(self, request: Request) -> CrawlResult:
@@ -736,7 +747,7 @@ class Worker:
             return self._http
         async with self._browser_lock:
             if self._browser is None:  # started on first need; BrowserUnavailableError fails the job
-                self._browser = await self._browser_factory(self.limits).__aenter__()
+                self._browser = self._share_gate(await self._browser_factory(self.limits).__aenter__())
             return self._browser
 
     def _remember(self, message: str) -> None:

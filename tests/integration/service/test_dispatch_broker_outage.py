@@ -9,9 +9,6 @@ real Redis broker is integrated.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import socket
-import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -25,67 +22,15 @@ from crawlherd.db import DispatchOutbox, create_engine, upgrade
 from crawlherd.service.dispatch_service import DispatchService
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.dispatch import dispatch_due, relay_all
+from tests.support.private_redis import PrivateRedis, private_redis_server
 from tests.support.real_brokers import drain
 
 HOUR = timedelta(hours=1)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server child process with an append-only file, so a restart keeps confirmed messages."""
-
-    def __init__(self, directory: Path) -> None:
-        self.port = free_port()
-        self.dir = directory
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.dir),
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(200):
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                subprocess.run(["sleep", "0.05"], check=False)
-        raise RuntimeError("private redis-server did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()  # this test's own child, by its PID
-            self.proc.wait(timeout=30)
-
-
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
-    server = PrivateRedis(tmp_path)
-    server.start()
-    yield server
-    server.kill()
+    yield from private_redis_server(tmp_path)
 
 
 @pytest.mark.redis

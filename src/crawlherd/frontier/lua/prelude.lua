@@ -26,6 +26,7 @@
 --   bloom    HASH  Bloom layers (m, k, capacity, count per layer); bloom:<i> STRING bit array
 --   bad      HASH  id -> "<reason>\t<payload>"   corrupt or foreign entries moved aside
 --   seq, bseq, lseq, now  STRING  request, batch and lease serials; the newest time seen
+--   sent:<host>, hold:<host>  STRING  the send gate's last send and Retry-After hold (expire by themselves)
 local P = ARGV[1]
 local NOW = tonumber(ARGV[2])
 local DEF_DELAY = tonumber(ARGV[3])
