@@ -7,7 +7,8 @@ Steps (each a function below), a few statements per batch whatever its size:
    the transaction is ``BEGIN IMMEDIATE``), and their websites in one more ``SELECT`` (each website's
    JSON columns are read once per tick, not once per target).
 2. :func:`plan_target` -- the slots each one owes (its schedule, misfire policy and jitter) and the
-   job message of every slot (:func:`_job_message`, the one place a body is built). Schedules are
+   job message of every slot (:func:`outbox_row`, the one place a body is built: the website's part
+   serialised once per tick, :class:`~crawlherd.messages.SlotBodies`). Schedules are
    built once per distinct definition in a tick and cron slots looked up once per distinct
    (expression, zone, time) (:class:`ScheduleCache`); interval slots are arithmetic.
 3. :func:`write_outbox` -- one outbox row per (target, slot), ``ON CONFLICT DO NOTHING``: one
@@ -57,7 +58,7 @@ from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, OutboxTrail, ScrapeTarget, UTCDateTime, Website
 from crawlherd.errors import ConfigurationError, CrawlherdError
-from crawlherd.messages import JobMessage, encode_job
+from crawlherd.messages import SlotBodies
 from crawlherd.service.schedule import CronSchedule, Schedule, plan_slots, schedule_of
 from crawlherd.sitespec import SiteSpec
 
@@ -183,8 +184,11 @@ async def tick(
             rows = await claim_due(conn, now=now, limit=batch_size)
             if not rows:
                 return TickResult()
-            schedules = ScheduleCache()
-            plans = [plan_target(row, now=now, max_slots=max_slots_per_target, schedules=schedules) for row in rows]
+            schedules, bodies = ScheduleCache(), {}
+            plans = [
+                plan_target(row, now=now, max_slots=max_slots_per_target, schedules=schedules, bodies=bodies)
+                for row in rows
+            ]
             inserted = await write_outbox(conn, [r for p in plans for r in p.outbox], now=now, claimed_by=owner)
             await advance_targets(conn, plans, now=now)
     metrics.OUTBOX_WRITTEN.inc(inserted)
@@ -241,9 +245,17 @@ async def load_targets(conn: AsyncConnection, query: Select[Any]) -> list[Claime
     return [ClaimedTarget(row, sites[row.website_id]) for row in claimed]
 
 
-def plan_target(row: Any, *, now: datetime, max_slots: int, schedules: ScheduleCache | None = None) -> TargetPlan:
+def plan_target(
+    row: Any,
+    *,
+    now: datetime,
+    max_slots: int,
+    schedules: ScheduleCache | None = None,
+    bodies: dict[tuple[int, datetime], SlotBodies] | None = None,
+) -> TargetPlan:
     """The slots ``row`` owes at ``now`` and their outbox rows. A target that cannot be scheduled is
-    logged and retried in :data:`BROKEN_TARGET_RETRY`; it never stops the others."""
+    logged and retried in :data:`BROKEN_TARGET_RETRY`; it never stops the others. ``schedules`` and
+    ``bodies`` (:func:`outbox_row`) are the tick's caches."""
     jitter = timedelta(milliseconds=row.jitter_ms)
     try:
         plan = plan_slots(
@@ -260,7 +272,7 @@ def plan_target(row: Any, *, now: datetime, max_slots: int, schedules: ScheduleC
             next_run_at=plan.next_slot + jitter,
             last_scheduled=plan.slots[-1] if plan.slots else None,
         )
-        result.outbox.extend(outbox_row(row, slot, now) for slot in plan.slots)
+        result.outbox.extend(outbox_row(row, slot, now, bodies) for slot in plan.slots)
     except CrawlherdError as exc:
         log.error("target %d cannot be scheduled (%s); retrying in %s", row.id, exc, BROKEN_TARGET_RETRY)
         return TargetPlan(target_id=row.id, next_run_at=now + BROKEN_TARGET_RETRY)
@@ -269,10 +281,20 @@ def plan_target(row: Any, *, now: datetime, max_slots: int, schedules: ScheduleC
     return result
 
 
-def outbox_row(row: Any, slot: datetime, now: datetime) -> dict[str, Any]:
-    """The outbox row of ``row``'s target for ``slot``: ``target_id``, ``slot_at``, ``key``, ``body``."""
-    message = _job_message(row, slot, now)
-    return {"target_id": row.id, "slot_at": slot, "key": message.idempotency_key, "body": encode_job(message).decode()}
+def outbox_row(
+    row: Any, slot: datetime, now: datetime, bodies: dict[tuple[int, datetime], SlotBodies] | None = None
+) -> dict[str, Any]:
+    """The outbox row of ``row``'s target for ``slot``: ``target_id``, ``slot_at``, ``key``, ``body``
+    (the job message created at ``now``). ``bodies``: the tick's encoders, one per website."""
+    site = _slot_bodies(row, now, bodies)
+    key, body = site.encode(
+        target_id=row.id,
+        slot_at=slot,
+        search_url=site.site.search_url(keywords=row.keywords, location=row.location),
+        keywords_used=row.keywords,
+        location_used=row.location or None,
+    )
+    return {"target_id": row.id, "slot_at": slot, "key": key, "body": body}
 
 
 def _with_spec(site: dict[str, Any]) -> dict[str, Any]:
@@ -285,23 +307,18 @@ def _with_spec(site: dict[str, Any]) -> dict[str, Any]:
     return site
 
 
-def _job_message(row: Any, slot: datetime, now: datetime) -> JobMessage:
-    """The job message of one claimed target (``row``: its columns, with its website's ``site``) for
-    one slot: the website's :class:`SiteSpec` travels typed. A stored spec that no longer validates
-    raises ConfigurationError (the tick sets that target aside)."""
+def _slot_bodies(row: Any, now: datetime, bodies: dict[tuple[int, datetime], SlotBodies] | None) -> SlotBodies:
+    """The encoder of the job messages of ``row``'s website created at ``now`` (one per website and
+    tick, in ``bodies``): the website's :class:`SiteSpec` travels typed. A stored spec that no longer
+    validates raises ConfigurationError (the tick sets that target aside)."""
     site: SiteSpec | None = row.site
     if site is None:
         raise ConfigurationError(f"website of target {row.id}: {row.site_error}")
-    return JobMessage.for_slot(
-        target_id=row.id,
-        slot_at=slot,
-        created_at=now,
-        website_id=row.website_id,
-        site=site,
-        search_url=site.search_url(keywords=row.keywords, location=row.location),
-        keywords_used=row.keywords,
-        location_used=row.location or None,
-    )
+    cache = {} if bodies is None else bodies
+    encoder = cache.get((row.website_id, now))
+    if encoder is None:
+        encoder = cache[(row.website_id, now)] = SlotBodies(website_id=row.website_id, site=site, created_at=now)
+    return encoder
 
 
 async def write_outbox(
