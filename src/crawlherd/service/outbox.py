@@ -184,7 +184,7 @@ async def tick(
             rows = await claim_due(conn, now=now, limit=batch_size)
             if not rows:
                 return TickResult()
-            schedules, bodies = ScheduleCache(), {}
+            schedules, bodies = ScheduleCache(), dict[tuple[int, datetime], SlotBodies]()
             plans = [
                 plan_target(row, now=now, max_slots=max_slots_per_target, schedules=schedules, bodies=bodies)
                 for row in rows
@@ -329,7 +329,28 @@ async def write_outbox(
     the claimer of each inserted row is recorded in ``outbox_trail`` (the lineage)."""
     if not rows:
         return 0
-    inserted = await _insert_outbox(conn, rows, now=now)
+    if conn.dialect.name == "postgresql":
+        # One statement of four arrays, whatever the batch size (one prepared statement, reused); the
+        # trail rows are those the INSERT returned: no second look-up.
+        result = await conn.execute(
+            _PG_INSERT,
+            {
+                "t": [r["target_id"] for r in rows],
+                "s": [r["slot_at"] for r in rows],
+                "k": [r["key"] for r in rows],
+                "b": [r["body"] for r in rows],
+                "now": now,
+                "by": None if claimed_by is None else claimed_by[:200],
+            },
+        )
+        return int(result.scalar_one())
+    # SQLite: one executemany in the tick's BEGIN IMMEDIATE transaction; rows the unique key turned
+    # away are not counted.
+    stmt = sqlite.insert(_OUTBOX).on_conflict_do_nothing(index_elements=["target_id", "slot_at"])
+    params = [
+        {**r, "status": "pending", "attempts": 0, "leased_until": now, "created_at": now} for r in rows
+    ]
+    inserted = int((await conn.execute(stmt, params)).rowcount)
     if inserted and claimed_by is not None:
         # The rows this transaction inserted: created at ``now`` (the transaction's clock), found by
         # their (target_id, slot_at) -- the unique key's index, so the cost follows the batch, not the table.
@@ -339,40 +360,20 @@ async def write_outbox(
     return inserted
 
 
-async def _insert_outbox(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: datetime) -> int:
-    if conn.dialect.name == "postgresql":
-        # One statement of four arrays, whatever the batch size (one prepared statement, reused).
-        result = await conn.execute(
-            _PG_INSERT,
-            {
-                "t": [r["target_id"] for r in rows],
-                "s": [r["slot_at"] for r in rows],
-                "k": [r["key"] for r in rows],
-                "b": [r["body"] for r in rows],
-                "now": now,
-            },
-        )
-        return int(result.rowcount)
-    # SQLite: one executemany in the tick's BEGIN IMMEDIATE transaction; rows the unique key turned
-    # away are not counted.
-    stmt = sqlite.insert(_OUTBOX).on_conflict_do_nothing(index_elements=["target_id", "slot_at"])
-    params = [
-        {**r, "status": "pending", "attempts": 0, "leased_until": now, "created_at": now} for r in rows
-    ]
-    result = await conn.execute(stmt, params)
-    return int(result.rowcount)
-
-
 _PG_INSERT = text(
+    "WITH inserted AS ("
     "INSERT INTO dispatch_outbox (target_id, slot_at, key, status, attempts, leased_until, body, created_at) "
     "SELECT v.t, v.s, v.k, 'pending', 0, :now, v.b, :now FROM unnest(:t, :s, :k, :b) AS v(t, s, k, b) "
-    "ON CONFLICT (target_id, slot_at) DO NOTHING"
+    "ON CONFLICT (target_id, slot_at) DO NOTHING RETURNING id), "
+    "trail AS (INSERT INTO outbox_trail (outbox_id, claimed_by) SELECT id, :by FROM inserted WHERE :by IS NOT NULL) "
+    "SELECT count(*) FROM inserted"
 ).bindparams(
     bindparam("t", type_=postgresql.ARRAY(BigInteger)),
     bindparam("s", type_=postgresql.ARRAY(_TSTZ)),
     bindparam("k", type_=postgresql.ARRAY(Text)),
     bindparam("b", type_=postgresql.ARRAY(Text)),
     bindparam("now", type_=_TSTZ),
+    bindparam("by", type_=Text),
 )
 
 
