@@ -29,13 +29,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from pydantic import ValidationError
 from sqlalchemy import (
     BigInteger,
     DateTime,
+    Integer,
     Row,
     Select,
     Table,
@@ -64,6 +65,7 @@ from crawlherd.sitespec import SiteSpec
 
 __all__ = [
     "ClaimedTarget",
+    "LeasedRow",
     "ScheduleCache",
     "TickResult",
     "advance_targets",
@@ -93,12 +95,25 @@ _CLAIMED = [
 
 
 @dataclass(frozen=True, slots=True)
+class LeasedRow:
+    """An outbox row a relay holds the lease of."""
+
+    id: int
+    key: str
+    body: str
+    attempts: int
+    slot_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TickResult:
-    """One tick (or several, summed): targets claimed, slots planned, outbox rows actually inserted."""
+    """One tick (or several, summed): targets claimed, slots planned, outbox rows actually inserted;
+    ``leased``: the rows one tick wrote already leased to its relay (see :func:`tick`; not summed)."""
 
     targets: int = 0
     slots: int = 0
     inserted: int = 0
+    leased: tuple[LeasedRow, ...] = field(default=(), repr=False, compare=False)
 
     def __add__(self, other: TickResult) -> TickResult:
         return TickResult(self.targets + other.targets, self.slots + other.slots, self.inserted + other.inserted)
@@ -172,15 +187,27 @@ class ScheduleCache:
 
 
 async def tick(
-    engine: AsyncEngine, *, batch_size: int, max_slots_per_target: int, owner: str | None = None
+    engine: AsyncEngine,
+    *,
+    batch_size: int,
+    max_slots_per_target: int,
+    owner: str | None = None,
+    lease_for: timedelta | None = None,
+    lease_max: int = 1000,
 ) -> TickResult:
     """Claim up to ``batch_size`` due targets and write their slots to the outbox, in one transaction;
     ``owner`` (the dispatcher's name) is recorded as the claimer of each row (``outbox_trail``).
+    With ``lease_for`` (PostgreSQL; SQLite ignores it), the rows -- when there are at most
+    ``lease_max`` of them (one relay round's worth) -- are written already leased to ``owner`` (its
+    relay) for that long, their first attempt, and returned in ``TickResult.leased``:
+    the relay publishes them without a lease ``UPDATE`` of its own -- or, if it does not, another
+    relay takes them when the lease has run out, as after any relay's crash.
     A database outage raises :class:`~crawlherd.errors.BackendUnavailableError`."""
+    if lease_for is not None and owner is None:
+        raise ConfigurationError("a tick that leases its rows needs the owner (relay) to lease them to")
     with translate_db_errors("during the tick"):
         async with engine.begin() as conn:
-            await custom_plans(conn)
-            now = await db_now(conn)
+            now = await custom_plans(conn)
             rows = await claim_due(conn, now=now, limit=batch_size)
             if not rows:
                 return TickResult()
@@ -189,19 +216,40 @@ async def tick(
                 plan_target(row, now=now, max_slots=max_slots_per_target, schedules=schedules, bodies=bodies)
                 for row in rows
             ]
-            inserted = await write_outbox(conn, [r for p in plans for r in p.outbox], now=now, claimed_by=owner)
+            outbox_rows = [r for p in plans for r in p.outbox]
+            leased: list[LeasedRow] = []
+            if (
+                lease_for is not None
+                and owner is not None
+                and len(outbox_rows) <= lease_max
+                and conn.dialect.name == "postgresql"
+            ):
+                leased = await _insert_leased(conn, outbox_rows, now=now, owner=owner, until=now + lease_for)
+                inserted = len(leased)
+            else:
+                inserted = await write_outbox(conn, outbox_rows, now=now, claimed_by=owner)
             await advance_targets(conn, plans, now=now)
     metrics.OUTBOX_WRITTEN.inc(inserted)
-    return TickResult(targets=len(rows), slots=sum(len(p.outbox) for p in plans), inserted=inserted)
+    return TickResult(
+        targets=len(rows), slots=sum(len(p.outbox) for p in plans), inserted=inserted, leased=tuple(leased)
+    )
 
 
-async def custom_plans(conn: AsyncConnection) -> None:
-    """PostgreSQL: plan this transaction's statements for their parameters and the table as it is now.
+async def custom_plans(conn: AsyncConnection) -> datetime:
+    """PostgreSQL: plan this transaction's statements for their parameters and the table as it is now;
+    returns the database's clock (:func:`~crawlherd.db.engine.db_now`), read in the same round trip.
     asyncpg prepares every statement, and after five runs PostgreSQL may switch to a *generic* plan
     cached for the connection; one made while the outbox was (nearly) empty joins the lease by nested
     loops over the whole table and stays until the next ANALYZE -- seconds per batch after a burst."""
-    if conn.dialect.name == "postgresql":
-        await conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_custom_plan")
+    if conn.dialect.name != "postgresql":
+        return await db_now(conn)
+    value = (await conn.execute(_CUSTOM_PLANS_NOW)).scalar_one()
+    assert isinstance(value, datetime)
+    return value.astimezone(UTC)
+
+
+# set_config(..., true) is SET LOCAL: for this transaction only.
+_CUSTOM_PLANS_NOW = text("SELECT now() FROM set_config('plan_cache_mode', 'force_custom_plan', true)")
 
 
 def _site_columns() -> list[Any]:
@@ -330,20 +378,8 @@ async def write_outbox(
     if not rows:
         return 0
     if conn.dialect.name == "postgresql":
-        # One statement of four arrays, whatever the batch size (one prepared statement, reused); the
-        # trail rows are those the INSERT returned: no second look-up.
-        result = await conn.execute(
-            _PG_INSERT,
-            {
-                "t": [r["target_id"] for r in rows],
-                "s": [r["slot_at"] for r in rows],
-                "k": [r["key"] for r in rows],
-                "b": [r["body"] for r in rows],
-                "now": now,
-                "by": None if claimed_by is None else claimed_by[:200],
-            },
-        )
-        return int(result.scalar_one())
+        result = await conn.execute(_PG_INSERT, _pg_insert_params(rows, now=now, claimed_by=claimed_by))
+        return len(result.all())
     # SQLite: one executemany in the tick's BEGIN IMMEDIATE transaction; rows the unique key turned
     # away are not counted.
     stmt = sqlite.insert(_OUTBOX).on_conflict_do_nothing(index_elements=["target_id", "slot_at"])
@@ -360,13 +396,49 @@ async def write_outbox(
     return inserted
 
 
+async def _insert_leased(
+    conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: datetime, owner: str, until: datetime
+) -> list[LeasedRow]:
+    """PostgreSQL: :func:`write_outbox` with the rows leased to ``owner`` until ``until`` (first
+    attempt); the rows really inserted, as the relay's :class:`LeasedRow` s, in id order."""
+    if not rows:
+        return []
+    params = _pg_insert_params(rows, now=now, claimed_by=owner)
+    params.update(leased_until=until, lease_owner=owner, attempts=1)
+    inserted = (await conn.execute(_PG_INSERT, params)).all()
+    by_slot = {(r["target_id"], r["slot_at"]): r for r in rows}
+    leased = []
+    for row_id, target_id, slot_at in sorted(inserted):
+        row = by_slot[(target_id, slot_at)]
+        leased.append(LeasedRow(row_id, row["key"], row["body"], 1, slot_at))
+    return leased
+
+
+def _pg_insert_params(rows: Sequence[dict[str, Any]], *, now: datetime, claimed_by: str | None) -> dict[str, Any]:
+    return {
+        "t": [r["target_id"] for r in rows],
+        "s": [r["slot_at"] for r in rows],
+        "k": [r["key"] for r in rows],
+        "b": [r["body"] for r in rows],
+        "now": now,
+        "by": None if claimed_by is None else claimed_by[:200],
+        "leased_until": now,
+        "lease_owner": None,
+        "attempts": 0,
+    }
+
+
+# One statement of four arrays, whatever the batch size (one prepared statement, reused); the trail
+# rows are those the INSERT returned (no second look-up), and so are the rows returned.
 _PG_INSERT = text(
     "WITH inserted AS ("
-    "INSERT INTO dispatch_outbox (target_id, slot_at, key, status, attempts, leased_until, body, created_at) "
-    "SELECT v.t, v.s, v.k, 'pending', 0, :now, v.b, :now FROM unnest(:t, :s, :k, :b) AS v(t, s, k, b) "
-    "ON CONFLICT (target_id, slot_at) DO NOTHING RETURNING id), "
+    "INSERT INTO dispatch_outbox (target_id, slot_at, key, status, attempts, leased_until, lease_owner, body, "
+    "created_at) "
+    "SELECT v.t, v.s, v.k, 'pending', :attempts, :leased_until, :lease_owner, v.b, :now "
+    "FROM unnest(:t, :s, :k, :b) AS v(t, s, k, b) "
+    "ON CONFLICT (target_id, slot_at) DO NOTHING RETURNING id, target_id, slot_at), "
     "trail AS (INSERT INTO outbox_trail (outbox_id, claimed_by) SELECT id, :by FROM inserted WHERE :by IS NOT NULL) "
-    "SELECT count(*) FROM inserted"
+    "SELECT id, target_id, slot_at FROM inserted"
 ).bindparams(
     bindparam("t", type_=postgresql.ARRAY(BigInteger)),
     bindparam("s", type_=postgresql.ARRAY(_TSTZ)),
@@ -374,6 +446,9 @@ _PG_INSERT = text(
     bindparam("b", type_=postgresql.ARRAY(Text)),
     bindparam("now", type_=_TSTZ),
     bindparam("by", type_=Text),
+    bindparam("leased_until", type_=_TSTZ),
+    bindparam("lease_owner", type_=Text),
+    bindparam("attempts", type_=Integer),
 )
 
 

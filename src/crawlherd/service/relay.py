@@ -43,12 +43,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd import metrics
 from crawlherd.brokers.base import Broker
-from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, OutboxTrail, UTCDateTime
 from crawlherd.errors import ConfigurationError, MessageRejectedError, summarize
 from crawlherd.messages import SCHEMA_VERSION
-from crawlherd.service.outbox import custom_plans
+from crawlherd.service.outbox import LeasedRow, custom_plans
 
 __all__ = ["JOB_HEADERS", "BatchPublisher", "Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
 
@@ -98,17 +97,6 @@ class Failure:
     row: LeasedRow
     error: str
     rejected: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class LeasedRow:
-    """An outbox row this relay holds the lease of."""
-
-    id: int
-    key: str
-    body: str
-    attempts: int
-    slot_at: datetime | None = None
 
 
 class RelayOptions(TypedDict, total=False):
@@ -183,15 +171,22 @@ class Relay:
         #: The last publish failure, while failures go on (None once a publish succeeds again).
         self.last_error: str | None = None
 
-    async def run_round(self) -> RelayResult:
-        """Lease up to ``batch`` pending rows, publish them, settle them (see the module docstring)."""
-        leased = await self.lease()
+    async def run_round(
+        self, leased: Sequence[LeasedRow] | None = None, *, leased_at: float | None = None
+    ) -> RelayResult:
+        """Lease up to ``batch`` pending rows, publish them, settle them (see the module docstring).
+        ``leased``: rows already leased to this relay (by the tick, :func:`~crawlherd.service.outbox.tick`
+        with ``lease_for``), published instead; ``leased_at``: the event loop's time (``loop.time()``)
+        when their lease began at the latest -- the round deadline counts from there."""
+        if leased is None:
+            leased_at = asyncio.get_running_loop().time()
+            leased = await self.lease()
         if not leased:
             return RelayResult()
         confirmed: list[int] = []
         failures: list[Failure] = []
         try:
-            await self.publish(leased, confirmed, failures)
+            await self.publish(leased, confirmed, failures, leased_at=leased_at)
         finally:
             # Also on cancellation (shutdown): record what the broker confirmed, release the rest.
             settled = {*confirmed, *(f.row.id for f in failures)}
@@ -213,8 +208,7 @@ class Relay:
         ob = DispatchOutbox
         with translate_db_errors("leasing outbox rows"):
             async with self.engine.begin() as conn:
-                await custom_plans(conn)
-                now = await db_now(conn)
+                now = await custom_plans(conn)
                 picked = (
                     select(ob.id)
                     .where(_PENDING, ob.leased_until <= now)
@@ -237,15 +231,23 @@ class Relay:
         return sorted((LeasedRow(r.id, r.key, r.body, r.attempts, r.slot_at) for r in rows), key=lambda r: r.id)
 
     async def publish(
-        self, rows: Sequence[LeasedRow], confirmed: list[int], failures: list[Failure]
+        self,
+        rows: Sequence[LeasedRow],
+        confirmed: list[int],
+        failures: list[Failure],
+        *,
+        leased_at: float | None = None,
     ) -> None:
         """Publish ``rows``, appending each confirmed id to ``confirmed`` and each failure (with its
-        reason) to ``failures`` as it happens. Returns at the round deadline at the latest: what is
+        reason) to ``failures`` as it happens. Returns at the round deadline (``round_timeout`` after
+        ``leased_at``, the loop's time when the lease began; default: now) at the latest: what is
         still in flight then counts as failed."""
         started: dict[int, LeasedRow] = {}
         finished: set[int] = set()
+        if leased_at is None:
+            leased_at = asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout(self.round_timeout):
+            async with asyncio.timeout_at(leased_at + self.round_timeout):
                 if isinstance(self.broker, BatchPublisher):
                     await self._publish_batches(self.broker, rows, confirmed, failures, started, finished)
                 else:
@@ -329,16 +331,15 @@ class Relay:
         # On a DB outage the leases run out and the rows are published again: duplicates, never a loss.
         with translate_db_errors(f"marking {len(confirmed)} published row(s)"):
             async with self.engine.begin() as conn:
-                await custom_plans(conn)
-                now = await db_now(conn)
+                now = await custom_plans(conn)
                 mark = update(ob).values(
                     status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
                 )
                 trail = update(OutboxTrail).values(published_by=self.owner[:200], broker=self.broker_label)
                 if confirmed and conn.dialect.name == "postgresql":  # one statement, one array
                     ids = bindparam("ids", list(confirmed), type_=postgresql.ARRAY(BigInteger))
-                    await conn.execute(mark.where(ob.id == func.any(ids), ob.status == "pending"))
-                    await conn.execute(trail.where(OutboxTrail.outbox_id == func.any(ids)))
+                    marked = mark.where(ob.id == func.any(ids), ob.status == "pending").returning(ob.id).cte("marked")
+                    await conn.execute(trail.where(OutboxTrail.outbox_id == marked.c.id))
                 else:
                     for start in range(0, len(confirmed), _MARK_CHUNK):
                         chunk = confirmed[start : start + _MARK_CHUNK]
@@ -393,8 +394,7 @@ class Relay:
         with translate_db_errors("pruning the outbox"):
             while True:
                 async with self.engine.begin() as conn:
-                    await custom_plans(conn)
-                    cutoff = await db_now(conn) - retention
+                    cutoff = await custom_plans(conn) - retention
                     ids = (
                         select(ob.id)
                         .where(_PUBLISHED, ob.published_at < cutoff)
