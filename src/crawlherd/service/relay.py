@@ -241,17 +241,18 @@ class Relay:
         """Publish ``rows``, appending each confirmed id to ``confirmed`` and each failure (with its
         reason) to ``failures`` as it happens. Returns at the round deadline (``round_timeout`` after
         ``leased_at``, the loop's time when the lease began; default: now) at the latest: what is
-        still in flight then counts as failed."""
+        still in flight then counts as failed; nothing is started after it (a broker that never
+        makes the loop wait could otherwise publish past it)."""
         started: dict[int, LeasedRow] = {}
         finished: set[int] = set()
-        if leased_at is None:
-            leased_at = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        deadline = (loop.time() if leased_at is None else leased_at) + self.round_timeout
         try:
-            async with asyncio.timeout_at(leased_at + self.round_timeout):
+            async with asyncio.timeout_at(deadline):
                 if isinstance(self.broker, BatchPublisher):
-                    await self._publish_batches(self.broker, rows, confirmed, failures, started, finished)
+                    await self._publish_batches(self.broker, rows, confirmed, failures, started, finished, deadline)
                 else:
-                    await self._publish_each(rows, confirmed, failures, started, finished)
+                    await self._publish_each(rows, confirmed, failures, started, finished, deadline)
         except TimeoutError:
             # Publishes cut off in flight may or may not have reached the broker: retried after a
             # back-off (a duplicate at worst). Rows never started are released by the caller.
@@ -266,12 +267,16 @@ class Relay:
         failures: list[Failure],
         started: dict[int, LeasedRow],
         finished: set[int],
+        deadline: float,
     ) -> None:
         """``publish_concurrency`` publishers, each taking the next row as soon as its last is confirmed."""
         todo = iter(rows)
+        loop = asyncio.get_running_loop()
 
         async def publisher() -> None:
             for row in todo:
+                if loop.time() >= deadline:
+                    return  # this row and the rest were never started: released by the caller
                 started[row.id] = row
                 try:
                     async with asyncio.timeout(self.publish_timeout):
@@ -295,9 +300,13 @@ class Relay:
         failures: list[Failure],
         started: dict[int, LeasedRow],
         finished: set[int],
+        deadline: float,
     ) -> None:
         """Batches of ``publish_concurrency`` rows, one after the other (each one round trip)."""
+        loop = asyncio.get_running_loop()
         for start in range(0, len(rows), self.concurrency):
+            if loop.time() >= deadline:
+                return  # the rest were never started: released by the caller
             batch = rows[start : start + self.concurrency]
             started.update((row.id, row) for row in batch)
             try:
