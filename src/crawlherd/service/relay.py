@@ -3,7 +3,9 @@
 One round (:meth:`Relay.run_round`):
 
 1. :meth:`Relay.lease` -- take up to ``batch`` pending rows whose ``leased_until`` has passed
-   (database clock, ``SKIP LOCKED``): ``leased_until = now + lease``, ``lease_owner = us``.
+   (database clock, ``SKIP LOCKED``): ``leased_until = now + lease``, ``lease_owner = us``. Or none:
+   the rows the tick wrote already leased to us (``run_round(leased)``, handed over by
+   :class:`~crawlherd.service.dispatch_service.DispatchService`).
 2. :meth:`Relay.publish` -- publish each with its idempotency key, ``publish_concurrency`` (500)
    confirms outstanding at a time (RabbitMQ: one confirm channel, many unconfirmed publishes), or, for
    a broker that publishes batches (:class:`BatchPublisher`: Redis pipelines its ``XADD`` s), in
