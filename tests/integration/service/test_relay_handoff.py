@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,15 +23,20 @@ HOUR = timedelta(hours=1)
 pytestmark = [pytest.mark.postgres, pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)]
 
 
+async def due_targets(engine: AsyncEngine, n: int) -> datetime:
+    """``n`` targets with one due slot each; the database's now."""
+    now = await database_now(engine)
+    await add_targets(engine, await add_website(engine), n, every=HOUR, anchor=now - timedelta(seconds=10))
+    return now
+
+
 async def outbox_rows(engine: AsyncEngine) -> dict[int, Any]:
     async with engine.connect() as conn:
         return {r.id: r for r in (await conn.execute(select(DispatchOutbox.__table__))).all()}
 
 
 async def test_the_tick_writes_its_rows_leased_and_the_relay_publishes_them_as_they_are(engine: AsyncEngine) -> None:
-    now = await database_now(engine)
-    site = await add_website(engine)
-    await add_targets(engine, site, 30, every=HOUR, anchor=now - timedelta(seconds=10))
+    now = await due_targets(engine, 30)
     broker = MemoryBroker(options=MemoryBrokerOptions(record=True))
     service = DispatchService(engine, broker, batch_size=10, relay_batch=10, relay_rounds=2, lease=60.0)
     handoff = Handoff(service.relay_rounds)
@@ -60,9 +65,7 @@ async def test_the_tick_writes_its_rows_leased_and_the_relay_publishes_them_as_t
 
 
 async def test_more_rows_than_a_relay_round_are_not_handed_over(engine: AsyncEngine) -> None:
-    now = await database_now(engine)
-    site = await add_website(engine)
-    await add_targets(engine, site, 12, every=HOUR, anchor=now - timedelta(seconds=10))
+    await due_targets(engine, 12)
     service = DispatchService(engine, MemoryBroker(), batch_size=12, relay_batch=10)
     handoff = Handoff(service.relay_rounds)
     tick = await service.tick(handoff)
@@ -71,9 +74,7 @@ async def test_more_rows_than_a_relay_round_are_not_handed_over(engine: AsyncEng
 
 
 async def test_rows_no_round_took_are_given_back_at_once(engine: AsyncEngine) -> None:
-    now = await database_now(engine)
-    site = await add_website(engine)
-    await add_targets(engine, site, 5, every=HOUR, anchor=now - timedelta(seconds=10))
+    await due_targets(engine, 5)
     service = DispatchService(engine, MemoryBroker(), batch_size=5, relay_batch=5)
     handoff = Handoff(service.relay_rounds)
     await service.tick(handoff)
@@ -86,9 +87,7 @@ async def test_rows_no_round_took_are_given_back_at_once(engine: AsyncEngine) ->
 
 
 async def test_the_round_deadline_counts_from_the_lease_not_from_the_hand_over(engine: AsyncEngine) -> None:
-    now = await database_now(engine)
-    site = await add_website(engine)
-    await add_targets(engine, site, 5, every=HOUR, anchor=now - timedelta(seconds=10))
+    await due_targets(engine, 5)
     broker = MemoryBroker(options=MemoryBrokerOptions(record=True))
     service = DispatchService(engine, broker, batch_size=5, relay_batch=5, lease=10.0, round_timeout=8.0)
     handoff = Handoff(service.relay_rounds)
@@ -104,9 +103,7 @@ async def test_the_round_deadline_counts_from_the_lease_not_from_the_hand_over(e
 
 
 async def test_run_once_hands_over_and_publishes_every_slot_once(engine: AsyncEngine) -> None:
-    now = await database_now(engine)
-    site = await add_website(engine)
-    await add_targets(engine, site, 95, every=HOUR, anchor=now - timedelta(seconds=10))
+    await due_targets(engine, 95)
     broker = MemoryBroker(options=MemoryBrokerOptions(record=True))
     tick, relay = await DispatchService(engine, broker, batch_size=10, relay_batch=10).run_once()
     assert tick.inserted == relay.published == 95 and relay.failed == 0
