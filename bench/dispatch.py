@@ -20,6 +20,10 @@ crawlherd, baseline, crawlherd, ...); the medians of the rounds are printed with
 
 Every queue and key is a scratch one, removed afterwards. ``--brokers amqp`` / ``redis`` runs one only;
 ``--database-url sqlite:///`` runs the crawlherd side on a scratch SQLite file instead.
+
+``--floor`` adds, to each round, crawlherd dispatching to the in-process ``memory://`` broker (a
+publish costs next to nothing): the database's and crawlherd's own share, the rate no broker can
+raise -- ``floor / raw`` is the highest ratio this database side allows against each raw driver.
 """
 
 from __future__ import annotations
@@ -191,16 +195,22 @@ async def run(args: argparse.Namespace, database_url: str) -> None:
                 raw = lambda url=url: raw_amqp(url, bodies, args.in_flight)  # noqa: E731
             else:
                 raw = lambda url=url: raw_redis(url, bodies, args.in_flight)  # noqa: E731
-            per = results[name] = {"raw": [], "crawlherd": []}
+            per = results[name] = {"raw": [], "crawlherd": [], "floor": []}
             async with scratch_broker(url) as broker:
                 for r in range(rounds):
                     per["raw"].append(n / await raw())
                     await make_due(engine, site, n)
                     per["crawlherd"].append(n / await crawlherd_once(engine, broker, n, options))
+                    floor = ""
+                    if args.floor:
+                        await make_due(engine, site, n)
+                        async with open_broker("memory://") as memory:
+                            per["floor"].append(n / await crawlherd_once(engine, memory, n, options))
+                        floor = f"  memory:// {per['floor'][-1]:8.0f} targets/s"
                     loads.append(load())
                     print(
                         f"  {name} round {r + 1}: raw {per['raw'][-1]:8.0f} msg/s  crawlherd "
-                        f"{per['crawlherd'][-1]:8.0f} targets/s  (load {loads[-1]:.1f})",
+                        f"{per['crawlherd'][-1]:8.0f} targets/s{floor}  (load {loads[-1]:.1f})",
                         flush=True,
                     )
     finally:
@@ -213,6 +223,9 @@ async def run(args: argparse.Namespace, database_url: str) -> None:
         ours, base = statistics.median(per["crawlherd"]), statistics.median(per["raw"])
         path = f"{db} -> {labels[name]}"
         print(f"{path[:32]:32} {ours:10.0f}/s {base:10.0f}/s {ours / base:6.2f}")
+        if per["floor"]:
+            floor = statistics.median(per["floor"])
+            print(f"{'  same, memory:// broker (floor)':32} {floor:10.0f}/s {base:10.0f}/s {floor / base:6.2f}")
 
 
 def main() -> None:
@@ -227,6 +240,7 @@ def main() -> None:
     parser.add_argument("--publish-concurrency", type=int, default=None, help="crawlherd's (default: --in-flight)")
     parser.add_argument("--batch", type=int, default=1000, help="targets claimed per tick")
     parser.add_argument("--relay-batch", type=int, default=1000, help="outbox rows leased per relay round")
+    parser.add_argument("--floor", action="store_true", help="also dispatch to memory:// (the database's share)")
     args = parser.parse_args()
     url = args.database_url
     if url.startswith("postgres"):

@@ -11,6 +11,7 @@ Any number of services may share one database: exactly one job per (target, slot
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -24,11 +25,11 @@ from crawlherd.brokers.base import Broker
 from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.service import outbox
-from crawlherd.service.outbox import TickResult
+from crawlherd.service.outbox import LeasedRow, TickResult
 from crawlherd.service.overview import refresh_dispatch_gauges
 from crawlherd.service.relay import Relay, RelayOptions, RelayResult
 
-__all__ = ["PRUNE_EVERY", "DispatchService", "RelayResult", "TickResult"]
+__all__ = ["PRUNE_EVERY", "DispatchService", "Handoff", "RelayResult", "TickResult"]
 
 log = logging.getLogger(__name__)
 
@@ -91,14 +92,30 @@ class DispatchService:
         #: The outages under way ("config DB", "broker"), each said once when it starts and once when it ends.
         self.outages = self.relayer.outages
 
-    async def tick(self) -> TickResult:
-        """One tick: claim up to ``batch_size`` due targets and write their slots to the outbox."""
-        return await outbox.tick(
-            self.engine, batch_size=self.batch_size, max_slots_per_target=self.max_slots_per_target, owner=self.owner
+    async def tick(self, handoff: Handoff | None = None) -> TickResult:
+        """One tick: claim up to ``batch_size`` due targets and write their slots to the outbox. With
+        ``handoff`` and room in it, the rows are written leased to this service's relay and queued
+        there (:meth:`relay` publishes them without leasing them again)."""
+        lease = handoff is not None and handoff.has_room()
+        leased_at = asyncio.get_running_loop().time()
+        result = await outbox.tick(
+            self.engine,
+            batch_size=self.batch_size,
+            max_slots_per_target=self.max_slots_per_target,
+            owner=self.owner,
+            lease_for=self.relayer.lease_time if lease else None,
+            lease_max=self.relayer.batch,
         )
+        if handoff is not None and result.leased:
+            handoff.put(leased_at, result.leased)
+        return result
 
-    async def relay(self) -> RelayResult:
-        """One relay round: lease up to ``relay_batch`` pending rows, publish, mark the confirmed."""
+    async def relay(self, handoff: Handoff | None = None) -> RelayResult:
+        """One relay round: the rows the tick handed over (``handoff``) if any, else lease up to
+        ``relay_batch`` pending rows; publish, mark the confirmed."""
+        if handoff is not None and (handed := handoff.take()) is not None:
+            leased_at, rows = handed
+            return await self.relayer.run_round(rows, leased_at=leased_at)
         return await self.relayer.run_round()
 
     async def run_once(self, stop: asyncio.Event | None = None) -> tuple[TickResult, RelayResult]:
@@ -109,12 +126,13 @@ class DispatchService:
         stop = stop or asyncio.Event()
         ticked, relayed = TickResult(), RelayResult()
         new_rows, ticks_done = asyncio.Event(), asyncio.Event()
+        handoff = Handoff(self.relay_rounds)
 
         async def ticks() -> None:
             nonlocal ticked
             try:
                 while not stop.is_set():
-                    tick = await self.tick()
+                    tick = await self.tick(handoff)
                     ticked += tick
                     if tick.slots:
                         new_rows.set()
@@ -126,12 +144,15 @@ class DispatchService:
         async def relays() -> None:
             nonlocal relayed
             while not stop.is_set():
-                last_chance = ticks_done.is_set()  # no row can come after this round's lease
+                # no row can come after this round's lease (nor be handed over)
+                last_chance = ticks_done.is_set() and not handoff
                 new_rows.clear()
-                relay = await self.relay()
+                relay = await self.relay(handoff)
                 relayed += relay
                 if relay.failed:
                     break
+                if handoff:
+                    continue
                 if relay.leased < self.relayer.batch:
                     if last_chance:
                         break
@@ -149,6 +170,8 @@ class DispatchService:
                     group.create_task(relays(), name=f"dispatch-once-relay-{n}")
         except BaseExceptionGroup as group_error:  # the first failure as itself (an outage: BackendUnavailableError)
             raise group_error.exceptions[0] from None
+        finally:
+            await handoff.release(self.relayer)
         return ticked, relayed
 
     async def run(
@@ -164,12 +187,13 @@ class DispatchService:
             raise ConfigurationError(f"interval must be > 0 seconds, got {interval!r}")
         stop = stop or asyncio.Event()
         new_rows = asyncio.Event()
+        handoff = Handoff(self.relay_rounds)
 
         gauges_at = 0.0
 
         async def tick() -> bool:
             nonlocal gauges_at
-            result = await self.tick()
+            result = await self.tick(handoff)
             if time.monotonic() - gauges_at >= GAUGES_EVERY:
                 gauges_at = time.monotonic()
                 await refresh_dispatch_gauges(self.engine)
@@ -182,12 +206,12 @@ class DispatchService:
 
         async def relay() -> bool:
             new_rows.clear()
-            result = await self.relay()
+            result = await self.relay(handoff)
             if result.leased:
                 log.info("published %d job(s), %d failed", result.published, result.failed)
                 if on_cycle is not None:
                     on_cycle(TickResult(), result)
-            return result.leased == self.relayer.batch and not result.failed
+            return (result.leased == self.relayer.batch or bool(handoff)) and not result.failed
 
         async def prune() -> bool:
             pruned = await self.relayer.prune(self.outbox_retention)
@@ -195,15 +219,18 @@ class DispatchService:
                 log.info("pruned %d published outbox row(s) older than %s", pruned, self.outbox_retention)
             return False
 
-        async with asyncio.TaskGroup() as group:
-            if self.heartbeat_interval is not None:
-                beat = Heartbeat(self.engine, kind="dispatcher", name=self.owner, interval=self.heartbeat_interval,
-                                 outages=self.outages)
-                group.create_task(beat.run(stop), name="dispatch-heartbeat")
-            group.create_task(self._repeat(tick, interval, stop), name="dispatch-tick")
-            for n in range(self.relay_rounds):
-                group.create_task(self._repeat(relay, interval, stop, wake=new_rows), name=f"dispatch-relay-{n}")
-            group.create_task(self._repeat(prune, PRUNE_EVERY, stop), name="dispatch-prune")
+        try:
+            async with asyncio.TaskGroup() as group:
+                if self.heartbeat_interval is not None:
+                    beat = Heartbeat(self.engine, kind="dispatcher", name=self.owner,
+                                     interval=self.heartbeat_interval, outages=self.outages)
+                    group.create_task(beat.run(stop), name="dispatch-heartbeat")
+                group.create_task(self._repeat(tick, interval, stop), name="dispatch-tick")
+                for n in range(self.relay_rounds):
+                    group.create_task(self._repeat(relay, interval, stop, wake=new_rows), name=f"dispatch-relay-{n}")
+                group.create_task(self._repeat(prune, PRUNE_EVERY, stop), name="dispatch-prune")
+        finally:
+            await handoff.release(self.relayer)
 
     async def _repeat(
         self,
@@ -228,6 +255,38 @@ class DispatchService:
             failures = 0
             self.outages.up("config DB")
             await _pause(stop, 0.0 if more else interval, wake)
+
+
+class Handoff:
+    """Rows a tick wrote already leased to this service's relay, waiting for a relay round: at most
+    ``size`` batches (one per relay round), so that rows are handed over only while the relay keeps
+    up -- otherwise the tick writes them unleased and any relay leases them (a hung broker never holds
+    up scheduling, nor rows for longer than their lease)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._batches: collections.deque[tuple[float, tuple[LeasedRow, ...]]] = collections.deque()
+
+    def __bool__(self) -> bool:
+        return bool(self._batches)
+
+    def has_room(self) -> bool:
+        return len(self._batches) < self.size
+
+    def put(self, leased_at: float, rows: tuple[LeasedRow, ...]) -> None:
+        self._batches.append((leased_at, rows))
+
+    def take(self) -> tuple[float, tuple[LeasedRow, ...]] | None:
+        return self._batches.popleft() if self._batches else None
+
+    async def release(self, relay: Relay) -> None:
+        """Give the rows no round took back to the outbox at once (shutdown, or a failure ended the
+        rounds); a database outage leaves them to their lease."""
+        while (handed := self.take()) is not None:
+            try:
+                await relay.settle([], [], handed[1])
+            except BackendUnavailableError as exc:
+                log.warning("%d handed-over row(s) wait for their lease to run out: %s", len(handed[1]), exc)
 
 
 async def _pause(stop: asyncio.Event, seconds: float, wake: asyncio.Event | None = None) -> None:

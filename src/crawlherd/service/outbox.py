@@ -7,7 +7,8 @@ Steps (each a function below), a few statements per batch whatever its size:
    the transaction is ``BEGIN IMMEDIATE``), and their websites in one more ``SELECT`` (each website's
    JSON columns are read once per tick, not once per target).
 2. :func:`plan_target` -- the slots each one owes (its schedule, misfire policy and jitter) and the
-   job message of every slot (:func:`_job_message`, the one place a body is built). Schedules are
+   job message of every slot (:func:`outbox_row`, the one place a body is built: the website's part
+   serialised once per tick, :class:`~crawlherd.messages.SlotBodies`). Schedules are
    built once per distinct definition in a tick and cron slots looked up once per distinct
    (expression, zone, time) (:class:`ScheduleCache`); interval slots are arithmetic.
 3. :func:`write_outbox` -- one outbox row per (target, slot), ``ON CONFLICT DO NOTHING``: one
@@ -28,13 +29,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from pydantic import ValidationError
 from sqlalchemy import (
     BigInteger,
     DateTime,
+    Integer,
     Row,
     Select,
     Table,
@@ -57,12 +59,13 @@ from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, OutboxTrail, ScrapeTarget, UTCDateTime, Website
 from crawlherd.errors import ConfigurationError, CrawlherdError
-from crawlherd.messages import JobMessage, encode_job
+from crawlherd.messages import SlotBodies
 from crawlherd.service.schedule import CronSchedule, Schedule, plan_slots, schedule_of
 from crawlherd.sitespec import SiteSpec
 
 __all__ = [
     "ClaimedTarget",
+    "LeasedRow",
     "ScheduleCache",
     "TickResult",
     "advance_targets",
@@ -92,12 +95,25 @@ _CLAIMED = [
 
 
 @dataclass(frozen=True, slots=True)
+class LeasedRow:
+    """An outbox row a relay holds the lease of."""
+
+    id: int
+    key: str
+    body: str
+    attempts: int
+    slot_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TickResult:
-    """One tick (or several, summed): targets claimed, slots planned, outbox rows actually inserted."""
+    """One tick (or several, summed): targets claimed, slots planned, outbox rows actually inserted;
+    ``leased``: the rows one tick wrote already leased to its relay (see :func:`tick`; not summed)."""
 
     targets: int = 0
     slots: int = 0
     inserted: int = 0
+    leased: tuple[LeasedRow, ...] = field(default=(), repr=False, compare=False)
 
     def __add__(self, other: TickResult) -> TickResult:
         return TickResult(self.targets + other.targets, self.slots + other.slots, self.inserted + other.inserted)
@@ -171,33 +187,69 @@ class ScheduleCache:
 
 
 async def tick(
-    engine: AsyncEngine, *, batch_size: int, max_slots_per_target: int, owner: str | None = None
+    engine: AsyncEngine,
+    *,
+    batch_size: int,
+    max_slots_per_target: int,
+    owner: str | None = None,
+    lease_for: timedelta | None = None,
+    lease_max: int = 1000,
 ) -> TickResult:
     """Claim up to ``batch_size`` due targets and write their slots to the outbox, in one transaction;
     ``owner`` (the dispatcher's name) is recorded as the claimer of each row (``outbox_trail``).
+    With ``lease_for`` (PostgreSQL; SQLite ignores it), the rows -- when there are at most
+    ``lease_max`` of them (one relay round's worth) -- are written already leased to ``owner`` (its
+    relay) for that long, their first attempt, and returned in ``TickResult.leased``:
+    the relay publishes them without a lease ``UPDATE`` of its own -- or, if it does not, another
+    relay takes them when the lease has run out, as after any relay's crash.
     A database outage raises :class:`~crawlherd.errors.BackendUnavailableError`."""
+    if lease_for is not None and owner is None:
+        raise ConfigurationError("a tick that leases its rows needs the owner (relay) to lease them to")
     with translate_db_errors("during the tick"):
         async with engine.begin() as conn:
-            await custom_plans(conn)
-            now = await db_now(conn)
+            now = await custom_plans(conn)
             rows = await claim_due(conn, now=now, limit=batch_size)
             if not rows:
                 return TickResult()
-            schedules = ScheduleCache()
-            plans = [plan_target(row, now=now, max_slots=max_slots_per_target, schedules=schedules) for row in rows]
-            inserted = await write_outbox(conn, [r for p in plans for r in p.outbox], now=now, claimed_by=owner)
+            schedules, bodies = ScheduleCache(), dict[tuple[int, datetime], SlotBodies]()
+            plans = [
+                plan_target(row, now=now, max_slots=max_slots_per_target, schedules=schedules, bodies=bodies)
+                for row in rows
+            ]
+            outbox_rows = [r for p in plans for r in p.outbox]
+            leased: list[LeasedRow] = []
+            if (
+                lease_for is not None
+                and owner is not None
+                and len(outbox_rows) <= lease_max
+                and conn.dialect.name == "postgresql"
+            ):
+                leased = await _insert_leased(conn, outbox_rows, now=now, owner=owner, until=now + lease_for)
+                inserted = len(leased)
+            else:
+                inserted = await write_outbox(conn, outbox_rows, now=now, claimed_by=owner)
             await advance_targets(conn, plans, now=now)
     metrics.OUTBOX_WRITTEN.inc(inserted)
-    return TickResult(targets=len(rows), slots=sum(len(p.outbox) for p in plans), inserted=inserted)
+    return TickResult(
+        targets=len(rows), slots=sum(len(p.outbox) for p in plans), inserted=inserted, leased=tuple(leased)
+    )
 
 
-async def custom_plans(conn: AsyncConnection) -> None:
-    """PostgreSQL: plan this transaction's statements for their parameters and the table as it is now.
+async def custom_plans(conn: AsyncConnection) -> datetime:
+    """PostgreSQL: plan this transaction's statements for their parameters and the table as it is now;
+    returns the database's clock (:func:`~crawlherd.db.engine.db_now`), read in the same round trip.
     asyncpg prepares every statement, and after five runs PostgreSQL may switch to a *generic* plan
     cached for the connection; one made while the outbox was (nearly) empty joins the lease by nested
     loops over the whole table and stays until the next ANALYZE -- seconds per batch after a burst."""
-    if conn.dialect.name == "postgresql":
-        await conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_custom_plan")
+    if conn.dialect.name != "postgresql":
+        return await db_now(conn)
+    value = (await conn.execute(_CUSTOM_PLANS_NOW)).scalar_one()
+    assert isinstance(value, datetime)
+    return value.astimezone(UTC)
+
+
+# set_config(..., true) is SET LOCAL: for this transaction only.
+_CUSTOM_PLANS_NOW = text("SELECT now() FROM set_config('plan_cache_mode', 'force_custom_plan', true)")
 
 
 def _site_columns() -> list[Any]:
@@ -241,9 +293,17 @@ async def load_targets(conn: AsyncConnection, query: Select[Any]) -> list[Claime
     return [ClaimedTarget(row, sites[row.website_id]) for row in claimed]
 
 
-def plan_target(row: Any, *, now: datetime, max_slots: int, schedules: ScheduleCache | None = None) -> TargetPlan:
+def plan_target(
+    row: Any,
+    *,
+    now: datetime,
+    max_slots: int,
+    schedules: ScheduleCache | None = None,
+    bodies: dict[tuple[int, datetime], SlotBodies] | None = None,
+) -> TargetPlan:
     """The slots ``row`` owes at ``now`` and their outbox rows. A target that cannot be scheduled is
-    logged and retried in :data:`BROKEN_TARGET_RETRY`; it never stops the others."""
+    logged and retried in :data:`BROKEN_TARGET_RETRY`; it never stops the others. ``schedules`` and
+    ``bodies`` (:func:`outbox_row`) are the tick's caches."""
     jitter = timedelta(milliseconds=row.jitter_ms)
     try:
         plan = plan_slots(
@@ -260,7 +320,7 @@ def plan_target(row: Any, *, now: datetime, max_slots: int, schedules: ScheduleC
             next_run_at=plan.next_slot + jitter,
             last_scheduled=plan.slots[-1] if plan.slots else None,
         )
-        result.outbox.extend(outbox_row(row, slot, now) for slot in plan.slots)
+        result.outbox.extend(outbox_row(row, slot, now, bodies) for slot in plan.slots)
     except CrawlherdError as exc:
         log.error("target %d cannot be scheduled (%s); retrying in %s", row.id, exc, BROKEN_TARGET_RETRY)
         return TargetPlan(target_id=row.id, next_run_at=now + BROKEN_TARGET_RETRY)
@@ -269,10 +329,20 @@ def plan_target(row: Any, *, now: datetime, max_slots: int, schedules: ScheduleC
     return result
 
 
-def outbox_row(row: Any, slot: datetime, now: datetime) -> dict[str, Any]:
-    """The outbox row of ``row``'s target for ``slot``: ``target_id``, ``slot_at``, ``key``, ``body``."""
-    message = _job_message(row, slot, now)
-    return {"target_id": row.id, "slot_at": slot, "key": message.idempotency_key, "body": encode_job(message).decode()}
+def outbox_row(
+    row: Any, slot: datetime, now: datetime, bodies: dict[tuple[int, datetime], SlotBodies] | None = None
+) -> dict[str, Any]:
+    """The outbox row of ``row``'s target for ``slot``: ``target_id``, ``slot_at``, ``key``, ``body``
+    (the job message created at ``now``). ``bodies``: the tick's encoders, one per website."""
+    site = _slot_bodies(row, now, bodies)
+    key, body = site.encode(
+        target_id=row.id,
+        slot_at=slot,
+        search_url=site.site.search_url(keywords=row.keywords, location=row.location),
+        keywords_used=row.keywords,
+        location_used=row.location or None,
+    )
+    return {"target_id": row.id, "slot_at": slot, "key": key, "body": body}
 
 
 def _with_spec(site: dict[str, Any]) -> dict[str, Any]:
@@ -285,23 +355,18 @@ def _with_spec(site: dict[str, Any]) -> dict[str, Any]:
     return site
 
 
-def _job_message(row: Any, slot: datetime, now: datetime) -> JobMessage:
-    """The job message of one claimed target (``row``: its columns, with its website's ``site``) for
-    one slot: the website's :class:`SiteSpec` travels typed. A stored spec that no longer validates
-    raises ConfigurationError (the tick sets that target aside)."""
+def _slot_bodies(row: Any, now: datetime, bodies: dict[tuple[int, datetime], SlotBodies] | None) -> SlotBodies:
+    """The encoder of the job messages of ``row``'s website created at ``now`` (one per website and
+    tick, in ``bodies``): the website's :class:`SiteSpec` travels typed. A stored spec that no longer
+    validates raises ConfigurationError (the tick sets that target aside)."""
     site: SiteSpec | None = row.site
     if site is None:
         raise ConfigurationError(f"website of target {row.id}: {row.site_error}")
-    return JobMessage.for_slot(
-        target_id=row.id,
-        slot_at=slot,
-        created_at=now,
-        website_id=row.website_id,
-        site=site,
-        search_url=site.search_url(keywords=row.keywords, location=row.location),
-        keywords_used=row.keywords,
-        location_used=row.location or None,
-    )
+    cache = {} if bodies is None else bodies
+    encoder = cache.get((row.website_id, now))
+    if encoder is None:
+        encoder = cache[(row.website_id, now)] = SlotBodies(website_id=row.website_id, site=site, created_at=now)
+    return encoder
 
 
 async def write_outbox(
@@ -312,7 +377,16 @@ async def write_outbox(
     the claimer of each inserted row is recorded in ``outbox_trail`` (the lineage)."""
     if not rows:
         return 0
-    inserted = await _insert_outbox(conn, rows, now=now)
+    if conn.dialect.name == "postgresql":
+        result = await conn.execute(_PG_INSERT, _pg_insert_params(rows, now=now, claimed_by=claimed_by))
+        return len(result.all())
+    # SQLite: one executemany in the tick's BEGIN IMMEDIATE transaction; rows the unique key turned
+    # away are not counted.
+    stmt = sqlite.insert(_OUTBOX).on_conflict_do_nothing(index_elements=["target_id", "slot_at"])
+    params = [
+        {**r, "status": "pending", "attempts": 0, "leased_until": now, "created_at": now} for r in rows
+    ]
+    inserted = int((await conn.execute(stmt, params)).rowcount)
     if inserted and claimed_by is not None:
         # The rows this transaction inserted: created at ``now`` (the transaction's clock), found by
         # their (target_id, slot_at) -- the unique key's index, so the cost follows the batch, not the table.
@@ -322,40 +396,59 @@ async def write_outbox(
     return inserted
 
 
-async def _insert_outbox(conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: datetime) -> int:
-    if conn.dialect.name == "postgresql":
-        # One statement of four arrays, whatever the batch size (one prepared statement, reused).
-        result = await conn.execute(
-            _PG_INSERT,
-            {
-                "t": [r["target_id"] for r in rows],
-                "s": [r["slot_at"] for r in rows],
-                "k": [r["key"] for r in rows],
-                "b": [r["body"] for r in rows],
-                "now": now,
-            },
-        )
-        return int(result.rowcount)
-    # SQLite: one executemany in the tick's BEGIN IMMEDIATE transaction; rows the unique key turned
-    # away are not counted.
-    stmt = sqlite.insert(_OUTBOX).on_conflict_do_nothing(index_elements=["target_id", "slot_at"])
-    params = [
-        {**r, "status": "pending", "attempts": 0, "leased_until": now, "created_at": now} for r in rows
-    ]
-    result = await conn.execute(stmt, params)
-    return int(result.rowcount)
+async def _insert_leased(
+    conn: AsyncConnection, rows: Sequence[dict[str, Any]], *, now: datetime, owner: str, until: datetime
+) -> list[LeasedRow]:
+    """PostgreSQL: :func:`write_outbox` with the rows leased to ``owner`` until ``until`` (first
+    attempt); the rows really inserted, as the relay's :class:`LeasedRow` s, in id order."""
+    if not rows:
+        return []
+    params = _pg_insert_params(rows, now=now, claimed_by=owner)
+    params.update(leased_until=until, lease_owner=owner, attempts=1)
+    inserted = (await conn.execute(_PG_INSERT, params)).all()
+    by_slot = {(r["target_id"], r["slot_at"]): r for r in rows}
+    leased = []
+    for row_id, target_id, slot_at in sorted(inserted):
+        row = by_slot[(target_id, slot_at)]
+        leased.append(LeasedRow(row_id, row["key"], row["body"], 1, slot_at))
+    return leased
 
 
+def _pg_insert_params(rows: Sequence[dict[str, Any]], *, now: datetime, claimed_by: str | None) -> dict[str, Any]:
+    return {
+        "t": [r["target_id"] for r in rows],
+        "s": [r["slot_at"] for r in rows],
+        "k": [r["key"] for r in rows],
+        "b": [r["body"] for r in rows],
+        "now": now,
+        "by": None if claimed_by is None else claimed_by[:200],
+        "leased_until": now,
+        "lease_owner": None,
+        "attempts": 0,
+    }
+
+
+# One statement of four arrays, whatever the batch size (one prepared statement, reused); the trail
+# rows are those the INSERT returned (no second look-up), and so are the rows returned.
 _PG_INSERT = text(
-    "INSERT INTO dispatch_outbox (target_id, slot_at, key, status, attempts, leased_until, body, created_at) "
-    "SELECT v.t, v.s, v.k, 'pending', 0, :now, v.b, :now FROM unnest(:t, :s, :k, :b) AS v(t, s, k, b) "
-    "ON CONFLICT (target_id, slot_at) DO NOTHING"
+    "WITH inserted AS ("
+    "INSERT INTO dispatch_outbox (target_id, slot_at, key, status, attempts, leased_until, lease_owner, body, "
+    "created_at) "
+    "SELECT v.t, v.s, v.k, 'pending', :attempts, :leased_until, :lease_owner, v.b, :now "
+    "FROM unnest(:t, :s, :k, :b) AS v(t, s, k, b) "
+    "ON CONFLICT (target_id, slot_at) DO NOTHING RETURNING id, target_id, slot_at), "
+    "trail AS (INSERT INTO outbox_trail (outbox_id, claimed_by) SELECT id, :by FROM inserted WHERE :by IS NOT NULL) "
+    "SELECT id, target_id, slot_at FROM inserted"
 ).bindparams(
     bindparam("t", type_=postgresql.ARRAY(BigInteger)),
     bindparam("s", type_=postgresql.ARRAY(_TSTZ)),
     bindparam("k", type_=postgresql.ARRAY(Text)),
     bindparam("b", type_=postgresql.ARRAY(Text)),
     bindparam("now", type_=_TSTZ),
+    bindparam("by", type_=Text),
+    bindparam("leased_until", type_=_TSTZ),
+    bindparam("lease_owner", type_=Text),
+    bindparam("attempts", type_=Integer),
 )
 
 

@@ -3,7 +3,9 @@
 One round (:meth:`Relay.run_round`):
 
 1. :meth:`Relay.lease` -- take up to ``batch`` pending rows whose ``leased_until`` has passed
-   (database clock, ``SKIP LOCKED``): ``leased_until = now + lease``, ``lease_owner = us``.
+   (database clock, ``SKIP LOCKED``): ``leased_until = now + lease``, ``lease_owner = us``. Or none:
+   the rows the tick wrote already leased to us (``run_round(leased)``, handed over by
+   :class:`~crawlherd.service.dispatch_service.DispatchService`).
 2. :meth:`Relay.publish` -- publish each with its idempotency key, ``publish_concurrency`` (500)
    confirms outstanding at a time (RabbitMQ: one confirm channel, many unconfirmed publishes), or, for
    a broker that publishes batches (:class:`BatchPublisher`: Redis pipelines its ``XADD`` s), in
@@ -53,12 +55,11 @@ from crawlherd import metrics
 from crawlherd._aio import wait_while_progressing
 from crawlherd._outage import OutageLog
 from crawlherd.brokers.base import Broker
-from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, OutboxTrail, UTCDateTime
 from crawlherd.errors import ConfigurationError, MessageRejectedError, summarize
 from crawlherd.messages import SCHEMA_VERSION
-from crawlherd.service.outbox import custom_plans
+from crawlherd.service.outbox import LeasedRow, custom_plans
 
 __all__ = ["JOB_HEADERS", "BatchPublisher", "Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
 
@@ -108,17 +109,6 @@ class Failure:
     row: LeasedRow
     error: str
     rejected: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class LeasedRow:
-    """An outbox row this relay holds the lease of."""
-
-    id: int
-    key: str
-    body: str
-    attempts: int
-    slot_at: datetime | None = None
 
 
 class RelayOptions(TypedDict, total=False):
@@ -196,15 +186,22 @@ class Relay:
         #: Which services are down ("broker" here; the dispatch service adds "config DB").
         self.outages = OutageLog(log, f"dispatcher {self.owner}")
 
-    async def run_round(self) -> RelayResult:
-        """Lease up to ``batch`` pending rows, publish them, settle them (see the module docstring)."""
-        leased = await self.lease()
+    async def run_round(
+        self, leased: Sequence[LeasedRow] | None = None, *, leased_at: float | None = None
+    ) -> RelayResult:
+        """Lease up to ``batch`` pending rows, publish them, settle them (see the module docstring).
+        ``leased``: rows already leased to this relay (by the tick, :func:`~crawlherd.service.outbox.tick`
+        with ``lease_for``), published instead; ``leased_at``: the event loop's time (``loop.time()``)
+        when their lease began at the latest -- the round deadline counts from there."""
+        if leased is None:
+            leased_at = asyncio.get_running_loop().time()
+            leased = await self.lease()
         if not leased:
             return RelayResult()
         confirmed: list[int] = []
         failures: list[Failure] = []
         try:
-            await self.publish(leased, confirmed, failures)
+            await self.publish(leased, confirmed, failures, leased_at=leased_at)
         finally:
             # Also on cancellation (shutdown): record what the broker confirmed, release the rest.
             settled = {*confirmed, *(f.row.id for f in failures)}
@@ -231,8 +228,7 @@ class Relay:
         ob = DispatchOutbox
         with translate_db_errors("leasing outbox rows"):
             async with self.engine.begin() as conn:
-                await custom_plans(conn)
-                now = await db_now(conn)
+                now = await custom_plans(conn)
                 picked = (
                     select(ob.id)
                     .where(_PENDING, ob.leased_until <= now)
@@ -255,19 +251,28 @@ class Relay:
         return sorted((LeasedRow(r.id, r.key, r.body, r.attempts, r.slot_at) for r in rows), key=lambda r: r.id)
 
     async def publish(
-        self, rows: Sequence[LeasedRow], confirmed: list[int], failures: list[Failure]
+        self,
+        rows: Sequence[LeasedRow],
+        confirmed: list[int],
+        failures: list[Failure],
+        *,
+        leased_at: float | None = None,
     ) -> None:
         """Publish ``rows``, appending each confirmed id to ``confirmed`` and each failure (with its
-        reason) to ``failures`` as it happens. Returns at the round deadline at the latest: what is
-        still in flight then counts as failed."""
+        reason) to ``failures`` as it happens. Returns at the round deadline (``round_timeout`` after
+        ``leased_at``, the loop's time when the lease began; default: now) at the latest: what is
+        still in flight then counts as failed; nothing is started after it (a broker that never
+        makes the loop wait could otherwise publish past it)."""
         started: dict[int, LeasedRow] = {}
         finished: set[int] = set()
+        loop = asyncio.get_running_loop()
+        deadline = (loop.time() if leased_at is None else leased_at) + self.round_timeout
         try:
-            async with asyncio.timeout(self.round_timeout):
+            async with asyncio.timeout_at(deadline):
                 if isinstance(self.broker, BatchPublisher):
-                    await self._publish_batches(self.broker, rows, confirmed, failures, started, finished)
+                    await self._publish_batches(self.broker, rows, confirmed, failures, started, finished, deadline)
                 else:
-                    await self._publish_each(rows, confirmed, failures, started, finished)
+                    await self._publish_each(rows, confirmed, failures, started, finished, deadline)
         except TimeoutError:
             # Publishes cut off in flight may or may not have reached the broker: retried after a
             # back-off (a duplicate at worst). Rows never started are released by the caller.
@@ -282,15 +287,17 @@ class Relay:
         failures: list[Failure],
         started: dict[int, LeasedRow],
         finished: set[int],
+        deadline: float,
     ) -> None:
         """``publish_concurrency`` publishers, each taking the next row as soon as its last is confirmed."""
         todo = iter(rows)
+        loop = asyncio.get_running_loop()
 
-        last_start = self._last_start()
+        last_start = self._last_start(deadline)
 
         async def publisher() -> None:
             for row in todo:
-                if time.monotonic() > last_start:
+                if loop.time() > last_start:
                     return  # too late in the round to be confirmed before its deadline: released
                 started[row.id] = row
                 try:
@@ -319,12 +326,14 @@ class Relay:
         failures: list[Failure],
         started: dict[int, LeasedRow],
         finished: set[int],
+        deadline: float,
     ) -> None:
         """Batches of ``publish_concurrency`` rows, one after the other (each one round trip)."""
-        last_start = self._last_start()
+        loop = asyncio.get_running_loop()
+        last_start = self._last_start(deadline)
         for start in range(0, len(rows), self.concurrency):
-            if time.monotonic() > last_start:
-                return  # too late in the round: the rest is released
+            if loop.time() > last_start:
+                return  # too late in the round: the rest is released by the caller
             batch = rows[start : start + self.concurrency]
             started.update((row.id, row) for row in batch)
             try:
@@ -340,12 +349,12 @@ class Relay:
                     self._failed(Failure(row, summarize(error), isinstance(error, MessageRejectedError)), failures)
                 finished.add(row.id)
 
-    def _last_start(self) -> float:
-        """The monotonic time after which this round starts no publish: ``publish_timeout`` before its
-        deadline (but not before half of it), so that what it starts can be confirmed in time -- a
-        publish cut off by the deadline may be published again, a duplicate; a row not started is
-        released, and published by the next round."""
-        return time.monotonic() + max(self.round_timeout / 2, self.round_timeout - self.publish_timeout)
+    def _last_start(self, deadline: float) -> float:
+        """The loop time after which this round starts no publish: ``publish_timeout`` before its
+        ``deadline`` (but at most half a round before it), so that what it starts can be confirmed in
+        time -- a publish cut off by the deadline may be published again, a duplicate; a row not
+        started is released, and published by the next round."""
+        return deadline - min(self.round_timeout / 2, self.publish_timeout)
 
     def _failed(self, failure: Failure, failures: list[Failure]) -> None:
         failures.append(failure)
@@ -365,16 +374,15 @@ class Relay:
         # On a DB outage the leases run out and the rows are published again: duplicates, never a loss.
         with translate_db_errors(f"marking {len(confirmed)} published row(s)"):
             async with self.engine.begin() as conn:
-                await custom_plans(conn)
-                now = await db_now(conn)
+                now = await custom_plans(conn)
                 mark = update(ob).values(
                     status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
                 )
                 trail = update(OutboxTrail).values(published_by=self.owner[:200], broker=self.broker_label)
                 if confirmed and conn.dialect.name == "postgresql":  # one statement, one array
                     ids = bindparam("ids", list(confirmed), type_=postgresql.ARRAY(BigInteger))
-                    await conn.execute(mark.where(ob.id == func.any(ids), ob.status == "pending"))
-                    await conn.execute(trail.where(OutboxTrail.outbox_id == func.any(ids)))
+                    marked = mark.where(ob.id == func.any(ids), ob.status == "pending").returning(ob.id).cte("marked")
+                    await conn.execute(trail.where(OutboxTrail.outbox_id == marked.c.id))
                 else:
                     for start in range(0, len(confirmed), _MARK_CHUNK):
                         chunk = confirmed[start : start + _MARK_CHUNK]
@@ -429,8 +437,7 @@ class Relay:
         with translate_db_errors("pruning the outbox"):
             while True:
                 async with self.engine.begin() as conn:
-                    await custom_plans(conn)
-                    cutoff = await db_now(conn) - retention
+                    cutoff = await custom_plans(conn) - retention
                     ids = (
                         select(ob.id)
                         .where(_PUBLISHED, ob.published_at < cutoff)

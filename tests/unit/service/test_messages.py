@@ -8,9 +8,19 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from crawlherd.errors import MessageError
-from crawlherd.messages import JobMessage, decode_job, encode_job, idempotency_key, job_id_for
+from crawlherd.messages import (
+    BODY_FIELDS,
+    JobMessage,
+    SlotBodies,
+    decode_job,
+    encode_job,
+    idempotency_key,
+    job_id_for,
+)
 from crawlherd.sitespec import SiteSpec
 
 SLOT = datetime(2026, 3, 1, 7, 30, tzinfo=UTC)
@@ -182,3 +192,47 @@ def test_a_version_1_body_with_braces_in_its_url_keeps_them() -> None:
 def test_bad_version_1_bodies_raise_message_error(change: dict[str, Any], match: str) -> None:
     with pytest.raises(MessageError, match=match):
         decode_job(json.dumps({**V1, **change}).encode())
+
+
+def test_slot_bodies_follow_the_model_field_for_field() -> None:
+    assert tuple(JobMessage.model_fields) == BODY_FIELDS
+
+
+UNICODE_SITE = SiteSpec(
+    name="jobs-unicode",
+    base_url="https://jobs.example.com",
+    search_url_template="https://jobs.example.com/s?q={keywords}&l={location}",
+    extraction={"item_selector": "article", "fields": {"titel": "h2.überschrift"}},
+    metadata={"land": "Österreich", "quote": 'a "b" \\ c', "emoji": "🦀", "ctl": "tab\there"},
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    target_id=st.integers(min_value=-2, max_value=2**53),
+    slot=st.datetimes(
+        min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.sampled_from([UTC, None])
+    ),
+    created=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)),
+    keywords=st.text(),
+    location=st.none() | st.text(),
+    url=st.sampled_from(["https://jobs.example.com/s?q=1", " http://x/", "HTTPS://X/ä", "ftp://x/", "", "https://x/\n"])
+    | st.text().map(lambda t: "https://jobs.example.com/" + t),
+    site=st.sampled_from([SITE, UNICODE_SITE]),
+)
+def test_slot_bodies_encode_as_the_model_does(
+    target_id: int, slot: datetime, created: datetime, keywords: str, location: str | None, url: str, site: SiteSpec
+) -> None:
+    """The tick's shortcut writes the very bytes the model writes, and refuses what the model refuses."""
+    fields: dict[str, Any] = {
+        "target_id": target_id, "slot_at": slot, "search_url": url, "keywords_used": keywords, "location_used": location
+    }
+    try:
+        message = JobMessage.for_slot(created_at=created, website_id=7, site=site, **fields)
+    except (ValueError, MessageError) as exc:  # pydantic's ValidationError is a ValueError
+        with pytest.raises(type(exc)):
+            SlotBodies(website_id=7, site=site, created_at=created).encode(**fields)
+        return
+    key, body = SlotBodies(website_id=7, site=site, created_at=created).encode(**fields)
+    assert (key, body) == (message.idempotency_key, encode_job(message).decode())
+    assert decode_job(body) == message
