@@ -7,16 +7,15 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
-import os
 import re
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.servers.misbehaving import MisbehavingServer
+from tests.support.cli import crawlherd, start_crawlherd
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -25,16 +24,6 @@ pytestmark = pytest.mark.timeout(120)
 async def server() -> AsyncIterator[MisbehavingServer]:
     async with MisbehavingServer(pages=40) as s:
         yield s
-
-
-async def crawlherd(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawlherd", *args, cwd=cwd,
-        env={**os.environ, **(env or {})}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 90)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_crawl_off_a_terminal_prints_plain_status_lines_and_a_statistics_dump(
@@ -92,10 +81,7 @@ async def test_db_current_and_dispatch_once_speak_json(tmp_path: Path) -> None:
 async def test_ctrl_c_says_stopping_at_once_and_what_it_waits_for(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/c.db"
     assert (await crawlherd("db", "upgrade", "--database-url", db))[0] == 0
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawlherd", "worker", "--database-url", db,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
+    proc = await start_crawlherd("worker", "--database-url", db)
     assert proc.stderr is not None and proc.stdout is not None
     banner = await asyncio.wait_for(proc.stderr.readline(), 60)
     assert banner.startswith(b"worker "), banner
