@@ -8,7 +8,7 @@ from datetime import timedelta
 import click
 
 from crawlherd._redact import redact_url
-from crawlherd.cli._common import Output, database_option, engine_for, ensure_migrated, output_options, settings_from
+from crawlherd.cli._common import Output, config_db, database_option, output_options, settings_from
 from crawlherd.db import current_revision, head_revision, upgrade
 from crawlherd.duration import parse_duration
 from crawlherd.errors import ScheduleError
@@ -24,20 +24,22 @@ def db() -> None:
 
 @db.command("upgrade")
 @database_option
+@output_options
 @click.pass_context
-def upgrade_cmd(ctx: click.Context, database_url: str | None) -> None:
+def upgrade_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Create the tables, or bring them to the newest migration (safe to run again)."""
     settings = settings_from(ctx, database_url=database_url)
 
     async def main() -> str:
-        engine = engine_for(settings)
-        try:
+        async with config_db(settings, migrate=False) as engine:
             return await upgrade(engine)
-        finally:
-            await engine.dispose()
 
     revision = asyncio.run(main())
-    click.echo(f"config DB {redact_url(settings.database_url)} is at migration {revision} (newest)")
+    Output(quiet=quiet, as_json=as_json).result(
+        f"config DB {redact_url(settings.database_url)} is at migration {revision} (newest)",
+        {"database_url": redact_url(settings.database_url), "current": revision, "newest": head_revision(),
+         "up_to_date": revision == head_revision()},
+    )
 
 
 @db.command("current")
@@ -49,11 +51,8 @@ def current_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_js
     settings = settings_from(ctx, database_url=database_url)
 
     async def main() -> str | None:
-        engine = engine_for(settings, read_only=True)
-        try:
+        async with config_db(settings, read_only=True, migrate=False) as engine:
             return await current_revision(engine)
-        finally:
-            await engine.dispose()
 
     current = asyncio.run(main())
     Output(quiet=quiet, as_json=as_json).result(
@@ -90,10 +89,11 @@ def _retention(value: str, what: str) -> timedelta | None:
     "default: the items_retention setting (never).",
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted, delete nothing.")
+@output_options
 @click.pass_context
 def prune_cmd(
     ctx: click.Context, database_url: str | None, runs_older_than: str | None, items_unseen_for: str | None,
-    dry_run: bool,
+    dry_run: bool, quiet: bool, as_json: bool,
 ) -> None:
     """Delete old history: finished job runs and items not seen for a while (run it from cron).
 
@@ -105,15 +105,16 @@ def prune_cmd(
     )
 
     async def main() -> PruneCounts:
-        engine = engine_for(settings, read_only=True)
-        try:
-            await ensure_migrated(engine)
+        async with config_db(settings, read_only=True) as engine:
             return await prune_history(engine, runs_older_than=runs, items_unseen_for=items, dry_run=dry_run)
-        finally:
-            await engine.dispose()
 
     counts = asyncio.run(main())
     verb = "would delete" if dry_run else "deleted"
     kept_runs = "" if runs is not None else " (job runs kept: no retention)"
     kept_items = "" if items is not None else " (items kept: no retention)"
-    click.echo(f"{verb} {counts.runs} job run(s){kept_runs} and {counts.items} item(s){kept_items}")
+    Output(quiet=quiet, as_json=as_json).result(
+        f"{verb} {counts.runs} job run(s){kept_runs} and {counts.items} item(s){kept_items}",
+        {"dry_run": dry_run, "runs": counts.runs, "items": counts.items,
+         "runs_older_than_seconds": runs.total_seconds() if runs else None,
+         "items_unseen_for_seconds": items.total_seconds() if items else None},
+    )

@@ -15,9 +15,9 @@ from crawlherd.brokers import Broker, open_broker
 from crawlherd.cli._common import (
     Output,
     Rates,
+    broker_option,
+    config_db,
     database_option,
-    engine_for,
-    ensure_migrated,
     output_options,
     periodic_status,
     settings_from,
@@ -29,8 +29,8 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
 from crawlherd.worker.worker import PAGE_DISPATCHERS, Worker
 
-__all__ = ["WorkerOptions", "make_worker", "waiting_for", "worker", "worker_options", "worker_statistics",
-           "worker_status"]
+__all__ = ["WorkerOptions", "make_worker", "run_options", "waiting_for", "worker", "worker_options",
+           "worker_statistics", "worker_status"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,6 +56,14 @@ _OPTIONS = [
 ]
 
 WorkerOptions = dict[str, Any]
+
+
+def run_options(func: F) -> F:
+    """The options of ``worker`` and ``run``: config DB, broker, the worker's options, metrics port, -q
+    and --json."""
+    for option in (database_option, broker_option, worker_options, metrics_port_option, output_options):
+        func = option(func)
+    return func
 
 
 def worker_options(func: F) -> F:
@@ -125,11 +133,7 @@ def waiting_for(w: Worker) -> Callable[[], str]:
 
 
 @click.command()
-@database_option
-@click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
-@worker_options
-@metrics_port_option
-@output_options
+@run_options
 @click.pass_context
 def worker(
     ctx: click.Context, /, database_url: str | None, broker_url: str | None, metrics_port: int | None, quiet: bool,
@@ -151,26 +155,21 @@ def worker(
     out = Output(quiet=quiet, as_json=as_json)
 
     async def main() -> None:
-        engine = engine_for(settings)
-        try:
-            await ensure_migrated(engine)
+        async with config_db(settings) as engine, open_broker(target) as broker:
             start_metrics(metrics_port)
-            async with open_broker(target) as broker:
-                w = make_worker(engine, broker, settings)
-                stop = asyncio.Event()
-                rates = Rates()
-                with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
-                    out.info(
-                        f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
-                        f"{w.concurrency} job(s) at once, frontier {redact_url(w.frontier_url)}"
-                    )
-                    async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
-                        await w.run(stop)
-                stats = worker_statistics(w, rates.elapsed)
-                out.info(stats_dump(f"worker stopped ({w.name}); statistics", stats))
-                out.result("", stats)
-        finally:
-            await engine.dispose()
+            w = make_worker(engine, broker, settings)
+            stop = asyncio.Event()
+            rates = Rates()
+            with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
+                out.info(
+                    f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
+                    f"{w.concurrency} job(s) at once, frontier {redact_url(w.frontier_url)}"
+                )
+                async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
+                    await w.run(stop)
+            stats = worker_statistics(w, rates.elapsed)
+            out.info(stats_dump(f"worker stopped ({w.name}); statistics", stats))
+            out.result("", stats)
 
     with contextlib.suppress(asyncio.CancelledError):
         asyncio.run(main())
