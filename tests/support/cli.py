@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-__all__ = ["crawlherd", "start_crawlherd"]
+__all__ = ["crawlherd", "running_crawlherd", "start_crawlherd"]
 
 
 async def start_crawlherd(
@@ -29,3 +31,18 @@ async def crawlherd(
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+@contextlib.asynccontextmanager
+async def running_crawlherd(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """:func:`start_crawlherd` for a long-running command; killed (by its PID) if it still runs at the
+    end of the block, e.g. after a failed assertion."""
+    proc = await start_crawlherd(*args, env=env, cwd=cwd)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

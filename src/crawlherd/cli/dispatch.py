@@ -77,16 +77,17 @@ def dispatch(
                 engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease,
                 broker_label=redact_url(broker_target),
             )
-            if not (quiet or as_json):
-                click.echo(
-                    f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "
-                    f"{redact_url(broker_target)}" + (" (once)" if once else f" every {interval:g}s")
-                )
             # First signal: finish the current batch and stop. Second: abort (the relay still
-            # marks what the broker confirmed and releases the rest).
+            # marks what the broker confirmed and releases the rest). Before the banner: Ctrl+C from
+            # then on is clean.
             stop = asyncio.Event()
             with stop_on_signals(stop, lambda: "the current dispatch cycle (its claimed outbox rows are published "
                                  "or released)"):
+                if not (quiet or as_json):
+                    click.echo(
+                        f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "
+                        f"{redact_url(broker_target)}" + (" (once)" if once else f" every {interval:g}s")
+                    )
                 if once:
                     tick, relay = await dispatcher.run_once(stop)
                     data = {"due_targets": tick.targets, "jobs": tick.inserted,
