@@ -207,30 +207,28 @@ async def interrupt_after(proc: asyncio.subprocess.Process, stream: asyncio.Stre
             return line
 
 
-async def test_ctrl_c_on_run_says_what_it_waits_for(tmp_path: Path) -> None:
-    async with running_crawlherd("run", "--no-web", "--database-url", f"sqlite:///{tmp_path}/c.db") as proc:
-        assert proc.stderr is not None
-        stopping = await interrupt_after(proc, proc.stderr, "crawlherd run: ")
-        assert stopping == (
-            "stopping… waiting for 0 job(s) in flight to finish (up to 30 s; the rest are requeued) "
-            "(Ctrl+C again to abort)\n"
-        )
-        _, rest = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 0 and "crawlherd run stopped; statistics:\n{" in rest.decode()
-
-
-async def test_ctrl_c_on_dispatch_says_what_it_waits_for(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("command", "banner", "waits_for", "last_words"),
+    [
+        (["run", "--no-web"], "crawlherd run: ",
+         "0 job(s) in flight to finish (up to 30 s; the rest are requeued)", "crawlherd run stopped; statistics:\n{"),
+        (["dispatch"], "dispatcher ",
+         "the current dispatch cycle (its claimed outbox rows are published or released)", "dispatcher stopped\n"),
+    ],
+    ids=["run", "dispatch"],
+)
+async def test_ctrl_c_says_stopping_and_what_it_waits_for(
+    command: list[str], banner: str, waits_for: str, last_words: str, tmp_path: Path
+) -> None:
     db = f"sqlite:///{tmp_path}/c.db"
     assert (await crawlherd("db", "upgrade", "--database-url", db))[0] == 0
-    async with running_crawlherd("dispatch", "--database-url", db) as proc:
-        assert proc.stdout is not None
-        stopping = await interrupt_after(proc, proc.stdout, "dispatcher ")
-        assert stopping == (
-            "stopping… waiting for the current dispatch cycle (its claimed outbox rows are published or released) "
-            "(Ctrl+C again to abort)\n"
-        )
-        out, _ = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 0 and out.decode().endswith("dispatcher stopped\n")
+    async with running_crawlherd(*command, "--database-url", db) as proc:
+        assert proc.stderr is not None and proc.stdout is not None
+        # run's banner is information (stderr); dispatch's lines are its output (stdout)
+        stopping = await interrupt_after(proc, proc.stderr if command[0] == "run" else proc.stdout, banner)
+        assert stopping == f"stopping… waiting for {waits_for} (Ctrl+C again to abort)\n"
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0 and last_words in (out + err).decode()
 
 
 async def test_ctrl_c_on_crawl_stops_at_once_and_still_prints_the_summary(server: MisbehavingServer) -> None:

@@ -38,14 +38,14 @@ def start_metrics(port: int | None, host: str = "127.0.0.1") -> None:
 
 def on_db(
     ctx: click.Context, database_url: str | None, work: Callable[[AsyncEngine], Awaitable[T]], *,
-    read_only: bool = False,
+    read_only: bool = False, migrate: bool = True,
 ) -> T:
-    """Run ``work`` on the (migrated) config DB of the settings; ``read_only`` commands refuse a SQLite
-    path that does not exist."""
+    """Run ``work`` on the config DB of the settings (its tables created when it is new, unless not
+    ``migrate``); ``read_only`` commands refuse a SQLite path that does not exist."""
     settings = settings_from(ctx, database_url=database_url)
 
     async def main() -> T:
-        async with config_db(settings, read_only=read_only) as engine:
+        async with config_db(settings, read_only=read_only, migrate=migrate) as engine:
             return await work(engine)
 
     return asyncio.run(main())
