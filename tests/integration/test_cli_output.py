@@ -149,7 +149,8 @@ async def test_run_off_a_terminal_prints_pages_and_items_per_minute_and_a_statis
     assert code == 0, err
     assert out == "" and "\r" not in err and "\x1b" not in err
     lines = err.splitlines()
-    assert lines[0].startswith("crawlherd run: sqlite:///"), err
+    db = env["CRAWLHERD_DATABASE_URL"]
+    assert lines[0] == f"crawlherd run: {db}, broker {db}, frontier {db.removesuffix('.db')}-frontier.db", err
     # at least one: the politeness delay (0.2 s) between the pages of a host outlasts the 0.1 s interval
     assert [line for line in lines if RUN_STATUS.fullmatch(line)], err
     stats = dumped(err, "crawlherd run stopped; statistics")

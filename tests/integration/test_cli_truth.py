@@ -37,6 +37,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from crawlherd.cli import main
+from crawlherd.settings import frontier_beside
 from tests._netutil import free_port
 from tests.servers.misbehaving import MisbehavingServer
 
@@ -172,6 +173,18 @@ def test_day_of_month_and_day_of_week_either_matches_as_documented(tmp_path: Pat
     assert any(d.day == 1 and d.weekday() != 0 for d in days) and any(d.day != 1 for d in days)
     assert "`0 9 1 * 1` runs at 09:00 on the 1st of every month\n  *and* on every Monday" in (
         Path(__file__).parents[2] / "docs" / "service.md").read_text()
+
+
+# -- help that tells the truth ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["run", "worker"])
+def test_help_names_the_frontier_that_is_used(command: str, tmp_path: Path) -> None:
+    text = " ".join(cli(command, "--help", tmp_path=tmp_path).stdout.split())
+    assert frontier_beside("sqlite:///crawlherd.db") == "sqlite:///crawlherd-frontier.db"
+    assert ("else NAME-frontier.db beside a SQLite config DB NAME.db, else memory://" in text)
+    if command == "run":
+        assert "the frontier of pages is the file beside it (crawlherd-frontier.db)" in text
 
 
 # -- live progress only on a terminal ------------------------------------------------------------------

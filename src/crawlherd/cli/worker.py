@@ -51,8 +51,9 @@ _OPTIONS = [
                  help="Let the fetchers reach private and loopback addresses (local sites).  "
                  "[default: setting allow_private_addresses, off]"),
     click.option("--frontier-url", default=None, metavar="URL",
-                 help="Frontier of the pages (default: CRAWLHERD_FRONTIER_URL, else the SQLite config DB "
-                 "file, else memory://); redis://... shares it, and its politeness, between workers."),
+                 help="Frontier of the pages (default: CRAWLHERD_FRONTIER_URL, else NAME-frontier.db beside a "
+                 "SQLite config DB NAME.db, else memory://); redis://... shares it, and its politeness, between "
+                 "workers."),
 ]
 
 WorkerOptions = dict[str, Any]
