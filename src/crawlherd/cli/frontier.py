@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -15,7 +16,16 @@ from crawlherd.frontier import open_scheduler
 
 __all__ = ["frontier"]
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 _URL_HELP = "Frontier URL: sqlite:///crawl.db or redis://host:6379/0?prefix=mycrawl."
+
+
+def _frontier_options(func: F) -> F:
+    """``--url`` and ``--dupefilter``: which frontier."""
+    func = click.option("--dupefilter", type=click.Choice(["exact", "bloom"]), default=None,
+                        help="The frontier's filter kind.")(func)
+    return click.option("--url", required=True, envvar="CRAWLHERD_FRONTIER_URL", help=_URL_HELP)(func)
 
 
 def _options(dupefilter: str | None) -> dict[str, Any]:
@@ -28,8 +38,7 @@ def frontier() -> None:
 
 
 @frontier.command()
-@click.option("--url", required=True, envvar="CRAWLHERD_FRONTIER_URL", help=_URL_HELP)
-@click.option("--dupefilter", type=click.Choice(["exact", "bloom"]), default=None, help="The frontier's filter kind.")
+@_frontier_options
 @click.option("--memory", is_flag=True, help="Redis only: bytes used per kind of key (scans the keys).")
 @output_options
 def stats(url: str, dupefilter: str | None, memory: bool, quiet: bool, as_json: bool) -> None:
@@ -61,8 +70,7 @@ def stats(url: str, dupefilter: str | None, memory: bool, quiet: bool, as_json: 
 
 
 @frontier.command()
-@click.option("--url", required=True, envvar="CRAWLHERD_FRONTIER_URL", help=_URL_HELP)
-@click.option("--dupefilter", type=click.Choice(["exact", "bloom"]), default=None, help="The frontier's filter kind.")
+@_frontier_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @output_options
 def purge(url: str, dupefilter: str | None, yes: bool, quiet: bool, as_json: bool) -> None:
