@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import json
 import re
 import signal
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -245,3 +247,45 @@ async def test_ctrl_c_on_crawl_stops_at_once_and_still_prints_the_summary(server
         _, rest = await asyncio.wait_for(proc.communicate(), 60)
         stats = dumped(rest.decode(), "statistics")
         assert 0 < stats["pages/total"] < 40 and stats["pages/ok"] == stats["pages/total"]
+
+
+# -- -q and --json on the long-running commands -------------------------------------------------------
+
+
+async def test_run_and_dispatch_once_are_silent_with_q_and_speak_json_with_json(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/c.db"
+    assert await crawlherd("run", "--until-idle", "--no-web", "-q", "--database-url", db) == (0, "", "")
+    code, out, err = await crawlherd("run", "--until-idle", "--no-web", "--json", "--database-url", db)
+    assert (code, err) == (0, "")
+    stats = json.loads(out)
+    assert stats["jobs/dispatched"] == 0 and stats["items/per_minute"] == 0
+    assert await crawlherd("dispatch", "--once", "-q", "--database-url", db) == (0, "", "")
+
+
+async def wait_for_heartbeat(db_file: Path, pid: int) -> None:
+    """Until the process ``pid`` has registered in the config DB (its signal handlers are installed by then)."""
+    while True:
+        with contextlib.closing(sqlite3.connect(db_file)) as conn:
+            if conn.execute("SELECT count(*) FROM process_heartbeats WHERE pid = ?", (pid,)).fetchone()[0]:
+                return
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("flag", ["-q", "--json"])
+async def test_worker_with_q_or_json_prints_only_its_stop_line_and_its_result(flag: str, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/c.db"
+    assert (await crawlherd("db", "upgrade", "--database-url", db))[0] == 0
+    async with running_crawlherd("worker", flag, "--database-url", db) as proc:
+        await asyncio.wait_for(wait_for_heartbeat(tmp_path / "c.db", proc.pid), 60)
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0
+    # the answer to Ctrl+C is printed even with -q: a person pressed it and waits
+    assert err.decode().strip() == (
+        "stopping… waiting for 0 job(s) in flight to finish (up to 30 s; the rest are requeued) (Ctrl+C again to abort)"
+    )
+    if flag == "-q":
+        assert out == b""
+    else:
+        stats = json.loads(out)
+        assert stats["jobs/received"] == 0 and "pages/per_minute" in stats and "items/per_minute" in stats

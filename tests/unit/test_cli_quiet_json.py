@@ -4,8 +4,8 @@ The first test walks the whole ``crawlherd`` command tree (every subcommand of e
 asserts that each command has both options, but for the few in :data:`EXEMPT`, each with its reason.
 The others run the data-printing commands on a real SQLite config DB holding ``examples/targets.toml``:
 with ``-q`` standard output stays empty, with ``--json`` it is one JSON document holding the data.
-(The long-running commands -- ``run``, ``worker``, ``dispatch``, ``crawl``, ``demo`` -- are run with
-both in tests/integration/test_cli_output.py, test_examples.py and test_demo_site.py.)
+(The long-running commands are run with both in tests/integration/test_cli_output.py -- ``run``,
+``worker``, ``dispatch --once``, ``crawl`` -- and ``demo --json`` in tests/integration/test_pipeline.py.)
 """
 
 from __future__ import annotations
