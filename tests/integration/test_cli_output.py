@@ -6,35 +6,32 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import json
-import os
 import re
 import signal
-import sys
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from crawlherd.demo import DemoSite
+from crawlherd.demo.targets import expected_results
 from tests.servers.misbehaving import MisbehavingServer
+from tests.support.cli import crawlherd, running_crawlherd
 
 pytestmark = pytest.mark.timeout(120)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[MisbehavingServer]:
     async with MisbehavingServer(pages=40) as s:
         yield s
-
-
-async def crawlherd(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawlherd", *args, cwd=cwd,
-        env={**os.environ, **(env or {})}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 90)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_crawl_off_a_terminal_prints_plain_status_lines_and_a_statistics_dump(
@@ -92,24 +89,203 @@ async def test_db_current_and_dispatch_once_speak_json(tmp_path: Path) -> None:
 async def test_ctrl_c_says_stopping_at_once_and_what_it_waits_for(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/c.db"
     assert (await crawlherd("db", "upgrade", "--database-url", db))[0] == 0
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawlherd", "worker", "--database-url", db,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    assert proc.stderr is not None and proc.stdout is not None
-    banner = await asyncio.wait_for(proc.stderr.readline(), 60)
-    assert banner.startswith(b"worker "), banner
-    proc.send_signal(signal.SIGINT)
-    stopping = await asyncio.wait_for(proc.stderr.readline(), 30)
-    if stopping == b"\n":  # a newline first, to leave a live status line
+    async with running_crawlherd("worker", "--database-url", db) as proc:
+        assert proc.stderr is not None and proc.stdout is not None
+        banner = await asyncio.wait_for(proc.stderr.readline(), 60)
+        assert banner.startswith(b"worker "), banner
+        proc.send_signal(signal.SIGINT)
         stopping = await asyncio.wait_for(proc.stderr.readline(), 30)
-    assert stopping.decode() == (
-        "stopping… waiting for 0 job(s) in flight to finish (up to 30 s; the rest are requeued) "
-        "(Ctrl+C again to abort)\n"
-    )
-    _, rest = await asyncio.wait_for(proc.communicate(), 60)
+        if stopping == b"\n":  # a newline first, to leave a live status line
+            stopping = await asyncio.wait_for(proc.stderr.readline(), 30)
+        assert stopping.decode() == (
+            "stopping… waiting for 0 job(s) in flight to finish (up to 30 s; the rest are requeued) "
+            "(Ctrl+C again to abort)\n"
+        )
+        _, rest = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0
+        text = rest.decode()
+        assert text.startswith("worker stopped (")
+        stats = ast.literal_eval(text.split("statistics:\n", 1)[1])
+        assert stats["jobs/received"] == 0 and "pages/per_minute" in stats and "items/per_minute" in stats
+
+
+# -- run and worker: status lines in pages/min and items/min, the statistics at the end -------------
+
+RUN_STATUS = re.compile(
+    r"\d\d:\d\d:\d\d pages \d+ \(\d+\.\d/min\), items \d+ \(\d+\.\d/min\); "
+    r"(jobs 0|jobs \d+: \d+ done, \d+ running, \d+ retrying, \d+ dead)"
+)
+WORKER_STATUS = re.compile(
+    r"\d\d:\d\d:\d\d pages \d+ \(\d+\.\d/min\), items (\d+) \(\d+\.\d/min\); "
+    r"jobs (\d+) done, \d+ running, \d+ retried, \d+ dead"
+)
+
+
+def dumped(err: str, title: str) -> dict[str, Any]:
+    """The statistics block that follows ``title:`` on stderr, parsed as Python literals."""
+    block = err.split(f"{title}:\n", 1)[1]
+    stats: dict[str, Any] = ast.literal_eval(block[: block.index("}") + 1])
+    return stats
+
+
+@pytest.fixture
+async def demo_pipeline(tmp_path: Path) -> AsyncIterator[tuple[DemoSite, dict[str, str], int]]:
+    """A demo site, and a fresh config DB (in the environment returned) holding examples/targets.yaml
+    with every target run now; the number of items the site lists for those targets."""
+    async with DemoSite(throttle_every=0) as site:
+        env = {"DEMO_URL": site.url, "CRAWLHERD_DATABASE_URL": f"sqlite:///{tmp_path}/c.db",
+               "CRAWLHERD_STATUS_INTERVAL": "0.1"}
+        assert (await crawlherd("targets", "import", str(EXAMPLES / "targets.yaml"), env=env))[0] == 0
+        code, out, err = await crawlherd("targets", "run", "1", "2", env=env)
+        assert code == 0, err
+        text = (EXAMPLES / "targets.yaml").read_text().replace("${DEMO_URL:-http://127.0.0.1:8080}", site.url)
+        expected = expected_results(site, yaml.safe_load(text))
+        yield site, env, sum(len(v) for v in expected.values())
+
+
+async def test_run_off_a_terminal_prints_pages_and_items_per_minute_and_a_statistics_dump(
+    demo_pipeline: tuple[DemoSite, dict[str, str], int],
+) -> None:
+    _, env, items = demo_pipeline
+    code, out, err = await crawlherd("run", "--until-idle", "--no-web", "--allow-private", env=env)
+    assert code == 0, err
+    assert out == "" and "\r" not in err and "\x1b" not in err
+    lines = err.splitlines()
+    db = env["CRAWLHERD_DATABASE_URL"]
+    assert lines[0] == f"crawlherd run: {db}, broker {db}, frontier {db.removesuffix('.db')}-frontier.db", err
+    # at least one: the politeness delay (0.2 s) between the pages of a host outlasts the 0.1 s interval
+    assert [line for line in lines if RUN_STATUS.fullmatch(line)], err
+    stats = dumped(err, "crawlherd run stopped; statistics")
+    assert stats["jobs/succeeded"] == 2 and stats["jobs/dispatched"] == 2 and stats["items/new"] == items
+    assert stats["pages/per_minute"] > 0 and stats["items/per_minute"] > 0
+
+
+async def test_worker_off_a_terminal_prints_status_lines_then_stops_on_ctrl_c_with_its_statistics(
+    demo_pipeline: tuple[DemoSite, dict[str, str], int],
+) -> None:
+    _, env, items = demo_pipeline
+    code, out, err = await crawlherd("dispatch", "--once", "--json", env=env)
+    assert code == 0 and json.loads(out)["published"] == 2, err
+    async with running_crawlherd("worker", "--allow-private", env=env) as proc:
+        assert proc.stderr is not None
+        banner = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
+        assert banner.startswith("worker "), banner
+        while True:  # status lines until both jobs are done
+            line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode().rstrip("\n")
+            status = WORKER_STATUS.fullmatch(line)
+            assert status, line
+            if status.group(2) == "2":
+                assert int(status.group(1)) == items
+                break
+        proc.send_signal(signal.SIGINT)
+        _, rest = await asyncio.wait_for(proc.communicate(), 60)
+        text = rest.decode()
+        stopping = next(line for line in text.splitlines() if not WORKER_STATUS.fullmatch(line) and line)
+        assert stopping == (
+            "stopping… waiting for 0 job(s) in flight to finish (up to 30 s; the rest are requeued) "
+            "(Ctrl+C again to abort)"
+        )
+        assert proc.returncode == 0
+        stats = dumped(text, f"worker stopped ({banner.split()[1].rstrip(':')}); statistics")
+        assert stats["jobs/received"] == 2 and stats["jobs/succeeded"] == 2 and stats["items/new"] == items
+        assert stats["pages/per_minute"] > 0 and stats["items/per_minute"] > 0
+
+
+# -- Ctrl+C: "stopping…" at once, and what it waits for ------------------------------------------------
+
+
+async def interrupt_after(proc: asyncio.subprocess.Process, stream: asyncio.StreamReader, first: str) -> str:
+    """Wait for a line matching the regular expression ``first`` on ``stream`` (the lines before it must
+    be status lines), send SIGINT, and return the next line of stderr that is not a status line."""
+    while True:
+        line = (await asyncio.wait_for(stream.readline(), 60)).decode()
+        if re.match(first, line):
+            break
+        assert re.match(r"\d\d:\d\d:\d\d ", line), line
+    proc.send_signal(signal.SIGINT)
+    assert proc.stderr is not None
+    while True:
+        line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+        if line.strip() and not re.match(r"\d\d:\d\d:\d\d ", line):
+            return line
+
+
+@pytest.mark.parametrize(
+    ("command", "banner", "waits_for", "last_words"),
+    [
+        (["run", "--no-web"], "crawlherd run: ",
+         "0 job(s) in flight to finish (up to 30 s; the rest are requeued)", "crawlherd run stopped; statistics:\n{"),
+        (["dispatch"], "dispatcher ",
+         "the current dispatch cycle (its claimed outbox rows are published or released)", "dispatcher stopped\n"),
+    ],
+    ids=["run", "dispatch"],
+)
+async def test_ctrl_c_says_stopping_and_what_it_waits_for(
+    command: list[str], banner: str, waits_for: str, last_words: str, tmp_path: Path
+) -> None:
+    db = f"sqlite:///{tmp_path}/c.db"
+    assert (await crawlherd("db", "upgrade", "--database-url", db))[0] == 0
+    async with running_crawlherd(*command, "--database-url", db) as proc:
+        assert proc.stderr is not None and proc.stdout is not None
+        # run's banner is information (stderr); dispatch's lines are its output (stdout)
+        stopping = await interrupt_after(proc, proc.stderr if command[0] == "run" else proc.stdout, banner)
+        assert stopping == f"stopping… waiting for {waits_for} (Ctrl+C again to abort)\n"
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0 and last_words in (out + err).decode()
+
+
+async def test_ctrl_c_on_crawl_stops_at_once_and_still_prints_the_summary(server: MisbehavingServer) -> None:
+    async with running_crawlherd(
+        "crawl", server.url + "/page/1", "--allow-private", "--delay", "0.3", "--max-pages", "40", "--depth", "99",
+        env={"CRAWLHERD_STATUS_INTERVAL": "0.1"},
+    ) as proc:
+        assert proc.stderr is not None
+        stopping = await interrupt_after(proc, proc.stderr, r"\d\d:\d\d:\d\d pages [1-9]")
+        assert re.fullmatch(
+            r"stopping… waiting for \d+ page\(s\) in flight to be cancelled; then the summary and statistics of the "
+            r"pages crawled \(Ctrl\+C again to abort\)\n", stopping), stopping
+        _, rest = await asyncio.wait_for(proc.communicate(), 60)
+        stats = dumped(rest.decode(), "statistics")
+        assert 0 < stats["pages/total"] < 40 and stats["pages/ok"] == stats["pages/total"]
+
+
+# -- -q and --json on the long-running commands -------------------------------------------------------
+
+
+async def test_run_and_dispatch_once_are_silent_with_q_and_speak_json_with_json(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/c.db"
+    assert await crawlherd("run", "--until-idle", "--no-web", "-q", "--database-url", db) == (0, "", "")
+    code, out, err = await crawlherd("run", "--until-idle", "--no-web", "--json", "--database-url", db)
+    assert (code, err) == (0, "")
+    stats = json.loads(out)
+    assert stats["jobs/dispatched"] == 0 and stats["items/per_minute"] == 0
+    assert await crawlherd("dispatch", "--once", "-q", "--database-url", db) == (0, "", "")
+
+
+async def wait_for_heartbeat(db_file: Path, pid: int) -> None:
+    """Until the process ``pid`` has registered in the config DB (its signal handlers are installed by then)."""
+    while True:
+        with contextlib.closing(sqlite3.connect(db_file)) as conn:
+            if conn.execute("SELECT count(*) FROM process_heartbeats WHERE pid = ?", (pid,)).fetchone()[0]:
+                return
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("flag", ["-q", "--json"])
+async def test_worker_with_q_or_json_prints_only_its_stop_line_and_its_result(flag: str, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/c.db"
+    assert (await crawlherd("db", "upgrade", "--database-url", db))[0] == 0
+    async with running_crawlherd("worker", flag, "--database-url", db) as proc:
+        await asyncio.wait_for(wait_for_heartbeat(tmp_path / "c.db", proc.pid), 60)
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0
-    text = rest.decode()
-    assert text.startswith("worker stopped (")
-    stats = ast.literal_eval(text.split("statistics:\n", 1)[1])
-    assert stats["jobs/received"] == 0 and "pages/per_minute" in stats and "items/per_minute" in stats
+    # the answer to Ctrl+C is printed even with -q: a person pressed it and waits
+    assert err.decode().strip() == (
+        "stopping… waiting for 0 job(s) in flight to finish (up to 30 s; the rest are requeued) (Ctrl+C again to abort)"
+    )
+    if flag == "-q":
+        assert out == b""
+    else:
+        stats = json.loads(out)
+        assert stats["jobs/received"] == 0 and "pages/per_minute" in stats and "items/per_minute" in stats

@@ -6,17 +6,24 @@ with ``set -e``; both in a scratch directory holding ``examples/`` and ``targets
 ``examples/targets.toml``), with ``crawlherd`` on the PATH and no CRAWLHERD_* variable of the caller.
 Blocks that use Redis need the local Redis (skipped, or failed under CRAWLHERD_REQUIRE_SERVICES=1, when
 it is missing).
+
+The docs tell a reader to start the demo site (``python -m crawlherd.demo``, port 8080, or elsewhere with
+``DEMO_URL``) before the blocks that crawl it; so does this test: a bash block that names ``DEMO_URL``,
+``examples/`` or ``targets.toml`` runs with a demo site of its own (on a free port, so that tests running
+at the same time do not collide) and ``DEMO_URL`` set to it -- as a reader whose port 8080 is taken does.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,13 +33,7 @@ ROOT = Path(__file__).parents[2]
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```(python|bash)([^\n]*)\n(.*?)^```", re.M | re.S)
 
-#: README.md is not ours to edit in this change: its blocks that cannot run here, and why (to be
-#: moved into their info strings).
-README_NO_RUN = {
-    "python3 -m venv": "installs the package",
-    "from crawlherd import Crawler, RateLimiter": "needs the internet (example.com)",
-    "crawlherd targets import examples/targets.toml": "`crawlherd run` runs until Ctrl+C (write `run --until-idle`)",
-}
+NEEDS_DEMO_SITE = ("DEMO_URL", "examples/", "targets.toml")
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,6 @@ def snippets() -> list[Snippet]:
 def skip_reason(s: Snippet) -> str | None:
     if s.info.startswith("no-run"):
         return s.info.partition(":")[2].strip() or "marked no-run"
-    if s.path.name == "README.md":
-        for start, reason in README_NO_RUN.items():
-            if s.code.startswith(start):
-                return reason
     return None
 
 
@@ -72,6 +69,21 @@ def scratch(tmp_path: Path) -> Path:
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     shutil.copy(ROOT / "examples" / "targets.toml", tmp_path / "targets.toml")
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def demo_url() -> Iterator[str]:
+    """``python -m crawlherd.demo`` on a free port, as the docs have the reader start it; its URL."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "crawlherd.demo", "--port", "0", "--throttle-every", "0"],
+        stdout=subprocess.PIPE, text=True, env=clean_env(),
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            proc.stdout.readline()  # "demo site on URL (...)"
+            yield str(json.loads(proc.stdout.readline())["url"])
+        finally:
+            proc.terminate()  # by its PID; the with block closes the pipe and waits for it
 
 
 def clean_env() -> dict[str, str]:
@@ -89,8 +101,11 @@ def test_snippet_runs_as_written(snippet: Snippet, scratch: Path, request: pytes
     if "redis://" in snippet.code:
         request.getfixturevalue("redis_url")
     if snippet.lang == "bash":
+        env = clean_env()
+        if any(word in snippet.code for word in NEEDS_DEMO_SITE):
+            env["DEMO_URL"] = request.getfixturevalue("demo_url")
         proc = subprocess.run(
-            ["bash", "-e", "-c", snippet.code], cwd=scratch, env=clean_env(), capture_output=True, text=True,
+            ["bash", "-e", "-c", snippet.code], cwd=scratch, env=env, capture_output=True, text=True,
             timeout=110, check=False,
         )
         assert proc.returncode == 0, f"{snippet.id} failed:\n{proc.stdout}\n{proc.stderr}"
@@ -104,3 +119,8 @@ def test_snippet_runs_as_written(snippet: Snippet, scratch: Path, request: pytes
             asyncio.run(asyncio.wait_for(result, 100))
     finally:
         os.chdir(cwd)
+
+
+def test_every_no_run_block_says_why() -> None:
+    unexplained = [s.id for s in snippets() if s.info.startswith("no-run") and not s.info.partition(":")[2].strip()]
+    assert unexplained == [], "write `no-run: <reason>` in these blocks' info strings"

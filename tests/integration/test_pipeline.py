@@ -5,6 +5,7 @@ killed with -9, and a site that always fails ending dead (and sent again on requ
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -121,8 +122,8 @@ async def wait_settled(engine: AsyncEngine, timeout: float) -> None:
 async def test_demo_on_the_embedded_defaults_stores_every_item(tmp_path: Path, chromium: str) -> None:
     """`crawlherd demo`: one SQLite file for config, broker and items; the JavaScript listing too."""
     workdir = tmp_path / "demo"
-    ok = await _demo(workdir, timeout=240, concurrency=4, no_browser=False, console=Console(quiet=True))
-    assert ok
+    summary = await _demo(workdir, timeout=240, concurrency=4, no_browser=False, console=Console(quiet=True))
+    assert summary["ok"] is True
     engine = create_engine(f"sqlite:///{workdir / 'demo.db'}")
     try:
         got = await stored_items(engine)
@@ -148,6 +149,14 @@ def test_demo_command_runs_and_reports(tmp_path: Path) -> None:
     assert "ok" in result.output
     assert "MISMATCH" not in result.output
     assert "items are in" in result.output
+    as_json = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "j"), "--no-browser", "--timeout", "240",
+                                       "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    summary = json.loads(as_json.stdout)
+    assert summary["ok"] is True and summary["jobs/dead"] == 0 and summary["settled"] is True
+    assert {w: (v["missing"], v["extra"]) for w, v in summary["websites"].items()} == {
+        "demo-jobs": (0, 0), "demo-jobs-browse": (0, 0)}
+    assert summary["websites"]["demo-jobs"]["stored"] == summary["websites"]["demo-jobs"]["listed"] > 0
 
 
 # -- 2. scaled out: PostgreSQL + a real broker + three worker processes -----------------------------

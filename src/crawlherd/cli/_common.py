@@ -24,12 +24,14 @@ __all__ = [
     "JsonLogFormatter",
     "Output",
     "Rates",
-    "periodic_status",
-    "stats_dump",
+    "broker_option",
+    "config_db",
     "database_option",
     "ensure_migrated",
     "output_options",
+    "periodic_status",
     "settings_from",
+    "stats_dump",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,6 +41,14 @@ database_option = click.option(
     default=None,
     metavar="URL",
     help="Config DB (sqlite:///file.db or postgresql://...); default: CRAWLHERD_DATABASE_URL.",
+)
+
+broker_option = click.option(
+    "--broker-url",
+    default=None,
+    metavar="URL",
+    help="Message broker (redis://, amqp://, sqs://, sqlite:///); default: CRAWLHERD_BROKER_URL, else a table in "
+    "a SQLite config DB.",
 )
 
 
@@ -75,6 +85,23 @@ def engine_for(settings: Settings, *, read_only: bool = False, **options: Any) -
     """An engine for ``settings.database_url``. ``read_only`` commands refuse a SQLite path that does
     not exist (a typo must not create an empty database)."""
     return create_engine(settings.database_url, must_exist=read_only, **options)
+
+
+@contextlib.asynccontextmanager
+async def config_db(settings: Settings, *, read_only: bool = False, migrate: bool = True) -> AsyncIterator[AsyncEngine]:
+    """The config DB of ``settings``, its tables created when it is new (``migrate``), disposed of at
+    the end; ``read_only`` as :func:`engine_for`."""
+    engine = engine_for(settings, read_only=read_only)
+    try:
+        if migrate:
+            await ensure_migrated(engine)
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+def _json_default(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -132,7 +159,7 @@ class Output:
         """The command's result: ``data`` as JSON with --json, else ``text`` (silenced by -q)."""
         self._end_live()
         if self.as_json:
-            click.echo(json.dumps(data, ensure_ascii=False, default=str, indent=2))
+            click.echo(json.dumps(data, ensure_ascii=False, default=_json_default, indent=2))
         elif text and not self.quiet:
             click.echo(text)
 

@@ -1,25 +1,21 @@
-"""Helpers of the console's commands: ``--json``, ``--metrics-port``, and running one coroutine on the
-config DB."""
+"""Helpers of the console's commands: ``--metrics-port``, the console of ``run``, and running one
+coroutine on the config DB."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
 from typing import Any, TypeVar
 
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.cli._common import engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import config_db, settings_from
 
-__all__ = ["console_or_none", "echo_json", "json_option", "metrics_port_option", "on_db", "start_metrics"]
+__all__ = ["console_or_none", "metrics_port_option", "on_db", "start_metrics"]
 
 T = TypeVar("T")
-
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON (one document) instead of a table.")
 
 metrics_port_option = click.option(
     "--metrics-port",
@@ -40,28 +36,17 @@ def start_metrics(port: int | None, host: str = "127.0.0.1") -> None:
     click.echo(f"metrics: http://{host}:{bound}/metrics", err=True)
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"not JSON: {type(value).__name__}")
-
-
-def echo_json(value: Any) -> None:
-    """Print ``value`` as JSON (datetimes as ISO 8601)."""
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=_default))
-
-
-def on_db(ctx: click.Context, database_url: str | None, work: Callable[[AsyncEngine], Awaitable[T]]) -> T:
-    """Run ``work`` on the (migrated) config DB of the settings."""
+def on_db(
+    ctx: click.Context, database_url: str | None, work: Callable[[AsyncEngine], Awaitable[T]], *,
+    read_only: bool = False, migrate: bool = True,
+) -> T:
+    """Run ``work`` on the config DB of the settings (its tables created when it is new, unless not
+    ``migrate``); ``read_only`` commands refuse a SQLite path that does not exist."""
     settings = settings_from(ctx, database_url=database_url)
 
     async def main() -> T:
-        engine = engine_for(settings)
-        try:
-            await ensure_migrated(engine)
+        async with config_db(settings, read_only=read_only, migrate=migrate) as engine:
             return await work(engine)
-        finally:
-            await engine.dispose()
 
     return asyncio.run(main())
 

@@ -3,14 +3,39 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import click
 
-__all__ = ["stop_on_signals"]
+__all__ = ["stop_on_signals", "until_stopped"]
+
+T = TypeVar("T")
+
+
+async def until_stopped(source: AsyncIterator[T], stop: asyncio.Event) -> AsyncIterator[T]:
+    """The items of ``source`` until ``stop`` is set: a pending wait for the next one is cancelled
+    then, so a stop does not wait for a slow item."""
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while not stop.is_set():
+            following = asyncio.ensure_future(anext(source))
+            await asyncio.wait({following, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await following
+                return
+            try:
+                yield following.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        stopped.cancel()
 
 
 @contextmanager

@@ -138,8 +138,7 @@ def crawl(
         )
     except CrawlherdError as exc:
         raise click.ClickException(str(exc)) from None
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+    except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl+C ("aborting now")
         sys.exit(130)
     ok, total = summary.ok, summary.total
     lines = [
@@ -220,27 +219,38 @@ async def _crawl(
             f"{rates.line(total, 0).split(', items')[0]}, ok {ok}, failed {total - ok}"
         )
 
-    async with Crawler(limits=limits, config=config) as crawler, periodic_status(plain, line, status_interval):
-        stream = await crawler.crawl(
-            urls,
-            max_pages=max_pages,
-            max_depth=max_depth,
-            allowed_domains=list(domains) or None,
-            dispatcher=dispatcher,
-            frontier=frontier,
-            delay=delay,
-            max_in_flight_per_host=per_host,
+    from crawlherd.cli._signals import stop_on_signals, until_stopped
+
+    stop = asyncio.Event()
+
+    def waiting_for() -> str:
+        return (
+            f"{monitor.get_statistics()['in_flight']} page(s) in flight to be cancelled; then the summary and "
+            "statistics of the pages crawled"
         )
-        async with stream:
-            async for result in stream:
-                total += 1
-                ok += result.success
-                code = result.status_code
-                label = str(code) if code is not None else result.error_type or "error"
-                statuses[label] += 1
-                if not result.success and result.error_message and code is None:
-                    examples.setdefault(label, result.error_message)
-                if output is not None:
-                    output.write(json.dumps(result.to_dict(body=with_body), ensure_ascii=False) + "\n")
+
+    with stop_on_signals(stop, waiting_for):
+        async with Crawler(limits=limits, config=config) as crawler, periodic_status(plain, line, status_interval):
+            stream = await crawler.crawl(
+                urls,
+                max_pages=max_pages,
+                max_depth=max_depth,
+                allowed_domains=list(domains) or None,
+                dispatcher=dispatcher,
+                frontier=frontier,
+                delay=delay,
+                max_in_flight_per_host=per_host,
+            )
+            async with stream:
+                async for result in until_stopped(stream, stop):
+                    total += 1
+                    ok += result.success
+                    code = result.status_code
+                    label = str(code) if code is not None else result.error_type or "error"
+                    statuses[label] += 1
+                    if not result.success and result.error_message and code is None:
+                        examples.setdefault(label, result.error_message)
+                    if output is not None:
+                        output.write(json.dumps(result.to_dict(body=with_body), ensure_ascii=False) + "\n")
     stats = monitor.get_statistics()
     return _Summary(ok, total, stats["elapsed"], stats["pages_per_second"], dict(statuses), examples)

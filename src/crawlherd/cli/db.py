@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
+from typing import Any
 
 import click
 
 from crawlherd._redact import redact_url
-from crawlherd.cli._common import Output, database_option, engine_for, ensure_migrated, output_options, settings_from
+from crawlherd.cli._common import Output, database_option, output_options, settings_from
+from crawlherd.cli._console import on_db
 from crawlherd.db import current_revision, head_revision, upgrade
 from crawlherd.duration import parse_duration
 from crawlherd.errors import ScheduleError
-from crawlherd.service.retention import PruneCounts, prune_history
+from crawlherd.service.retention import prune_history
 
 __all__ = ["db"]
 
@@ -22,22 +23,22 @@ def db() -> None:
     """The config DB (SQLite file or PostgreSQL): create and migrate its tables, prune its history."""
 
 
+def _revision(ctx: click.Context, database_url: str | None, revision: str | None) -> dict[str, Any]:
+    url = redact_url(settings_from(ctx, database_url=database_url).database_url)
+    return {"database_url": url, "current": revision, "newest": head_revision(),
+            "up_to_date": revision == head_revision()}
+
+
 @db.command("upgrade")
 @database_option
+@output_options
 @click.pass_context
-def upgrade_cmd(ctx: click.Context, database_url: str | None) -> None:
+def upgrade_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Create the tables, or bring them to the newest migration (safe to run again)."""
-    settings = settings_from(ctx, database_url=database_url)
-
-    async def main() -> str:
-        engine = engine_for(settings)
-        try:
-            return await upgrade(engine)
-        finally:
-            await engine.dispose()
-
-    revision = asyncio.run(main())
-    click.echo(f"config DB {redact_url(settings.database_url)} is at migration {revision} (newest)")
+    state = _revision(ctx, database_url, on_db(ctx, database_url, upgrade, migrate=False))
+    Output(quiet=quiet, as_json=as_json).result(
+        f"config DB {state['database_url']} is at migration {state['current']} (newest)", state
+    )
 
 
 @db.command("current")
@@ -46,22 +47,10 @@ def upgrade_cmd(ctx: click.Context, database_url: str | None) -> None:
 @click.pass_context
 def current_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Show the config DB's migration and the newest one this crawlherd ships."""
-    settings = settings_from(ctx, database_url=database_url)
-
-    async def main() -> str | None:
-        engine = engine_for(settings, read_only=True)
-        try:
-            return await current_revision(engine)
-        finally:
-            await engine.dispose()
-
-    current = asyncio.run(main())
+    state = _revision(ctx, database_url, on_db(ctx, database_url, current_revision, read_only=True, migrate=False))
     Output(quiet=quiet, as_json=as_json).result(
-        f"current: {current or '(not migrated)'}; newest: {head_revision()}",
-        {"database_url": redact_url(settings.database_url), "current": current, "newest": head_revision(),
-         "up_to_date": current == head_revision()},
+        f"current: {state['current'] or '(not migrated)'}; newest: {state['newest']}", state
     )
-
 
 
 def _retention(value: str, what: str) -> timedelta | None:
@@ -90,10 +79,11 @@ def _retention(value: str, what: str) -> timedelta | None:
     "default: the items_retention setting (never).",
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted, delete nothing.")
+@output_options
 @click.pass_context
 def prune_cmd(
     ctx: click.Context, database_url: str | None, runs_older_than: str | None, items_unseen_for: str | None,
-    dry_run: bool,
+    dry_run: bool, quiet: bool, as_json: bool,
 ) -> None:
     """Delete old history: finished job runs and items not seen for a while (run it from cron).
 
@@ -104,16 +94,17 @@ def prune_cmd(
         settings.items_retention if items_unseen_for is None else items_unseen_for, "--items-unseen-for"
     )
 
-    async def main() -> PruneCounts:
-        engine = engine_for(settings, read_only=True)
-        try:
-            await ensure_migrated(engine)
-            return await prune_history(engine, runs_older_than=runs, items_unseen_for=items, dry_run=dry_run)
-        finally:
-            await engine.dispose()
-
-    counts = asyncio.run(main())
+    counts = on_db(
+        ctx, database_url,
+        lambda engine: prune_history(engine, runs_older_than=runs, items_unseen_for=items, dry_run=dry_run),
+        read_only=True,
+    )
     verb = "would delete" if dry_run else "deleted"
     kept_runs = "" if runs is not None else " (job runs kept: no retention)"
     kept_items = "" if items is not None else " (items kept: no retention)"
-    click.echo(f"{verb} {counts.runs} job run(s){kept_runs} and {counts.items} item(s){kept_items}")
+    Output(quiet=quiet, as_json=as_json).result(
+        f"{verb} {counts.runs} job run(s){kept_runs} and {counts.items} item(s){kept_items}",
+        {"dry_run": dry_run, "runs": counts.runs, "items": counts.items,
+         "runs_older_than_seconds": runs.total_seconds() if runs else None,
+         "items_unseen_for_seconds": items.total_seconds() if items else None},
+    )

@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy import update
 
 from crawlherd.brokers import open_broker
+from crawlherd.cli._common import Output, output_options
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.db import ScrapeTarget, create_engine, upgrade
 from crawlherd.demo import DemoSite
@@ -48,7 +49,8 @@ __all__ = ["demo"]
 )
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Jobs at once.")
 @click.option("--no-browser", is_flag=True, help="Leave out the JavaScript-rendered website.")
-def demo(workdir: str, timeout: float, concurrency: int, no_browser: bool) -> None:
+@output_options
+def demo(workdir: str, timeout: float, concurrency: int, no_browser: bool, quiet: bool, as_json: bool) -> None:
     """Run the whole pipeline against a built-in local job board and show what it found.
 
     \b
@@ -57,13 +59,15 @@ def demo(workdir: str, timeout: float, concurrency: int, no_browser: bool) -> No
     2. creates a fresh SQLite config DB in --dir and imports the demo targets (--dir/targets.toml);
     3. runs the dispatch service, the broker (a table in the same file) and a worker until every demo
        job is settled;
-    4. prints a summary and checks the items against the demo site's own listing.
+    4. prints a summary and checks the items against the demo site's own listing (--json: the summary
+       as one JSON object on stdout); exits 1 when they differ.
     """
-    console = Console()
-    ok = False
+    console = Console(quiet=quiet or as_json)
+    summary: dict[str, Any] = {"ok": False}
     with contextlib.suppress(asyncio.CancelledError):
-        ok = asyncio.run(_demo(Path(workdir), timeout, concurrency, no_browser, console))
-    if not ok:
+        summary = asyncio.run(_demo(Path(workdir), timeout, concurrency, no_browser, console))
+    Output(quiet=quiet, as_json=as_json).result("", summary)
+    if not summary["ok"]:
         raise SystemExit(1)
 
 
@@ -84,7 +88,9 @@ def _fresh_dir(workdir: Path) -> None:
     workdir.mkdir(parents=True)
 
 
-async def _demo(workdir: Path, timeout: float, concurrency: int, no_browser: bool, console: Console) -> bool:
+async def _demo(
+    workdir: Path, timeout: float, concurrency: int, no_browser: bool, console: Console
+) -> dict[str, Any]:
     await asyncio.to_thread(_fresh_dir, workdir)
     db_url = f"sqlite:///{workdir / 'demo.db'}"
     started = time.monotonic()
@@ -165,7 +171,9 @@ async def _summary(
     elapsed: float,
     timeout: float,
     console: Console,
-) -> bool:
+) -> dict[str, Any]:
+    """Print the summary on ``console``; return it as data (``ok``: every job settled, none dead, the
+    items exactly the site's)."""
     expected = expected_results(site, document)
     stored: dict[str, set[str]] = {}
     async for item in iter_items(engine):
@@ -183,12 +191,14 @@ async def _summary(
         f"{site.log.count(status=429)}"
     )
     ok = progress.idle and progress.dead == 0
+    websites: dict[str, dict[str, Any]] = {}
     for website, want in expected.items():
         got = stored.get(website, set())
         missing = set(want) - got
         extra = got - set(want)
         mark = "[green]ok[/green]" if not missing and not extra else "[red]MISMATCH[/red]"
         console.print(f"  {website:20} {len(got):4} items stored, the site lists {len(want):4}  {mark}")
+        websites[website] = {"stored": len(got), "listed": len(want), "missing": len(missing), "extra": len(extra)}
         ok = ok and not missing and not extra
     if not progress.idle:
         console.print(f"[red]  not every job settled within --timeout {timeout:g}s[/red]")
@@ -198,4 +208,10 @@ async def _summary(
         f"  items are in {workdir / 'demo.db'} (table items); export them with:\n"
         f"    crawlherd items export --database-url sqlite:///{workdir / 'demo.db'} --format csv"
     )
-    return ok
+    return {
+        "ok": ok, "elapsed_seconds": round(elapsed, 1), "settled": progress.idle, "jobs": progress.jobs,
+        "jobs/succeeded": progress.succeeded, "jobs/retried": s.retried, "jobs/dead": progress.dead,
+        "pages/listing": s.pages, "pages/detail": s.detail_pages, "items/new": s.items_new,
+        "items/updated": s.items_updated, "rate_limited": site.log.count(status=429), "websites": websites,
+        "database": f"sqlite:///{workdir / 'demo.db'}", "last_errors": list(s.last_errors[-3:]),
+    }

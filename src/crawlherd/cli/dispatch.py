@@ -12,9 +12,9 @@ from crawlherd._redact import redact_url
 from crawlherd.cli._common import (
     Output,
     broker_for_service,
+    broker_option,
+    config_db,
     database_option,
-    engine_for,
-    ensure_migrated,
     output_options,
     settings_from,
 )
@@ -30,7 +30,7 @@ __all__ = ["dispatch"]
 @click.option("--interval", "dispatch_interval", type=click.FloatRange(min=0.01), default=None,
               help="Seconds between cycles.  [default: setting dispatch_interval, 1]")
 @database_option
-@click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
+@broker_option
 @click.option("--batch-size", "dispatch_batch_size", type=click.IntRange(1, 100_000), default=None,
               help="Targets per tick.  [default: setting dispatch_batch_size, 500]")
 @click.option(
@@ -78,35 +78,32 @@ def dispatch(
             click.echo(line(tick, relay))
 
     async def main() -> None:
-        engine = engine_for(settings)
-        try:
-            await ensure_migrated(engine)
+        async with config_db(settings) as engine, broker_for_service(broker_target) as broker:
             start_metrics(metrics_port)
-            async with broker_for_service(broker_target) as broker:
-                dispatcher = DispatchService(
-                    engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease,
-                    broker_label=redact_url(broker_target),
-                )
+            dispatcher = DispatchService(
+                engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease,
+                broker_label=redact_url(broker_target),
+            )
+            # First signal: finish the current batch and stop. Second: abort (the relay still
+            # marks what the broker confirmed and releases the rest). Before the banner: Ctrl+C from
+            # then on is clean.
+            stop = asyncio.Event()
+            with stop_on_signals(stop, lambda: "the current dispatch cycle (its claimed outbox rows are published "
+                                 "or released)"):
                 if not (quiet or as_json):
                     click.echo(
                         f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "
                         f"{redact_url(broker_target)}" + (" (once)" if once else f" every {interval:g}s")
                     )
-                # First signal: finish the current batch and stop. Second: abort (the relay still
-                # marks what the broker confirmed and releases the rest).
-                stop = asyncio.Event()
-                with stop_on_signals(stop):
-                    if once:
-                        tick, relay = await dispatcher.run_once(stop)
-                        data = {"due_targets": tick.targets, "jobs": tick.inserted,
-                                "published": relay.published, "failed": relay.failed}
-                        out.result(line(tick, relay), data)
-                        return
-                    await dispatcher.run(interval=interval, stop=stop, on_cycle=progress)
-                if not (quiet or as_json):
-                    click.echo("dispatcher stopped")
-        finally:
-            await engine.dispose()
+                if once:
+                    tick, relay = await dispatcher.run_once(stop)
+                    data = {"due_targets": tick.targets, "jobs": tick.inserted,
+                            "published": relay.published, "failed": relay.failed}
+                    out.result(line(tick, relay), data)
+                    return
+                await dispatcher.run(interval=interval, stop=stop, on_cycle=progress)
+            if not (quiet or as_json):
+                click.echo("dispatcher stopped")
 
     with contextlib.suppress(asyncio.CancelledError):
         asyncio.run(main())

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.cli._common import database_option
-from crawlherd.cli._console import echo_json, json_option, on_db
+from crawlherd.cli._common import Output, database_option, output_options
+from crawlherd.cli._console import on_db
 from crawlherd.service.explain import Explanation, Lineage, explain, lineage
 
 __all__ = ["explain_cmd"]
@@ -25,10 +25,11 @@ def _ts(value: datetime | None) -> str:
 @click.option("--slots", type=click.IntRange(0, 1000), default=5, show_default=True,
               help="Lineage: how many recent slots.")
 @database_option
-@json_option
+@output_options
 @click.pass_context
 def explain_cmd(
-    ctx: click.Context, target_id: int, at: str | None, slots: int, database_url: str | None, as_json: bool
+    ctx: click.Context, target_id: int, at: str | None, slots: int, database_url: str | None, quiet: bool,
+    as_json: bool,
 ) -> None:
     """Why did target TARGET_ID (not) run at TIME? One verdict, then its recent slots, hand by hand:
     claimed by, published to, worker, attempts, outcome."""
@@ -43,19 +44,18 @@ def explain_cmd(
     async def work(engine: AsyncEngine) -> tuple[Explanation, Lineage]:
         return await explain(engine, target_id, when), await lineage(engine, target_id, limit=max(slots, 1))
 
-    why, trail = on_db(ctx, database_url, work)
-    if as_json:
-        echo_json({**why.as_dict(), "lineage": [s.as_dict() for s in trail.slots[:slots]]})
-        return
-    click.echo(f"target {target_id} at {_ts(why.at)} UTC: {why.verdict}")
-    click.echo(f"  {why.summary}")
+    why, trail = on_db(ctx, database_url, work, read_only=True)
+    lines = [f"target {target_id} at {_ts(why.at)} UTC: {why.verdict}", f"  {why.summary}"]
     if slots and trail.slots:
-        click.echo("recent slots:")
+        lines.append("recent slots:")
         for s in trail.slots[:slots]:
             outcome = s.run_status or ("published" if s.published_at else "pending")
-            click.echo(
+            lines.append(
                 f"  {_ts(s.slot_at)}{' (run now)' if s.manual_by else ''}: claimed {_ts(s.claimed_at)} by "
                 f"{s.claimed_by or '?'}; published {_ts(s.published_at)}{' to ' + s.broker if s.broker else ''}; "
                 f"worker {s.worker or '-'}; {outcome}, {s.run_attempts} attempt(s)"
                 + (f"; error: {s.error}" if s.error else "")
             )
+    Output(quiet=quiet, as_json=as_json).result(
+        "\n".join(lines), {**why.as_dict(), "lineage": [s.as_dict() for s in trail.slots[:slots]]}
+    )

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import json
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from crawlherd._redact import redact_url
+from crawlherd.cli._common import Output, output_options
 from crawlherd.errors import ConfigurationError
 from crawlherd.frontier import open_scheduler
 
 __all__ = ["frontier"]
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 _URL_HELP = "Frontier URL: sqlite:///crawl.db or redis://host:6379/0?prefix=mycrawl."
+
+
+def _frontier_options(func: F) -> F:
+    """``--url`` and ``--dupefilter``: which frontier."""
+    func = click.option("--dupefilter", type=click.Choice(["exact", "bloom"]), default=None,
+                        help="The frontier's filter kind.")(func)
+    return click.option("--url", required=True, envvar="CRAWLHERD_FRONTIER_URL", help=_URL_HELP)(func)
 
 
 def _options(dupefilter: str | None) -> dict[str, Any]:
@@ -28,11 +38,10 @@ def frontier() -> None:
 
 
 @frontier.command()
-@click.option("--url", required=True, envvar="CRAWLHERD_FRONTIER_URL", help=_URL_HELP)
-@click.option("--dupefilter", type=click.Choice(["exact", "bloom"]), default=None, help="The frontier's filter kind.")
-@click.option("--json", "as_json", is_flag=True, help="Print the counters as JSON.")
+@_frontier_options
 @click.option("--memory", is_flag=True, help="Redis only: bytes used per kind of key (scans the keys).")
-def stats(url: str, dupefilter: str | None, as_json: bool, memory: bool) -> None:
+@output_options
+def stats(url: str, dupefilter: str | None, memory: bool, quiet: bool, as_json: bool) -> None:
     """Counters of the frontier at URL: queued, in flight, enqueued, acked, duplicates, ..."""
 
     async def run() -> tuple[dict[str, Any], dict[str, int] | None]:
@@ -47,30 +56,24 @@ def stats(url: str, dupefilter: str | None, as_json: bool, memory: bool) -> None
             return snapshot, used
 
     snapshot, used = asyncio.run(run())
-    if as_json:
-        if used is not None:
-            snapshot["memory_bytes"] = used
-        click.echo(json.dumps(snapshot, indent=2, sort_keys=True))
-        return
-    click.echo(f"frontier {redact_url(url)}")
+    data = dict(sorted((snapshot | ({} if used is None else {"memory_bytes": used})).items()))
+    lines = [f"frontier {redact_url(url)}"]
     hosts = snapshot.pop("hosts")
     for name, value in snapshot.items():
         if name == "oldest_queued_age" and value is not None:
             value = f"{value:.1f}s"
-        click.echo(f"  {name:<24} {value}")
-    click.echo(f"  {'hosts with queued work':<24} {len(hosts)}")
-    for host, depth in sorted(hosts.items(), key=lambda kv: -kv[1])[:10]:
-        click.echo(f"    {host:<40} {depth}")
-    if used is not None:
-        for kind, n in used.items():
-            click.echo(f"  memory {kind:<17} {n} bytes")
+        lines.append(f"  {name:<24} {value}")
+    lines.append(f"  {'hosts with queued work':<24} {len(hosts)}")
+    lines += [f"    {host:<40} {depth}" for host, depth in sorted(hosts.items(), key=lambda kv: -kv[1])[:10]]
+    lines += [f"  memory {kind:<17} {n} bytes" for kind, n in (used or {}).items()]
+    Output(quiet=quiet, as_json=as_json).result("\n".join(lines), data)
 
 
 @frontier.command()
-@click.option("--url", required=True, envvar="CRAWLHERD_FRONTIER_URL", help=_URL_HELP)
-@click.option("--dupefilter", type=click.Choice(["exact", "bloom"]), default=None, help="The frontier's filter kind.")
+@_frontier_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def purge(url: str, dupefilter: str | None, yes: bool) -> None:
+@output_options
+def purge(url: str, dupefilter: str | None, yes: bool, quiet: bool, as_json: bool) -> None:
     """Delete everything of the frontier at URL: queue, leases, duplicate filter, counters.
 
     Stop the workers that use it first."""
@@ -90,4 +93,5 @@ def purge(url: str, dupefilter: str | None, yes: bool) -> None:
             await f.close()
 
     n = asyncio.run(run())
-    click.echo(f"purged {redact_url(url)} ({n} deleted)")
+    Output(quiet=quiet, as_json=as_json).result(f"purged {redact_url(url)} ({n} deleted)",
+                                               {"url": redact_url(url), "deleted": n})

@@ -9,7 +9,7 @@ from typing import TextIO
 
 import click
 
-from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
+from crawlherd.cli._common import config_db, database_option, settings_from
 from crawlherd.sinks.export import FORMATS, export_items
 
 __all__ = ["items"]
@@ -41,12 +41,8 @@ def export(ctx: click.Context, fmt: str, output: str, website: str | None, datab
     settings = settings_from(ctx, database_url=database_url)
 
     async def main(out: TextIO) -> int:
-        engine = engine_for(settings, read_only=True)
-        try:
-            await ensure_migrated(engine)
+        async with config_db(settings, read_only=True) as engine:
             return await export_items(engine, out, fmt=fmt, website=website)
-        finally:
-            await engine.dispose()
 
     if output == "-":
         n = asyncio.run(main(sys.stdout))

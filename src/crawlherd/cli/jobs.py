@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import io
 from datetime import UTC, datetime
 
 import click
@@ -11,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from crawlherd.brokers import open_broker
-from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
-from crawlherd.cli._console import echo_json, json_option, on_db
+from crawlherd.cli._common import Output, broker_option, config_db, database_option, output_options, settings_from
+from crawlherd.cli._console import on_db
 from crawlherd.errors import CrawlherdError
 from crawlherd.service.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
 from crawlherd.worker.runs import RunStore
@@ -28,25 +29,13 @@ def jobs() -> None:
 @jobs.command()
 @database_option
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
-@json_option
+@output_options
 @click.pass_context
-def dead(ctx: click.Context, database_url: str | None, limit: int, as_json: bool) -> None:
+def dead(ctx: click.Context, database_url: str | None, limit: int, quiet: bool, as_json: bool) -> None:
     """List dead jobs (failed --max-attempts times), oldest first, with their last error."""
-    settings = settings_from(ctx, database_url=database_url)
-
-    async def main() -> None:
-        engine = engine_for(settings, read_only=True)
-        try:
-            await ensure_migrated(engine)
-            runs = await RunStore(engine).dead(limit)
-        finally:
-            await engine.dispose()
-        if as_json:
-            echo_json([dataclasses.asdict(r) for r in runs])
-            return
-        if not runs:
-            click.echo("no dead jobs")
-            return
+    runs = on_db(ctx, database_url, lambda engine: RunStore(engine).dead(limit), read_only=True)
+    text = "no dead jobs"
+    if runs:
         table = Table("run", "target", "slot", "attempts", "died", "error")
         for r in runs:
             table.add_row(
@@ -57,37 +46,42 @@ def dead(ctx: click.Context, database_url: str | None, limit: int, as_json: bool
                 r.finished_at.isoformat(timespec="seconds") if r.finished_at else "",
                 r.error or "",
             )
-        Console().print(table)
-
-    asyncio.run(main())
+        buffer = io.StringIO()
+        Console(file=buffer, width=Console().width).print(table)
+        text = buffer.getvalue().rstrip("\n")
+    Output(quiet=quiet, as_json=as_json).result(text, [dataclasses.asdict(r) for r in runs])
 
 
 @jobs.command()
 @click.argument("run_ids", nargs=-1, type=int)
 @click.option("--all", "retry_all", is_flag=True, help="Every dead job.")
 @database_option
-@click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
+@broker_option
+@output_options
 @click.pass_context
 def retry(
-    ctx: click.Context, run_ids: tuple[int, ...], retry_all: bool, database_url: str | None, broker_url: str | None
+    ctx: click.Context, run_ids: tuple[int, ...], retry_all: bool, database_url: str | None, broker_url: str | None,
+    quiet: bool, as_json: bool,
 ) -> None:
     """Send dead jobs again (RUN_IDS from `crawlherd jobs dead`, or --all), from their first attempt."""
     if not run_ids and not retry_all:
         raise click.UsageError("give RUN_IDS (see `crawlherd jobs dead`) or --all")
     settings = settings_from(ctx, database_url=database_url, broker_url=broker_url)
+    out = Output(quiet=quiet, as_json=as_json)
 
-    async def main() -> None:
-        engine = engine_for(settings)
-        try:
-            await ensure_migrated(engine)
+    async def main() -> tuple[list[int], list[int]]:
+        async with config_db(settings) as engine:
             store = RunStore(engine)
             ids = list(run_ids) or [r.id for r in await store.dead(limit=1_000_000)]
-            sent = 0
+            sent: list[int] = []
+            skipped: list[int] = []
             async with open_broker(settings.effective_broker_url) as broker:
                 for run_id in ids:
                     job = await store.requeue(run_id)
                     if job is None:
-                        click.secho(f"run {run_id}: not a dead job; skipped", fg="yellow", err=True)
+                        if not quiet:
+                            click.secho(f"run {run_id}: not a dead job; skipped", fg="yellow", err=True)
+                        skipped.append(run_id)
                         continue
                     key, body = job
                     try:
@@ -95,12 +89,11 @@ def retry(
                     except CrawlherdError:
                         await store.mark_dead_again(run_id)
                         raise
-                    sent += 1
-            click.echo(f"sent {sent} job(s) again")
-        finally:
-            await engine.dispose()
+                    sent.append(run_id)
+            return sent, skipped
 
-    asyncio.run(main())
+    sent, skipped = asyncio.run(main())
+    out.result(f"sent {len(sent)} job(s) again", {"sent": sent, "skipped": skipped})
 
 
 # -- the console's answers (issue 12): jobs list / show ---------------------------------------------
@@ -113,52 +106,46 @@ def retry(
 @click.option("--since", default=None, metavar="TIME", help="Changed at or after TIME (ISO 8601, UTC by default).")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @database_option
-@json_option
+@output_options
 @click.pass_context
 def list_cmd(
     ctx: click.Context, status: str | None, target_id: int | None, website: str | None, since: str | None,
-    limit: int, database_url: str | None, as_json: bool,
+    limit: int, database_url: str | None, quiet: bool, as_json: bool,
 ) -> None:
     """Jobs, newest first: running, succeeded, retrying, dead, queued."""
     flt = JobFilter(status=status, target_id=target_id, website=website, since=_when(since), limit=limit)
-    rows = on_db(ctx, database_url, lambda engine: list_jobs(engine, flt))
-    if as_json:
-        echo_json([r.as_dict() for r in rows])
-        return
-    if not rows:
-        click.echo("no jobs match")
-        return
-    click.echo(
+    rows = on_db(ctx, database_url, lambda engine: list_jobs(engine, flt), read_only=True)
+    lines = [
         f"{'RUN':>7}  {'TARGET':>6}  {'WEBSITE':16}  {'SLOT (UTC)':19}  {'STATUS':9}  {'ATT':>3}  {'PAGES':>5}  ITEMS"
-    )
-    for j in rows:
-        click.echo(
-            f"{j.id:>7}  {j.target_id:>6}  {j.website[:16]:16}  {j.slot_at:%Y-%m-%d %H:%M:%S}  {j.status:9}  "
-            f"{j.attempts:>3}  {j.pages:>5}  {j.items_new} new, {j.items_updated} updated"
-        )
+    ]
+    lines += [
+        f"{j.id:>7}  {j.target_id:>6}  {j.website[:16]:16}  {j.slot_at:%Y-%m-%d %H:%M:%S}  {j.status:9}  "
+        f"{j.attempts:>3}  {j.pages:>5}  {j.items_new} new, {j.items_updated} updated"
+        for j in rows
+    ]
+    Output(quiet=quiet, as_json=as_json).result("\n".join(lines) if rows else "no jobs match",
+                                               [r.as_dict() for r in rows])
 
 
 @jobs.command("show")
 @click.argument("run_id", type=int)
 @database_option
-@json_option
+@output_options
 @click.pass_context
-def show_cmd(ctx: click.Context, run_id: int, database_url: str | None, as_json: bool) -> None:
+def show_cmd(ctx: click.Context, run_id: int, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """One job: its target, slot, outcome and every attempt (worker, timings, error)."""
-    job = on_db(ctx, database_url, lambda engine: get_job(engine, run_id))
-    if as_json:
-        echo_json(job.as_dict())
-        return
-    click.echo(
+    job = on_db(ctx, database_url, lambda engine: get_job(engine, run_id), read_only=True)
+    lines = [
         f"job {job.id}: target {job.target_id} ({job.keywords!r} on {job.website}), "
-        f"slot {job.slot_at:%Y-%m-%d %H:%M:%S}" + (" (run now)" if job.manual else "")
-    )
-    click.echo(f"  status {job.status} after {job.attempts} attempt(s); {job.pages} pages, {job.items_new} new and "
-               f"{job.items_updated} updated items" + (f"; error: {job.error}" if job.error else ""))
+        f"slot {job.slot_at:%Y-%m-%d %H:%M:%S}" + (" (run now)" if job.manual else ""),
+        f"  status {job.status} after {job.attempts} attempt(s); {job.pages} pages, {job.items_new} new and "
+        f"{job.items_updated} updated items" + (f"; error: {job.error}" if job.error else ""),
+    ]
     for a in job.history:
         took = f"{a.seconds:.2f}s" if a.seconds is not None else "-"
-        click.echo(f"  attempt {a.attempt} on {a.worker}: {a.status}, started {a.started_at:%H:%M:%S}, took {took}"
-                   + (f", error: {a.error}" if a.error else ""))
+        lines.append(f"  attempt {a.attempt} on {a.worker}: {a.status}, started {a.started_at:%H:%M:%S}, took {took}"
+                     + (f", error: {a.error}" if a.error else ""))
+    Output(quiet=quiet, as_json=as_json).result("\n".join(lines), job.as_dict())
 
 
 def _when(value: str | None) -> datetime | None:

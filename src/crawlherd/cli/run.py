@@ -13,16 +13,14 @@ from crawlherd.cli._common import (
     Output,
     Rates,
     broker_for_service,
-    database_option,
-    engine_for,
-    output_options,
+    config_db,
     periodic_status,
     settings_from,
     stats_dump,
 )
-from crawlherd.cli._console import console_or_none, metrics_port_option, start_metrics
+from crawlherd.cli._console import console_or_none, start_metrics
 from crawlherd.cli._signals import stop_on_signals
-from crawlherd.cli.worker import make_worker, waiting_for, worker_options, worker_statistics
+from crawlherd.cli.worker import make_worker, run_options, waiting_for, worker_statistics
 from crawlherd.db import upgrade
 from crawlherd.service.embedded import RunProgress, run_embedded
 from crawlherd.worker.worker import Worker
@@ -31,18 +29,14 @@ __all__ = ["run"]
 
 
 @click.command()
-@database_option
-@click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: a table in the config DB.")
+@run_options
 @click.option("--interval", "dispatch_interval", type=click.FloatRange(min=0.05), default=None,
               help="Seconds between dispatch cycles.  [default: setting dispatch_interval, 1]")
 @click.option("--until-idle", is_flag=True,
               help="Exit once no target is due and every job dispatched has succeeded or is dead.")
-@worker_options
-@metrics_port_option
 @click.option("--web-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
               envvar="CRAWLHERD_WEB_PORT", help="Serve the console on 127.0.0.1:PORT (a free port if taken).")
 @click.option("--no-web", is_flag=True, help="Do not serve the console.")
-@output_options
 @click.pass_context
 def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, until_idle: bool,
         metrics_port: int | None, web_port: int, no_web: bool, quiet: bool, as_json: bool, **options: Any) -> None:
@@ -77,8 +71,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
         return rates.line(st.pages + st.detail_pages, st.items_new + st.items_updated, jobs)
 
     async def main() -> None:
-        engine = engine_for(settings)
-        try:
+        async with config_db(settings, migrate=False) as engine:
             await upgrade(engine)
             async with broker_for_service(target) as broker:
                 w = make_worker(engine, broker, settings)
@@ -107,8 +100,6 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                 }
                 out.info(stats_dump("crawlherd run stopped; statistics", stats))
                 out.result("", stats)
-        finally:
-            await engine.dispose()
 
     with contextlib.suppress(asyncio.CancelledError):
         asyncio.run(main())

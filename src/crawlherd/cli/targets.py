@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TypeVar
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.cli._common import database_option, engine_for, ensure_migrated, settings_from
-from crawlherd.cli._console import echo_json, json_option
+from crawlherd.cli._common import Output, database_option, output_options
+from crawlherd.cli._console import on_db
 from crawlherd.service.targets import (
     TargetInfo,
     delete_targets,
@@ -26,25 +24,6 @@ from crawlherd.service.targets import (
 from crawlherd.service.targets_file import load_targets_file
 
 __all__ = ["targets"]
-
-T = TypeVar("T")
-
-
-def _run(
-    ctx: click.Context, database_url: str | None, work: Callable[[AsyncEngine], Awaitable[T]], *,
-    read_only: bool = False,
-) -> T:
-    settings = settings_from(ctx, database_url=database_url)
-
-    async def main() -> T:
-        engine = engine_for(settings, read_only=read_only)
-        try:
-            await ensure_migrated(engine)
-            return await work(engine)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(main())
 
 
 def _ts(value: datetime | None) -> str:
@@ -62,67 +41,79 @@ def targets() -> None:
 @click.option("--check", is_flag=True, help="Only validate the file; write nothing.")
 @click.option("--prune", is_flag=True, help="Also delete the targets that are not in the file (and their job history).")
 @click.option("--dry-run", is_flag=True, help="Say what the import (and --prune) would do; change nothing.")
+@output_options
 @click.pass_context
 def import_cmd(ctx: click.Context, file: str, database_url: str | None, check: bool, prune: bool,
-               dry_run: bool) -> None:
+               dry_run: bool, quiet: bool, as_json: bool) -> None:
     """Import a TOML or YAML targets file (all or nothing; every problem is listed).
 
     \b
     Websites are updated by name, targets by website x keywords x location. Targets that are no longer
     in the file stay unless --prune; see them first with --prune --dry-run.
     """
+    out = Output(quiet=quiet, as_json=as_json)
     if check:
         spec = load_targets_file(file)
         combos = sum(len(t.keywords) * len(t.locations) for t in spec.targets)
-        click.echo(f"{file}: OK ({len(spec.websites)} website(s), {combos} target(s))")
+        out.result(f"{file}: OK ({len(spec.websites)} website(s), {combos} target(s))",
+                   {"file": file, "ok": True, "websites": len(spec.websites), "targets": combos})
         return
-    result = _run(ctx, database_url, lambda engine: import_targets(engine, file, prune=prune, dry_run=dry_run))
+    result = on_db(ctx, database_url, lambda engine: import_targets(engine, file, prune=prune, dry_run=dry_run))
     verb = "would delete" if dry_run else "deleted"
-    for t in result.pruned:
-        click.echo(f"{verb} target {t.id}: {t.keywords!r} x {t.location or '(no location)'!r} on {t.website}")
-    click.echo(
+    lines = [f"{verb} target {_name(t)}" for t in result.pruned]
+    lines.append(
         ("dry run, nothing changed: " if dry_run else "")
         + f"{file}: websites {result.websites_created} new, {result.websites_updated} updated; "
         f"targets {result.targets_created} new, {result.targets_updated} updated, "
         f"{result.targets_unchanged} unchanged" + (f", {len(result.pruned)} {verb}" if prune else "")
     )
+    data = dataclasses.asdict(result) | {"file": file, "dry_run": dry_run}
+    out.result("\n".join(lines), data)
+
+
+def _name(t: TargetInfo) -> str:
+    return f"{t.id}: {t.keywords!r} x {t.location or '(no location)'!r} on {t.website}"
+
+
+def _info(t: TargetInfo) -> dict[str, Any]:
+    return dataclasses.asdict(t)
 
 
 @targets.command("delete")
 @click.argument("target_ids", nargs=-1, type=int, required=True, metavar="ID...")
 @database_option
+@output_options
 @click.pass_context
-def delete_cmd(ctx: click.Context, target_ids: tuple[int, ...], database_url: str | None) -> None:
+def delete_cmd(ctx: click.Context, target_ids: tuple[int, ...], database_url: str | None, quiet: bool,
+               as_json: bool) -> None:
     """Delete targets by id (all or none), with their pending jobs and run history; their items stay.
     A target still in your targets file comes back at the next import."""
-    for t in _run(ctx, database_url, lambda engine: delete_targets(engine, target_ids)):
-        click.echo(f"deleted target {t.id}: {t.keywords!r} x {t.location or '(no location)'!r} on {t.website}")
+    deleted = on_db(ctx, database_url, lambda engine: delete_targets(engine, target_ids))
+    Output(quiet=quiet, as_json=as_json).result(
+        "\n".join(f"deleted target {_name(t)}" for t in deleted), [_info(t) for t in deleted]
+    )
 
 
 @targets.command("list")
 @database_option
 @click.option("--website", default=None, help="Only this website's targets.")
-@json_option
+@output_options
 @click.pass_context
-def list_cmd(ctx: click.Context, database_url: str | None, website: str | None, as_json: bool) -> None:
+def list_cmd(ctx: click.Context, database_url: str | None, website: str | None, quiet: bool, as_json: bool) -> None:
     """One line per target: id, state, website, keywords, location, schedule, next run (UTC)."""
-    rows = _run(ctx, database_url, lambda engine: list_targets(engine, website=website), read_only=True)
-    if as_json:
-        echo_json([dataclasses.asdict(t) for t in rows])
-        return
-    if not rows:
-        click.echo("no targets (import some with `crawlherd targets import FILE`)")
-        return
-    click.echo(f"{'ID':>6}  {'STATE':8}  {'WEBSITE':20}  {'KEYWORDS':24}  {'LOCATION':16}  {'SCHEDULE':22}  NEXT RUN")
-    for t in rows:
-        click.echo(
-            f"{t.id:>6}  {'active' if t.active else 'disabled':8}  {t.website[:20]:20}  {t.keywords[:24]:24}  "
-            f"{(t.location or '-')[:16]:16}  {t.schedule[:22]:22}  {_ts(t.next_run_at)}"
-        )
+    rows = on_db(ctx, database_url, lambda engine: list_targets(engine, website=website), read_only=True)
+    lines = [f"{'ID':>6}  {'STATE':8}  {'WEBSITE':20}  {'KEYWORDS':24}  {'LOCATION':16}  {'SCHEDULE':22}  NEXT RUN"]
+    lines += [
+        f"{t.id:>6}  {'active' if t.active else 'disabled':8}  {t.website[:20]:20}  {t.keywords[:24]:24}  "
+        f"{(t.location or '-')[:16]:16}  {t.schedule[:22]:22}  {_ts(t.next_run_at)}"
+        for t in rows
+    ]
+    text = "\n".join(lines) if rows else "no targets (import some with `crawlherd targets import FILE`)"
+    Output(quiet=quiet, as_json=as_json).result(text, [_info(t) for t in rows])
 
 
-def _show(t: TargetInfo) -> None:
-    click.echo(f"target {t.id}: {t.keywords!r} x {t.location or '(no location)'!r} on {t.website}")
+def _show(t: TargetInfo) -> str:
+    lines = [f"target {_name(t)}"]
     for label, value in (
         ("state", "active" if t.active else "disabled"),
         ("schedule", f"{t.schedule} ({t.timezone})"),
@@ -135,55 +126,63 @@ def _show(t: TargetInfo) -> None:
             for k, v in t.details.items()
         ),
     ):
-        click.echo(f"  {label:16} {value}")
+        lines.append(f"  {label:16} {value}")
+    return "\n".join(lines)
 
 
 @targets.command("show")
 @click.argument("target_id", type=int)
 @database_option
+@output_options
 @click.pass_context
-def show_cmd(ctx: click.Context, target_id: int, database_url: str | None) -> None:
+def show_cmd(ctx: click.Context, target_id: int, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Everything about one target."""
-    _show(_run(ctx, database_url, lambda engine: get_target(engine, target_id), read_only=True))
+    t = on_db(ctx, database_url, lambda engine: get_target(engine, target_id), read_only=True)
+    Output(quiet=quiet, as_json=as_json).result(_show(t), _info(t))
 
 
-@targets.command("enable")
-@click.argument("target_id", type=int)
-@database_option
-@click.pass_context
-def enable_cmd(ctx: click.Context, target_id: int, database_url: str | None) -> None:
-    """Enable a target; it starts from its next future slot."""
-    t = _run(ctx, database_url, lambda engine: set_active(engine, target_id, True))
-    click.echo(f"target {t.id} enabled; next run {_ts(t.next_run_at)}")
+def _switch(active: bool, name: str, doc: str) -> None:
+    """``targets enable`` and ``targets disable``."""
+
+    @targets.command(name, help=doc)
+    @click.argument("target_id", type=int)
+    @database_option
+    @output_options
+    @click.pass_context
+    def switch(ctx: click.Context, target_id: int, database_url: str | None, quiet: bool, as_json: bool) -> None:
+        t = on_db(ctx, database_url, lambda engine: set_active(engine, target_id, active))
+        text = f"target {t.id} enabled; next run {_ts(t.next_run_at)}" if active else f"target {t.id} disabled"
+        Output(quiet=quiet, as_json=as_json).result(text, _info(t))
 
 
-@targets.command("disable")
-@click.argument("target_id", type=int)
-@database_option
-@click.pass_context
-def disable_cmd(ctx: click.Context, target_id: int, database_url: str | None) -> None:
-    """Disable a target: no more jobs until it is enabled."""
-    t = _run(ctx, database_url, lambda engine: set_active(engine, target_id, False))
-    click.echo(f"target {t.id} disabled")
+_switch(True, "enable", "Enable a target; it starts from its next future slot.")
+_switch(False, "disable", "Disable a target: no more jobs until it is enabled.")
 
 
 @targets.command("preview")
 @click.argument("target_id", type=int)
 @click.option("--next", "count", type=click.IntRange(1, 1000), default=10, show_default=True, help="How many runs.")
 @database_option
+@output_options
 @click.pass_context
-def preview_cmd(ctx: click.Context, target_id: int, count: int, database_url: str | None) -> None:
+def preview_cmd(ctx: click.Context, target_id: int, count: int, database_url: str | None, quiet: bool,
+                as_json: bool) -> None:
     """The next run times of a target (slot, and run time with jitter, in UTC and its time zone)."""
 
     async def work(engine: AsyncEngine) -> tuple[TargetInfo, list[tuple[datetime, datetime]]]:
         return await get_target(engine, target_id), await preview_target(engine, target_id, count)
 
-    info, runs = _run(ctx, database_url, work, read_only=True)
+    info, runs = on_db(ctx, database_url, work, read_only=True)
     tz = ZoneInfo(info.timezone)
-    click.echo(f"target {info.id}: {info.schedule} ({info.timezone}), jitter {info.jitter_ms / 1000:g}s")
+    lines = [f"target {info.id}: {info.schedule} ({info.timezone}), jitter {info.jitter_ms / 1000:g}s"]
     for slot, run_at in runs:
         local = run_at.astimezone(tz)
-        click.echo(f"  slot {_ts(slot)}  runs {_ts(run_at)}  ({local.isoformat(timespec='seconds')} {local.tzname()})")
+        lines.append(
+            f"  slot {_ts(slot)}  runs {_ts(run_at)}  ({local.isoformat(timespec='seconds')} {local.tzname()})"
+        )
+    data = {"target": info.id, "schedule": info.schedule, "timezone": info.timezone, "jitter_ms": info.jitter_ms,
+            "runs": [{"slot": slot, "run_at": run_at, "local": run_at.astimezone(tz)} for slot, run_at in runs]}
+    Output(quiet=quiet, as_json=as_json).result("\n".join(lines), data)
 
 
 # -- the console's answers (issue 12): run now ------------------------------------------------------
@@ -192,8 +191,10 @@ def preview_cmd(ctx: click.Context, target_id: int, count: int, database_url: st
 @targets.command("run")
 @click.argument("target_ids", nargs=-1, type=int, required=True)
 @database_option
+@output_options
 @click.pass_context
-def run_cmd(ctx: click.Context, target_ids: tuple[int, ...], database_url: str | None) -> None:
+def run_cmd(ctx: click.Context, target_ids: tuple[int, ...], database_url: str | None, quiet: bool,
+            as_json: bool) -> None:
     """Run targets now: one ad-hoc slot each, through the outbox (a running dispatcher publishes it).
     A target whose earlier run-now has not finished is not queued twice."""
     from crawlherd.service.run_now import ManualRunResult, run_now
@@ -201,6 +202,11 @@ def run_cmd(ctx: click.Context, target_ids: tuple[int, ...], database_url: str |
     async def work(engine: AsyncEngine) -> list[ManualRunResult]:
         return [await run_now(engine, tid, requested_by="cli") for tid in target_ids]
 
-    for r in _run(ctx, database_url, work):
-        state = "queued" if r.created else "already queued"
-        click.echo(f"target {r.target_id}: run {state} (slot {_ts(r.slot_at)})")
+    results = on_db(ctx, database_url, work)
+    Output(quiet=quiet, as_json=as_json).result(
+        "\n".join(
+            f"target {r.target_id}: run {'queued' if r.created else 'already queued'} (slot {_ts(r.slot_at)})"
+            for r in results
+        ),
+        [dataclasses.asdict(r) for r in results],
+    )

@@ -16,9 +16,9 @@ from crawlherd.cli._common import (
     Output,
     Rates,
     broker_for_service,
+    broker_option,
+    config_db,
     database_option,
-    engine_for,
-    ensure_migrated,
     output_options,
     periodic_status,
     settings_from,
@@ -30,8 +30,8 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
 from crawlherd.worker.worker import PAGE_DISPATCHERS, Worker
 
-__all__ = ["WorkerOptions", "make_worker", "waiting_for", "worker", "worker_options", "worker_statistics",
-           "worker_status"]
+__all__ = ["WorkerOptions", "make_worker", "run_options", "waiting_for", "worker", "worker_options",
+           "worker_statistics", "worker_status"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,11 +52,20 @@ _OPTIONS = [
                  help="Let the fetchers reach private and loopback addresses (local sites).  "
                  "[default: setting allow_private_addresses, off]"),
     click.option("--frontier-url", default=None, metavar="URL",
-                 help="Frontier of the pages (default: CRAWLHERD_FRONTIER_URL, else the SQLite config DB "
-                 "file, else memory://); redis://... shares it, and its politeness, between workers."),
+                 help="Frontier of the pages (default: CRAWLHERD_FRONTIER_URL, else NAME-frontier.db beside a "
+                 "SQLite config DB NAME.db, else memory://); redis://... shares it, and its politeness, between "
+                 "workers."),
 ]
 
 WorkerOptions = dict[str, Any]
+
+
+def run_options(func: F) -> F:
+    """The options of ``worker`` and ``run``: config DB, broker, the worker's options, metrics port, -q
+    and --json."""
+    for option in (database_option, broker_option, worker_options, metrics_port_option, output_options):
+        func = option(func)
+    return func
 
 
 def worker_options(func: F) -> F:
@@ -126,11 +135,7 @@ def waiting_for(w: Worker) -> Callable[[], str]:
 
 
 @click.command()
-@database_option
-@click.option("--broker-url", default=None, metavar="URL", help="Message broker; default: CRAWLHERD_BROKER_URL.")
-@worker_options
-@metrics_port_option
-@output_options
+@run_options
 @click.pass_context
 def worker(
     ctx: click.Context, /, database_url: str | None, broker_url: str | None, metrics_port: int | None, quiet: bool,
@@ -152,26 +157,21 @@ def worker(
     out = Output(quiet=quiet, as_json=as_json)
 
     async def main() -> None:
-        engine = engine_for(settings)
-        try:
-            await ensure_migrated(engine)
+        async with config_db(settings) as engine, broker_for_service(target) as broker:
             start_metrics(metrics_port)
-            async with broker_for_service(target) as broker:
-                w = make_worker(engine, broker, settings)
-                stop = asyncio.Event()
-                rates = Rates()
-                with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
-                    out.info(
-                        f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
-                        f"{w.concurrency} job(s) at once, frontier {redact_url(w.frontier_url)}"
-                    )
-                    async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
-                        await w.run(stop)
-                stats = worker_statistics(w, rates.elapsed)
-                out.info(stats_dump(f"worker stopped ({w.name}); statistics", stats))
-                out.result("", stats)
-        finally:
-            await engine.dispose()
+            w = make_worker(engine, broker, settings)
+            stop = asyncio.Event()
+            rates = Rates()
+            with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
+                out.info(
+                    f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
+                    f"{w.concurrency} job(s) at once, frontier {redact_url(w.frontier_url)}"
+                )
+                async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
+                    await w.run(stop)
+            stats = worker_statistics(w, rates.elapsed)
+            out.info(stats_dump(f"worker stopped ({w.name}); statistics", stats))
+            out.result("", stats)
 
     with contextlib.suppress(asyncio.CancelledError):
         asyncio.run(main())

@@ -63,4 +63,7 @@ async def current_revision(engine: AsyncEngine) -> str | None:
 
 
 def _shown(engine: AsyncEngine) -> str:
-    return engine.url.render_as_string(hide_password=True)
+    """The URL as the user wrote it (``postgresql://``, not the driver's ``postgresql+asyncpg://``),
+    the password hidden."""
+    url = engine.url.set(drivername=engine.url.get_backend_name())
+    return url.render_as_string(hide_password=True)

@@ -12,6 +12,7 @@ file into the config DB is :func:`crawlherd.service.targets.import_targets`.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence, Set
@@ -37,6 +38,8 @@ __all__ = [
     "load_targets_file",
     "parse_targets",
 ]
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 _ONE_SCHEDULE = "give exactly one of 'every' (an interval such as '6h') or 'cron' ('30 7 * * 1-5')"
 
@@ -334,13 +337,19 @@ def parse_targets(
     max_bytes: int = MAX_FILE_BYTES,
     max_depth: int = MAX_DEPTH,
     max_yaml_nodes: int = MAX_YAML_NODES,
+    environ: Mapping[str, str] | None = None,
 ) -> TargetsFile:
     """Validate a targets document; raise :class:`TargetsFileError` listing every problem.
 
     A target may name a website defined in the file or one of ``known_websites`` (those already in
     the database). A hostile document is refused with a clear problem, in bounded time and memory:
     over ``max_bytes`` characters, nested deeper than ``max_depth``, or (YAML) with aliases that
-    expand to more than ``max_yaml_nodes`` values. The YAML is parsed once."""
+    expand to more than ``max_yaml_nodes`` values. The YAML is parsed once.
+
+    In every string value, ``${NAME}`` is replaced by the environment variable NAME (``environ``,
+    default ``os.environ``) and ``${NAME:-default}`` by NAME or, when it is unset or empty, by
+    ``default``: ``base_url = "${DEMO_URL:-http://127.0.0.1:8080}"``. An unset NAME without a default
+    is a problem of the file."""
     fmt = fmt or ("yaml" if path.lower().endswith((".yaml", ".yml")) else "toml")
     if len(text) > max_bytes:
         raise TargetsFileError(path, [("(file)", _too_large(len(text), max_bytes))])
@@ -369,6 +378,7 @@ def parse_targets(
     if not isinstance(data, dict):
         raise TargetsFileError(path, [("(file)", "the file must hold 'websites' and 'targets' lists")])
     problems: list[tuple[str, str]] = []
+    data = _expand(data, os.environ if environ is None else environ, (), lines, problems)
     for key in data:
         if key not in ("websites", "targets"):
             problems.append((_where([key], lines), "unknown section; a targets file has 'websites' and 'targets'"))
@@ -437,6 +447,32 @@ def parse_targets(
     if problems:
         raise TargetsFileError(path, problems)
     return TargetsFile(path, tuple(sites), tuple(targets))
+
+
+def _expand(
+    value: Any, environ: Mapping[str, str], path: tuple[Any, ...], lines: Mapping[tuple[Any, ...], int],
+    problems: list[tuple[str, str]],
+) -> Any:
+    """``value`` with ``${NAME}`` and ``${NAME:-default}`` replaced in its strings (see parse_targets)."""
+    if isinstance(value, dict):
+        return {k: _expand(v, environ, (*path, k), lines, problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, environ, (*path, i), lines, problems) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def substitute(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        found = environ.get(name)
+        if found:
+            return found
+        if default is not None:
+            return default
+        problems.append((_where(path, lines), f"the environment variable {name} is not set "
+                         f"(write ${{{name}:-DEFAULT}} to give it a default)"))
+        return m.group(0)
+
+    return _VARIABLE.sub(substitute, value)
 
 
 def _toml_error(exc: tomllib.TOMLDecodeError) -> tuple[str, str]:

@@ -49,8 +49,8 @@ async def test_import_example_then_reimport_is_a_no_op(engine: AsyncEngine) -> N
     assert await counts(engine) == (2, 7)
     again = await import_targets(engine, EXAMPLES / "targets.toml")
     assert (again.websites_updated, again.targets_created, again.targets_unchanged) == (2, 0, 7)
-    rows = await list_targets(engine, website="jobs-example")
-    assert len(rows) == 6 and {r.location for r in rows} == {"Berlin", "Hamburg", "Remote"}
+    rows = await list_targets(engine, website="demo-jobs")
+    assert len(rows) == 6 and {r.location for r in rows} == {"berlin", "london", "remote"}
     assert all(0 <= r.jitter_ms < 600_000 for r in rows) and len({r.jitter_ms for r in rows}) > 1
 
 
@@ -87,7 +87,7 @@ async def test_failure_in_the_middle_of_the_import_rolls_everything_back(
 async def test_targets_may_name_a_website_already_in_the_database(engine: AsyncEngine, tmp_path: Path) -> None:
     await import_targets(engine, EXAMPLES / "targets.toml")
     extra = tmp_path / "more.yaml"
-    extra.write_text("targets:\n  - website: spa-board\n    keywords: [go, zig]\n    every: 2h\n")
+    extra.write_text("targets:\n  - website: demo-jobs-browse\n    keywords: [go, zig]\n    every: 2h\n")
     result = await import_targets(engine, extra)
     assert result.targets_created == 2 and await counts(engine) == (2, 9)
     missing = tmp_path / "missing.yaml"
@@ -114,7 +114,7 @@ async def test_schedule_change_recomputes_next_run(engine: AsyncEngine, tmp_path
 
 async def test_enable_disable_preview(engine: AsyncEngine) -> None:
     await import_targets(engine, EXAMPLES / "targets.toml")
-    (cron_target,) = await list_targets(engine, website="spa-board")
+    (cron_target,) = await list_targets(engine, website="demo-jobs-browse")
     off = await set_active(engine, cron_target.id, False)
     assert not off.active
     on = await set_active(engine, cron_target.id, True)

@@ -73,7 +73,7 @@ def test_targets_workflow(db: Path) -> None:
     listing = run("targets", "list")
     assert listing.exit_code == 0 and listing.output.count("active") == 7 and "cron 30 7 * * 1-5" in listing.output
     show = run("targets", "show", "1")
-    assert "'python developer' x 'Berlin' on jobs-example" in show.output and "backfill(2)" in show.output
+    assert "'python' x 'berlin' on demo-jobs" in show.output and "backfill(2)" in show.output
     preview = run("targets", "preview", "7", "--next", "3")
     assert preview.exit_code == 0 and preview.output.count(" slot ") == 3 and "07:30:00+0" in preview.output
     assert "disabled" in run("targets", "disable", "7").output

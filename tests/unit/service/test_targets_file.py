@@ -16,14 +16,14 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 def test_examples_parse(name: str) -> None:
     spec = load_targets_file(EXAMPLES / name)
     assert spec.websites and spec.targets
-    assert spec.websites[0].name == "jobs-example"
+    assert spec.websites[0].name == "demo-jobs"
 
 
 def test_toml_example_contents() -> None:
     spec = load_targets_file(EXAMPLES / "targets.toml")
     first = spec.targets[0]
     assert first.every == 6 * 3600 and first.jitter == 600 and first.misfire == "backfill"
-    assert spec.websites[0].politeness.min_delay == 2.0
+    assert spec.websites[0].politeness.min_delay == 0.2
     assert spec.websites[1].pagination.type == "next_link"
 
 
@@ -121,3 +121,19 @@ def test_unreadable_or_wrong_extension(tmp_path: Path) -> None:
     (tmp_path / "b.toml").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(TargetsFileError, match="cannot read"):
         load_targets_file(tmp_path / "b.toml")
+
+
+def test_environment_variables_are_expanded_with_their_defaults() -> None:
+    text = (EXAMPLES / "targets.toml").read_text()
+    default = parse_targets(text, environ={})
+    assert default.websites[0].base_url == "http://127.0.0.1:8080"
+    moved = parse_targets(text, environ={"DEMO_URL": "http://127.0.0.1:9"})
+    assert moved.websites[1].search_url_template == "http://127.0.0.1:9/browse/{keywords}/{location}"
+
+
+def test_an_unset_variable_without_a_default_is_a_problem_with_its_line() -> None:
+    text = 'websites = [{name = "s", base_url = "${SITE}", search_url_template = "https://s.example/?q={keywords}"}]\n'
+    with pytest.raises(TargetsFileError) as caught:
+        parse_targets(text, environ={})
+    assert "line 1, websites[0].base_url: the environment variable SITE is not set " \
+           "(write ${SITE:-DEFAULT} to give it a default)" in str(caught.value)
