@@ -14,7 +14,8 @@ import json
 import secrets
 import uuid
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -34,7 +35,9 @@ from starlette.templating import Jinja2Templates
 
 from crawlherd._redact import redact_url
 from crawlherd.db.engine import db_now
+from crawlherd.db.heartbeat import ProcessInfo
 from crawlherd.errors import CrawlherdError, TargetsFileError
+from crawlherd.frontier.base import HostState
 from crawlherd.service import editing
 from crawlherd.service.audit import list_audit
 from crawlherd.service.browse import browse_items, browse_targets, list_websites, website_names
@@ -467,7 +470,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
 
     async def frontier_page(request: Request) -> Response:
         o = await overview(engine)
-        workers = [p for p in o.processes if p.kind == "worker"]
+        workers = [FrontierView.of(p) for p in o.processes if p.kind == "worker"]
         return render(request, "frontier.html", workers=workers)
 
     async def audit_page(request: Request) -> Response:
@@ -530,6 +533,36 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
     )
     app.state.engine = engine
     return app
+
+
+@dataclass(frozen=True, slots=True)
+class HostRow:
+    """One host of a worker's frontier as the Frontier page shows it: its state, and when (wall clock,
+    from the heartbeat's time) it is ready next."""
+
+    host: str
+    state: HostState
+    ready_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierView:
+    """A worker's heartbeat, with its frontier's hosts decoded."""
+
+    id: str
+    state: str
+    last_seen: datetime
+    info: dict[str, Any]
+    hosts: list[HostRow]
+
+    @classmethod
+    def of(cls, p: ProcessInfo) -> FrontierView:
+        states = p.info.get("frontier", {}).get("host_states", {})
+        rows = []
+        for host, values in states.items():
+            st = HostState(**values)
+            rows.append(HostRow(host, st, p.last_seen + timedelta(seconds=st.ready_in)))
+        return cls(p.id, p.state, p.last_seen, p.info, rows)
 
 
 def vars_(obj: Any) -> dict[str, Any]:
