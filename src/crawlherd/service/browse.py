@@ -8,21 +8,25 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import String, cast, func, or_, select, true
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd._redact import redact_url
 from crawlherd.db.engine import db_now
-from crawlherd.db.models import ScrapeTarget, StoredItem, Website
+from crawlherd.db.models import JobRun, ScrapeTarget, StoredItem, Website
 from crawlherd.duration import format_duration
+from crawlherd.errors import CrawlherdError
 from crawlherd.sitespec import SiteSpec
 
 __all__ = [
     "ItemRow",
     "TargetRow",
     "WebsiteRow",
+    "WebsiteUsage",
     "browse_items",
     "browse_targets",
+    "get_website",
     "list_websites",
+    "website_usage",
     "website_names",
 ]
 
@@ -150,6 +154,43 @@ def _website_row(website_id: int, name: str, spec: dict[str, Any], targets: int)
         site.politeness.robots,
         targets,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class WebsiteUsage:
+    """What hangs on a website: what deleting it deletes too."""
+
+    id: int
+    name: str
+    targets: int
+    active_targets: int
+    runs: int
+    items: int
+
+
+async def website_usage(conn: AsyncConnection, website_id: int) -> WebsiteUsage:
+    """Counts of website ``website_id``'s targets, job runs and items (on the caller's connection)."""
+    W, T, R, It = Website, ScrapeTarget, JobRun, StoredItem  # noqa: N806
+    name = (await conn.execute(select(W.name).where(W.id == website_id))).scalar()
+    if name is None:
+        raise CrawlherdError(f"no website with id {website_id}")
+    targets, active = (
+        await conn.execute(
+            select(func.count(), func.count().filter(T.active == true())).where(T.website_id == website_id)
+        )
+    ).one()
+    runs = (await conn.execute(select(func.count()).select_from(R).join(T, T.id == R.target_id)
+                               .where(T.website_id == website_id))).scalar_one()
+    items = (await conn.execute(select(func.count()).where(It.website_id == website_id))).scalar_one()
+    return WebsiteUsage(website_id, name, int(targets), int(active), int(runs), int(items))
+
+
+async def get_website(engine: AsyncEngine, website_id: int) -> tuple[SiteSpec, WebsiteUsage]:
+    """A website's configuration (secrets and all: redact before showing) and what hangs on it."""
+    async with engine.connect() as conn:
+        usage = await website_usage(conn, website_id)
+        spec = (await conn.execute(select(Website.spec).where(Website.id == website_id))).scalar_one()
+    return SiteSpec.model_validate(spec), usage
 
 
 @dataclass(frozen=True, slots=True)

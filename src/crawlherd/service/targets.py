@@ -38,6 +38,7 @@ __all__ = [
     "list_targets",
     "preview_target",
     "set_active",
+    "set_website_active",
 ]
 
 
@@ -267,31 +268,18 @@ def _info(target: Any, website: str) -> TargetInfo:
 
 async def list_targets(engine: AsyncEngine, *, website: str | None = None) -> list[TargetInfo]:
     """Every target (optionally of one website), by id."""
-    stmt = select(ScrapeTarget, Website.name).join(Website).order_by(ScrapeTarget.id)
+    stmt = _ROWS.order_by(ScrapeTarget.id)
     if website:
         stmt = stmt.where(Website.name == website)
     async with engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                select(*ScrapeTarget.__table__.c, Website.name.label("website_name"))
-                .join(Website)
-                .order_by(ScrapeTarget.id)
-                .where(*([Website.name == website] if website else []))
-            )
-        ).all()
+        rows = (await conn.execute(stmt)).all()
     return [_info(row, row.website_name) for row in rows]
 
 
 async def get_target(engine: AsyncEngine, target_id: int) -> TargetInfo:
     """One target; :class:`CrawlherdError` when there is none with that id."""
     async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(*ScrapeTarget.__table__.c, Website.name.label("website_name"))
-                .join(Website)
-                .where(ScrapeTarget.id == target_id)
-            )
-        ).first()
+        row = (await conn.execute(_ROWS.where(ScrapeTarget.id == target_id))).first()
     if row is None:
         raise CrawlherdError(f"no scrape target with id {target_id} (see `crawlherd targets list`)")
     return _info(row, row.website_name)
@@ -300,17 +288,34 @@ async def get_target(engine: AsyncEngine, target_id: int) -> TargetInfo:
 async def set_active(engine: AsyncEngine, target_id: int, active: bool) -> TargetInfo:
     """Enable or disable a target. Enabling starts it from its next future slot (missed slots are not
     made up: the target was off on purpose)."""
+    await _set_active_where(engine, ScrapeTarget.id == target_id, active)
+    return await get_target(engine, target_id)  # raises when there is no such target
+
+
+async def set_website_active(engine: AsyncEngine, website_id: int, active: bool) -> int:
+    """Enable or disable every target of a website, as :func:`set_active` does one; returns how many
+    changed state."""
+    async with engine.connect() as conn:
+        if (await conn.execute(select(Website.id).where(Website.id == website_id))).first() is None:
+            raise CrawlherdError(f"no website with id {website_id}")
+    return await _set_active_where(engine, ScrapeTarget.website_id == website_id, active)
+
+
+async def _set_active_where(engine: AsyncEngine, where: Any, active: bool) -> int:
+    """Set ``active`` on the targets ``where`` selects; the ones enabled now start from their next slot
+    (computed per target). Returns how many changed state."""
+    changing = (where, ScrapeTarget.active != active)
     async with engine.begin() as conn:
         now = await db_now(conn)
-        row = (await conn.execute(select(*ScrapeTarget.__table__.c).where(ScrapeTarget.id == target_id))).first()
-        if row is None:
-            raise CrawlherdError(f"no scrape target with id {target_id} (see `crawlherd targets list`)")
-        values: dict[str, Any] = {"active": active, "updated_at": now}
-        if active and not row.active:
-            schedule = schedule_of(row)
-            values["next_run_at"] = _first_run(schedule, now, timedelta(milliseconds=row.jitter_ms))
-        await conn.execute(update(ScrapeTarget).where(ScrapeTarget.id == target_id).values(**values))
-    return await get_target(engine, target_id)
+        if not active:
+            done = await conn.execute(update(ScrapeTarget).where(*changing).values(active=False, updated_at=now))
+            return int(done.rowcount or 0)
+        rows = (await conn.execute(select(*ScrapeTarget.__table__.c).where(*changing))).all()
+        for row in rows:
+            first = _first_run(schedule_of(row), now, timedelta(milliseconds=row.jitter_ms))
+            values = {"active": True, "updated_at": now, "next_run_at": first}
+            await conn.execute(update(ScrapeTarget).where(ScrapeTarget.id == row.id).values(**values))
+    return len(rows)
 
 
 async def preview_target(engine: AsyncEngine, target_id: int, count: int = 10) -> list[tuple[datetime, datetime]]:

@@ -36,11 +36,19 @@ from starlette.templating import Jinja2Templates
 from crawlherd._redact import redact_url
 from crawlherd.db.engine import db_now
 from crawlherd.db.heartbeat import ProcessInfo
+from crawlherd.duration import format_duration
 from crawlherd.errors import CrawlherdError, TargetsFileError
 from crawlherd.frontier.base import HostState
 from crawlherd.service import editing
 from crawlherd.service.audit import list_audit
-from crawlherd.service.browse import browse_items, browse_targets, list_websites, website_names
+from crawlherd.service.browse import (
+    WebsiteUsage,
+    browse_items,
+    browse_targets,
+    get_website,
+    list_websites,
+    website_names,
+)
 from crawlherd.service.dead_letters import discard, list_dead_letters, retry_dead
 from crawlherd.service.explain import explain, lineage
 from crawlherd.service.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
@@ -51,6 +59,7 @@ from crawlherd.service.targets import get_target, preview_target
 from crawlherd.service.targets_file import TargetSpec
 from crawlherd.service.users import authenticate
 from crawlherd.sinks.export import FORMATS, export_items
+from crawlherd.sitespec import SiteSpec
 from crawlherd.web.auth import LoginRequired, actor, checked_form, csrf_token
 
 __all__ = ["create_app"]
@@ -107,6 +116,75 @@ def _time(value: str | None) -> datetime | None:
     except ValueError:
         raise HTTPException(400, f"not a time: {value!r} (use 2026-01-31T07:00 or with +01:00)") from None
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+
+
+def _raw_form(form: Any) -> dict[str, str]:
+    """A posted form's fields (but its CSRF token) as text."""
+    return {k: str(v) for k, v in form.items() if k != "csrf"}
+
+
+#: The website form's fields that are shown with their secrets redacted.
+_REDACTED_FIELDS = ("base_url", "search_url_template", "extraction", "metadata")
+
+
+def _json_text(value: dict[str, Any]) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False) if value else ""
+
+
+def _website_form(site: SiteSpec | None) -> dict[str, str]:
+    """The website form's fields for ``site`` (None: a new website's defaults); secrets redacted."""
+    site = site or SiteSpec.model_construct(name="", base_url="", search_url_template="")
+    p, pol = site.pagination, site.politeness
+    return {
+        "name": site.name,
+        "base_url": redact_url(site.base_url),
+        "search_url_template": redact_url(site.search_url_template),
+        "requires_playwright": "on" if site.requires_playwright else "",
+        "pagination_type": p.type,
+        "pagination_selector": p.selector or "",
+        "pagination_param": p.param,
+        "pagination_start": str(p.start),
+        "pagination_step": str(p.step),
+        "pagination_max_pages": str(p.max_pages),
+        "extraction": redact_url(_json_text(site.extraction)),
+        "min_delay": format_duration(pol.min_delay),
+        "max_concurrency": str(pol.max_concurrency),
+        "robots": pol.robots,
+        "revisit_age": format_duration(site.revisit_age),
+        "metadata": redact_url(_json_text(site.metadata)),
+    }
+
+
+def _website_values(raw: dict[str, str]) -> dict[str, Any]:
+    """The website form's fields as the keys of a ``[[websites]]`` entry (validated by the service)."""
+
+    def text(key: str) -> str:
+        return raw.get(key, "").strip()
+
+    pagination: dict[str, Any] = {"type": text("pagination_type") or "none"}
+    for key in ("selector", "param", "start", "step", "max_pages"):
+        if text(f"pagination_{key}"):
+            pagination[key] = text(f"pagination_{key}")
+    values: dict[str, Any] = {
+        "name": text("name"),
+        "base_url": text("base_url"),
+        "search_url_template": text("search_url_template"),
+        "requires_playwright": raw.get("requires_playwright") == "on",
+        "pagination": pagination,
+        "politeness": {
+            "min_delay": _duration(text("min_delay") or "1s"),
+            "max_concurrency": text("max_concurrency") or 2,
+            "robots": text("robots") or "obey",
+        },
+        "revisit_age": _duration(text("revisit_age") or "1d"),
+    }
+    for key in ("extraction", "metadata"):
+        if text(key):
+            try:
+                values[key] = json.loads(text(key))
+            except json.JSONDecodeError as exc:
+                raise editing.FormError({key: f"not valid JSON: {exc}"}) from None
+    return values
 
 
 def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str = "crawlherd") -> Starlette:
@@ -170,58 +248,77 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
     # -- websites ---------------------------------------------------------------------------------
 
     async def websites_page(request: Request) -> Response:
-        return render(request, "websites.html", websites=await list_websites(engine), errors={}, values={})
+        return render(request, "websites.html", websites=await list_websites(engine))
+
+    def website_form(
+        request: Request, *, values: dict[str, str], errors: dict[str, str], usage: WebsiteUsage | None = None,
+        status: int = 200,
+    ) -> Response:
+        return render(request, "website_form.html", status=status, values=values, errors=errors, usage=usage)
+
+    async def website_new(request: Request) -> Response:
+        return website_form(request, values=_website_form(None), errors={})
 
     async def website_create(request: Request) -> Response:
-        form = await checked_form(request)
-        values = {k: str(v) for k, v in form.items() if k != "csrf"}
-        spec: dict[str, Any] = {
-            "name": values.get("name", "").strip(),
-            "base_url": values.get("base_url", "").strip(),
-            "search_url_template": values.get("search_url_template", "").strip(),
-            "requires_playwright": values.get("requires_playwright") == "on",
-            "politeness": {
-                "min_delay": _duration(values.get("min_delay") or "1s"),
-                "max_concurrency": values.get("max_concurrency") or 2,
-                "robots": values.get("robots") or "obey",
-            },
-        }
+        raw = _raw_form(await checked_form(request))
         try:
-            if values.get("pagination", "").strip():
-                spec["pagination"] = json.loads(values["pagination"])
-            if values.get("extraction", "").strip():
-                spec["extraction"] = json.loads(values["extraction"])
-            await editing.save_website(engine, spec, actor=actor(request))
-        except json.JSONDecodeError as exc:
-            errors = {"extraction": f"not valid JSON: {exc}"}
+            await editing.save_website(engine, _website_values(raw), actor=actor(request))
         except editing.FormError as exc:
             errors = exc.problems
         except CrawlherdError as exc:
             errors = {"form": str(exc)}
         else:
-            return back("/websites", "website saved")
-        return render(
-            request, "websites.html", status=400, websites=await list_websites(engine), errors=errors,
-            values={k: v for k, v in values.items() if k not in ("base_url", "search_url_template")},
-        )
+            return back("/websites", f"website {raw.get('name', '')} saved")
+        raw.update(base_url="", search_url_template="")  # a URL may hold a secret: typed again, never echoed
+        return website_form(request, values=raw, errors=errors, status=400)
 
-    async def website_politeness(request: Request) -> Response:
-        website_id = _int(request.path_params["website_id"])
-        assert website_id is not None
+    async def website_page(request: Request) -> Response:
+        site, usage = await _website(request)
+        return website_form(request, values=_website_form(site), errors={}, usage=usage)
+
+    async def website_update(request: Request) -> Response:
+        site, usage = await _website(request)
+        raw = _raw_form(await checked_form(request))
+        shown, stored = _website_form(site), site.model_dump(mode="json")
+        # a field sent back as it was shown (its secrets redacted) keeps its stored value
+        kept = [k for k in _REDACTED_FIELDS if raw.get(k, "").strip() == shown[k].strip()]
+        try:
+            values = _website_values({**raw, **dict.fromkeys(kept, "")})
+            values.update({k: stored[k] for k in kept})
+            await editing.update_website(engine, usage.id, values, actor=actor(request))
+        except editing.FormError as exc:
+            errors = exc.problems
+        except CrawlherdError as exc:
+            errors = {"form": str(exc)}
+        else:
+            return back(f"/websites/{usage.id}", "website saved")
+        values = {**raw, **{k: redact_url(raw.get(k, "")) for k in _REDACTED_FIELDS}}
+        return website_form(request, values=values, errors=errors, usage=usage, status=400)
+
+    async def website_active(request: Request) -> Response:
+        _site, usage = await _website(request)
+        active = (await checked_form(request)).get("active") == "1"
+        changed = await editing.set_website_active(engine, usage.id, active, actor=actor(request))
+        return back(f"/websites/{usage.id}", f"{changed} target(s) {'enabled' if active else 'disabled'}")
+
+    async def website_delete(request: Request) -> Response:
+        _site, usage = await _website(request)
         form = await checked_form(request)
         try:
-            await editing.update_politeness(
-                engine,
-                website_id,
-                min_delay=float(str(form.get("min_delay", "1"))),
-                max_concurrency=int(str(form.get("max_concurrency", "2"))),
-                robots_policy=str(form.get("robots_policy", "obey")),
-                requires_playwright=form.get("requires_playwright") == "on",
-                actor=actor(request),
-            )
-        except (ValueError, CrawlherdError) as exc:
-            return back("/websites", f"not saved: {exc}")
-        return back("/websites", "politeness saved")
+            confirm = str(form.get("confirm", ""))
+            gone = await editing.delete_website(engine, usage.id, confirm=confirm, actor=actor(request))
+        except editing.FormError as exc:
+            return back(f"/websites/{usage.id}", f"not deleted: {exc.problems['confirm']}")
+        return back(
+            "/websites", f"website {gone.name} deleted with its {gone.targets} target(s), {gone.runs} job run(s) "
+            f"and {gone.items} item(s)",
+        )
+
+    async def _website(request: Request) -> tuple[SiteSpec, WebsiteUsage]:
+        try:
+            return await get_website(engine, request.path_params["website_id"])
+        except CrawlherdError as exc:
+            raise HTTPException(404, str(exc)) from None
 
     # -- targets ----------------------------------------------------------------------------------
 
@@ -494,7 +591,11 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         Route("/overview.json", overview_json),
         Route("/websites", websites_page, methods=["GET"]),
         Route("/websites", website_create, methods=["POST"]),
-        Route("/websites/{website_id:int}/politeness", website_politeness, methods=["POST"]),
+        Route("/websites/new", website_new),
+        Route("/websites/{website_id:int}", website_page, methods=["GET"]),
+        Route("/websites/{website_id:int}", website_update, methods=["POST"]),
+        Route("/websites/{website_id:int}/active", website_active, methods=["POST"]),
+        Route("/websites/{website_id:int}/delete", website_delete, methods=["POST"]),
         Route("/targets", targets_page, methods=["GET"]),
         Route("/targets", target_create, methods=["POST"]),
         Route("/targets/new", target_new),
