@@ -147,7 +147,7 @@ def _website_form(site: SiteSpec | None) -> dict[str, str]:
         "pagination_step": str(p.step),
         "pagination_max_pages": str(p.max_pages),
         "extraction": redact_url(_json_text(site.extraction)),
-        "min_delay": format_duration(pol.min_delay),
+        "min_delay": format_duration(pol.min_delay) if pol.min_delay else "0s",
         "max_concurrency": str(pol.max_concurrency),
         "robots": pol.robots,
         "revisit_age": format_duration(site.revisit_age),

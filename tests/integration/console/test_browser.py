@@ -71,12 +71,14 @@ async def platform(url: str) -> AsyncIterator[tuple[str, DemoSite]]:
 
 async def wait_for_text(page: Any, url: str, selector: str, text: str, *, tries: int = 150) -> None:
     """Reload ``url`` until ``selector`` shows ``text`` (the pipeline runs in the background)."""
+    shown: list[str] = []
     for _ in range(tries):
         await page.goto(url)
-        if text in await page.inner_text(selector):
+        shown = await page.locator(selector).all_inner_texts()  # no waiting: the selector may match nothing yet
+        if any(text in s for s in shown):
             return
         await asyncio.sleep(0.2)
-    raise AssertionError(f"{text!r} never appeared in {selector} of {url}: {await page.inner_text(selector)}")
+    raise AssertionError(f"{text!r} never appeared in {selector} of {url}: {shown} {await page.content()}")
 
 
 async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path) -> None:
@@ -259,7 +261,8 @@ async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path
         assert "website saved" in await page.inner_text("#flash")
         await page.goto(target_url)
         await page.click("#run-now button")
-        await wait_for_text(page, base + "/frontier", "table.frontier", "held")
+        await wait_for_text(page, base + "/frontier", "table.frontier td.state", "held")
+        assert "30s" in await page.inner_text("table.frontier")
         await page.screenshot(path=str(shots / "frontier.png"), full_page=True)
         await wait_for_text(page, target_url, "#verdict", "held by the website's politeness")
         assert await page.get_attribute("#verdict", "data-verdict") == "politeness"

@@ -258,8 +258,14 @@ async def test_politeness_holds_the_pages_of_a_running_job(tmp_path: Path) -> No
                                 assert found and found.group(1) == "politeness", name
                                 assert phrase in html.unescape(page), name
                             frontier = html.unescape((await client.get("/frontier")).text)
-                            host = throttled.url.split("//")[1].rstrip("/")
-                            assert host in frontier and "blocked" in frontier and "3600" in frontier
+                            rows = {
+                                m.group(1): m.group(2)
+                                for m in re.finditer(r'<td class="mono">([^<]+)</td>(.*?)</tr>', frontier, re.S)
+                            }
+                            throttled_row = rows[throttled.url.split("//")[1].rstrip("/")]
+                            slow_row = rows[slow.url.split("//")[1].rstrip("/")]
+                            assert '<span class="st st-gone">blocked</span>' in throttled_row, throttled_row
+                            assert "<td>3600s</td>" in slow_row and ">held</span>" in slow_row, slow_row
                     finally:
                         stop.set()
                         await asyncio.wait_for(pipeline, 60)
