@@ -11,7 +11,7 @@ from sqlalchemy import String, cast, func, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd._redact import redact_url
-from crawlherd.db.engine import db_now
+from crawlherd.db.engine import count_rows, db_now
 from crawlherd.db.models import JobRun, ScrapeTarget, StoredItem, Website
 from crawlherd.duration import format_duration
 from crawlherd.errors import CrawlherdError
@@ -174,15 +174,12 @@ async def website_usage(conn: AsyncConnection, website_id: int) -> WebsiteUsage:
     name = (await conn.execute(select(W.name).where(W.id == website_id))).scalar()
     if name is None:
         raise CrawlherdError(f"no website with id {website_id}")
-    targets, active = (
-        await conn.execute(
-            select(func.count(), func.count().filter(T.active == true())).where(T.website_id == website_id)
-        )
-    ).one()
-    runs = (await conn.execute(select(func.count()).select_from(R).join(T, T.id == R.target_id)
-                               .where(T.website_id == website_id))).scalar_one()
-    items = (await conn.execute(select(func.count()).where(It.website_id == website_id))).scalar_one()
-    return WebsiteUsage(website_id, name, int(targets), int(active), int(runs), int(items))
+    mine = T.website_id == website_id
+    targets = await count_rows(conn, T, mine)
+    active = await count_rows(conn, T, mine, T.active == true())
+    runs = await count_rows(conn, R.__table__.join(T.__table__, T.id == R.target_id), mine)
+    items = await count_rows(conn, It, It.website_id == website_id)
+    return WebsiteUsage(website_id, name, targets, active, runs, items)
 
 
 async def get_website(engine: AsyncEngine, website_id: int) -> tuple[SiteSpec, WebsiteUsage]:
