@@ -13,13 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from crawlherd._redact import redact_url
 from crawlherd.db.engine import count_rows, db_now
 from crawlherd.db.models import JobRun, ScrapeTarget, StoredItem, Website
-from crawlherd.duration import format_duration
 from crawlherd.errors import CrawlherdError
+from crawlherd.service.targets import TARGET_ROWS, TargetInfo, target_info
 from crawlherd.sitespec import SiteSpec
 
 __all__ = [
     "ItemRow",
-    "TargetRow",
     "WebsiteRow",
     "WebsiteUsage",
     "browse_items",
@@ -29,22 +28,6 @@ __all__ = [
     "website_usage",
     "website_names",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class TargetRow:
-    """One line of the targets page."""
-
-    id: int
-    website: str
-    keywords: str
-    location: str
-    schedule: str
-    timezone: str
-    active: bool
-    next_run_at: datetime
-    last_scheduled: datetime | None
-    due: bool
 
 
 def _like(text: str) -> str:
@@ -59,20 +42,13 @@ async def browse_targets(
     state: str | None = None,
     after_id: int | None = None,
     limit: int = 50,
-) -> list[TargetRow]:
-    """Targets by id; ``q`` searches keywords and location; ``state`` is ``active``, ``disabled`` or ``due``."""
+) -> tuple[datetime, list[TargetInfo]]:
+    """The database's now, and targets by id; ``q`` searches keywords and location; ``state`` is
+    ``active``, ``disabled`` or ``due`` (at that now: :meth:`TargetInfo.due_at`)."""
     T, W = ScrapeTarget, Website  # noqa: N806
     async with engine.connect() as conn:
         now = await db_now(conn)
-        stmt = (
-            select(
-                T.id, W.name, T.keywords, T.location, T.schedule_kind, T.interval_seconds, T.cron, T.timezone,
-                T.active, T.next_run_at, T.last_scheduled,
-            )
-            .join(W, W.id == T.website_id)
-            .order_by(T.id)
-            .limit(limit)
-        )
+        stmt = TARGET_ROWS.order_by(T.id).limit(limit)
         if q.strip():
             pattern = _like(q.strip().lower())
             stmt = stmt.where(
@@ -92,14 +68,7 @@ async def browse_targets(
         if after_id is not None:
             stmt = stmt.where(T.id > after_id)
         rows = (await conn.execute(stmt)).all()
-    return [
-        TargetRow(
-            r.id, r.name, r.keywords, r.location,
-            f"every {format_duration(r.interval_seconds)}" if r.schedule_kind == "interval" else f"cron {r.cron}",
-            r.timezone, r.active, r.next_run_at, r.last_scheduled, bool(r.active and r.next_run_at <= now),
-        )
-        for r in rows
-    ]
+    return now, [target_info(r, r.website_name) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from crawlherd.errors import CrawlherdError
 from crawlherd.frontier.base import HostState
 from crawlherd.service.jobs import AttemptInfo
 from crawlherd.service.schedule import schedule_of
+from crawlherd.service.targets import TARGET_ROWS
 from crawlherd.url import canonicalize
 
 __all__ = ["VERDICTS", "Explanation", "Lineage", "SlotTrail", "explain", "lineage"]
@@ -202,14 +203,8 @@ async def _trails(conn: AsyncConnection, rows: list[Any], target_id: int) -> lis
 
 
 async def _target(conn: AsyncConnection, target_id: int) -> Any:
-    T = ScrapeTarget  # noqa: N806
-    row = (
-        await conn.execute(
-            select(*T.__table__.c, Website.name.label("website_name"), Website.spec.label("website_spec"))
-            .join(Website, Website.id == T.website_id)
-            .where(T.id == target_id)
-        )
-    ).first()
+    stmt = TARGET_ROWS.add_columns(Website.spec.label("website_spec")).where(ScrapeTarget.id == target_id)
+    row = (await conn.execute(stmt)).first()
     if row is None:
         raise CrawlherdError(f"no scrape target with id {target_id} (see `crawlherd targets list`)")
     return row

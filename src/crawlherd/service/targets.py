@@ -30,6 +30,7 @@ from crawlherd.service.schedule import Schedule, jitter_for, make_schedule, sche
 from crawlherd.service.targets_file import TargetsFile, load_targets_file
 
 __all__ = [
+    "TARGET_ROWS",
     "ImportResult",
     "TargetInfo",
     "delete_targets",
@@ -39,6 +40,7 @@ __all__ = [
     "preview_target",
     "set_active",
     "set_website_active",
+    "target_info",
 ]
 
 
@@ -188,15 +190,18 @@ async def _import(conn: AsyncConnection, spec: TargetsFile) -> ImportResult:
     return ImportResult(created, updated, t_created, t_updated, t_same)
 
 
-_ROWS = select(*ScrapeTarget.__table__.c, Website.name.label("website_name")).join(Website)
+#: Every column of the targets, with their website's name (``website_name``).
+TARGET_ROWS = select(*ScrapeTarget.__table__.c, Website.name.label("website_name")).join(Website)
 
 
 async def _prune(conn: AsyncConnection, spec: TargetsFile) -> tuple[TargetInfo, ...]:
     """Delete the targets whose (website, keywords, location) the file does not list."""
     wanted = {(t.website, kw, loc) for t in spec.targets for kw in t.keywords for loc in t.locations}
-    rows = (await conn.execute(_ROWS)).all()
+    rows = (await conn.execute(TARGET_ROWS)).all()
     gone = [
-        _info(row, row.website_name) for row in rows if (row.website_name, row.keywords, row.location) not in wanted
+        target_info(row, row.website_name)
+        for row in rows
+        if (row.website_name, row.keywords, row.location) not in wanted
     ]
     if gone:
         await conn.execute(delete(ScrapeTarget).where(ScrapeTarget.id.in_([t.id for t in gone])))
@@ -209,7 +214,7 @@ async def delete_targets(engine: AsyncEngine, target_ids: Sequence[int]) -> list
     async with engine.begin() as conn:
         rows = (
             await conn.execute(
-                _ROWS.where(ScrapeTarget.id.in_(list(target_ids))))
+                TARGET_ROWS.where(ScrapeTarget.id.in_(list(target_ids))))
         ).all()
         found = {row.id for row in rows}
         unknown = sorted(set(target_ids) - found)
@@ -218,7 +223,7 @@ async def delete_targets(engine: AsyncEngine, target_ids: Sequence[int]) -> list
                 f"no target {', '.join(map(str, unknown))}: nothing deleted (see `crawlherd targets list`)"
             )
         await conn.execute(delete(ScrapeTarget).where(ScrapeTarget.id.in_(list(found))))
-    return sorted((_info(row, row.website_name) for row in rows), key=lambda t: t.id)
+    return sorted((target_info(row, row.website_name) for row in rows), key=lambda t: t.id)
 
 
 # -- listing and editing --------------------------------------------------------------------------
@@ -241,8 +246,13 @@ class TargetInfo:
     next_run_at: datetime
     details: dict[str, Any]
 
+    def due_at(self, now: datetime) -> bool:
+        """Active and its next run is at or before ``now``."""
+        return self.active and self.next_run_at <= now
 
-def _info(target: Any, website: str) -> TargetInfo:
+
+def target_info(target: Any, website: str) -> TargetInfo:
+    """A target row (all its columns; e.g. of :data:`TARGET_ROWS`) as a :class:`TargetInfo`."""
     schedule = (
         f"every {format_duration(target.interval_seconds)}"
         if target.schedule_kind == "interval"
@@ -268,21 +278,21 @@ def _info(target: Any, website: str) -> TargetInfo:
 
 async def list_targets(engine: AsyncEngine, *, website: str | None = None) -> list[TargetInfo]:
     """Every target (optionally of one website), by id."""
-    stmt = _ROWS.order_by(ScrapeTarget.id)
+    stmt = TARGET_ROWS.order_by(ScrapeTarget.id)
     if website:
         stmt = stmt.where(Website.name == website)
     async with engine.connect() as conn:
         rows = (await conn.execute(stmt)).all()
-    return [_info(row, row.website_name) for row in rows]
+    return [target_info(row, row.website_name) for row in rows]
 
 
 async def get_target(engine: AsyncEngine, target_id: int) -> TargetInfo:
     """One target; :class:`CrawlherdError` when there is none with that id."""
     async with engine.connect() as conn:
-        row = (await conn.execute(_ROWS.where(ScrapeTarget.id == target_id))).first()
+        row = (await conn.execute(TARGET_ROWS.where(ScrapeTarget.id == target_id))).first()
     if row is None:
         raise CrawlherdError(f"no scrape target with id {target_id} (see `crawlherd targets list`)")
-    return _info(row, row.website_name)
+    return target_info(row, row.website_name)
 
 
 async def set_active(engine: AsyncEngine, target_id: int, active: bool) -> TargetInfo:

@@ -13,11 +13,11 @@ import io
 import json
 import secrets
 import uuid
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from importlib.resources import files
-from typing import Any
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -68,6 +68,7 @@ _HERE = files("crawlherd.web")
 PAGE = 50
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+_T = TypeVar("_T")
 
 
 def _ts(value: datetime | None) -> str:
@@ -116,6 +117,14 @@ def _time(value: str | None) -> datetime | None:
     except ValueError:
         raise HTTPException(400, f"not a time: {value!r} (use 2026-01-31T07:00 or with +01:00)") from None
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+
+
+async def _found(lookup: Awaitable[_T]) -> _T:
+    """What ``lookup`` finds; a 404 when it finds nothing (it raised CrawlherdError)."""
+    try:
+        return await lookup
+    except CrawlherdError as exc:
+        raise HTTPException(404, str(exc)) from None
 
 
 def _raw_form(form: Any) -> dict[str, str]:
@@ -315,16 +324,13 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         )
 
     async def _website(request: Request) -> tuple[SiteSpec, WebsiteUsage]:
-        try:
-            return await get_website(engine, request.path_params["website_id"])
-        except CrawlherdError as exc:
-            raise HTTPException(404, str(exc)) from None
+        return await _found(get_website(engine, request.path_params["website_id"]))
 
     # -- targets ----------------------------------------------------------------------------------
 
     async def targets_page(request: Request) -> Response:
         p = request.query_params
-        rows = await browse_targets(
+        now, rows = await browse_targets(
             engine,
             q=p.get("q", ""),
             website=p.get("website") or None,
@@ -333,9 +339,9 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
             limit=PAGE,
         )
         if p.get("format") == "json":
-            return JSONResponse([_jsonable(vars_(r)) for r in rows])
+            return _json([{**asdict(r), "due": r.due_at(now)} for r in rows])
         return render(
-            request, "targets.html", rows=rows, q=p.get("q", ""), website=p.get("website", ""),
+            request, "targets.html", rows=rows, now=now, q=p.get("q", ""), website=p.get("website", ""),
             state=p.get("state", ""), websites=await website_names(engine),
             next_after=rows[-1].id if len(rows) == PAGE else None,
         )
@@ -382,12 +388,8 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         )
 
     async def target_page(request: Request) -> Response:
-        target_id = _int(request.path_params["target_id"])
-        assert target_id is not None
-        try:
-            info = await get_target(engine, target_id)
-        except CrawlherdError as exc:
-            raise HTTPException(404, str(exc)) from None
+        target_id: int = request.path_params["target_id"]
+        info = await _found(get_target(engine, target_id))
         at = _time(request.query_params.get("at"))
         why = await explain(engine, target_id, at)
         trail = await lineage(engine, target_id, limit=10)
@@ -399,8 +401,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         )
 
     async def target_run(request: Request) -> Response:
-        target_id = _int(request.path_params["target_id"])
-        assert target_id is not None
+        target_id: int = request.path_params["target_id"]
         form = await checked_form(request)
         key = str(form.get("key") or "") or None
         result = await run_now(engine, target_id, requested_by=actor(request), request_key=key)
@@ -408,23 +409,20 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         return back(f"/targets/{target_id}", f"{message} (slot {_ts(result.slot_at)})")
 
     async def target_active(request: Request) -> Response:
-        target_id = _int(request.path_params["target_id"])
-        assert target_id is not None
+        target_id: int = request.path_params["target_id"]
         form = await checked_form(request)
         active = form.get("active") == "1"
         await editing.set_target_active(engine, target_id, active, actor=actor(request))
         return back(f"/targets/{target_id}", "enabled" if active else "disabled")
 
     async def target_delete(request: Request) -> Response:
-        target_id = _int(request.path_params["target_id"])
-        assert target_id is not None
+        target_id: int = request.path_params["target_id"]
         await checked_form(request)
         await editing.delete_target(engine, target_id, actor=actor(request))
         return back("/targets", f"target {target_id} deleted")
 
     async def target_schedule(request: Request) -> Response:
-        target_id = _int(request.path_params["target_id"])
-        assert target_id is not None
+        target_id: int = request.path_params["target_id"]
         info = await get_target(engine, target_id)
         form = await checked_form(request)
         values, _raw = _target_values(form)
@@ -509,12 +507,8 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         )
 
     async def job_page(request: Request) -> Response:
-        run_id = _int(request.path_params["run_id"])
-        assert run_id is not None
-        try:
-            job = await get_job(engine, run_id)
-        except CrawlherdError as exc:
-            raise HTTPException(404, str(exc)) from None
+        run_id: int = request.path_params["run_id"]
+        job = await _found(get_job(engine, run_id))
         return render(request, "job.html", job=job)
 
     # -- dead letters -----------------------------------------------------------------------------
@@ -530,8 +524,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         return back("/dead-letters", f"{sent} job(s) sent again")
 
     async def dead_discard(request: Request) -> Response:
-        run_id = _int(request.path_params["run_id"])
-        assert run_id is not None
+        run_id: int = request.path_params["run_id"]
         form = await checked_form(request)
         try:
             await discard(engine, run_id, reason=str(form.get("reason", "")), actor=actor(request))
@@ -581,43 +574,45 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
     async def user_error(request: Request, exc: Exception) -> Response:
         return PlainTextResponse(f"error: {exc}", status_code=400)
 
-    routes = [
-        Route("/login", login_page, methods=["GET"]),
-        Route("/login", login, methods=["POST"]),
-        Route("/logout", logout, methods=["POST"]),
-        Route("/healthz", healthz),
-        Route("/", overview_page),
-        Route("/overview/live", overview_live),
-        Route("/overview.json", overview_json),
-        Route("/websites", websites_page, methods=["GET"]),
-        Route("/websites", website_create, methods=["POST"]),
-        Route("/websites/new", website_new),
-        Route("/websites/{website_id:int}", website_page, methods=["GET"]),
-        Route("/websites/{website_id:int}", website_update, methods=["POST"]),
-        Route("/websites/{website_id:int}/active", website_active, methods=["POST"]),
-        Route("/websites/{website_id:int}/delete", website_delete, methods=["POST"]),
-        Route("/targets", targets_page, methods=["GET"]),
-        Route("/targets", target_create, methods=["POST"]),
-        Route("/targets/new", target_new),
-        Route("/targets/import", import_page, methods=["GET"]),
-        Route("/targets/import", import_post, methods=["POST"]),
-        Route("/targets/{target_id:int}", target_page),
-        Route("/targets/{target_id:int}/run", target_run, methods=["POST"]),
-        Route("/targets/{target_id:int}/active", target_active, methods=["POST"]),
-        Route("/targets/{target_id:int}/delete", target_delete, methods=["POST"]),
-        Route("/targets/{target_id:int}/schedule", target_schedule, methods=["POST"]),
-        Route("/api/schedule-preview", schedule_preview),
-        Route("/jobs", jobs_page),
-        Route("/jobs/{run_id:int}", job_page),
-        Route("/dead-letters", dead_page),
-        Route("/dead-letters/retry", dead_retry, methods=["POST"]),
-        Route("/dead-letters/{run_id:int}/discard", dead_discard, methods=["POST"]),
-        Route("/items", items_page),
-        Route("/items/export", items_export),
-        Route("/frontier", frontier_page),
-        Route("/audit", audit_page),
-        Mount("/static", app=StaticFiles(directory=str(_HERE.joinpath("static"))), name="static"),
+    # path -> its GET handler, its POST handler (the forms); {name:int} parameters arrive as ints
+    pages: dict[str, tuple[Handler | None, Handler | None]] = {
+        "/login": (login_page, login),
+        "/logout": (None, logout),
+        "/healthz": (healthz, None),
+        "/": (overview_page, None),
+        "/overview/live": (overview_live, None),
+        "/overview.json": (overview_json, None),
+        "/websites": (websites_page, website_create),
+        "/websites/new": (website_new, None),
+        "/websites/{website_id:int}": (website_page, website_update),
+        "/websites/{website_id:int}/active": (None, website_active),
+        "/websites/{website_id:int}/delete": (None, website_delete),
+        "/targets": (targets_page, target_create),
+        "/targets/new": (target_new, None),
+        "/targets/import": (import_page, import_post),
+        "/targets/{target_id:int}": (target_page, None),
+        "/targets/{target_id:int}/run": (None, target_run),
+        "/targets/{target_id:int}/active": (None, target_active),
+        "/targets/{target_id:int}/delete": (None, target_delete),
+        "/targets/{target_id:int}/schedule": (None, target_schedule),
+        "/api/schedule-preview": (schedule_preview, None),
+        "/jobs": (jobs_page, None),
+        "/jobs/{run_id:int}": (job_page, None),
+        "/dead-letters": (dead_page, None),
+        "/dead-letters/retry": (None, dead_retry),
+        "/dead-letters/{run_id:int}/discard": (None, dead_discard),
+        "/items": (items_page, None),
+        "/items/export": (items_export, None),
+        "/frontier": (frontier_page, None),
+        "/audit": (audit_page, None),
+    }
+    routes: list[Route | Mount] = [
+        Route(path, handler, methods=[method])
+        for path, handlers in pages.items()
+        for method, handler in zip(("GET", "POST"), handlers, strict=True)
+        if handler is not None
     ]
+    routes.append(Mount("/static", app=StaticFiles(directory=str(_HERE.joinpath("static"))), name="static"))
     app = Starlette(
         routes=routes,
         middleware=[
@@ -666,10 +661,12 @@ class FrontierView:
         return cls(p.id, p.state, p.last_seen, p.info, rows)
 
 
-def vars_(obj: Any) -> dict[str, Any]:
-    """A slotted dataclass as a dict."""
-    return {name: getattr(obj, name) for name in obj.__slots__}
+def _iso(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
-def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in values.items()}
+def _json(value: Any) -> Response:
+    """``value`` as a JSON response, datetimes (however deep) as ISO 8601."""
+    return Response(json.dumps(value, default=_iso, ensure_ascii=False), media_type="application/json")
