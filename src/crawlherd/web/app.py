@@ -560,7 +560,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
 
     async def frontier_page(request: Request) -> Response:
         o = await overview(engine)
-        workers = [FrontierView.of(p) for p in o.processes if p.kind == "worker"]
+        workers = [(p, _host_rows(p)) for p in o.processes if p.kind == "worker"]
         return render(request, "frontier.html", workers=workers)
 
     async def audit_page(request: Request) -> Response:
@@ -641,24 +641,13 @@ class HostRow:
     ready_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class FrontierView:
-    """A worker's heartbeat, with its frontier's hosts decoded."""
-
-    id: str
-    state: str
-    last_seen: datetime
-    info: dict[str, Any]
-    hosts: list[HostRow]
-
-    @classmethod
-    def of(cls, p: ProcessInfo) -> FrontierView:
-        states = p.info.get("frontier", {}).get("host_states", {})
-        rows = []
-        for host, values in states.items():
-            st = HostState(**values)
-            rows.append(HostRow(host, st, p.last_seen + timedelta(seconds=st.ready_in)))
-        return cls(p.id, p.state, p.last_seen, p.info, rows)
+def _host_rows(p: ProcessInfo) -> list[HostRow]:
+    """The hosts of a worker's frontier, from its heartbeat."""
+    rows = []
+    for host, values in p.info.get("frontier", {}).get("host_states", {}).items():
+        st = HostState(**values)
+        rows.append(HostRow(host, st, p.last_seen + timedelta(seconds=st.ready_in)))
+    return rows
 
 
 def _iso(value: Any) -> Any:
