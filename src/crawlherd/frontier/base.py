@@ -23,7 +23,7 @@ Semantics every backend keeps:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from crawlherd.request import Request
@@ -66,6 +66,18 @@ class HostState:
     delay: float
     ready_in: float
     backoff: float = 0.0
+
+    @classmethod
+    def from_summary(cls, values: Any) -> HostState | None:
+        """A host's state as :meth:`FrontierStats.summary` wrote it (in a heartbeat, perhaps by another
+        version): None when a field is missing or not a number; unknown fields are ignored."""
+        try:
+            found = [values[f.name] for f in fields(cls)]
+        except (KeyError, TypeError):
+            return None
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in found):
+            return None
+        return cls(*found)
 
     @property
     def blocked(self) -> bool:

@@ -308,8 +308,8 @@ def _politeness_hold(hosts: set[str], worker: ProcessInfo, processes: list[Proce
     for p in [worker, *(p for p in _alive(processes, "worker") if p.id != worker.id)]:
         states = p.info.get("frontier", {}).get("host_states", {})
         for host in sorted(hosts & states.keys()):
-            st = HostState(**states[host])
-            if not st.held:
+            st = HostState.from_summary(states[host])
+            if st is None or not st.held:
                 continue
             if st.blocked:
                 why = f"{host} backs off for {st.backoff:.0f}s more (a Retry-After or rate-limit answer)"

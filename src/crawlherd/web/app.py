@@ -645,8 +645,9 @@ def _host_rows(p: ProcessInfo) -> list[HostRow]:
     """The hosts of a worker's frontier, from its heartbeat."""
     rows = []
     for host, values in p.info.get("frontier", {}).get("host_states", {}).items():
-        st = HostState(**values)
-        rows.append(HostRow(host, st, p.last_seen + timedelta(seconds=st.ready_in)))
+        st = HostState.from_summary(values)
+        if st is not None:  # a worker of another version may write what this one cannot read
+            rows.append(HostRow(host, st, p.last_seen + timedelta(seconds=st.ready_in)))
     return rows
 
 
