@@ -334,3 +334,37 @@ async def test_bloom_dupefilter(open_frontier: OpenFrontier) -> None:
 def test_lease_is_a_value(clock: FakeClock) -> None:
     lease = Lease("t", Request("http://x.test/"), clock.now() + 1)
     assert lease.host == "x.test"
+
+
+async def test_host_states(open_frontier: OpenFrontier, clock: FakeClock) -> None:
+    """Per host: depth, in flight, its cap and delay, when it is ready next, and a back-off apart from
+    the delay -- what the console's Frontier page and `crawlherd explain` show."""
+    frontier = await open_frontier(delay=0.0, max_in_flight=4)
+    await frontier.set_host_policy("slow.test", delay=10.0, max_in_flight=1)
+    for i in range(3):
+        await frontier.enqueue_request(Request(f"http://slow.test/{i}"))
+    await frontier.enqueue_request(Request("http://held.test/1"))
+    await frontier.enqueue_request(Request("http://later.test/1", not_before=clock.now() + 50))
+    await frontier.block_host("held.test", clock.now() + 30)
+    lease = await frontier.next_request()
+    assert lease is not None and lease.request.host == "slow.test"
+    assert await frontier.next_request() is None  # slow.test at its cap, held.test blocked, later.test not due
+    clock.advance(1)
+    states = (await frontier.stats()).host_states
+    slow, held = states["slow.test"], states["held.test"]
+    assert (slow.queued, slow.in_flight, slow.max_in_flight, slow.delay) == (2, 1, 1, 10.0)
+    assert slow.ready_in == pytest.approx(9.0) and slow.backoff == 0 and not slow.blocked and slow.held
+    assert (held.queued, held.in_flight, held.max_in_flight, held.delay) == (1, 0, 4, 0.0)
+    assert held.ready_in == pytest.approx(29.0) and held.backoff == pytest.approx(29.0) and held.blocked
+    assert states["later.test"].queued == 1
+    summary = (await frontier.stats()).summary()
+    assert summary["blocked_hosts"] == 1 and summary["host_states"]["held.test"]["backoff"] == pytest.approx(29.0)
+    # the back-off ends; the lease is settled: nothing holds either host any more
+    clock.advance(30)
+    await frontier.ack(lease)
+    states = (await frontier.stats()).host_states
+    assert states["held.test"].ready_in == 0 and not states["held.test"].blocked and not states["held.test"].held
+    assert states["slow.test"].in_flight == 0 and states["slow.test"].ready_in == 0
+    drained = await drain(frontier)
+    assert len(drained) >= 2
+    assert "held.test" not in (await frontier.stats()).host_states  # nothing queued, nothing held: not listed

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.cli._common import config_db, settings_from
 
-__all__ = ["console_or_none", "metrics_port_option", "on_db", "start_metrics"]
+__all__ = ["console_options", "console_or_none", "metrics_port_option", "on_db", "start_metrics"]
 
 T = TypeVar("T")
 
@@ -24,6 +24,21 @@ metrics_port_option = click.option(
     envvar="CRAWLHERD_METRICS_PORT",
     help="Serve Prometheus metrics on this port (127.0.0.1:PORT/metrics; env CRAWLHERD_METRICS_PORT).",
 )
+
+
+def console_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--console-port`` and ``--no-console`` of the commands that serve the console beside their work
+    (``run``, ``demo``); ``--web-port`` and ``--no-web`` are their former names."""
+    f = click.option(
+        "--no-console", "--no-web", "no_console", is_flag=True,
+        help="Do not serve the console.",
+    )(f)
+    return click.option(
+        "--console-port", "--web-port", "console_port", type=click.IntRange(0, 65535), default=8080,
+        show_default=True, envvar="CRAWLHERD_WEB_PORT", metavar="PORT",
+        help="Serve the console (the web UI) on http://127.0.0.1:PORT/ -- a free port if that one is taken, "
+        "0 for any free port (env CRAWLHERD_WEB_PORT).",
+    )(f)
 
 
 def start_metrics(port: int | None, host: str = "127.0.0.1") -> None:

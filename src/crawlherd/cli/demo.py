@@ -17,6 +17,7 @@ from sqlalchemy import update
 
 from crawlherd.brokers import open_broker
 from crawlherd.cli._common import Output, output_options
+from crawlherd.cli._console import console_options, console_or_none
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.db import ScrapeTarget, create_engine, upgrade
 from crawlherd.demo import DemoSite
@@ -49,23 +50,42 @@ __all__ = ["demo"]
 )
 @click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Jobs at once.")
 @click.option("--no-browser", is_flag=True, help="Leave out the JavaScript-rendered website.")
+@console_options
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="After the demo, keep the console (and the pipeline and demo site behind it) up until Ctrl+C, "
+    "to look around: jobs, items, lineage, Run now.",
+)
 @output_options
-def demo(workdir: str, timeout: float, concurrency: int, no_browser: bool, quiet: bool, as_json: bool) -> None:
+def demo(
+    workdir: str, timeout: float, concurrency: int, no_browser: bool, console_port: int, no_console: bool,
+    serve: bool, quiet: bool, as_json: bool,
+) -> None:
     """Run the whole pipeline against a built-in local job board and show what it found.
 
     \b
     1. starts the demo site on 127.0.0.1 (paginated search, next-link browsing with detail pages,
        a JavaScript-rendered listing, and a 429 with Retry-After now and then);
     2. creates a fresh SQLite config DB in --dir and imports the demo targets (--dir/targets.toml);
-    3. runs the dispatch service, the broker (a table in the same file) and a worker until every demo
+    3. serves the console on http://127.0.0.1:8080/ (the URL is printed; --console-port, --no-console);
+    4. runs the dispatch service, the broker (a table in the same file) and a worker until every demo
        job is settled;
-    4. prints a summary and checks the items against the demo site's own listing (--json: the summary
-       as one JSON object on stdout); exits 1 when they differ.
+    5. prints a summary and checks the items against the demo site's own listing (--json: the summary
+       as one JSON object on stdout), then exits (exit 1 when they differ) -- or, with --serve, keeps
+       the console up until Ctrl+C.
     """
+    if serve and no_console:
+        raise click.UsageError("--serve keeps the console up: it cannot go with --no-console")
     console = Console(quiet=quiet or as_json)
     summary: dict[str, Any] = {"ok": False}
     with contextlib.suppress(asyncio.CancelledError):
-        summary = asyncio.run(_demo(Path(workdir), timeout, concurrency, no_browser, console))
+        summary = asyncio.run(
+            _demo(
+                Path(workdir), timeout, concurrency, no_browser, console,
+                console_port=None if no_console else console_port, serve=serve,
+            )
+        )
     Output(quiet=quiet, as_json=as_json).result("", summary)
     if not summary["ok"]:
         raise SystemExit(1)
@@ -89,8 +109,11 @@ def _fresh_dir(workdir: Path) -> None:
 
 
 async def _demo(
-    workdir: Path, timeout: float, concurrency: int, no_browser: bool, console: Console
+    workdir: Path, timeout: float, concurrency: int, no_browser: bool, console: Console, *,
+    console_port: int | None = None, serve: bool = False,
 ) -> dict[str, Any]:
+    """The demo; its summary as data. With ``console_port``, the console is served meanwhile (and, with
+    ``serve``, after it until SIGINT/SIGTERM, the pipeline still running)."""
     await asyncio.to_thread(_fresh_dir, workdir)
     db_url = f"sqlite:///{workdir / 'demo.db'}"
     started = time.monotonic()
@@ -114,51 +137,76 @@ async def _demo(
                 f"demo site at {site.url}; imported {imported.targets_created} targets of "
                 f"{imported.websites_created} websites from {targets_file}"
             )
-            async with open_broker(db_url) as broker:
+            async with (
+                console_or_none(engine, console_port or 0, enabled=console_port is not None) as web,
+                open_broker(db_url) as broker,
+            ):
+                if web is not None:
+                    console.print(f"console: {web.url}", soft_wrap=True, highlight=False)
                 limits = FetchLimits(allow_private_addresses=True, user_agent="crawlherd-demo")
                 worker = Worker(
                     engine, broker, concurrency=concurrency, max_attempts=3, backoff=0.5, max_backoff=5.0,
                     limits=limits, frontier_url=frontier_beside(db_url),
                 )
-                stop = asyncio.Event()
-                with Progress(
-                    TextColumn("[bold]jobs"),
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TextColumn("{task.description}"),
-                    TimeElapsedColumn(),
-                    console=console,
-                    transient=True,
-                ) as bar:
-                    task = bar.add_task("", total=None)
-
-                    def show(p: RunProgress) -> None:
-                        bar.update(
-                            task,
-                            total=p.jobs or None,
-                            completed=p.settled,
-                            description=f"{p.running} running, {p.failed} retrying, {p.dead} dead",
-                        )
-                        if time.monotonic() - started > timeout:
-                            stop.set()
-
-                    async with worker:
-                        with stop_on_signals(stop):
-                            final = await run_embedded(
-                                engine,
-                                broker,
-                                worker,
-                                stop=stop,
-                                interval=0.2,
-                                until_idle=True,
-                                on_progress=show,
-                                progress_every=0.2,
-                            )
-            return await _summary(
-                engine, site, document, final, worker, workdir, time.monotonic() - started, timeout, console
-            )
+                async with worker:
+                    final, interrupted = await _run_demo_jobs(engine, broker, worker, started, timeout, console)
+                    summary = await _summary(
+                        engine, site, document, final, worker, workdir, time.monotonic() - started, timeout, console
+                    )
+                    if serve and web is not None and not interrupted:
+                        await _keep_serving(engine, broker, worker, web.url, console)
+            return summary
         finally:
             await engine.dispose()
+
+
+async def _run_demo_jobs(
+    engine: Any, broker: Any, worker: Worker, started: float, timeout: float, console: Console
+) -> tuple[RunProgress, bool]:
+    """Run the pipeline with a progress bar until every demo job is settled, ``timeout`` passes or a
+    signal stops it; returns the last progress and whether a signal stopped it."""
+    stop = asyncio.Event()
+    timed_out = False
+    with Progress(
+        TextColumn("[bold]jobs"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=None)
+
+        def show(p: RunProgress) -> None:
+            nonlocal timed_out
+            bar.update(
+                task,
+                total=p.jobs or None,
+                completed=p.settled,
+                description=f"{p.running} running, {p.failed} retrying, {p.dead} dead",
+            )
+            if time.monotonic() - started > timeout:
+                timed_out = True
+                stop.set()
+
+        with stop_on_signals(stop):
+            final = await run_embedded(
+                engine, broker, worker, stop=stop, interval=0.2, until_idle=True, on_progress=show,
+                progress_every=0.2,
+            )
+    return final, stop.is_set() and not timed_out and not final.idle  # idle: it ended by itself
+
+
+async def _keep_serving(engine: Any, broker: Any, worker: Worker, url: str, console: Console) -> None:
+    """--serve: the pipeline keeps running (Run now works) and the console stays up until a signal."""
+    console.print(
+        f"the console stays up at {url} with the pipeline running (Run now works there); Ctrl+C stops",
+        soft_wrap=True, highlight=False,
+    )
+    stop = asyncio.Event()
+    with stop_on_signals(stop):
+        await run_embedded(engine, broker, worker, stop=stop, interval=0.5)
 
 
 async def _summary(

@@ -18,7 +18,7 @@ from crawlherd.cli._common import (
     settings_from,
     stats_dump,
 )
-from crawlherd.cli._console import console_or_none, start_metrics
+from crawlherd.cli._console import console_options, console_or_none, start_metrics
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.cli.worker import make_worker, run_options, waiting_for, worker_statistics
 from crawlherd.db import upgrade
@@ -34,12 +34,11 @@ __all__ = ["run"]
               help="Seconds between dispatch cycles.  [default: setting dispatch_interval, 1]")
 @click.option("--until-idle", is_flag=True,
               help="Exit once no target is due and every job dispatched has succeeded or is dead.")
-@click.option("--web-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
-              envvar="CRAWLHERD_WEB_PORT", help="Serve the console on 127.0.0.1:PORT (a free port if taken).")
-@click.option("--no-web", is_flag=True, help="Do not serve the console.")
+@console_options
 @click.pass_context
 def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None, until_idle: bool,
-        metrics_port: int | None, web_port: int, no_web: bool, quiet: bool, as_json: bool, **options: Any) -> None:
+        metrics_port: int | None, console_port: int, no_console: bool, quiet: bool, as_json: bool,
+        **options: Any) -> None:
     """The whole pipeline in one process: due targets -> outbox -> broker -> worker -> items.
 
     \b
@@ -47,6 +46,8 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
     items; the frontier of pages is the file beside it (crawlherd-frontier.db).
     Set up:                          crawlherd targets import targets.toml
     Then:                            crawlherd run          (Ctrl+C stops cleanly)
+    Watch it in the console:         the URL it prints (http://127.0.0.1:8080/; --console-port,
+                                     --no-console)
     Scale out with `crawlherd dispatch` and `crawlherd worker` processes on PostgreSQL + RabbitMQ or
     Redis Streams, with a redis:// frontier.
 
@@ -85,7 +86,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                     )
                     async with (
                         w,
-                        console_or_none(engine, web_port, enabled=not no_web) as console,
+                        console_or_none(engine, console_port, enabled=not no_console) as console,
                         periodic_status(out, lambda: line(w, rates), settings.status_interval),
                     ):
                         if console is not None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import event, text
+from sqlalchemy import event, func, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from crawlherd._redact import redact_url
 from crawlherd.errors import ConfigurationError
 
-__all__ = ["async_database_url", "create_engine", "db_now", "dialect_of"]
+__all__ = ["async_database_url", "count_rows", "create_engine", "db_now", "dialect_of"]
 
 log = logging.getLogger(__name__)
 
@@ -125,3 +125,8 @@ async def db_now(conn: AsyncConnection) -> datetime:
     value = (await conn.execute(text("SELECT now()"))).scalar_one()
     assert isinstance(value, datetime)
     return value.astimezone(UTC)
+
+
+async def count_rows(conn: AsyncConnection, table: Any, *where: Any) -> int:
+    """``SELECT count(*) FROM table WHERE ...`` (``table``: a model, or a join)."""
+    return int((await conn.execute(select(func.count()).select_from(table).where(*where))).scalar_one() or 0)

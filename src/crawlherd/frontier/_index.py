@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Generic, TypeVar
 
+from crawlherd.frontier.base import HostState
 from crawlherd.frontier.options import FrontierOptions, HostPolicy
 
 __all__ = ["Held", "HostIndex", "HostSlot"]
@@ -42,7 +43,9 @@ class HostSlot(Generic[T]):
     """One host: a heap of ``(-priority, seq, payload)``, leases out, when it may be fetched next, and
     its policy."""
 
-    __slots__ = ("delay", "in_flight", "max_in_flight", "name", "queue", "ready_at", "ready_seq", "timer_at")
+    __slots__ = (
+        "blocked_until", "delay", "in_flight", "max_in_flight", "name", "queue", "ready_at", "ready_seq", "timer_at",
+    )
 
     def __init__(self, name: str, delay: float, max_in_flight: int, ready_at: float = 0.0) -> None:
         self.name = name
@@ -53,6 +56,7 @@ class HostSlot(Generic[T]):
         self.max_in_flight = max_in_flight
         self.ready_seq = -1  # seq of this host's entry in the ready heap, -1 when none
         self.timer_at = -1.0  # time of this host's entry in the timer heap, -1 when none
+        self.blocked_until = 0.0  # the latest block() (Retry-After, back-off), for stats only
 
 
 class Held(Generic[T]):
@@ -133,6 +137,8 @@ class HostIndex(Generic[T]):
         h = self.host(name)
         if until > h.ready_at:
             h.ready_at = until
+        if until > h.blocked_until:
+            h.blocked_until = until
         self.schedule(h, now)
 
     def set_policy(self, name: str, policy: HostPolicy, now: float) -> None:
@@ -308,6 +314,23 @@ class HostIndex(Generic[T]):
         for _, _, host, _, _ in self.delayed:
             depth[host] = depth.get(host, 0) + 1
         return depth
+
+    def states(self, now: float) -> dict[str, HostState]:
+        """The politeness state of every host with something queued, in flight or a ready time ahead."""
+        depth = self.depth()
+        out: dict[str, HostState] = {}
+        for name in depth.keys() | self.hosts.keys():
+            h = self.hosts.get(name)
+            if h is None:  # only delayed requests: the host slot is made when they fall due
+                delay, cap = self.policy(name)
+                in_flight, ready_at, blocked = 0, self._kept_ready_at.get(name, 0.0), 0.0
+            else:
+                delay, cap, in_flight = h.delay, h.max_in_flight, h.in_flight
+                ready_at, blocked = h.ready_at, h.blocked_until
+            queued = depth.get(name, 0)
+            if queued or in_flight or ready_at > now:
+                out[name] = HostState(queued, in_flight, cap, delay, max(0.0, ready_at - now), max(0.0, blocked - now))
+        return out
 
     def oldest_queued_time(self) -> float | None:
         """About when the oldest payload still queued was queued (within a second); None when empty."""

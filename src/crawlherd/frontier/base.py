@@ -23,12 +23,12 @@ Semantics every backend keeps:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, Protocol, runtime_checkable
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from crawlherd.request import Request
 
-__all__ = ["FrontierStats", "FullPolicy", "Lease", "Frontier"]
+__all__ = ["FrontierStats", "FullPolicy", "HostState", "Lease", "Frontier"]
 
 FullPolicy = Literal["block", "raise"]
 
@@ -51,6 +51,46 @@ class Lease(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class HostState:
+    """One host's politeness as the frontier holds it at the time of :meth:`Frontier.stats`.
+
+    Times are seconds from then (the frontier's clock is not the wall clock): ``ready_in`` until the
+    host may be fetched again (0: now, if it is below its cap); ``backoff`` left of a
+    :meth:`Frontier.block_host` (Retry-After, a rate-limit back-off; 0: not blocked). ``delay`` is the
+    host's minimum delay between fetches (the website's ``min_delay``, raised by robots.txt's
+    Crawl-delay) and ``max_in_flight`` its cap (``max_concurrency``)."""
+
+    queued: int
+    in_flight: int
+    max_in_flight: int
+    delay: float
+    ready_in: float
+    backoff: float = 0.0
+
+    @classmethod
+    def from_summary(cls, values: Any) -> HostState | None:
+        """A host's state as :meth:`FrontierStats.summary` wrote it (in a heartbeat, perhaps by another
+        version): None when a field is missing or not a number; unknown fields are ignored."""
+        try:
+            found = [values[f.name] for f in fields(cls)]
+        except (KeyError, TypeError):
+            return None
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in found):
+            return None
+        return cls(*found)
+
+    @property
+    def blocked(self) -> bool:
+        """Held by a back-off (Retry-After), not just by its delay."""
+        return self.backoff > 0
+
+    @property
+    def held(self) -> bool:
+        """It has requests queued that may not be fetched now (delay, back-off or cap)."""
+        return self.queued > 0 and (self.ready_in > 0 or self.in_flight >= self.max_in_flight)
+
+
+@dataclass(frozen=True, slots=True)
 class FrontierStats:
     """A snapshot of the frontier's counters."""
 
@@ -65,6 +105,24 @@ class FrontierStats:
     oldest_queued_age: float | None
     hosts: dict[str, int] = field(default_factory=dict)  # host -> queued depth
     dupefilter_unavailable: int = 0  # requests let through unfiltered (policy "allow")
+    # every host with something queued, in flight, a delay running or a back-off
+    host_states: dict[str, HostState] = field(default_factory=dict)
+
+    def summary(self, max_hosts: int = 50) -> dict[str, Any]:
+        """The JSON-able snapshot a worker's heartbeat carries (the console's Frontier page and
+        ``crawlherd explain`` read it): the counts, and the ``max_hosts`` hosts with the most queued
+        (blocked hosts first), each with its politeness state."""
+        ranked = sorted(self.host_states.items(), key=lambda kv: (not kv[1].blocked, -kv[1].queued, kv[0]))
+        return {
+            "queued": self.queued,
+            "in_flight": self.in_flight,
+            "oldest_queued_age": self.oldest_queued_age,
+            "hosts": {host: depth for host, depth in sorted(self.hosts.items(), key=lambda kv: -kv[1])[:max_hosts]},
+            "host_states": {
+                host: {name: getattr(state, name) for name in state.__slots__} for host, state in ranked[:max_hosts]
+            },
+            "blocked_hosts": sum(1 for s in self.host_states.values() if s.blocked),
+        }
 
 
 @runtime_checkable

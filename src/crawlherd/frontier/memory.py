@@ -183,6 +183,7 @@ class MemoryFrontier(AsyncClosing, WaitingMixin):
             expired_leases=self._expired,
             oldest_queued_age=None if oldest is None else max(0.0, now - oldest),
             hosts=index.depth(),
+            host_states=index.states(now),
         )
 
     async def close(self) -> None:

@@ -66,7 +66,7 @@ from crawlherd.errors import (
     LeaseError,
 )
 from crawlherd.frontier._waiting import WaitingMixin
-from crawlherd.frontier.base import FrontierStats, Lease
+from crawlherd.frontier.base import FrontierStats, HostState, Lease
 from crawlherd.frontier.dupefilter import fp_to_int
 from crawlherd.frontier.options import FrontierOptions
 from crawlherd.request import Request
@@ -80,6 +80,7 @@ _PRIO_LIMIT = (1 << 18) - 1  # scores are -prio * 2**34 + seq: exact in a double
 _BATCH = 500
 _UNAVAILABLE_REPLIES = ("OOM", "LOADING", "READONLY", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
 _T = TypeVar("_T")
+_READ_ONLY = ("PEEK", "STATS", "HOSTS")  # scripts that write nothing: no WAIT after them
 
 # The scripts (frontier/lua/*.lua), by name: the fragments each is made of, in order.
 _SCRIPTS: dict[str, tuple[str, ...]] = {
@@ -94,6 +95,7 @@ _SCRIPTS: dict[str, tuple[str, ...]] = {
     "SEND": ("prelude", "send"),
     "PEEK": ("peek",),
     "STATS": ("stats",),
+    "HOSTS": ("hosts",),
 }
 
 
@@ -244,7 +246,7 @@ class RedisFrontier(WaitingMixin):
         argv = [self._kp, repr(self._clock.now()), repr(float(opts.delay)), opts.max_in_flight, *args]
         script = self._scripts[name]
         keys = [f"{self._kp}:cfg"]  # not used by the scripts: it names the slot of the keys
-        if not self._wait or name in ("PEEK", "STATS"):
+        if not self._wait or name in _READ_ONLY:
             return await self._guard(lambda: script(keys=keys, args=argv, client=self._client))
 
         async def durable() -> Any:
@@ -477,7 +479,25 @@ class RedisFrontier(WaitingMixin):
             oldest_queued_age=max(0.0, self._clock.now() - float(o)) if o else None,
             hosts=hosts,
             dupefilter_unavailable=c.get("dfu", 0),
+            host_states=await self._host_states(),
         )
+
+    async def _host_states(self) -> dict[str, HostState]:
+        """Every host's politeness state (``hosts.lua``), for :meth:`stats`."""
+        flat = [_text(v) for v in await self._run("HOSTS")]
+        now = self._clock.now()
+        out: dict[str, HostState] = {}
+        for i in range(0, len(flat), 7):
+            host, queued, inf, cap, delay, ready_at, blocked = flat[i : i + 7]
+            out[host] = HostState(
+                queued=int(queued),
+                in_flight=max(0, int(inf)),
+                max_in_flight=int(cap),
+                delay=float(delay),
+                ready_in=max(0.0, float(ready_at) - now),
+                backoff=max(0.0, float(blocked) - now) if blocked else 0.0,
+            )
+        return out
 
     async def bad_entries(self) -> dict[str, str]:
         """Entries moved aside (``P:bad``): id -> ``"<reason>\\t<payload>"``."""

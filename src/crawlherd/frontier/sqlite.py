@@ -558,6 +558,7 @@ class SQLiteFrontier(WaitingMixin):
             expired_leases=c["expired"],
             oldest_queued_age=None if oldest is None else max(0.0, now - oldest),
             hosts=depth,
+            host_states=self._index.states(now),
         )
 
     async def bad_entries(self) -> dict[str, str]:

@@ -8,39 +8,26 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import String, cast, func, or_, select, true
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd._redact import redact_url
-from crawlherd.db.engine import db_now
-from crawlherd.db.models import ScrapeTarget, StoredItem, Website
-from crawlherd.duration import format_duration
+from crawlherd.db.engine import count_rows, db_now
+from crawlherd.db.models import JobRun, ScrapeTarget, StoredItem, Website
+from crawlherd.errors import CrawlherdError
+from crawlherd.service.targets import TARGET_ROWS, TargetInfo, target_info
 from crawlherd.sitespec import SiteSpec
 
 __all__ = [
     "ItemRow",
-    "TargetRow",
     "WebsiteRow",
+    "WebsiteUsage",
     "browse_items",
     "browse_targets",
+    "get_website",
     "list_websites",
+    "website_usage",
     "website_names",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class TargetRow:
-    """One line of the targets page."""
-
-    id: int
-    website: str
-    keywords: str
-    location: str
-    schedule: str
-    timezone: str
-    active: bool
-    next_run_at: datetime
-    last_scheduled: datetime | None
-    due: bool
 
 
 def _like(text: str) -> str:
@@ -55,20 +42,13 @@ async def browse_targets(
     state: str | None = None,
     after_id: int | None = None,
     limit: int = 50,
-) -> list[TargetRow]:
-    """Targets by id; ``q`` searches keywords and location; ``state`` is ``active``, ``disabled`` or ``due``."""
+) -> tuple[datetime, list[TargetInfo]]:
+    """The database's now, and targets by id; ``q`` searches keywords and location; ``state`` is
+    ``active``, ``disabled`` or ``due`` (at that now: :meth:`TargetInfo.due_at`)."""
     T, W = ScrapeTarget, Website  # noqa: N806
     async with engine.connect() as conn:
         now = await db_now(conn)
-        stmt = (
-            select(
-                T.id, W.name, T.keywords, T.location, T.schedule_kind, T.interval_seconds, T.cron, T.timezone,
-                T.active, T.next_run_at, T.last_scheduled,
-            )
-            .join(W, W.id == T.website_id)
-            .order_by(T.id)
-            .limit(limit)
-        )
+        stmt = TARGET_ROWS.order_by(T.id).limit(limit)
         if q.strip():
             pattern = _like(q.strip().lower())
             stmt = stmt.where(
@@ -88,14 +68,7 @@ async def browse_targets(
         if after_id is not None:
             stmt = stmt.where(T.id > after_id)
         rows = (await conn.execute(stmt)).all()
-    return [
-        TargetRow(
-            r.id, r.name, r.keywords, r.location,
-            f"every {format_duration(r.interval_seconds)}" if r.schedule_kind == "interval" else f"cron {r.cron}",
-            r.timezone, r.active, r.next_run_at, r.last_scheduled, bool(r.active and r.next_run_at <= now),
-        )
-        for r in rows
-    ]
+    return now, [target_info(r, r.website_name) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +123,40 @@ def _website_row(website_id: int, name: str, spec: dict[str, Any], targets: int)
         site.politeness.robots,
         targets,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class WebsiteUsage:
+    """What hangs on a website: what deleting it deletes too."""
+
+    id: int
+    name: str
+    targets: int
+    active_targets: int
+    runs: int
+    items: int
+
+
+async def website_usage(conn: AsyncConnection, website_id: int) -> WebsiteUsage:
+    """Counts of website ``website_id``'s targets, job runs and items (on the caller's connection)."""
+    W, T, R, It = Website, ScrapeTarget, JobRun, StoredItem  # noqa: N806
+    name = (await conn.execute(select(W.name).where(W.id == website_id))).scalar()
+    if name is None:
+        raise CrawlherdError(f"no website with id {website_id}")
+    mine = T.website_id == website_id
+    targets = await count_rows(conn, T, mine)
+    active = await count_rows(conn, T, mine, T.active == true())
+    runs = await count_rows(conn, R.__table__.join(T.__table__, T.id == R.target_id), mine)
+    items = await count_rows(conn, It, It.website_id == website_id)
+    return WebsiteUsage(website_id, name, targets, active, runs, items)
+
+
+async def get_website(engine: AsyncEngine, website_id: int) -> tuple[SiteSpec, WebsiteUsage]:
+    """A website's configuration (secrets and all: redact before showing) and what hangs on it."""
+    async with engine.connect() as conn:
+        usage = await website_usage(conn, website_id)
+        spec = (await conn.execute(select(Website.spec).where(Website.id == website_id))).scalar_one()
+    return SiteSpec.model_validate(spec), usage
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,8 @@ verdict                      meaning
 ``stuck_in_outbox``          claimed, but the broker has not confirmed it (broker failing since ...)
 ``waiting_for_worker``       published, no worker has taken it yet (no worker alive?)
 ``running``                  a worker is on it now
+``politeness``               a worker is on it, and its pages wait in the frontier on the website's
+                             politeness: min_delay (or Crawl-delay), max_concurrency, a Retry-After
 ``worker_lost``              a worker took it and stopped beating
 ``retrying``                 an attempt failed; the next one is scheduled
 ``dead``                     every attempt failed (reason)
@@ -27,6 +29,7 @@ The page and ``crawlherd explain`` call the same function.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -40,8 +43,11 @@ from crawlherd.db.engine import db_now
 from crawlherd.db.heartbeat import ProcessInfo, list_processes
 from crawlherd.db.models import DispatchOutbox, JobAttempt, JobRun, ManualRun, OutboxTrail, ScrapeTarget, Website
 from crawlherd.errors import CrawlherdError
+from crawlherd.frontier.base import HostState
 from crawlherd.service.jobs import AttemptInfo
 from crawlherd.service.schedule import schedule_of
+from crawlherd.service.targets import TARGET_ROWS
+from crawlherd.url import canonicalize
 
 __all__ = ["VERDICTS", "Explanation", "Lineage", "SlotTrail", "explain", "lineage"]
 
@@ -54,6 +60,7 @@ VERDICTS = (
     "stuck_in_outbox",
     "waiting_for_worker",
     "running",
+    "politeness",
     "worker_lost",
     "retrying",
     "dead",
@@ -196,14 +203,8 @@ async def _trails(conn: AsyncConnection, rows: list[Any], target_id: int) -> lis
 
 
 async def _target(conn: AsyncConnection, target_id: int) -> Any:
-    T = ScrapeTarget  # noqa: N806
-    row = (
-        await conn.execute(
-            select(*T.__table__.c, Website.name.label("website_name"))
-            .join(Website, Website.id == T.website_id)
-            .where(T.id == target_id)
-        )
-    ).first()
+    stmt = TARGET_ROWS.add_columns(Website.spec.label("website_spec")).where(ScrapeTarget.id == target_id)
+    row = (await conn.execute(stmt)).first()
     if row is None:
         raise CrawlherdError(f"no scrape target with id {target_id} (see `crawlherd targets list`)")
     return row
@@ -262,7 +263,7 @@ async def explain(engine: AsyncEngine, target_id: int, at: datetime | None = Non
         return Explanation(target_id, when, verdict, summary, slot, expected)
 
     if trail is not None and (expected is None or trail.slot_at >= expected):
-        return _explain_slot(trail, processes, failing_since, answer)
+        return _explain_slot(trail, processes, failing_since, answer, _site_hosts(t.website_spec))
     if not t.active:
         return answer("inactive", f"target {target_id} is disabled (since {_ts(t.updated_at)}): no slot is dispatched")
     if expected is None or t.created_at > expected + jitter:
@@ -292,8 +293,36 @@ async def explain(engine: AsyncEngine, target_id: int, at: datetime | None = Non
 _Answer = Callable[..., Explanation]
 
 
+def _site_hosts(spec: dict[str, Any]) -> set[str]:
+    """The frontier's host keys of a website: those of its base URL and of its search URL."""
+    hosts = set()
+    for key in ("base_url", "search_url_template"):
+        with contextlib.suppress(ValueError, CrawlherdError, TypeError):
+            hosts.add(canonicalize(str(spec[key]))[1])
+    return hosts
+
+
+def _politeness_hold(hosts: set[str], worker: ProcessInfo, processes: list[ProcessInfo]) -> str | None:
+    """How the website's politeness holds its pages in a frontier, as the job's worker (then any
+    other live worker: a shared frontier) last reported it; None when it does not."""
+    for p in [worker, *(p for p in _alive(processes, "worker") if p.id != worker.id)]:
+        states = p.info.get("frontier", {}).get("host_states", {})
+        for host in sorted(hosts & states.keys()):
+            st = HostState.from_summary(states[host])
+            if st is None or not st.held:
+                continue
+            if st.blocked:
+                why = f"{host} backs off for {st.backoff:.0f}s more (a Retry-After or rate-limit answer)"
+            elif st.ready_in > 0:
+                why = f"{host} waits {st.ready_in:.1f}s more for its delay of {st.delay:g}s between fetches (min_delay)"
+            else:
+                why = f"{host} has {st.in_flight} page(s) in flight, its max_concurrency of {st.max_in_flight}"
+            return f"{why}; {st.queued} page(s) queued (frontier of {p.id} at {_ts(p.last_seen)})"
+    return None
+
+
 def _explain_slot(
-    s: SlotTrail, processes: list[ProcessInfo], failing_since: datetime | None, answer: _Answer
+    s: SlotTrail, processes: list[ProcessInfo], failing_since: datetime | None, answer: _Answer, hosts: set[str]
 ) -> Explanation:
     head = f"slot {_ts(s.slot_at)}" + (f" (run now by {s.manual_by})" if s.manual_by else "")
     claimed = f"claimed by {s.claimed_by or 'a dispatcher'} at {_ts(s.claimed_at)}"
@@ -330,7 +359,11 @@ def _explain_slot(
                 f"{_ts(beat.last_seen)}: the broker redelivers the job when its delivery times out",
                 s,
             )
-        return answer("running", f"{head} is running on worker {s.worker} since {_ts(s.started_at)}", s)
+        running = f"{head} is running on worker {s.worker} since {_ts(s.started_at)}"
+        held = _politeness_hold(hosts, beat, processes) if beat is not None else None
+        if held:
+            return answer("politeness", f"{running}, its pages held by the website's politeness: {held}", s)
+        return answer("running", running, s)
     if s.run_status == "failed":
         return answer(
             "retrying", f"{head}: attempt {s.run_attempts} failed at {_ts(s.finished_at)} ({s.error}); a retry is "

@@ -12,7 +12,7 @@ from sqlalchemy import func, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd import metrics
-from crawlherd.db.engine import db_now
+from crawlherd.db.engine import count_rows, db_now
 from crawlherd.db.heartbeat import ProcessInfo, list_processes
 from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget, StoredItem, Website
 
@@ -68,10 +68,6 @@ class Overview:
         }
 
 
-async def _count(conn: AsyncConnection, stmt: Any) -> int:
-    return int((await conn.execute(stmt)).scalar_one() or 0)
-
-
 async def outbox_backlog(conn: AsyncConnection, now: datetime) -> tuple[int, float | None]:
     """Pending outbox rows and the age (seconds) of the oldest one."""
     ob = DispatchOutbox
@@ -85,29 +81,40 @@ async def outbox_backlog(conn: AsyncConnection, now: datetime) -> tuple[int, flo
     return int(count), (max(0.0, (now - oldest).total_seconds()) if oldest is not None else None)
 
 
+def _counts(now: datetime) -> dict[str, tuple[Any, ...]]:
+    """The Overview's plain counts: field -> (table, conditions...)."""
+    T, ob, It = ScrapeTarget, DispatchOutbox, StoredItem  # noqa: N806
+    hour, day = now - timedelta(hours=1), now - timedelta(days=1)
+    return {
+        "targets_active": (T, T.active == true()),
+        "targets_due": (T, *_due(now)),
+        "targets_overdue": (T, T.active == true(), T.next_run_at <= now - OVERDUE_AFTER),
+        "dispatched_last_hour": (ob, ob.created_at >= hour),
+        "dispatched_last_day": (ob, ob.created_at >= day),
+        "items_new_last_day": (It, It.first_seen >= day),
+        "items_seen_last_day": (It, It.last_seen >= day),
+    }
+
+
+def _due(now: datetime) -> tuple[Any, ...]:
+    T = ScrapeTarget  # noqa: N806
+    return T.active == true(), T.next_run_at <= now
+
+
 async def overview(engine: AsyncEngine, *, failing: int = 5) -> Overview:
     """Everything the Overview page shows, read in one connection."""
-    T, ob, R, It = ScrapeTarget, DispatchOutbox, JobRun, StoredItem  # noqa: N806
+    R, T = JobRun, ScrapeTarget  # noqa: N806
     async with engine.connect() as conn:
         now = await db_now(conn)
-        hour, day = now - timedelta(hours=1), now - timedelta(days=1)
-        active = await _count(conn, select(func.count()).select_from(T).where(T.active == true()))
-        due = await _count(conn, select(func.count()).select_from(T).where(T.active == true(), T.next_run_at <= now))
-        overdue = await _count(
-            conn,
-            select(func.count()).select_from(T).where(T.active == true(), T.next_run_at <= now - OVERDUE_AFTER),
-        )
-        last_hour = await _count(conn, select(func.count()).select_from(ob).where(ob.created_at >= hour))
-        last_day = await _count(conn, select(func.count()).select_from(ob).where(ob.created_at >= day))
+        counts = {name: await count_rows(conn, *table_where) for name, table_where in _counts(now).items()}
         pending, oldest = await outbox_backlog(conn, now)
+        day, hour = now - timedelta(days=1), now - timedelta(hours=1)
         jobs = {
             status: int(n)
             for status, n in (
                 await conn.execute(select(R.status, func.count()).where(R.updated_at >= day).group_by(R.status))
             ).all()
         }
-        items_new = await _count(conn, select(func.count()).select_from(It).where(It.first_seen >= day))
-        items_seen = await _count(conn, select(func.count()).select_from(It).where(It.last_seen >= day))
         failing_rows = (
             await conn.execute(
                 select(Website.name, func.count())
@@ -121,22 +128,18 @@ async def overview(engine: AsyncEngine, *, failing: int = 5) -> Overview:
             )
         ).all()
     processes = await list_processes(engine)
-    alive_workers = [p for p in processes if p.kind == "worker" and p.state == "alive"]
+    frontiers = [p.info.get("frontier", {}) for p in processes if p.kind == "worker" and p.state == "alive"]
+    seen = counts.pop("items_seen_last_day")
     return Overview(
         now=now,
-        targets_active=active,
-        targets_due=due,
-        targets_overdue=overdue,
-        dispatched_last_hour=last_hour,
-        dispatched_last_day=last_day,
+        **counts,
+        items_updated_last_day=max(0, seen - counts["items_new_last_day"]),
         outbox_pending=pending,
         outbox_oldest_pending_seconds=oldest,
         jobs_last_day=jobs,
-        items_new_last_day=items_new,
-        items_updated_last_day=max(0, items_seen - items_new),
         processes=processes,
-        frontier_queued=sum(int(p.info.get("frontier", {}).get("queued", 0)) for p in alive_workers),
-        frontier_in_flight=sum(int(p.info.get("frontier", {}).get("in_flight", 0)) for p in alive_workers),
+        frontier_queued=sum(int(f.get("queued", 0)) for f in frontiers),
+        frontier_in_flight=sum(int(f.get("in_flight", 0)) for f in frontiers),
         failing_websites=[(str(w), int(n)) for w, n in failing_rows],
     )
 
@@ -146,7 +149,7 @@ async def refresh_dispatch_gauges(engine: AsyncEngine) -> None:
     T = ScrapeTarget  # noqa: N806
     async with engine.connect() as conn:
         now = await db_now(conn)
-        due = await _count(conn, select(func.count()).select_from(T).where(T.active == true(), T.next_run_at <= now))
+        due = await count_rows(conn, T, *_due(now))
         pending, oldest = await outbox_backlog(conn, now)
     metrics.TARGETS_DUE.set(due)
     metrics.OUTBOX_PENDING.set(pending)

@@ -30,6 +30,7 @@ from crawlherd.service.schedule import Schedule, jitter_for, make_schedule, sche
 from crawlherd.service.targets_file import TargetsFile, load_targets_file
 
 __all__ = [
+    "TARGET_ROWS",
     "ImportResult",
     "TargetInfo",
     "delete_targets",
@@ -38,6 +39,8 @@ __all__ = [
     "list_targets",
     "preview_target",
     "set_active",
+    "set_website_active",
+    "target_info",
 ]
 
 
@@ -187,15 +190,18 @@ async def _import(conn: AsyncConnection, spec: TargetsFile) -> ImportResult:
     return ImportResult(created, updated, t_created, t_updated, t_same)
 
 
-_ROWS = select(*ScrapeTarget.__table__.c, Website.name.label("website_name")).join(Website)
+#: Every column of the targets, with their website's name (``website_name``).
+TARGET_ROWS = select(*ScrapeTarget.__table__.c, Website.name.label("website_name")).join(Website)
 
 
 async def _prune(conn: AsyncConnection, spec: TargetsFile) -> tuple[TargetInfo, ...]:
     """Delete the targets whose (website, keywords, location) the file does not list."""
     wanted = {(t.website, kw, loc) for t in spec.targets for kw in t.keywords for loc in t.locations}
-    rows = (await conn.execute(_ROWS)).all()
+    rows = (await conn.execute(TARGET_ROWS)).all()
     gone = [
-        _info(row, row.website_name) for row in rows if (row.website_name, row.keywords, row.location) not in wanted
+        target_info(row, row.website_name)
+        for row in rows
+        if (row.website_name, row.keywords, row.location) not in wanted
     ]
     if gone:
         await conn.execute(delete(ScrapeTarget).where(ScrapeTarget.id.in_([t.id for t in gone])))
@@ -208,7 +214,7 @@ async def delete_targets(engine: AsyncEngine, target_ids: Sequence[int]) -> list
     async with engine.begin() as conn:
         rows = (
             await conn.execute(
-                _ROWS.where(ScrapeTarget.id.in_(list(target_ids))))
+                TARGET_ROWS.where(ScrapeTarget.id.in_(list(target_ids))))
         ).all()
         found = {row.id for row in rows}
         unknown = sorted(set(target_ids) - found)
@@ -217,7 +223,7 @@ async def delete_targets(engine: AsyncEngine, target_ids: Sequence[int]) -> list
                 f"no target {', '.join(map(str, unknown))}: nothing deleted (see `crawlherd targets list`)"
             )
         await conn.execute(delete(ScrapeTarget).where(ScrapeTarget.id.in_(list(found))))
-    return sorted((_info(row, row.website_name) for row in rows), key=lambda t: t.id)
+    return sorted((target_info(row, row.website_name) for row in rows), key=lambda t: t.id)
 
 
 # -- listing and editing --------------------------------------------------------------------------
@@ -240,8 +246,13 @@ class TargetInfo:
     next_run_at: datetime
     details: dict[str, Any]
 
+    def due_at(self, now: datetime) -> bool:
+        """Active and its next run is at or before ``now``."""
+        return self.active and self.next_run_at <= now
 
-def _info(target: Any, website: str) -> TargetInfo:
+
+def target_info(target: Any, website: str) -> TargetInfo:
+    """A target row (all its columns; e.g. of :data:`TARGET_ROWS`) as a :class:`TargetInfo`."""
     schedule = (
         f"every {format_duration(target.interval_seconds)}"
         if target.schedule_kind == "interval"
@@ -267,50 +278,54 @@ def _info(target: Any, website: str) -> TargetInfo:
 
 async def list_targets(engine: AsyncEngine, *, website: str | None = None) -> list[TargetInfo]:
     """Every target (optionally of one website), by id."""
-    stmt = select(ScrapeTarget, Website.name).join(Website).order_by(ScrapeTarget.id)
+    stmt = TARGET_ROWS.order_by(ScrapeTarget.id)
     if website:
         stmt = stmt.where(Website.name == website)
     async with engine.connect() as conn:
-        rows = (
-            await conn.execute(
-                select(*ScrapeTarget.__table__.c, Website.name.label("website_name"))
-                .join(Website)
-                .order_by(ScrapeTarget.id)
-                .where(*([Website.name == website] if website else []))
-            )
-        ).all()
-    return [_info(row, row.website_name) for row in rows]
+        rows = (await conn.execute(stmt)).all()
+    return [target_info(row, row.website_name) for row in rows]
 
 
 async def get_target(engine: AsyncEngine, target_id: int) -> TargetInfo:
     """One target; :class:`CrawlherdError` when there is none with that id."""
     async with engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(*ScrapeTarget.__table__.c, Website.name.label("website_name"))
-                .join(Website)
-                .where(ScrapeTarget.id == target_id)
-            )
-        ).first()
+        row = (await conn.execute(TARGET_ROWS.where(ScrapeTarget.id == target_id))).first()
     if row is None:
         raise CrawlherdError(f"no scrape target with id {target_id} (see `crawlherd targets list`)")
-    return _info(row, row.website_name)
+    return target_info(row, row.website_name)
 
 
 async def set_active(engine: AsyncEngine, target_id: int, active: bool) -> TargetInfo:
     """Enable or disable a target. Enabling starts it from its next future slot (missed slots are not
     made up: the target was off on purpose)."""
+    await _set_active_where(engine, ScrapeTarget.id == target_id, active)
+    return await get_target(engine, target_id)  # raises when there is no such target
+
+
+async def set_website_active(engine: AsyncEngine, website_id: int, active: bool) -> int:
+    """Enable or disable every target of a website, as :func:`set_active` does one; returns how many
+    changed state."""
+    async with engine.connect() as conn:
+        if (await conn.execute(select(Website.id).where(Website.id == website_id))).first() is None:
+            raise CrawlherdError(f"no website with id {website_id}")
+    return await _set_active_where(engine, ScrapeTarget.website_id == website_id, active)
+
+
+async def _set_active_where(engine: AsyncEngine, where: Any, active: bool) -> int:
+    """Set ``active`` on the targets ``where`` selects; the ones enabled now start from their next slot
+    (computed per target). Returns how many changed state."""
+    changing = (where, ScrapeTarget.active != active)
     async with engine.begin() as conn:
         now = await db_now(conn)
-        row = (await conn.execute(select(*ScrapeTarget.__table__.c).where(ScrapeTarget.id == target_id))).first()
-        if row is None:
-            raise CrawlherdError(f"no scrape target with id {target_id} (see `crawlherd targets list`)")
-        values: dict[str, Any] = {"active": active, "updated_at": now}
-        if active and not row.active:
-            schedule = schedule_of(row)
-            values["next_run_at"] = _first_run(schedule, now, timedelta(milliseconds=row.jitter_ms))
-        await conn.execute(update(ScrapeTarget).where(ScrapeTarget.id == target_id).values(**values))
-    return await get_target(engine, target_id)
+        if not active:
+            done = await conn.execute(update(ScrapeTarget).where(*changing).values(active=False, updated_at=now))
+            return int(done.rowcount or 0)
+        rows = (await conn.execute(select(*ScrapeTarget.__table__.c).where(*changing))).all()
+        for row in rows:
+            first = _first_run(schedule_of(row), now, timedelta(milliseconds=row.jitter_ms))
+            values = {"active": True, "updated_at": now, "next_run_at": first}
+            await conn.execute(update(ScrapeTarget).where(ScrapeTarget.id == row.id).values(**values))
+    return len(rows)
 
 
 async def preview_target(engine: AsyncEngine, target_id: int, count: int = 10) -> list[tuple[datetime, datetime]]:

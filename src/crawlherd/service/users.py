@@ -7,11 +7,11 @@ from datetime import datetime
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.db.engine import db_now
+from crawlherd.db.engine import count_rows, db_now
 from crawlherd.db.models import User
 from crawlherd.errors import CrawlherdError
 from crawlherd.service.audit import record
@@ -61,7 +61,7 @@ async def remove_user(engine: AsyncEngine, name: str, *, actor: str = "cli") -> 
 async def count_users(engine: AsyncEngine) -> int:
     """How many users are defined (0: the console is open on loopback only)."""
     async with engine.connect() as conn:
-        return int((await conn.execute(select(func.count()).select_from(User))).scalar_one())
+        return await count_rows(conn, User)
 
 
 async def list_users(engine: AsyncEngine) -> list[tuple[str, datetime, datetime | None]]:

@@ -13,10 +13,11 @@ import io
 import json
 import secrets
 import uuid
-from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
 from importlib.resources import files
-from typing import Any
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -34,10 +35,20 @@ from starlette.templating import Jinja2Templates
 
 from crawlherd._redact import redact_url
 from crawlherd.db.engine import db_now
+from crawlherd.db.heartbeat import ProcessInfo
+from crawlherd.duration import format_duration
 from crawlherd.errors import CrawlherdError, TargetsFileError
+from crawlherd.frontier.base import HostState
 from crawlherd.service import editing
 from crawlherd.service.audit import list_audit
-from crawlherd.service.browse import browse_items, browse_targets, list_websites, website_names
+from crawlherd.service.browse import (
+    WebsiteUsage,
+    browse_items,
+    browse_targets,
+    get_website,
+    list_websites,
+    website_names,
+)
 from crawlherd.service.dead_letters import discard, list_dead_letters, retry_dead
 from crawlherd.service.explain import explain, lineage
 from crawlherd.service.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
@@ -48,6 +59,7 @@ from crawlherd.service.targets import get_target, preview_target
 from crawlherd.service.targets_file import TargetSpec
 from crawlherd.service.users import authenticate
 from crawlherd.sinks.export import FORMATS, export_items
+from crawlherd.sitespec import SiteSpec
 from crawlherd.web.auth import LoginRequired, actor, checked_form, csrf_token
 
 __all__ = ["create_app"]
@@ -56,6 +68,7 @@ _HERE = files("crawlherd.web")
 PAGE = 50
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+_T = TypeVar("_T")
 
 
 def _ts(value: datetime | None) -> str:
@@ -104,6 +117,83 @@ def _time(value: str | None) -> datetime | None:
     except ValueError:
         raise HTTPException(400, f"not a time: {value!r} (use 2026-01-31T07:00 or with +01:00)") from None
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+
+
+async def _found(lookup: Awaitable[_T]) -> _T:
+    """What ``lookup`` finds; a 404 when it finds nothing (it raised CrawlherdError)."""
+    try:
+        return await lookup
+    except CrawlherdError as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+def _raw_form(form: Any) -> dict[str, str]:
+    """A posted form's fields (but its CSRF token) as text."""
+    return {k: str(v) for k, v in form.items() if k != "csrf"}
+
+
+#: The website form's fields that are shown with their secrets redacted.
+_REDACTED_FIELDS = ("base_url", "search_url_template", "extraction", "metadata")
+
+
+def _json_text(value: dict[str, Any]) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False) if value else ""
+
+
+def _website_form(site: SiteSpec | None) -> dict[str, str]:
+    """The website form's fields for ``site`` (None: a new website's defaults); secrets redacted."""
+    site = site or SiteSpec.model_construct(name="", base_url="", search_url_template="")
+    p, pol = site.pagination, site.politeness
+    return {
+        "name": site.name,
+        "base_url": redact_url(site.base_url),
+        "search_url_template": redact_url(site.search_url_template),
+        "requires_playwright": "on" if site.requires_playwright else "",
+        "pagination_type": p.type,
+        "pagination_selector": p.selector or "",
+        "pagination_param": p.param,
+        "pagination_start": str(p.start),
+        "pagination_step": str(p.step),
+        "pagination_max_pages": str(p.max_pages),
+        "extraction": redact_url(_json_text(site.extraction)),
+        "min_delay": format_duration(pol.min_delay) if pol.min_delay else "0s",
+        "max_concurrency": str(pol.max_concurrency),
+        "robots": pol.robots,
+        "revisit_age": format_duration(site.revisit_age),
+        "metadata": redact_url(_json_text(site.metadata)),
+    }
+
+
+def _website_values(raw: dict[str, str]) -> dict[str, Any]:
+    """The website form's fields as the keys of a ``[[websites]]`` entry (validated by the service)."""
+
+    def text(key: str) -> str:
+        return raw.get(key, "").strip()
+
+    pagination: dict[str, Any] = {"type": text("pagination_type") or "none"}
+    for key in ("selector", "param", "start", "step", "max_pages"):
+        if text(f"pagination_{key}"):
+            pagination[key] = text(f"pagination_{key}")
+    values: dict[str, Any] = {
+        "name": text("name"),
+        "base_url": text("base_url"),
+        "search_url_template": text("search_url_template"),
+        "requires_playwright": raw.get("requires_playwright") == "on",
+        "pagination": pagination,
+        "politeness": {
+            "min_delay": _duration(text("min_delay") or "1s"),
+            "max_concurrency": text("max_concurrency") or 2,
+            "robots": text("robots") or "obey",
+        },
+        "revisit_age": _duration(text("revisit_age") or "1d"),
+    }
+    for key in ("extraction", "metadata"):
+        if text(key):
+            try:
+                values[key] = json.loads(text(key))
+            except json.JSONDecodeError as exc:
+                raise editing.FormError({key: f"not valid JSON: {exc}"}) from None
+    return values
 
 
 def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str = "crawlherd") -> Starlette:
@@ -167,64 +257,80 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
     # -- websites ---------------------------------------------------------------------------------
 
     async def websites_page(request: Request) -> Response:
-        return render(request, "websites.html", websites=await list_websites(engine), errors={}, values={})
+        return render(request, "websites.html", websites=await list_websites(engine))
+
+    def website_form(
+        request: Request, *, values: dict[str, str], errors: dict[str, str], usage: WebsiteUsage | None = None,
+        status: int = 200,
+    ) -> Response:
+        return render(request, "website_form.html", status=status, values=values, errors=errors, usage=usage)
+
+    async def website_new(request: Request) -> Response:
+        return website_form(request, values=_website_form(None), errors={})
 
     async def website_create(request: Request) -> Response:
-        form = await checked_form(request)
-        values = {k: str(v) for k, v in form.items() if k != "csrf"}
-        spec: dict[str, Any] = {
-            "name": values.get("name", "").strip(),
-            "base_url": values.get("base_url", "").strip(),
-            "search_url_template": values.get("search_url_template", "").strip(),
-            "requires_playwright": values.get("requires_playwright") == "on",
-            "politeness": {
-                "min_delay": _duration(values.get("min_delay") or "1s"),
-                "max_concurrency": values.get("max_concurrency") or 2,
-                "robots": values.get("robots") or "obey",
-            },
-        }
+        raw = _raw_form(await checked_form(request))
         try:
-            if values.get("pagination", "").strip():
-                spec["pagination"] = json.loads(values["pagination"])
-            if values.get("extraction", "").strip():
-                spec["extraction"] = json.loads(values["extraction"])
-            await editing.save_website(engine, spec, actor=actor(request))
-        except json.JSONDecodeError as exc:
-            errors = {"extraction": f"not valid JSON: {exc}"}
+            await editing.save_website(engine, _website_values(raw), actor=actor(request))
         except editing.FormError as exc:
             errors = exc.problems
         except CrawlherdError as exc:
             errors = {"form": str(exc)}
         else:
-            return back("/websites", "website saved")
-        return render(
-            request, "websites.html", status=400, websites=await list_websites(engine), errors=errors,
-            values={k: v for k, v in values.items() if k not in ("base_url", "search_url_template")},
-        )
+            return back("/websites", f"website {raw.get('name', '')} saved")
+        raw.update(base_url="", search_url_template="")  # a URL may hold a secret: typed again, never echoed
+        return website_form(request, values=raw, errors=errors, status=400)
 
-    async def website_politeness(request: Request) -> Response:
-        website_id = _int(request.path_params["website_id"])
-        assert website_id is not None
+    async def website_page(request: Request) -> Response:
+        site, usage = await _website(request)
+        return website_form(request, values=_website_form(site), errors={}, usage=usage)
+
+    async def website_update(request: Request) -> Response:
+        site, usage = await _website(request)
+        raw = _raw_form(await checked_form(request))
+        shown, stored = _website_form(site), site.model_dump(mode="json")
+        # a field sent back as it was shown (its secrets redacted) keeps its stored value
+        kept = [k for k in _REDACTED_FIELDS if raw.get(k, "").strip() == shown[k].strip()]
+        try:
+            values = _website_values({**raw, **dict.fromkeys(kept, "")})
+            values.update({k: stored[k] for k in kept})
+            await editing.update_website(engine, usage.id, values, actor=actor(request))
+        except editing.FormError as exc:
+            errors = exc.problems
+        except CrawlherdError as exc:
+            errors = {"form": str(exc)}
+        else:
+            return back(f"/websites/{usage.id}", "website saved")
+        values = {**raw, **{k: redact_url(raw.get(k, "")) for k in _REDACTED_FIELDS}}
+        return website_form(request, values=values, errors=errors, usage=usage, status=400)
+
+    async def website_active(request: Request) -> Response:
+        _site, usage = await _website(request)
+        active = (await checked_form(request)).get("active") == "1"
+        changed = await editing.set_website_active(engine, usage.id, active, actor=actor(request))
+        return back(f"/websites/{usage.id}", f"{changed} target(s) {'enabled' if active else 'disabled'}")
+
+    async def website_delete(request: Request) -> Response:
+        _site, usage = await _website(request)
         form = await checked_form(request)
         try:
-            await editing.update_politeness(
-                engine,
-                website_id,
-                min_delay=float(str(form.get("min_delay", "1"))),
-                max_concurrency=int(str(form.get("max_concurrency", "2"))),
-                robots_policy=str(form.get("robots_policy", "obey")),
-                requires_playwright=form.get("requires_playwright") == "on",
-                actor=actor(request),
-            )
-        except (ValueError, CrawlherdError) as exc:
-            return back("/websites", f"not saved: {exc}")
-        return back("/websites", "politeness saved")
+            confirm = str(form.get("confirm", ""))
+            gone = await editing.delete_website(engine, usage.id, confirm=confirm, actor=actor(request))
+        except editing.FormError as exc:
+            return back(f"/websites/{usage.id}", f"not deleted: {exc.problems['confirm']}")
+        return back(
+            "/websites", f"website {gone.name} deleted with its {gone.targets} target(s), {gone.runs} job run(s) "
+            f"and {gone.items} item(s)",
+        )
+
+    async def _website(request: Request) -> tuple[SiteSpec, WebsiteUsage]:
+        return await _found(get_website(engine, request.path_params["website_id"]))
 
     # -- targets ----------------------------------------------------------------------------------
 
     async def targets_page(request: Request) -> Response:
         p = request.query_params
-        rows = await browse_targets(
+        now, rows = await browse_targets(
             engine,
             q=p.get("q", ""),
             website=p.get("website") or None,
@@ -233,9 +339,9 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
             limit=PAGE,
         )
         if p.get("format") == "json":
-            return JSONResponse([_jsonable(vars_(r)) for r in rows])
+            return _json([{**asdict(r), "due": r.due_at(now)} for r in rows])
         return render(
-            request, "targets.html", rows=rows, q=p.get("q", ""), website=p.get("website", ""),
+            request, "targets.html", rows=rows, now=now, q=p.get("q", ""), website=p.get("website", ""),
             state=p.get("state", ""), websites=await website_names(engine),
             next_after=rows[-1].id if len(rows) == PAGE else None,
         )
@@ -282,12 +388,8 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         )
 
     async def target_page(request: Request) -> Response:
-        target_id = _int(request.path_params["target_id"])
-        assert target_id is not None
-        try:
-            info = await get_target(engine, target_id)
-        except CrawlherdError as exc:
-            raise HTTPException(404, str(exc)) from None
+        target_id: int = request.path_params["target_id"]
+        info = await _found(get_target(engine, target_id))
         at = _time(request.query_params.get("at"))
         why = await explain(engine, target_id, at)
         trail = await lineage(engine, target_id, limit=10)
@@ -299,8 +401,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         )
 
     async def target_run(request: Request) -> Response:
-        target_id = _int(request.path_params["target_id"])
-        assert target_id is not None
+        target_id: int = request.path_params["target_id"]
         form = await checked_form(request)
         key = str(form.get("key") or "") or None
         result = await run_now(engine, target_id, requested_by=actor(request), request_key=key)
@@ -308,23 +409,20 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         return back(f"/targets/{target_id}", f"{message} (slot {_ts(result.slot_at)})")
 
     async def target_active(request: Request) -> Response:
-        target_id = _int(request.path_params["target_id"])
-        assert target_id is not None
+        target_id: int = request.path_params["target_id"]
         form = await checked_form(request)
         active = form.get("active") == "1"
         await editing.set_target_active(engine, target_id, active, actor=actor(request))
         return back(f"/targets/{target_id}", "enabled" if active else "disabled")
 
     async def target_delete(request: Request) -> Response:
-        target_id = _int(request.path_params["target_id"])
-        assert target_id is not None
+        target_id: int = request.path_params["target_id"]
         await checked_form(request)
         await editing.delete_target(engine, target_id, actor=actor(request))
         return back("/targets", f"target {target_id} deleted")
 
     async def target_schedule(request: Request) -> Response:
-        target_id = _int(request.path_params["target_id"])
-        assert target_id is not None
+        target_id: int = request.path_params["target_id"]
         info = await get_target(engine, target_id)
         form = await checked_form(request)
         values, _raw = _target_values(form)
@@ -409,12 +507,8 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         )
 
     async def job_page(request: Request) -> Response:
-        run_id = _int(request.path_params["run_id"])
-        assert run_id is not None
-        try:
-            job = await get_job(engine, run_id)
-        except CrawlherdError as exc:
-            raise HTTPException(404, str(exc)) from None
+        run_id: int = request.path_params["run_id"]
+        job = await _found(get_job(engine, run_id))
         return render(request, "job.html", job=job)
 
     # -- dead letters -----------------------------------------------------------------------------
@@ -430,8 +524,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
         return back("/dead-letters", f"{sent} job(s) sent again")
 
     async def dead_discard(request: Request) -> Response:
-        run_id = _int(request.path_params["run_id"])
-        assert run_id is not None
+        run_id: int = request.path_params["run_id"]
         form = await checked_form(request)
         try:
             await discard(engine, run_id, reason=str(form.get("reason", "")), actor=actor(request))
@@ -467,7 +560,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
 
     async def frontier_page(request: Request) -> Response:
         o = await overview(engine)
-        workers = [p for p in o.processes if p.kind == "worker"]
+        workers = [(p, _host_rows(p)) for p in o.processes if p.kind == "worker"]
         return render(request, "frontier.html", workers=workers)
 
     async def audit_page(request: Request) -> Response:
@@ -481,39 +574,45 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
     async def user_error(request: Request, exc: Exception) -> Response:
         return PlainTextResponse(f"error: {exc}", status_code=400)
 
-    routes = [
-        Route("/login", login_page, methods=["GET"]),
-        Route("/login", login, methods=["POST"]),
-        Route("/logout", logout, methods=["POST"]),
-        Route("/healthz", healthz),
-        Route("/", overview_page),
-        Route("/overview/live", overview_live),
-        Route("/overview.json", overview_json),
-        Route("/websites", websites_page, methods=["GET"]),
-        Route("/websites", website_create, methods=["POST"]),
-        Route("/websites/{website_id:int}/politeness", website_politeness, methods=["POST"]),
-        Route("/targets", targets_page, methods=["GET"]),
-        Route("/targets", target_create, methods=["POST"]),
-        Route("/targets/new", target_new),
-        Route("/targets/import", import_page, methods=["GET"]),
-        Route("/targets/import", import_post, methods=["POST"]),
-        Route("/targets/{target_id:int}", target_page),
-        Route("/targets/{target_id:int}/run", target_run, methods=["POST"]),
-        Route("/targets/{target_id:int}/active", target_active, methods=["POST"]),
-        Route("/targets/{target_id:int}/delete", target_delete, methods=["POST"]),
-        Route("/targets/{target_id:int}/schedule", target_schedule, methods=["POST"]),
-        Route("/api/schedule-preview", schedule_preview),
-        Route("/jobs", jobs_page),
-        Route("/jobs/{run_id:int}", job_page),
-        Route("/dead-letters", dead_page),
-        Route("/dead-letters/retry", dead_retry, methods=["POST"]),
-        Route("/dead-letters/{run_id:int}/discard", dead_discard, methods=["POST"]),
-        Route("/items", items_page),
-        Route("/items/export", items_export),
-        Route("/frontier", frontier_page),
-        Route("/audit", audit_page),
-        Mount("/static", app=StaticFiles(directory=str(_HERE.joinpath("static"))), name="static"),
+    # path -> its GET handler, its POST handler (the forms); {name:int} parameters arrive as ints
+    pages: dict[str, tuple[Handler | None, Handler | None]] = {
+        "/login": (login_page, login),
+        "/logout": (None, logout),
+        "/healthz": (healthz, None),
+        "/": (overview_page, None),
+        "/overview/live": (overview_live, None),
+        "/overview.json": (overview_json, None),
+        "/websites": (websites_page, website_create),
+        "/websites/new": (website_new, None),
+        "/websites/{website_id:int}": (website_page, website_update),
+        "/websites/{website_id:int}/active": (None, website_active),
+        "/websites/{website_id:int}/delete": (None, website_delete),
+        "/targets": (targets_page, target_create),
+        "/targets/new": (target_new, None),
+        "/targets/import": (import_page, import_post),
+        "/targets/{target_id:int}": (target_page, None),
+        "/targets/{target_id:int}/run": (None, target_run),
+        "/targets/{target_id:int}/active": (None, target_active),
+        "/targets/{target_id:int}/delete": (None, target_delete),
+        "/targets/{target_id:int}/schedule": (None, target_schedule),
+        "/api/schedule-preview": (schedule_preview, None),
+        "/jobs": (jobs_page, None),
+        "/jobs/{run_id:int}": (job_page, None),
+        "/dead-letters": (dead_page, None),
+        "/dead-letters/retry": (None, dead_retry),
+        "/dead-letters/{run_id:int}/discard": (None, dead_discard),
+        "/items": (items_page, None),
+        "/items/export": (items_export, None),
+        "/frontier": (frontier_page, None),
+        "/audit": (audit_page, None),
+    }
+    routes: list[Route | Mount] = [
+        Route(path, handler, methods=[method])
+        for path, handlers in pages.items()
+        for method, handler in zip(("GET", "POST"), handlers, strict=True)
+        if handler is not None
     ]
+    routes.append(Mount("/static", app=StaticFiles(directory=str(_HERE.joinpath("static"))), name="static"))
     app = Starlette(
         routes=routes,
         middleware=[
@@ -532,10 +631,32 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
     return app
 
 
-def vars_(obj: Any) -> dict[str, Any]:
-    """A slotted dataclass as a dict."""
-    return {name: getattr(obj, name) for name in obj.__slots__}
+@dataclass(frozen=True, slots=True)
+class HostRow:
+    """One host of a worker's frontier as the Frontier page shows it: its state, and when (wall clock,
+    from the heartbeat's time) it is ready next."""
+
+    host: str
+    state: HostState
+    ready_at: datetime
 
 
-def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in values.items()}
+def _host_rows(p: ProcessInfo) -> list[HostRow]:
+    """The hosts of a worker's frontier, from its heartbeat."""
+    rows = []
+    for host, values in p.info.get("frontier", {}).get("host_states", {}).items():
+        st = HostState.from_summary(values)
+        if st is not None:  # a worker of another version may write what this one cannot read
+            rows.append(HostRow(host, st, p.last_seen + timedelta(seconds=st.ready_in)))
+    return rows
+
+
+def _iso(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def _json(value: Any) -> Response:
+    """``value`` as a JSON response, datetimes (however deep) as ISO 8601."""
+    return Response(json.dumps(value, default=_iso, ensure_ascii=False), media_type="application/json")

@@ -731,15 +731,7 @@ class Worker:
         st = await self.frontier.stats()
         metrics.FRONTIER.labels(state="queued").set(st.queued)
         metrics.FRONTIER.labels(state="in_flight").set(st.in_flight)
-        hosts = dict(sorted(st.hosts.items(), key=lambda kv: -kv[1])[:50])
-        return {
-            "frontier": {
-                "queued": st.queued,
-                "in_flight": st.in_flight,
-                "hosts": hosts,
-                "oldest_queued_age": st.oldest_queued_age,
-            }
-        }
+        return {"frontier": st.summary()}  # with each host's politeness state
 
     async def _crawler_for(self, browser: bool) -> Crawler:
         if not browser:

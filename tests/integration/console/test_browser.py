@@ -56,6 +56,7 @@ async def platform(url: str) -> AsyncIterator[tuple[str, DemoSite]]:
                 max_attempts=2,
                 backoff=0.0,
                 max_backoff=0.0,
+                shutdown_timeout=1.0,
             )
             async with worker, serve_console(engine, port=0) as console:
                 pipeline = asyncio.create_task(run_embedded(engine, broker, worker, stop=stop, interval=0.1))
@@ -70,12 +71,14 @@ async def platform(url: str) -> AsyncIterator[tuple[str, DemoSite]]:
 
 async def wait_for_text(page: Any, url: str, selector: str, text: str, *, tries: int = 150) -> None:
     """Reload ``url`` until ``selector`` shows ``text`` (the pipeline runs in the background)."""
+    shown: list[str] = []
     for _ in range(tries):
         await page.goto(url)
-        if text in await page.inner_text(selector):
+        shown = await page.locator(selector).all_inner_texts()  # no waiting: the selector may match nothing yet
+        if any(text in s for s in shown):
             return
         await asyncio.sleep(0.2)
-    raise AssertionError(f"{text!r} never appeared in {selector} of {url}: {await page.inner_text(selector)}")
+    raise AssertionError(f"{text!r} never appeared in {selector} of {url}: {shown} {await page.content()}")
 
 
 async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path) -> None:
@@ -107,16 +110,17 @@ async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path
 
         # A website and a target, through the forms.
         await page.goto(base + "/websites")
+        await page.click("#new-website")
         await page.fill("#website-form input[name=name]", "demo")
         await page.fill("#website-form input[name=base_url]", site.url)
         await page.fill("#website-form input[name=search_url_template]", site.url + "/search?q={keywords}&l={location}")
-        await page.fill(
-            "#website-form input[name=pagination]", json.dumps({"type": "page_param", "param": "page", "max_pages": 2})
-        )
+        await page.select_option("#website-form select[name=pagination_type]", "page_param")
+        await page.fill("#website-form input[name=pagination_max_pages]", "2")
         await page.fill("#website-form textarea[name=extraction]", json.dumps(CARD_RULES))
         await page.fill("#website-form input[name=min_delay]", "0")
+        await page.screenshot(path=str(shots / "website-new.png"), full_page=True)
         await page.click("#website-form button[type=submit]")
-        assert "website saved" in await page.inner_text("#flash")
+        assert "website demo saved" in await page.inner_text("#flash")
         await page.screenshot(path=str(shots / "websites.png"), full_page=True)
 
         await page.goto(base + "/targets/new")
@@ -192,7 +196,34 @@ async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path
         assert "1 job(s) sent again" in await page.inner_text("#flash")
         await wait_for_text(page, base + "/audit", "#audit", "deadletter.retry")
         await wait_for_text(page, base + "/jobs?website=broken", "#jobs", "dead")  # it fails again, honestly
+
+        # The failing website is edited, its targets disabled and enabled, and it is deleted.
+        await page.goto(base + "/websites")
+        await page.click("#websites a:text-is('broken')")
+        website_url = page.url
+        await page.fill("#website-form input[name=max_concurrency]", "3")
+        await page.fill("#website-form input[name=revisit_age]", "12h")
+        await page.click("#website-form button[type=submit]")
+        assert "website saved" in await page.inner_text("#flash")
+        assert await page.input_value("#website-form input[name=max_concurrency]") == "3"
+        assert await page.input_value("#website-form input[name=revisit_age]") == "12h"
+        await page.click("#website-disable button")
+        assert "1 target(s) disabled" in await page.inner_text("#flash")
+        assert "0 active" in await page.inner_text("#usage")
+        await page.click("#website-enable button")
+        assert "1 target(s) enabled" in await page.inner_text("#flash")
+        await page.screenshot(path=str(shots / "website.png"), full_page=True)
+        await page.fill("#website-delete input[name=confirm]", "not-it")
+        await page.click("#website-delete button")
+        assert "not deleted" in await page.inner_text("#flash") and page.url.startswith(website_url)
+        await page.fill("#website-delete input[name=confirm]", "broken")
+        await page.click("#website-delete button")
+        assert "website broken deleted with its 1 target(s)" in await page.inner_text("#flash")
+        assert "broken" not in await page.inner_text("#websites")
+
         await page.goto(base + "/audit")
+        for action in ("website.update", "website.disable", "website.enable", "website.delete"):
+            assert action in await page.inner_text("#audit")
         await page.screenshot(path=str(shots / "audit.png"), full_page=True)
 
         # Items, and their export.
@@ -220,6 +251,20 @@ async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path
         await page.wait_for_selector("#processes")
         assert "worker" in await page.inner_text("#processes")
         await page.screenshot(path=str(shots / "overview.png"), full_page=True)
-        await page.goto(base + "/frontier")
+
+        # Politeness holding a job: the demo website now asks 30 s between fetches; its next run's
+        # second page and detail pages wait in the frontier -- the Frontier page and the verdict say so.
+        await page.goto(base + "/websites")
+        await page.click("#websites a:text-is('demo')")
+        await page.fill("#website-form input[name=min_delay]", "30s")
+        await page.click("#website-form button[type=submit]")
+        assert "website saved" in await page.inner_text("#flash")
+        await page.goto(target_url)
+        await page.click("#run-now button")
+        await wait_for_text(page, base + "/frontier", "table.frontier td.state", "held")
+        assert "30s" in await page.inner_text("table.frontier")
         await page.screenshot(path=str(shots / "frontier.png"), full_page=True)
+        await wait_for_text(page, target_url, "#verdict", "held by the website's politeness")
+        assert await page.get_attribute("#verdict", "data-verdict") == "politeness"
+        await page.screenshot(path=str(shots / "target-politeness.png"), full_page=True)
         await browser.close()

@@ -3,6 +3,7 @@ the schedule preview, import, dead letters, export, the audit trail."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from urllib.parse import unquote
@@ -11,7 +12,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.db.models import AuditEntry, DispatchOutbox, JobRun, ManualRun
+from crawlherd.db.models import AuditEntry, DispatchOutbox, JobRun, ManualRun, ScrapeTarget, Website
 from crawlherd.errors import ConfigurationError
 from crawlherd.service.users import add_user
 from crawlherd.web.auth import check_bind
@@ -22,6 +23,7 @@ PAGES = [
     "/",
     "/overview/live",
     "/websites",
+    "/websites/new",
     "/targets",
     "/targets/new",
     "/targets/import",
@@ -80,7 +82,9 @@ async def test_every_form_needs_its_csrf_token(engine: AsyncEngine, browser: Bro
         "/login",
         "/logout",
         "/websites",
-        "/websites/1/politeness",
+        "/websites/1",
+        "/websites/1/active",
+        "/websites/1/delete",
         "/targets",
         "/targets/import",
         f"/targets/{tid}/run",
@@ -127,7 +131,8 @@ async def test_secrets_never_reach_a_page(engine: AsyncEngine, browser: Browser)
     await store.start(job, worker="w")  # the job's error quotes its URL, secret and all
     await store.finish(job, status="dead", error=f"listing page {job.search_url} failed: HTTP 500")
     assert "TOPSECRET42" in job.search_url
-    for path in [*PAGES, f"/targets/{tid}", "/overview.json", "/targets?format=json", "/jobs?format=json", "/jobs/1"]:
+    more = [f"/targets/{tid}", "/websites/1", "/overview.json", "/targets?format=json", "/jobs?format=json", "/jobs/1"]
+    for path in [*PAGES, *more]:
         page = await browser.get(path)
         assert page.status_code == 200, path
         assert "hunter2secret" not in page.text and "TOPSECRET42" not in page.text, path
@@ -281,3 +286,89 @@ def test_refuses_a_public_address_without_users() -> None:
     check_bind("0.0.0.0", 1)
     check_bind("127.0.0.1", 0)
     check_bind("::1", 0)
+
+
+async def test_a_website_is_edited_enabled_disabled_and_deleted(engine: AsyncEngine, browser: Browser) -> None:
+    """Every SiteSpec field from the form; secrets never shown and kept when sent back as shown; enable
+    and disable all its targets; delete only with its name typed, saying what goes with it; audited."""
+    await add_site(engine, "site", "https://robot:hunter2secret@jobs.example.com", path="/search?api_key=TOPSECRET42")
+    tids = [await add_target(engine, "site", kw) for kw in ("python", "rust")]
+    page = (await browser.get("/websites/1")).text
+    assert "hunter2secret" not in page and "TOPSECRET42" not in page
+    assert "2 target(s), 2 active" in page and "deletes its <b>2</b> target(s)" in page
+    shown = dict(re.findall(r'<input name="([a-z_]+)" value="([^"]*)"', page))
+    extraction = re.search(r'<textarea name="extraction"[^>]*>([^<]*)</textarea>', page)
+    assert extraction and shown["base_url"] == "https://robot:***@jobs.example.com"
+    form = {
+        **{k: html.unescape(v) for k, v in shown.items()},
+        "extraction": html.unescape(extraction.group(1)),
+        "pagination_type": "next_link", "pagination_selector": "a.next", "pagination_max_pages": "4",
+        "min_delay": "2.5s", "max_concurrency": "3", "robots": "obey", "revisit_age": "2d",
+        "requires_playwright": "on", "metadata": '{"team": "search"}',
+    }
+    saved = await browser.post("/websites/1", form, page="/websites/1")
+    assert saved.status_code == 303 and "website saved" in unquote(saved.headers["location"])
+    _site, spec = await _stored_site(engine)
+    assert spec["base_url"] == "https://robot:hunter2secret@jobs.example.com"  # sent back as shown: kept
+    assert "TOPSECRET42" in spec["search_url_template"]
+    assert spec["pagination"] == {**spec["pagination"], "type": "next_link", "selector": "a.next", "max_pages": 4}
+    assert spec["politeness"] == {"min_delay": 2.5, "max_concurrency": 3, "robots": "obey"}
+    assert (spec["revisit_age"], spec["requires_playwright"], spec["metadata"]) == (172800.0, True, {"team": "search"})
+    assert spec["extraction"]["item_selector"] == "article.job-card"  # unchanged
+
+    # a bad value: a clear error by field, nothing changed, no secret echoed
+    bad = await browser.post("/websites/1", {**form, "pagination_selector": "", "max_concurrency": "0"},
+                             page="/websites/1")
+    assert bad.status_code == 400 and "selector" in bad.text and "max_concurrency" in bad.text
+    assert "hunter2secret" not in bad.text and "TOPSECRET42" not in bad.text
+    assert (await _stored_site(engine))[1] == spec
+    # a new URL replaces the stored one
+    new_base = {**form, "base_url": "https://jobs2.example.com"}
+    assert (await browser.post("/websites/1", new_base, page="/websites/1")).status_code == 303
+    assert (await _stored_site(engine))[1]["base_url"] == "https://jobs2.example.com"
+
+    off = await browser.post("/websites/1/active", {"active": "0"}, page="/websites/1")
+    assert "2 target(s) disabled" in unquote(off.headers["location"])
+    assert "2 target(s), 0 active" in (await browser.get("/websites/1")).text
+    on = await browser.post("/websites/1/active", {"active": "1"}, page="/websites/1")
+    assert "2 target(s) enabled" in unquote(on.headers["location"])
+
+    refused = await browser.post("/websites/1/delete", {"confirm": "not-its-name"}, page="/websites/1")
+    assert "not deleted" in unquote(refused.headers["location"])
+    assert await count(engine, ScrapeTarget) == 2
+    gone = await browser.post("/websites/1/delete", {"confirm": "site"}, page="/websites/1")
+    assert "website site deleted with its 2 target(s), 0 job run(s) and 0 item(s)" in unquote(gone.headers["location"])
+    assert await count(engine, ScrapeTarget) == 0 and await count(engine, Website) == 0
+    assert (await browser.get("/websites/1")).status_code == 404
+    actions = [a for (a,) in (await _audit(engine))]
+    for action in ("website.update", "website.disable", "website.enable", "website.delete"):
+        assert action in actions, actions
+    assert tids
+
+
+async def test_a_new_website_from_the_form(engine: AsyncEngine, browser: Browser) -> None:
+    form = {
+        "name": "fresh", "base_url": "https://fresh.example.com",
+        "search_url_template": "https://fresh.example.com/s?q={keywords}", "pagination_type": "page_param",
+        "pagination_param": "p", "pagination_start": "0", "pagination_step": "10", "min_delay": "500ms",
+        "max_concurrency": "1", "robots": "ignore", "revisit_age": "6h",
+        "extraction": '{"item_selector": "li", "fields": {"title": "a"}}',
+    }
+    bad = await browser.post("/websites", {**form, "extraction": "{not json"}, page="/websites/new")
+    assert bad.status_code == 400 and "not valid JSON" in bad.text and await count(engine, Website) == 0
+    done = await browser.post("/websites", form, page="/websites/new")
+    assert done.status_code == 303
+    _site, spec = await _stored_site(engine)
+    assert spec["pagination"] == {**spec["pagination"], "type": "page_param", "param": "p", "start": 0, "step": 10}
+    assert (spec["politeness"]["min_delay"], spec["revisit_age"]) == (0.5, 21600.0)
+
+
+async def _stored_site(engine: AsyncEngine) -> tuple[str, dict[str, object]]:
+    async with engine.connect() as conn:
+        row = (await conn.execute(select(Website.name, Website.spec))).one()
+    return row.name, row.spec
+
+
+async def _audit(engine: AsyncEngine) -> list[tuple[str]]:
+    async with engine.connect() as conn:
+        return [tuple(r) for r in (await conn.execute(select(AuditEntry.action))).all()]

@@ -8,26 +8,32 @@ import asyncio
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
+from crawlherd import DemoSite
+from crawlherd.brokers import open_broker
 from crawlherd.brokers.memory import MemoryBroker
 from crawlherd.cli import main
 from crawlherd.db import create_engine, upgrade
 from crawlherd.db.engine import db_now
 from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.db.models import DispatchOutbox, ProcessHeartbeat, ScrapeTarget
+from crawlherd.fetch.base import FetchLimits
 from crawlherd.messages import decode_job
 from crawlherd.service.dead_letters import retry_dead
 from crawlherd.service.editing import set_target_active
-from crawlherd.service.explain import VERDICTS, explain
+from crawlherd.service.embedded import run_embedded
+from crawlherd.service.explain import VERDICTS, Explanation, explain
 from crawlherd.service.outbox import tick
 from crawlherd.service.relay import Relay
 from crawlherd.service.run_now import run_now
 from crawlherd.web.app import create_app
 from crawlherd.worker.runs import RunStore
+from crawlherd.worker.worker import Worker
 from tests.support.console import add_site, add_target
 
 # scenario (target keywords) -> the verdict it must get, and a phrase its explanation must contain
@@ -122,7 +128,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, i
 
 
 def test_every_verdict_has_a_scenario() -> None:
-    assert set(VERDICTS) == {v for v, _ in EXPECTED.values()}
+    # "politeness" needs a real worker and frontier: test_politeness_holds_the_pages_of_a_running_job
+    assert set(VERDICTS) == {v for v, _ in EXPECTED.values()} | {"politeness"}
 
 
 async def test_the_function_answers(scenario: tuple[str, dict[str, int]]) -> None:
@@ -177,5 +184,90 @@ async def test_at_a_past_time(scenario: tuple[str, dict[str, int]]) -> None:
             now = await db_now(conn)
         earlier = await explain(engine, ids["ran"], now - timedelta(days=30))
         assert earlier.verdict == "not_due"
+    finally:
+        await engine.dispose()
+
+
+async def _verdicts(engine: Any, ids: dict[str, int]) -> dict[str, Explanation]:
+    return {name: await explain(engine, tid) for name, tid in ids.items()}
+
+
+async def test_politeness_holds_the_pages_of_a_running_job(tmp_path: Path) -> None:
+    """A real pipeline (tick, relay, broker, worker and its frontier against two demo sites): one site
+    answers 429 with Retry-After 50 (the frontier backs its host off), the other asks min_delay 3600 s
+    of two targets (the second waits). Each job runs, and the function, `crawlherd explain` and the
+    page say its pages are held by the website's politeness -- the back-off, the delay."""
+    import html
+    import re
+
+    import httpx
+
+    url = f"sqlite:///{tmp_path}/config.db"
+    await upgrade(url)
+    engine = create_engine(url)
+    try:
+        async with (
+            DemoSite(seed=3, throttle_every=1, retry_after=50) as throttled,
+            DemoSite(seed=4, throttle_every=0) as slow,
+        ):
+            await add_site(engine, "throttled", throttled.url)
+            await add_site(
+                engine, "slow", slow.url, politeness={"min_delay": 3600, "max_concurrency": 4, "robots": "ignore"}
+            )
+            ids = {
+                "backoff": await add_target(engine, "throttled", "python", "berlin"),
+                "slow-1": await add_target(engine, "slow", "python", "berlin"),
+                "slow-2": await add_target(engine, "slow", "rust", "berlin"),
+            }
+            for tid in ids.values():
+                await run_now(engine, tid, requested_by="test")
+            stop = asyncio.Event()
+            async with open_broker(url) as broker:
+                worker = Worker(
+                    engine, broker, limits=FetchLimits(allow_private_addresses=True), shutdown_timeout=0.5
+                )
+                async with worker:
+                    pipeline = asyncio.create_task(run_embedded(engine, broker, worker, stop=stop, interval=0.05))
+                    try:
+                        # until the worker's heartbeat (every 10 s) has shown both holds
+                        while True:
+                            why = await _verdicts(engine, ids)
+                            held = {n for n, w in why.items() if w.verdict == "politeness"}
+                            if "backoff" in held and held & {"slow-1", "slow-2"}:
+                                break
+                            assert not pipeline.done(), pipeline
+                            await asyncio.sleep(0.3)
+                        delayed = next(n for n in ("slow-1", "slow-2") if n in held)
+                        phrases = {"backoff": "backs off for", delayed: "for its delay of 3600s"}
+                        for name, phrase in phrases.items():
+                            assert phrase in why[name].summary, why[name].summary
+                            assert "held by the website's politeness" in why[name].summary
+
+                        def cli(tid: int) -> Any:
+                            return CliRunner().invoke(main, ["explain", str(tid), "--json", "--database-url", url])
+
+                        transport = httpx.ASGITransport(app=create_app(engine))
+                        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+                            for name, phrase in phrases.items():
+                                result = await asyncio.to_thread(cli, ids[name])
+                                assert result.exit_code == 0, result.output
+                                answer = json.loads(result.output)
+                                assert (answer["verdict"], phrase in answer["summary"]) == ("politeness", True)
+                                page = (await client.get(f"/targets/{ids[name]}")).text
+                                found = re.search(r'data-verdict="([a-z_]+)"', page)
+                                assert found and found.group(1) == "politeness", name
+                                assert phrase in html.unescape(page), name
+                            frontier = html.unescape((await client.get("/frontier")).text)
+                            rows = {
+                                m.group(1): m.group(2)
+                                for m in re.finditer(r'<td class="mono">([^<]+)</td>(.*?)</tr>', frontier, re.S)
+                            }
+                            throttled_row = rows[throttled.url.split("//")[1].rstrip("/")]
+                            slow_row = rows[slow.url.split("//")[1].rstrip("/")]
+                            assert '<span class="st st-gone">blocked</span>' in throttled_row, throttled_row
+                            assert "<td>3600s</td>" in slow_row and ">held</span>" in slow_row, slow_row
+                    finally:
+                        stop.set()
+                        await asyncio.wait_for(pipeline, 60)
     finally:
         await engine.dispose()

@@ -10,4 +10,7 @@ if untilt > NOW then
   end
 end
 schedule(host)
+-- for stats (hosts.lua) only: which hosts are held by a back-off, not just their delay; past ones pruned
+redis.call('ZADD', P..':blocked', 'GT', untilt, host)
+redis.call('ZREMRANGEBYSCORE', P..':blocked', '-inf', NOW)
 return 1
