@@ -231,7 +231,8 @@ def client(kind: str, loop: str, base: str, pages: int, profile: str | None) -> 
         prof.enable()
         ok = run(run_crawlherd(urls) if kind == "crawlherd" else run_raw(urls))
         prof.disable()
-        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(os.environ.get("BENCH_PROFILE_FILTER", ""), 45)
+        only = os.environ.get("BENCH_PROFILE_FILTER", "")  # a regex of file/function names to keep
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(only, 45)
     elif profile == "pyinstrument":
         from pyinstrument import Profiler
 
