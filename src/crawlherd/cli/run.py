@@ -21,6 +21,7 @@ from crawlherd.cli._common import (
     stats_dump,
 )
 from crawlherd.cli._console import console_or_none, metrics_port_option, start_metrics
+from crawlherd.cli._loop import run_async
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.cli.worker import make_worker, waiting_for, worker_options, worker_statistics
 from crawlherd.db import upgrade
@@ -111,4 +112,4 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
             await engine.dispose()
 
     with contextlib.suppress(asyncio.CancelledError):
-        asyncio.run(main())
+        run_async(main(), settings.event_loop)

@@ -24,6 +24,7 @@ from crawlherd.cli._common import (
     stats_dump,
 )
 from crawlherd.cli._console import metrics_port_option, start_metrics
+from crawlherd.cli._loop import loop_option, run_async
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
@@ -53,6 +54,7 @@ _OPTIONS = [
     click.option("--frontier-url", default=None, metavar="URL",
                  help="Frontier of the pages (default: CRAWLHERD_FRONTIER_URL, else the SQLite config DB "
                  "file, else memory://); redis://... shares it, and its politeness, between workers."),
+    loop_option,
 ]
 
 WorkerOptions = dict[str, Any]
@@ -173,4 +175,4 @@ def worker(
             await engine.dispose()
 
     with contextlib.suppress(asyncio.CancelledError):
-        asyncio.run(main())
+        run_async(main(), settings.event_loop)
