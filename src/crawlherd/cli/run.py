@@ -14,7 +14,6 @@ from crawlherd.cli._common import (
     Output,
     Rates,
     database_option,
-    engine_for,
     output_options,
     periodic_status,
     settings_from,
@@ -23,7 +22,7 @@ from crawlherd.cli._common import (
 from crawlherd.cli._console import console_or_none, metrics_port_option, start_metrics
 from crawlherd.cli._loop import run_async
 from crawlherd.cli._signals import stop_on_signals
-from crawlherd.cli.worker import make_worker, waiting_for, worker_options, worker_statistics
+from crawlherd.cli.worker import make_worker, waiting_for, worker_engine, worker_options, worker_statistics
 from crawlherd.db import upgrade
 from crawlherd.service.embedded import RunProgress, run_embedded
 from crawlherd.worker.worker import Worker
@@ -78,7 +77,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
         return rates.line(st.pages + st.detail_pages, st.items_new + st.items_updated, jobs)
 
     async def main() -> None:
-        engine = engine_for(settings)
+        engine = worker_engine(settings)
         try:
             await upgrade(engine)
             async with open_broker(target) as broker:

@@ -30,8 +30,8 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
 from crawlherd.worker.worker import PAGE_DISPATCHERS, Worker
 
-__all__ = ["WorkerOptions", "make_worker", "waiting_for", "worker", "worker_options", "worker_statistics",
-           "worker_status"]
+__all__ = ["WorkerOptions", "make_worker", "waiting_for", "worker", "worker_engine", "worker_options",
+           "worker_statistics", "worker_status"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,6 +66,13 @@ def worker_options(func: F) -> F:
     for option in reversed(_OPTIONS):
         func = option(func)
     return func
+
+
+def worker_engine(settings: Settings) -> AsyncEngine:
+    """The config DB engine of a process that runs a worker: a connection pool as large as what the
+    worker uses at once (a job's listing page and run record per job in flight, the detail pages'
+    grouped writes, the heartbeat, the console), so that no connection is opened and closed per page."""
+    return engine_for(settings, pool_size=settings.worker_concurrency + 4)
 
 
 def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings) -> Worker:
@@ -153,7 +160,7 @@ def worker(
     out = Output(quiet=quiet, as_json=as_json)
 
     async def main() -> None:
-        engine = engine_for(settings)
+        engine = worker_engine(settings)
         try:
             await ensure_migrated(engine)
             start_metrics(metrics_port)

@@ -33,7 +33,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 
 from crawlherd.item import Item
 
-__all__ = ["DETAIL_AT", "Sink", "SinkBase", "SinkRecord", "UpsertCounts"]
+__all__ = ["DETAIL_AT", "Sink", "SinkBase", "SinkRecord", "UpsertCounts", "upsert_each"]
 
 #: The field in which the worker records when an item's detail page was last fetched (an ISO time).
 #: Exports leave it out.
@@ -118,5 +118,23 @@ class SinkBase:
     ) -> UpsertCounts:
         raise NotImplementedError
 
+    async def upsert_groups(
+        self, groups: Sequence[tuple[Sequence[Item], int, int | None]], *, seen_at: datetime
+    ) -> UpsertCounts:
+        """:meth:`upsert` of several ``(items, website_id, target_id)`` groups, the counts summed. A
+        backend that can (SQL) stores them in one transaction; this one calls :meth:`upsert` per group."""
+        return await upsert_each(self, groups, seen_at=seen_at)
+
     async def close(self) -> None:
         raise NotImplementedError
+
+
+async def upsert_each(
+    sink: Sink | SinkBase, groups: Sequence[tuple[Sequence[Item], int, int | None]], *, seen_at: datetime
+) -> UpsertCounts:
+    """``sink.upsert`` of each ``(items, website_id, target_id)`` group in turn, the counts summed."""
+    new = updated = 0
+    for items, website_id, target_id in groups:
+        counts = await sink.upsert(items, website_id=website_id, target_id=target_id, seen_at=seen_at)
+        new, updated = new + counts.new, updated + counts.updated
+    return UpsertCounts(new=new, updated=updated)

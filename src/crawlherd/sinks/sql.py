@@ -12,6 +12,7 @@ The table is the config DB's (``crawlherd db upgrade`` creates it); items refere
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -37,11 +38,17 @@ class SQLSink(SinkBase):
         self.engine = engine
         self._owns_engine = False
         postgres = engine.dialect.name == "postgresql"
-        self._insert = postgresql.insert if postgres else sqlite.insert
         # The merge of the stored fields with the new ones happens in the statement, under the row's
         # lock: two workers storing one item at once (its listing, its detail page) never lose fields.
-        self._merged: ColumnElement[Any] = literal_column(
+        merged: ColumnElement[Any] = literal_column(
             "(items.data::jsonb || excluded.data::jsonb)::json" if postgres else "json_patch(items.data, excluded.data)"
+        )
+        # One statement for every upsert, executed with a list of rows (executemany): compiled once
+        # and cached, where a multi-row VALUES would be compiled again for every number of rows.
+        insert = (postgresql.insert if postgres else sqlite.insert)(StoredItem)
+        self._upsert_rows = insert.on_conflict_do_update(
+            index_elements=[StoredItem.fingerprint],
+            set_={"data": merged, "last_seen": insert.excluded.last_seen, "url": insert.excluded.url},
         )
 
     @classmethod
@@ -91,17 +98,29 @@ class SQLSink(SinkBase):
     async def _upsert(
         self, items: list[Item], *, website_id: int, target_id: int | None, seen_at: datetime
     ) -> UpsertCounts:
+        return await self._write({item.fingerprint.hex(): (item, website_id, target_id) for item in items}, seen_at)
+
+    async def upsert_groups(
+        self, groups: Sequence[tuple[Sequence[Item], int, int | None]], *, seen_at: datetime
+    ) -> UpsertCounts:
+        """Every group in one transaction (up to 500 items; more take one per 500)."""
+        if seen_at.tzinfo is None:
+            raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
+        rows = {item.fingerprint.hex(): (item, website_id, target_id) for items, website_id, target_id in groups
+                for item in items}  # the last one of a fingerprint wins, as in upsert
+        return await self._write(rows, seen_at) if rows else UpsertCounts()
+
+    async def _write(self, rows: dict[str, tuple[Item, int, int | None]], seen_at: datetime) -> UpsertCounts:
         new = updated = 0
-        # One item per fingerprint (SinkBase saw to it), so one statement never touches a row twice.
-        unique = {item.fingerprint.hex(): item for item in items}
-        keys = list(unique)
+        # One item per fingerprint, so one statement never touches a row twice.
+        keys = list(rows)
         for start in range(0, len(keys), _BATCH):
             batch = keys[start : start + _BATCH]
             async with self.engine.begin() as conn:
                 stored = await self._stored(conn, batch)
                 values = []
                 for fp in batch:
-                    item = unique[fp]
+                    item, website_id, target_id = rows[fp]
                     old = stored.get(fp)
                     if old is None:
                         new += 1
@@ -118,12 +137,7 @@ class SQLSink(SinkBase):
                             "last_seen": seen_at,
                         }
                     )
-                stmt = self._insert(StoredItem).values(values)
-                stmt = stmt.on_conflict_do_update(
-                    index_elements=[StoredItem.fingerprint],
-                    set_={"data": self._merged, "last_seen": stmt.excluded.last_seen, "url": stmt.excluded.url},
-                )
-                await conn.execute(stmt)
+                await conn.execute(self._upsert_rows, values)
         return UpsertCounts(new=new, updated=updated)
 
 

@@ -83,7 +83,9 @@ from crawlherd.messages import JobMessage, decode_job, encode_job
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 from crawlherd.sinks import DETAIL_AT, Sink, SQLSink
+from crawlherd.sinks.base import UpsertCounts
 from crawlherd.sitespec import SiteSpec
+from crawlherd.worker.grouped import GroupedWrites
 from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
 from crawlherd.worker.outage import OutageLog, backoff_delay
 from crawlherd.worker.runs import RunStore
@@ -132,6 +134,9 @@ class Worker:
     ``poll_interval`` seconds between two looks at ``job_runs`` while a job's listing is read by
     another worker.
     """
+
+    #: The detail pages' items, stored together (group commit; made on first use, see _store_detail).
+    _details: GroupedWrites | None = None
 
     def __init__(
         self,
@@ -208,6 +213,9 @@ class Worker:
         await self.close()
 
     async def close(self) -> None:
+        if self._details is not None:
+            await self._details.close()
+            self._details = None
         for crawler in (self._http, self._browser):
             if crawler is not None:
                 await crawler.close()
@@ -707,9 +715,15 @@ class Worker:
         now = datetime.now(UTC)
         fields[DETAIL_AT] = now.isoformat()
         item = Item(website=detail.site.name, url=result.url, fingerprint=bytes.fromhex(detail.item), fields=fields)
-        counts = await self.sink.upsert([item], website_id=detail.website_id, target_id=detail.target_id, seen_at=now)
-        metrics.items_stored(new=counts.new, updated=counts.updated)
+        if self._details is None:
+            self._details = GroupedWrites(self.sink, self._details_stored)
+        # Returns once the item is stored, with the items of the other detail pages that finished
+        # meanwhile (one transaction for all of them): the page's lease is acked only after that.
+        await self._details.store(item, website_id=detail.website_id, target_id=detail.target_id)
         self.stats.detail_pages += 1
+
+    def _details_stored(self, counts: UpsertCounts) -> None:
+        metrics.items_stored(new=counts.new, updated=counts.updated)
         self.stats.items_new += counts.new
         self.stats.items_updated += counts.updated
 
