@@ -35,7 +35,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -205,6 +204,12 @@ async def worker_round(args: argparse.Namespace, site: Any, run_id: str) -> tupl
             *command, env=env, stdout=asyncio.subprocess.PIPE if args.profile else asyncio.subprocess.DEVNULL,
             stderr=None if os.environ.get("BENCH_WORKER_WRAPPER") else asyncio.subprocess.PIPE,
         )
+        spy = None
+        if os.environ.get("BENCH_WORKER_PYSPY"):  # sample the worker's CPU with py-spy (flame graph input)
+            spy = await asyncio.create_subprocess_exec(
+                "py-spy", "record", "--pid", str(worker.pid), "-r", "200", "-f", "raw", "--nonblocking",
+                "-o", os.environ["BENCH_WORKER_PYSPY"], stdout=asyncio.subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + args.timeout
         cpu0: float | None = None
         while True:
@@ -228,6 +233,9 @@ async def worker_round(args: argparse.Namespace, site: Any, run_id: str) -> tupl
         if os.environ.get("BENCH_WORKER_TRACE"):  # the site's log of the worker's round, for a timeline
             Path(os.environ["BENCH_WORKER_TRACE"]).write_text("\n".join(
                 f"{e.time:.4f} {e.path}?{e.query}" for e in list(site.log.entries)[mark:]))
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            await spy.wait()
         worker.send_signal(signal.SIGTERM)
         out, err = await asyncio.wait_for(worker.communicate(), 60)
         if args.profile:

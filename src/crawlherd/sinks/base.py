@@ -120,9 +120,10 @@ class SinkBase:
 
     async def upsert_groups(
         self, groups: Sequence[tuple[Sequence[Item], int, int | None]], *, seen_at: datetime
-    ) -> UpsertCounts:
-        """:meth:`upsert` of several ``(items, website_id, target_id)`` groups, the counts summed. A
-        backend that can (SQL) stores them in one transaction; this one calls :meth:`upsert` per group."""
+    ) -> list[UpsertCounts]:
+        """:meth:`upsert` of several ``(items, website_id, target_id)`` groups, in order: the counts of
+        each (an item of two groups counts as the second upsert of it saw it). A backend that can (SQL)
+        stores them in one transaction; this one calls :meth:`upsert` per group."""
         return await upsert_each(self, groups, seen_at=seen_at)
 
     async def close(self) -> None:
@@ -131,10 +132,9 @@ class SinkBase:
 
 async def upsert_each(
     sink: Sink | SinkBase, groups: Sequence[tuple[Sequence[Item], int, int | None]], *, seen_at: datetime
-) -> UpsertCounts:
-    """``sink.upsert`` of each ``(items, website_id, target_id)`` group in turn, the counts summed."""
-    new = updated = 0
-    for items, website_id, target_id in groups:
-        counts = await sink.upsert(items, website_id=website_id, target_id=target_id, seen_at=seen_at)
-        new, updated = new + counts.new, updated + counts.updated
-    return UpsertCounts(new=new, updated=updated)
+) -> list[UpsertCounts]:
+    """``sink.upsert`` of each ``(items, website_id, target_id)`` group in turn: the counts of each."""
+    return [
+        await sink.upsert(items, website_id=website_id, target_id=target_id, seen_at=seen_at)
+        for items, website_id, target_id in groups
+    ]

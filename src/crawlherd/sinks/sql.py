@@ -98,34 +98,36 @@ class SQLSink(SinkBase):
     async def _upsert(
         self, items: list[Item], *, website_id: int, target_id: int | None, seen_at: datetime
     ) -> UpsertCounts:
-        return await self._write({item.fingerprint.hex(): (item, website_id, target_id) for item in items}, seen_at)
+        return (await self.upsert_groups([(items, website_id, target_id)], seen_at=seen_at))[0]
 
     async def upsert_groups(
         self, groups: Sequence[tuple[Sequence[Item], int, int | None]], *, seen_at: datetime
-    ) -> UpsertCounts:
-        """Every group in one transaction (up to 500 items; more take one per 500)."""
+    ) -> list[UpsertCounts]:
+        """Every group in one transaction (up to 500 rows; more take one per 500)."""
         if seen_at.tzinfo is None:
             raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
-        rows = {item.fingerprint.hex(): (item, website_id, target_id) for items, website_id, target_id in groups
-                for item in items}  # the last one of a fingerprint wins, as in upsert
-        return await self._write(rows, seen_at) if rows else UpsertCounts()
-
-    async def _write(self, rows: dict[str, tuple[Item, int, int | None]], seen_at: datetime) -> UpsertCounts:
-        new = updated = 0
-        # One item per fingerprint, so one statement never touches a row twice.
-        keys = list(rows)
-        for start in range(0, len(keys), _BATCH):
-            batch = keys[start : start + _BATCH]
+        # (group, fingerprint, item, website, target) in order; a fingerprint met again is written
+        # again (executemany: one statement per row) and counted against what the first one stored.
+        rows = [(g, item.fingerprint.hex(), item, website_id, target_id)
+                for g, (items, website_id, target_id) in enumerate(groups)
+                for item in {i.fingerprint: i for i in items}.values()]  # in a group, the last one wins
+        new = [0] * len(groups)
+        updated = [0] * len(groups)
+        for start in range(0, len(rows), _BATCH):
+            batch = rows[start : start + _BATCH]
             async with self.engine.begin() as conn:
-                stored = await self._stored(conn, batch)
+                stored = await self._stored(conn, list({r[1] for r in batch}))
                 values = []
-                for fp in batch:
-                    item, website_id, target_id = rows[fp]
+                for g, fp, item, website_id, target_id in batch:
                     old = stored.get(fp)
                     if old is None:
-                        new += 1
-                    elif {**old, **item.fields} != old:
-                        updated += 1
+                        new[g] += 1
+                        stored[fp] = dict(item.fields)
+                    else:
+                        merged = {**old, **item.fields}
+                        if merged != old:
+                            updated[g] += 1
+                            stored[fp] = merged
                     values.append(
                         {
                             "fingerprint": fp,
@@ -138,7 +140,7 @@ class SQLSink(SinkBase):
                         }
                     )
                 await conn.execute(self._upsert_rows, values)
-        return UpsertCounts(new=new, updated=updated)
+        return [UpsertCounts(new=n, updated=u) for n, u in zip(new, updated, strict=True)]
 
 
 if TYPE_CHECKING:

@@ -135,8 +135,8 @@ class Worker:
     another worker.
     """
 
-    #: The detail pages' items, stored together (group commit; made on first use, see _store_detail).
-    _details: GroupedWrites | None = None
+    #: The pages' items, stored together (group commit; made on first use, see _store).
+    _writes: GroupedWrites | None = None
 
     def __init__(
         self,
@@ -213,9 +213,9 @@ class Worker:
         await self.close()
 
     async def close(self) -> None:
-        if self._details is not None:
-            await self._details.close()
-            self._details = None
+        if self._writes is not None:
+            await self._writes.close()
+            self._writes = None
         for crawler in (self._http, self._browser):
             if crawler is not None:
                 await crawler.close()
@@ -652,11 +652,7 @@ class Worker:
         for item in extraction.items:
             if item.fingerprint.hex() not in seen:
                 new.setdefault(item.fingerprint, item)
-        counts = await self.sink.upsert(
-            list(new.values()), website_id=job.website_id, target_id=job.target_id, seen_at=datetime.now(UTC)
-        )
-        self.stats.items_new += counts.new
-        self.stats.items_updated += counts.updated
+        counts = await self._store(list(new.values()), website_id=job.website_id, target_id=job.target_id)
         details = detail_requests(job, new.values())
         for host in {r.host for r in details}:
             await self._politeness(site, host)
@@ -715,17 +711,20 @@ class Worker:
         now = datetime.now(UTC)
         fields[DETAIL_AT] = now.isoformat()
         item = Item(website=detail.site.name, url=result.url, fingerprint=bytes.fromhex(detail.item), fields=fields)
-        if self._details is None:
-            self._details = GroupedWrites(self.sink, self._details_stored)
-        # Returns once the item is stored, with the items of the other detail pages that finished
-        # meanwhile (one transaction for all of them): the page's lease is acked only after that.
-        await self._details.store(item, website_id=detail.website_id, target_id=detail.target_id)
+        counts = await self._store([item], website_id=detail.website_id, target_id=detail.target_id)
+        metrics.items_stored(new=counts.new, updated=counts.updated)  # a listing's count with its job's
         self.stats.detail_pages += 1
 
-    def _details_stored(self, counts: UpsertCounts) -> None:
-        metrics.items_stored(new=counts.new, updated=counts.updated)
+    async def _store(self, items: list[Item], *, website_id: int, target_id: int | None) -> UpsertCounts:
+        """Store a page's items, with those of the other pages that finished meanwhile (one write for
+        all of them, see :mod:`crawlherd.worker.grouped`); returns once they are stored, so the page's
+        lease is acked only after that."""
+        if self._writes is None:
+            self._writes = GroupedWrites(self.sink)
+        counts = await self._writes.store(items, website_id=website_id, target_id=target_id)
         self.stats.items_new += counts.new
         self.stats.items_updated += counts.updated
+        return counts
 
     async def _frontier_counts(self) -> dict[str, Any]:
         """The frontier's counts, for the heartbeat (and the console's Frontier page)."""
