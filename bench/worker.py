@@ -84,7 +84,8 @@ async def engine_client(urls: list[str], concurrency: int) -> int:
     ok = 0
     config = CrawlerRunConfig(check_robots_txt=True)
     async with Crawler(allow_private_addresses=True, config=config) as crawler:
-        async with await crawler.arun_many(urls, dispatcher=dispatcher, stream=True) as results:
+        results = await crawler.arun_many(urls, dispatcher=dispatcher, stream=True)
+        async with results:
             async for result in results:
                 ok += result.success
     return ok
@@ -231,7 +232,7 @@ async def worker_round(args: argparse.Namespace, site: Any, run_id: str) -> tupl
         urls, seconds = window(site, mark)
         cpu = cpu_seconds(worker.pid) - (cpu0 or 0.0)
         if os.environ.get("BENCH_WORKER_TRACE"):  # the site's log of the worker's round, for a timeline
-            Path(os.environ["BENCH_WORKER_TRACE"]).write_text("\n".join(
+            Path(os.environ["BENCH_WORKER_TRACE"]).write_text("\n".join(  # noqa: ASYNC240 - after the timing
                 f"{e.time:.4f} {e.path}?{e.query}" for e in list(site.log.entries)[mark:]))
         if spy is not None:
             spy.send_signal(signal.SIGINT)

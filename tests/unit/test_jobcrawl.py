@@ -19,8 +19,8 @@ from crawlherd.worker.jobcrawl import DETAIL_META, DetailPage, detail_requests
 
 def _job(site: SiteSpec) -> JobMessage:
     now = datetime.now(UTC)
-    return JobMessage(job_id=str(uuid.uuid4()), idempotency_key=idempotency_key(1, now), target_id=1, slot_at=now, website_id=2, site=site,
-                      search_url="http://x/browse/a/b", keywords_used="a", created_at=now)
+    return JobMessage(job_id=str(uuid.uuid4()), idempotency_key=idempotency_key(1, now), target_id=1, slot_at=now,
+                      website_id=2, site=site, search_url="http://x/browse/a/b", keywords_used="a", created_at=now)
 
 
 def _through_json(request: Request) -> Request:
