@@ -45,6 +45,8 @@ from typing import Any
 
 import yaml
 
+from soak import create_database, delete_redis_keys, drop_database  # the soak's scratch services
+
 ROOT = Path(__file__).resolve().parents[1]
 KEYWORDS = ("python", "rust", "devops", "frontend", "data", "golang", "java", "design", "sales", "support")
 LOCATIONS = ("berlin", "london", "paris", "remote", "madrid", "oslo", "vienna", "zurich")
@@ -105,39 +107,6 @@ def run_engine_client(args: argparse.Namespace) -> None:
 
 def crawlherd(*argv: str) -> list[str]:
     return [sys.executable, "-m", "crawlherd", *argv]
-
-
-async def create_database(server_url: str, name: str) -> str:
-    import asyncpg
-
-    conn = await asyncpg.connect(server_url.replace("postgresql://", "postgres://", 1))
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return server_url.rsplit("/", 1)[0] + "/" + name
-
-
-async def drop_database(server_url: str, name: str) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(server_url.replace("postgresql://", "postgres://", 1))
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
-
-
-async def delete_keys(redis_url: str, prefix: str) -> None:
-    import redis.asyncio as aioredis
-
-    client = aioredis.from_url(redis_url)
-    try:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=1000)]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
 
 
 async def wait_process(proc: asyncio.subprocess.Process, what: str, timeout: float = 120.0) -> str:
@@ -249,7 +218,7 @@ async def worker_round(args: argparse.Namespace, site: Any, run_id: str) -> tupl
             await worker.wait()
         await engine.dispose()
         await drop_database(args.postgres_url, name)
-        await delete_keys(args.redis_url, run_id)
+        await delete_redis_keys(args.redis_url, run_id)
 
 
 async def engine_round(args: argparse.Namespace, site: Any, urls: list[str]) -> tuple[float, float]:
