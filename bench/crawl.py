@@ -1,53 +1,106 @@
-"""Crawl-engine throughput: the same 5,000 local pages (10-20 KB) from nginx on loopback, fetched at
-concurrency 64 by
+"""Crawl-engine throughput: the same 5,000 local pages (10-20 KB), served from memory by a small
+HTTP/1.1 keep-alive server in its own process on loopback, fetched at concurrency 64 by
 
 - ``raw``: a bare aiohttp loop guarded by a semaphore (the practical limit, the baseline);
 - ``crawlherd``: ``Crawler.arun_many(stream=True)`` with a SemaphoreDispatcher(64), a RateLimiter
   (delays 0) and a CrawlerMonitor attached;
-- ``scrapy``: CONCURRENT_REQUESTS=64, no delays.
+- ``scrapy`` (only with ``--only scrapy``): CONCURRENT_REQUESTS=64, no delays.
 
-Each client runs in its own subprocess (so peak RSS is its own); the script starts a private nginx on
-a free loopback port with its own config, and stops it by PID at the end.
+Each client runs in its own subprocess (so peak RSS is its own), on the asyncio loop, uvloop, or
+both (``--loop``); rounds interleave every (loop, client) pair, and the ratio is taken per loop
+against the raw client on the same loop. The server is the same for every client: a raw-asyncio
+server (on uvloop when installed) answering from a dict of prebuilt responses, so it costs little
+and is not what is measured.
 
-    .venv/bin/python bench/crawl.py                # all three, 3 rounds each, median
-    .venv/bin/python bench/crawl.py --only crawlherd --profile   # cProfile of the crawlherd client
+    .venv/bin/python bench/crawl.py                 # raw and crawlherd, both loops, 3 rounds, median
+    .venv/bin/python bench/crawl.py --only crawlherd --loop asyncio --profile   # cProfile of one client
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import random
 import resource
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
-import textwrap
 import time
-from pathlib import Path
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 PAGES = 5000
 CONCURRENCY = 64
+LOOPS = ("asyncio", "uvloop")
 
 
-# -- the site -------------------------------------------------------------------------------------
+# -- the site (served by its own process) ---------------------------------------------------------
 
 
-def make_site(root: Path, pages: int) -> None:
+def make_pages(pages: int) -> dict[bytes, bytes]:
+    """Path -> the whole HTTP response (headers and body), built once."""
     rng = random.Random(42)
     words = ["crawl", "herd", "polite", "frontier", "lease", "host", "delay", "page", "link", "fetch"]
+    out: dict[bytes, bytes] = {}
     for i in range(pages):
         size = rng.randint(10_000, 20_000)
         head = f"<!doctype html><html><head><title>page {i}</title></head><body><h1>page {i}</h1>\n"
         links = "".join(f'<a href="/p{(i * 7 + k) % pages}.html">next {k}</a>\n' for k in range(10))
         filler_len = max(0, size - len(head) - len(links) - 20)
         filler = " ".join(rng.choice(words) for _ in range(filler_len // 6 + 1))[:filler_len]
-        (root / f"p{i}.html").write_text(f"{head}{links}<p>{filler}</p></body></html>")
+        body = f"{head}{links}<p>{filler}</p></body></html>".encode()
+        out[f"/p{i}.html".encode()] = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n"
+            b"Connection: keep-alive\r\n\r\n%s" % (len(body), body)
+        )
+    return out
+
+
+_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nnot found"
+
+
+class _SiteProtocol(asyncio.Protocol):
+    """HTTP/1.1 GET with keep-alive (and pipelining): answers from the prebuilt responses."""
+
+    def __init__(self, pages: dict[bytes, bytes]) -> None:
+        self.pages = pages
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf + data
+        assert self.transport is not None
+        while (end := buf.find(b"\r\n\r\n")) >= 0:
+            line = buf[: buf.find(b"\r\n")]
+            parts = line.split(b" ")
+            path = parts[1] if len(parts) > 2 else b""
+            self.transport.write(self.pages.get(path, _NOT_FOUND))
+            buf = buf[end + 4 :]
+        self.buf = buf
+
+
+def serve(port: int, pages: int) -> None:
+    if importlib.util.find_spec("uvloop") is not None:
+        import uvloop
+
+        uvloop.install()
+    site = make_pages(pages)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _SiteProtocol(site), "127.0.0.1", port, backlog=1024)
+        print("ready", flush=True)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
 
 
 def free_port() -> int:
@@ -56,53 +109,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_nginx(workdir: Path, root: Path) -> tuple[subprocess.Popen[bytes], int]:
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    if not Path(nginx).exists():
-        sys.exit("nginx is not installed: apt-get install -y nginx-light")
+def start_server(pages: int) -> tuple[subprocess.Popen[str], int]:
     port = free_port()
-    conf = workdir / "nginx.conf"
-    conf.write_text(
-        textwrap.dedent(
-            f"""
-            worker_processes 1;
-            daemon off;
-            pid {workdir}/nginx.pid;
-            error_log {workdir}/error.log warn;
-            events {{ worker_connections 1024; }}
-            http {{
-                access_log off;
-                sendfile on;
-                tcp_nopush on;
-                keepalive_requests 1000000;
-                keepalive_timeout 60;
-                client_body_temp_path {workdir}/tmp;
-                proxy_temp_path {workdir}/tmp;
-                fastcgi_temp_path {workdir}/tmp;
-                uwsgi_temp_path {workdir}/tmp;
-                scgi_temp_path {workdir}/tmp;
-                types {{ text/html html; }}
-                server {{
-                    listen 127.0.0.1:{port};
-                    root {root};
-                }}
-            }}
-            """
-        )
-    )
-    (workdir / "tmp").mkdir(exist_ok=True)
-    proc = subprocess.Popen([nginx, "-c", str(conf), "-p", str(workdir)], stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc, port
-        except OSError:
-            if proc.poll() is not None:
-                sys.exit(f"nginx did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
-            time.sleep(0.05)
-    proc.kill()
-    sys.exit("nginx did not start listening within 10 s")
+    cmd = [sys.executable, __file__, "--serve", str(port), "--pages", str(pages)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        sys.exit("the page server did not start")
+    return proc, port
 
 
 # -- clients (each runs in its own process) --------------------------------------------------------
@@ -184,7 +199,15 @@ def run_scrapy(urls: list[str]) -> int:
     return counter["ok"]
 
 
-def worker(kind: str, base: str, pages: int, profile: bool) -> None:
+def _runner(loop: str) -> Callable[[Coroutine[Any, Any, int]], int]:
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run
+    return asyncio.run
+
+
+def client(kind: str, loop: str, base: str, pages: int, profile: str | None) -> None:
     urls = [f"{base}/p{i}.html" for i in range(pages)]
     # Imports are not part of the measurement.
     if kind == "scrapy":
@@ -195,22 +218,31 @@ def worker(kind: str, base: str, pages: int, profile: bool) -> None:
         import crawlherd.crawler
         import crawlherd.dispatch
         import crawlherd.fetch.http  # noqa: F401
+    run = _runner(loop)
     start = time.perf_counter()
     cpu0 = time.process_time()
     if kind == "scrapy":
         ok = run_scrapy(urls)
-    elif profile:
+    elif profile == "cprofile":
         import cProfile
         import pstats
 
         prof = cProfile.Profile()
         prof.enable()
-        ok = asyncio.run(run_crawlherd(urls) if kind == "crawlherd" else run_raw(urls))
+        ok = run(run_crawlherd(urls) if kind == "crawlherd" else run_raw(urls))
         prof.disable()
-        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(35)
+        only = os.environ.get("BENCH_PROFILE_FILTER", "")  # a regex of file/function names to keep
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(only, 45)
+    elif profile == "pyinstrument":
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.0005, async_mode="disabled")
+        profiler.start()
+        ok = run(run_crawlherd(urls) if kind == "crawlherd" else run_raw(urls))
+        profiler.stop()
+        sys.stderr.write(profiler.output_text(unicode=False, color=False, show_all=False))
     else:
-        coro = run_crawlherd(urls) if kind == "crawlherd" else run_raw(urls)
-        ok = asyncio.run(coro)
+        ok = run(run_crawlherd(urls) if kind == "crawlherd" else run_raw(urls))
     seconds = time.perf_counter() - start
     cpu = time.process_time() - cpu0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -220,18 +252,18 @@ def worker(kind: str, base: str, pages: int, profile: bool) -> None:
 # -- driver ----------------------------------------------------------------------------------------
 
 
-def measure(kind: str, base: str, pages: int, profile: bool = False) -> dict[str, float]:
-    cmd = [sys.executable, __file__, "--worker", kind, "--base", base, "--pages", str(pages)]
+def measure(kind: str, loop: str, base: str, pages: int, profile: str | None = None) -> dict[str, float]:
+    cmd = [sys.executable, __file__, "--client", kind, "--loop", loop, "--base", base, "--pages", str(pages)]
     if profile:
-        cmd.append("--profile")
+        cmd += ["--profile", profile]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if profile:
         sys.stderr.write(out.stderr)
     if out.returncode != 0:
-        sys.exit(f"{kind} client failed:\n{out.stderr[-3000:]}")
+        sys.exit(f"{kind} client ({loop}) failed:\n{out.stderr[-3000:]}")
     data: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     if data["ok"] != pages:
-        sys.exit(f"{kind}: only {data['ok']} of {pages} pages fetched")
+        sys.exit(f"{kind} ({loop}): only {data['ok']} of {pages} pages fetched")
     return data
 
 
@@ -240,48 +272,54 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=PAGES)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", choices=["raw", "crawlherd", "scrapy"], action="append")
-    parser.add_argument("--profile", action="store_true", help="cProfile the client (one round)")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--loop", choices=[*LOOPS, "both"], default="both")
+    parser.add_argument("--profile", choices=["cprofile", "pyinstrument"], help="profile the client (one round)")
+    parser.add_argument("--client", help=argparse.SUPPRESS)
     parser.add_argument("--base", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:
-        worker(args.worker, args.base, args.pages, args.profile)
+    if args.serve:
+        serve(args.serve, args.pages)
         return
-    kinds = args.only or ["raw", "crawlherd", "scrapy"]
-    with tempfile.TemporaryDirectory(prefix="crawlherd-bench-") as tmp:
-        workdir = Path(tmp)
-        workdir.chmod(0o755)  # nginx started as root serves from worker processes running as nobody
-        root = workdir / "site"
-        root.mkdir()
-        make_site(root, args.pages)
-        nginx, port = start_nginx(workdir, root)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            measure("raw", base, min(args.pages, 500))  # warm the page cache and nginx
-            runs: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
-            for _ in range(1 if args.profile else args.rounds):
+    if args.client:
+        client(args.client, args.loop, args.base, args.pages, args.profile)
+        return
+    kinds = args.only or ["raw", "crawlherd"]
+    loops = list(LOOPS) if args.loop == "both" else [args.loop]
+    if "uvloop" in loops and importlib.util.find_spec("uvloop") is None:
+        sys.exit("uvloop is not installed: pip install 'crawlherd[uvloop]' (or pass --loop asyncio)")
+    rounds = 1 if args.profile else args.rounds
+    server, port = start_server(args.pages)
+    base = f"http://127.0.0.1:{port}"
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {(lp, k): [] for lp in loops for k in kinds}
+    try:
+        measure("raw", loops[0], base, min(args.pages, 500))  # warm up the server
+        for _ in range(rounds):
+            for lp in loops:
                 for kind in kinds:
-                    if kind == "scrapy" and runs[kind]:
-                        continue  # one Scrapy round is enough: it is far behind
-                    runs[kind].append(measure(kind, base, args.pages, args.profile))
-        finally:
-            nginx.terminate()
-            try:
-                nginx.wait(10)
-            except subprocess.TimeoutExpired:
-                nginx.kill()
-                nginx.wait()
-    print(f"{args.pages} pages of 10-20 KB from nginx on loopback, concurrency {CONCURRENCY}, "
-          f"{os.cpu_count()} CPUs; median of {args.rounds} rounds (Scrapy: 1)")
-    print(f"{'client':<12}{'pages/s':>10}{'best':>8}{'CPU us/page':>13}{'peak RSS MiB':>14}{'vs raw':>9}{'best':>7}")
-    med = {k: statistics.median(args.pages / r["seconds"] for r in v) for k, v in runs.items()}
-    best = {k: max(args.pages / r["seconds"] for r in v) for k, v in runs.items()}
-    for kind, rs in runs.items():
+                    if kind == "scrapy" and (runs[(lp, kind)] or lp != "asyncio"):
+                        continue  # one Scrapy round, on its own reactor: it is far behind
+                    runs[(lp, kind)].append(measure(kind, lp, base, args.pages, args.profile))
+    finally:
+        server.terminate()
+        server.wait(10)
+    print(f"{args.pages} pages of 10-20 KB from a loopback server process, concurrency {CONCURRENCY}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; median of {rounds} interleaved rounds")
+    print(f"{'loop':<9}{'client':<12}{'pages/s':>10}{'best':>8}{'CPU us/page':>13}{'peak RSS MiB':>14}"
+          f"{'vs raw':>9}{'best':>7}")
+    for (lp, kind), rs in runs.items():
+        if not rs:
+            continue
+        med = statistics.median(args.pages / r["seconds"] for r in rs)
+        best = max(args.pages / r["seconds"] for r in rs)
+        raw = runs.get((lp, "raw"))
+        ratio = best_ratio = "-"
+        if raw:
+            ratio = f"{med / statistics.median(args.pages / r['seconds'] for r in raw):.2f}x"
+            best_ratio = f"{best / max(args.pages / r['seconds'] for r in raw):.2f}x"
         cpu = statistics.median(r["cpu"] for r in rs) / args.pages * 1e6
         rss = max(r["rss"] for r in rs) / 2**20
-        ratio = f"{med[kind] / med['raw']:.2f}x" if "raw" in med else "-"
-        best_ratio = f"{best[kind] / best['raw']:.2f}x" if "raw" in best else "-"
-        print(f"{kind:<12}{med[kind]:>10.0f}{best[kind]:>8.0f}{cpu:>13.0f}{rss:>14.0f}{ratio:>9}{best_ratio:>7}")
+        print(f"{lp:<9}{kind:<12}{med:>10.0f}{best:>8.0f}{cpu:>13.0f}{rss:>14.0f}{ratio:>9}{best_ratio:>7}")
     print("pages/s and CPU: medians; 'best': the fastest round of each client (less sensitive to other load)")
 
 

@@ -445,11 +445,16 @@ async def cleanup(args: argparse.Namespace, run_id: str) -> None:
             await delete_queues(broker)
     except Exception as exc:  # noqa: BLE001 - cleanup is best effort; say so
         print(f"could not delete the soak's queues: {exc}", file=sys.stderr)
+    await delete_redis_keys(args.redis_url, run_id)
+
+
+async def delete_redis_keys(redis_url: str, prefix: str) -> None:
+    """Delete the keys under ``prefix`` (a run's own)."""
     import redis.asyncio as aioredis
 
-    client = aioredis.from_url(args.redis_url)
+    client = aioredis.from_url(redis_url)
     try:
-        keys = [k async for k in client.scan_iter(match=f"{run_id}*", count=1000)]
+        keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=1000)]
         if keys:
             await client.delete(*keys)
     finally:

@@ -87,6 +87,11 @@ class Settings(BaseSettings):
         10.0, ge=0.1, description="run/worker: seconds between status lines when not on a terminal."
     )
     log_format: Literal["text", "json"] = Field("text", description="Log lines as text or one JSON object each.")
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        "auto",
+        description="crawl, worker, run, dispatch: the event loop; auto: uvloop when installed "
+        "(the uvloop extra), else asyncio's own.",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -67,3 +67,36 @@ def test_help_teaches() -> None:
 def test_bad_option_is_a_usage_error() -> None:
     result = CliRunner().invoke(main, ["crawl", "http://example.com", "--max-pages", "0"])
     assert result.exit_code == 2 and "max-pages" in result.output
+
+
+async def _crawl_loop_line(server: MisbehavingServer, *args: str, hide_uvloop: bool = False) -> tuple[int, str]:
+    """Run ``crawlherd -v crawl`` in a process (uvloop made unimportable when asked); the exit code
+    and the line that names the event loop."""
+    hide = "import sys; sys.modules['uvloop'] = None; " if hide_uvloop else ""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", f"{hide}from crawlherd.cli import main; main()", "-v", "crawl",
+        server.url + "/page/1", "--allow-private", "--depth", "0", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    lines = [line for line in err.decode().splitlines() if "event loop:" in line or "uvloop" in line]
+    assert proc.returncode is not None
+    return proc.returncode, "\n".join(lines)
+
+
+async def test_crawl_runs_on_uvloop_when_installed(server: MisbehavingServer) -> None:
+    pytest.importorskip("uvloop")
+    code, line = await _crawl_loop_line(server)
+    assert code == 0 and "event loop: uvloop" in line
+
+
+async def test_crawl_falls_back_to_asyncio_without_uvloop(server: MisbehavingServer) -> None:
+    code, line = await _crawl_loop_line(server, hide_uvloop=True)
+    assert code == 0 and "event loop: asyncio" in line
+    code, line = await _crawl_loop_line(server, "--loop", "uvloop", hide_uvloop=True)
+    assert code == 1 and "uvloop is not installed" in line
+
+
+async def test_crawl_loop_flag_chooses_asyncio(server: MisbehavingServer) -> None:
+    code, line = await _crawl_loop_line(server, "--loop", "asyncio")
+    assert code == 0 and "event loop: asyncio" in line

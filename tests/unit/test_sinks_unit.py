@@ -59,3 +59,12 @@ async def test_the_sql_sink_disposes_of_the_engine_it_opened(tmp_path: Path) -> 
             await conn.execute(text("SELECT 1"))
         assert sink.engine.pool.checkedin() == 1
     assert sink.engine.pool.checkedin() == 0
+
+
+async def test_upsert_groups_of_any_sink_counts_each_group_in_order() -> None:
+    from crawlherd.item import make_item
+
+    sink = MemorySink()
+    a = make_item("shop", "https://shop.test/a", {"title": "A"})
+    counts = await sink.upsert_groups([([a], 1, None), ([a], 1, None)], seen_at=NOW)
+    assert [(c.new, c.updated) for c in counts] == [(1, 0), (0, 0)]

@@ -88,10 +88,12 @@ def engine_for(settings: Settings, *, read_only: bool = False, **options: Any) -
 
 
 @contextlib.asynccontextmanager
-async def config_db(settings: Settings, *, read_only: bool = False, migrate: bool = True) -> AsyncIterator[AsyncEngine]:
+async def config_db(
+    settings: Settings, *, read_only: bool = False, migrate: bool = True, pool_size: int | None = None
+) -> AsyncIterator[AsyncEngine]:
     """The config DB of ``settings``, its tables created when it is new (``migrate``), disposed of at
-    the end; ``read_only`` as :func:`engine_for`."""
-    engine = engine_for(settings, read_only=read_only)
+    the end; ``read_only`` and ``pool_size`` as :func:`engine_for`."""
+    engine = engine_for(settings, read_only=read_only, **({} if pool_size is None else {"pool_size": pool_size}))
     try:
         if migrate:
             await ensure_migrated(engine)

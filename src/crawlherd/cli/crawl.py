@@ -10,6 +10,7 @@ from typing import IO, TYPE_CHECKING
 
 import click
 
+from crawlherd.cli._loop import loop_option, run_async
 from crawlherd.errors import CrawlherdError
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ Exit status: 0 when at least one page was fetched, 1 when nothing could be crawl
 @click.option("--progress/--no-progress", default=None,
               help="Live progress view (default: when the terminal is interactive; otherwise a plain status "
               "line every status_interval seconds).")
+@loop_option
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (and --json's result).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary and statistics as one JSON object on stdout.")
 @click.pass_context
@@ -91,6 +93,7 @@ def crawl(
     with_body: bool,
     frontier: str,
     progress: bool | None,
+    event_loop: str | None,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -114,6 +117,7 @@ def crawl(
         max_in_flight_per_host=per_host,
         delay=delay,
         respect_robots=respect_robots,
+        event_loop=event_loop,
     )
     from crawlherd.crawler import CrawlerRunConfig
     from crawlherd.fetch.base import FetchLimits
@@ -128,13 +132,14 @@ def crawl(
     )
     config = CrawlerRunConfig(check_robots_txt=settings.respect_robots, concurrency=settings.concurrency)
     try:
-        summary = asyncio.run(
+        summary = run_async(
             _crawl(
                 list(urls), limits, config, max_pages=max_pages, max_depth=max_depth, domains=domains,
                 frontier=frontier, delay=settings.delay, per_host=settings.max_in_flight_per_host,
                 output=output, with_body=with_body, progress=progress, out=out,
                 status_interval=settings.status_interval,
-            )
+            ),
+            settings.event_loop,
         )
     except CrawlherdError as exc:
         raise click.ClickException(str(exc)) from None

@@ -19,6 +19,7 @@ from crawlherd.cli._common import (
     settings_from,
 )
 from crawlherd.cli._console import metrics_port_option, start_metrics
+from crawlherd.cli._loop import loop_option, run_async
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.service.dispatch_service import DispatchService, RelayResult, TickResult
 
@@ -38,6 +39,7 @@ __all__ = ["dispatch"]
     help="Outbox lease (seconds): how long a relay holds a row it publishes; a relay round may take half of it.  "
     "[default: setting dispatch_lease, 60]",
 )
+@loop_option
 @output_options
 @metrics_port_option
 @click.pass_context
@@ -49,6 +51,7 @@ def dispatch(
     broker_url: str | None,
     dispatch_batch_size: int | None,
     dispatch_lease: float | None,
+    event_loop: str | None,
     quiet: bool,
     as_json: bool,
     metrics_port: int | None,
@@ -60,7 +63,7 @@ def dispatch(
     """
     settings = settings_from(
         ctx, database_url=database_url, broker_url=broker_url, dispatch_interval=dispatch_interval,
-        dispatch_batch_size=dispatch_batch_size, dispatch_lease=dispatch_lease,
+        dispatch_batch_size=dispatch_batch_size, dispatch_lease=dispatch_lease, event_loop=event_loop,
     )
     interval = settings.dispatch_interval
     broker_target = settings.effective_broker_url
@@ -106,4 +109,4 @@ def dispatch(
                 click.echo("dispatcher stopped")
 
     with contextlib.suppress(asyncio.CancelledError):
-        asyncio.run(main())
+        run_async(main(), settings.event_loop)

@@ -19,8 +19,9 @@ from crawlherd.cli._common import (
     stats_dump,
 )
 from crawlherd.cli._console import console_options, console_or_none, start_metrics
+from crawlherd.cli._loop import run_async
 from crawlherd.cli._signals import stop_on_signals
-from crawlherd.cli.worker import make_worker, run_options, waiting_for, worker_statistics
+from crawlherd.cli.worker import make_worker, run_options, waiting_for, worker_pool_size, worker_statistics
 from crawlherd.db import upgrade
 from crawlherd.service.embedded import RunProgress, run_embedded
 from crawlherd.worker.worker import Worker
@@ -72,7 +73,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
         return rates.line(st.pages + st.detail_pages, st.items_new + st.items_updated, jobs)
 
     async def main() -> None:
-        async with config_db(settings, migrate=False) as engine:
+        async with config_db(settings, migrate=False, pool_size=worker_pool_size(settings)) as engine:
             await upgrade(engine)
             async with broker_for_service(target) as broker:
                 w = make_worker(engine, broker, settings)
@@ -103,4 +104,4 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                 out.result("", stats)
 
     with contextlib.suppress(asyncio.CancelledError):
-        asyncio.run(main())
+        run_async(main(), settings.event_loop)

@@ -25,12 +25,13 @@ from crawlherd.cli._common import (
     stats_dump,
 )
 from crawlherd.cli._console import metrics_port_option, start_metrics
+from crawlherd.cli._loop import loop_option, run_async
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
 from crawlherd.worker.worker import PAGE_DISPATCHERS, Worker
 
-__all__ = ["WorkerOptions", "make_worker", "run_options", "waiting_for", "worker", "worker_options",
+__all__ = ["WorkerOptions", "make_worker", "run_options", "waiting_for", "worker", "worker_options", "worker_pool_size",
            "worker_statistics", "worker_status"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -55,6 +56,7 @@ _OPTIONS = [
                  help="Frontier of the pages (default: CRAWLHERD_FRONTIER_URL, else NAME-frontier.db beside a "
                  "SQLite config DB NAME.db, else memory://); redis://... shares it, and its politeness, between "
                  "workers."),
+    loop_option,
 ]
 
 WorkerOptions = dict[str, Any]
@@ -74,6 +76,13 @@ def worker_options(func: F) -> F:
     for option in reversed(_OPTIONS):
         func = option(func)
     return func
+
+
+def worker_pool_size(settings: Settings) -> int:
+    """The config DB pool of a process that runs a worker: as large as what the worker uses at once (a
+    job's listing page and run record per job in flight, the detail pages' grouped writes, the
+    heartbeat, the console), so that no connection is opened and closed per page."""
+    return settings.worker_concurrency + 4
 
 
 def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings) -> Worker:
@@ -157,7 +166,10 @@ def worker(
     out = Output(quiet=quiet, as_json=as_json)
 
     async def main() -> None:
-        async with config_db(settings) as engine, broker_for_service(target) as broker:
+        async with (
+            config_db(settings, pool_size=worker_pool_size(settings)) as engine,
+            broker_for_service(target) as broker,
+        ):
             start_metrics(metrics_port)
             w = make_worker(engine, broker, settings)
             stop = asyncio.Event()
@@ -174,4 +186,4 @@ def worker(
             out.result("", stats)
 
     with contextlib.suppress(asyncio.CancelledError):
-        asyncio.run(main())
+        run_async(main(), settings.event_loop)

@@ -112,7 +112,7 @@ class BaseDispatcher:
         driver = asyncio.get_running_loop().create_task(self._drive_then_done(state, queue), name="crawlherd-dispatch")
         try:
             while True:
-                item = await queue.get()
+                item = queue.get_nowait() if queue.qsize() else await queue.get()
                 if item is _DONE:
                     break
                 if isinstance(item, BaseException):

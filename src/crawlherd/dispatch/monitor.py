@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from crawlherd._aio import cancel_and_wait
 from crawlherd.dispatch.memory import ProcessMemory, SystemMemory
-from crawlherd.result import CrawlResult
+from crawlherd.result import CrawlResult, DispatchInfo
 
 __all__ = ["CrawlerMonitor", "DisplayMode"]
 
@@ -72,8 +72,9 @@ class CrawlerMonitor:
                 f"display_mode={display_mode!r}: use DisplayMode.DETAILED or DisplayMode.AGGREGATED"
             ) from None
         self.max_visible_rows = max_visible_rows
-        #: The last URLs finished, newest last (kept only for the detailed view).
-        self.recent: deque[_Row] | None = (
+        # The last URLs finished, newest last (kept only for the detailed view): (url, status key,
+        # dispatch record) per page -- the display rows are made only when someone looks (``recent``).
+        self._recent: deque[tuple[str, int | str, DispatchInfo | None]] | None = (
             deque(maxlen=max_visible_rows) if self.display_mode is DisplayMode.DETAILED else None
         )
         self._enable_ui = enable_ui
@@ -129,9 +130,9 @@ class CrawlerMonitor:
             host = req.host
             domains[host] = domains.get(host, 0) + 1
         info = result.dispatch
-        recent = self.recent
+        recent = self._recent
         if recent is not None:
-            recent.append(_Row(result.url, str(key), info.duration if info else 0.0, info.memory_at_end if info else 0))
+            recent.append((result.url, key, info))
         if info is not None:
             self._duration_sum += info.end_time - info.start_time
             mem = info.memory_at_end
@@ -140,6 +141,16 @@ class CrawlerMonitor:
                 self._mem_n += 1
                 if info.peak_memory > self._mem_peak:
                     self._mem_peak = info.peak_memory
+
+    @property
+    def recent(self) -> list[_Row] | None:
+        """The last URLs finished, newest last (None unless the display mode is DETAILED)."""
+        if self._recent is None:
+            return None
+        return [
+            _Row(url, str(key), info.duration if info else 0.0, info.memory_at_end if info else 0)
+            for url, key, info in self._recent
+        ]
 
     @property
     def status_counts(self) -> dict[int | str, int]:
@@ -277,13 +288,14 @@ class CrawlerMonitor:
         table.add_row("status", "  ".join(f"{k}:{v}" for k, v in statuses) or "-")
         domains = sorted(s["domain_counts"].items(), key=lambda kv: -kv[1])[:5]
         table.add_row("domains", "  ".join(f"{k}:{v}" for k, v in domains) or "-")
-        if self.recent is None:
+        recent = self.recent
+        if recent is None:
             return table
         from rich.console import Group
 
         rows = Table(title=f"last {self.max_visible_rows} URLs", expand=False)
         for name in ("url", "status", "time", "memory"):
             rows.add_column(name, justify="left" if name == "url" else "right", overflow="ellipsis")
-        for row in self.recent:
+        for row in recent:
             rows.add_row(row.url[:80], row.status, f"{row.duration:.2f} s", f"{row.memory / _MB:.0f} MB")
         return Group(table, rows)

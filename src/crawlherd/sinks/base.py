@@ -34,7 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 from crawlherd._aio import AsyncClosing
 from crawlherd.item import Item
 
-__all__ = ["DETAIL_AT", "Sink", "SinkBase", "SinkRecord", "UpsertCounts"]
+__all__ = ["DETAIL_AT", "Sink", "SinkBase", "SinkRecord", "UpsertCounts", "upsert_each"]
 
 #: The field in which the worker records when an item's detail page was last fetched (an ISO time).
 #: Exports leave it out.
@@ -113,5 +113,23 @@ class SinkBase(AsyncClosing):
     ) -> UpsertCounts:
         raise NotImplementedError
 
+    async def upsert_groups(
+        self, groups: Sequence[tuple[Sequence[Item], int, int | None]], *, seen_at: datetime
+    ) -> list[UpsertCounts]:
+        """:meth:`upsert` of several ``(items, website_id, target_id)`` groups, in order: the counts of
+        each (an item of two groups counts as the second upsert of it saw it). A backend that can (SQL)
+        stores them in one transaction; this one calls :meth:`upsert` per group."""
+        return await upsert_each(self, groups, seen_at=seen_at)
+
     async def close(self) -> None:
         raise NotImplementedError
+
+
+async def upsert_each(
+    sink: Sink | SinkBase, groups: Sequence[tuple[Sequence[Item], int, int | None]], *, seen_at: datetime
+) -> list[UpsertCounts]:
+    """``sink.upsert`` of each ``(items, website_id, target_id)`` group in turn: the counts of each."""
+    return [
+        await sink.upsert(items, website_id=website_id, target_id=target_id, seen_at=seen_at)
+        for items, website_id, target_id in groups
+    ]

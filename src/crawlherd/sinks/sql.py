@@ -12,6 +12,7 @@ The table is the config DB's (``crawlherd db upgrade`` creates it); items refere
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -37,11 +38,17 @@ class SQLSink(SinkBase):
         self.engine = engine
         self._owns_engine = False
         postgres = engine.dialect.name == "postgresql"
-        self._insert = postgresql.insert if postgres else sqlite.insert
         # The merge of the stored fields with the new ones happens in the statement, under the row's
         # lock: two workers storing one item at once (its listing, its detail page) never lose fields.
-        self._merged: ColumnElement[Any] = literal_column(
+        merged: ColumnElement[Any] = literal_column(
             "(items.data::jsonb || excluded.data::jsonb)::json" if postgres else "json_patch(items.data, excluded.data)"
+        )
+        # One statement for every upsert, executed with a list of rows (executemany): compiled once
+        # and cached, where a multi-row VALUES would be compiled again for every number of rows.
+        insert = (postgresql.insert if postgres else sqlite.insert)(StoredItem)
+        self._upsert_rows = insert.on_conflict_do_update(
+            index_elements=[StoredItem.fingerprint],
+            set_={"data": merged, "last_seen": insert.excluded.last_seen, "url": insert.excluded.url},
         )
 
     @classmethod
@@ -91,22 +98,36 @@ class SQLSink(SinkBase):
     async def _upsert(
         self, items: list[Item], *, website_id: int, target_id: int | None, seen_at: datetime
     ) -> UpsertCounts:
-        new = updated = 0
-        # One item per fingerprint (SinkBase saw to it), so one statement never touches a row twice.
-        unique = {item.fingerprint.hex(): item for item in items}
-        keys = list(unique)
-        for start in range(0, len(keys), _BATCH):
-            batch = keys[start : start + _BATCH]
+        return (await self.upsert_groups([(items, website_id, target_id)], seen_at=seen_at))[0]
+
+    async def upsert_groups(
+        self, groups: Sequence[tuple[Sequence[Item], int, int | None]], *, seen_at: datetime
+    ) -> list[UpsertCounts]:
+        """Every group in one transaction (up to 500 rows; more take one per 500)."""
+        if seen_at.tzinfo is None:
+            raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
+        # (group, fingerprint, item, website, target) in order; a fingerprint met again is written
+        # again (executemany: one statement per row) and counted against what the first one stored.
+        rows = [(g, item.fingerprint.hex(), item, website_id, target_id)
+                for g, (items, website_id, target_id) in enumerate(groups)
+                for item in {i.fingerprint: i for i in items}.values()]  # in a group, the last one wins
+        new = [0] * len(groups)
+        updated = [0] * len(groups)
+        for start in range(0, len(rows), _BATCH):
+            batch = rows[start : start + _BATCH]
             async with self.engine.begin() as conn:
-                stored = await self._stored(conn, batch)
+                stored = await self._stored(conn, list({r[1] for r in batch}))
                 values = []
-                for fp in batch:
-                    item = unique[fp]
+                for g, fp, item, website_id, target_id in batch:
                     old = stored.get(fp)
                     if old is None:
-                        new += 1
-                    elif {**old, **item.fields} != old:
-                        updated += 1
+                        new[g] += 1
+                        stored[fp] = dict(item.fields)
+                    else:
+                        merged = {**old, **item.fields}
+                        if merged != old:
+                            updated[g] += 1
+                            stored[fp] = merged
                     values.append(
                         {
                             "fingerprint": fp,
@@ -118,13 +139,8 @@ class SQLSink(SinkBase):
                             "last_seen": seen_at,
                         }
                     )
-                stmt = self._insert(StoredItem).values(values)
-                stmt = stmt.on_conflict_do_update(
-                    index_elements=[StoredItem.fingerprint],
-                    set_={"data": self._merged, "last_seen": stmt.excluded.last_seen, "url": stmt.excluded.url},
-                )
-                await conn.execute(stmt)
-        return UpsertCounts(new=new, updated=updated)
+                await conn.execute(self._upsert_rows, values)
+        return [UpsertCounts(new=n, updated=u) for n, u in zip(new, updated, strict=True)]
 
 
 if TYPE_CHECKING:

@@ -11,13 +11,14 @@ listing's fields for a detail page. No worker reads a website's configuration fr
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from crawlherd.item import Item
 from crawlherd.messages import JobMessage
@@ -115,7 +116,37 @@ class DetailPage(BaseModel):
     @classmethod
     def of(cls, request: Request) -> DetailPage | None:
         raw = request.meta.get(DETAIL_META)
-        return None if raw is None else cls.model_validate(raw)
+        if raw is None:
+            return None
+        site = _known_site(raw.get("site")) if isinstance(raw, dict) else None
+        return cls.model_validate(raw if site is None else {**raw, "site": site})
+
+
+# Every detail page of a website carries the same spec: it is validated (its selectors compiled) once
+# per distinct spec, not once per page. Bounded: emptied when it holds _SITES_KEPT specs.
+_SITES: dict[str, SiteSpec] = {}
+_SITES_KEPT = 256
+
+
+def _known_site(raw: object) -> SiteSpec | None:
+    """The validated spec of ``raw`` (a spec as JSON data), from the cache or validated now; None
+    when it is not valid, so that the page's own validation says why, as before."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        key = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+    site = _SITES.get(key)
+    if site is None:
+        try:
+            site = SiteSpec.model_validate(raw)
+        except ValidationError:
+            return None
+        if len(_SITES) >= _SITES_KEPT:
+            _SITES.clear()
+        _SITES[key] = site
+    return site
 
 
 def detail_requests(job: JobMessage, items: Iterable[Item], *, now: datetime | None = None) -> list[Request]:

@@ -85,7 +85,9 @@ from crawlherd.messages import JobMessage, decode_job, encode_job
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 from crawlherd.sinks import DETAIL_AT, Sink, SQLSink
+from crawlherd.sinks.base import UpsertCounts
 from crawlherd.sitespec import SiteSpec
+from crawlherd.worker.grouped import GroupedWrites
 from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
 from crawlherd.worker.runs import RunStore
 
@@ -133,6 +135,9 @@ class Worker:
     ``poll_interval`` seconds between two looks at ``job_runs`` while a job's listing is read by
     another worker.
     """
+
+    #: The pages' items, stored together (group commit; made on first use, see _store).
+    _writes: GroupedWrites | None = None
 
     def __init__(
         self,
@@ -215,6 +220,9 @@ class Worker:
         await self.close()
 
     async def close(self) -> None:
+        if self._writes is not None:
+            await self._writes.close()
+            self._writes = None
         for crawler in (self._http, self._browser):
             if crawler is not None:
                 await crawler.close()
@@ -655,11 +663,7 @@ class Worker:
         for item in extraction.items:
             if item.fingerprint.hex() not in seen:
                 new.setdefault(item.fingerprint, item)
-        counts = await self.sink.upsert(
-            list(new.values()), website_id=job.website_id, target_id=job.target_id, seen_at=datetime.now(UTC)
-        )
-        self.stats.items_new += counts.new
-        self.stats.items_updated += counts.updated
+        counts = await self._store(list(new.values()), website_id=job.website_id, target_id=job.target_id)
         details = detail_requests(job, new.values())
         for host in {r.host for r in details}:
             await self._politeness(site, host)
@@ -718,11 +722,20 @@ class Worker:
         now = datetime.now(UTC)
         fields[DETAIL_AT] = now.isoformat()
         item = Item(website=detail.site.name, url=result.url, fingerprint=bytes.fromhex(detail.item), fields=fields)
-        counts = await self.sink.upsert([item], website_id=detail.website_id, target_id=detail.target_id, seen_at=now)
-        metrics.items_stored(new=counts.new, updated=counts.updated)
+        counts = await self._store([item], website_id=detail.website_id, target_id=detail.target_id)
+        metrics.items_stored(new=counts.new, updated=counts.updated)  # a listing's count with its job's
         self.stats.detail_pages += 1
+
+    async def _store(self, items: list[Item], *, website_id: int, target_id: int | None) -> UpsertCounts:
+        """Store a page's items, with those of the other pages that finished meanwhile (one write for
+        all of them, see :mod:`crawlherd.worker.grouped`); returns once they are stored, so the page's
+        lease is acked only after that."""
+        if self._writes is None:
+            self._writes = GroupedWrites(self.sink)
+        counts = await self._writes.store(items, website_id=website_id, target_id=target_id)
         self.stats.items_new += counts.new
         self.stats.items_updated += counts.updated
+        return counts
 
     async def _frontier_counts(self) -> dict[str, Any]:
         """The frontier's counts, for the heartbeat (and the console's Frontier page)."""

@@ -1,0 +1,47 @@
+"""What a detail request carries, read back as the worker reads it (through JSON, as from Redis)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import ValidationError
+
+from crawlherd.demo.targets import demo_targets
+from crawlherd.item import make_item
+from crawlherd.messages import JobMessage, idempotency_key
+from crawlherd.request import Request
+from crawlherd.sitespec import SiteSpec
+from crawlherd.worker.jobcrawl import DETAIL_META, DetailPage, detail_requests
+
+
+def _job(site: SiteSpec) -> JobMessage:
+    now = datetime.now(UTC)
+    return JobMessage(job_id=str(uuid.uuid4()), idempotency_key=idempotency_key(1, now), target_id=1, slot_at=now,
+                      website_id=2, site=site, search_url="http://x/browse/a/b", keywords_used="a", created_at=now)
+
+
+def _through_json(request: Request) -> Request:
+    return Request(request.url, meta=json.loads(json.dumps(request.meta)))
+
+
+def test_every_detail_page_of_a_website_shares_one_validated_spec() -> None:
+    site = SiteSpec.model_validate(demo_targets("http://x")["websites"][1])  # reads detail fields
+    items = [make_item(site.name, f"http://x/jobs/{i}", {"title": str(i)}) for i in range(3)]
+    pages = [DetailPage.of(_through_json(r)) for r in detail_requests(_job(site), items)]
+    assert all(p is not None for p in pages)
+    specs = {id(p.site) for p in pages if p is not None}
+    assert len(specs) == 1  # validated (selectors compiled) once, not once per page
+    first = pages[0]
+    assert first is not None and first.site == site and first.fields == {"title": "0"} and first.website_id == 2
+
+
+def test_a_bad_spec_in_a_detail_request_is_refused_as_before() -> None:
+    site = SiteSpec.model_validate(demo_targets("http://x")["websites"][1])
+    request = detail_requests(_job(site), [make_item(site.name, "http://x/jobs/1", {})])[0]
+    meta = json.loads(json.dumps(request.meta))
+    meta[DETAIL_META]["site"]["extraction"]["item_selector"] = "[[["  # not a CSS selector
+    with pytest.raises(ValidationError, match=r"site\n.*not a valid CSS selector"):
+        DetailPage.of(Request(request.url, meta=meta))
