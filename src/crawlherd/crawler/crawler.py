@@ -41,14 +41,12 @@ from crawlherd.errors import (
 from crawlherd.extract.links import extract_links_async
 from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.gate import HostGate
-from crawlherd.fetch.robots import RobotsCache
+from crawlherd.fetch.robots import RobotsCache, is_robots_request, robots_request
 from crawlherd.frontier import Frontier, Lease, open_scheduler
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
 __all__ = ["AsyncWebCrawler", "Crawler", "RunUrlsDispatcher", "runs_urls_itself"]
-
-log = logging.getLogger("crawlherd.crawler")
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +175,8 @@ class Crawler:
     async def _process(self, request: Request, run: CrawlRun) -> CrawlResult:
         config = run.config
         cache_mode = config.cache_mode
+        if is_robots_request(request):
+            return await self._robots_work(request, run)
         try:
             if config.check_robots_txt:
                 await self._robots(request, run)
@@ -211,6 +211,32 @@ class Crawler:
 
     async def _robots(self, request: Request, run: CrawlRun) -> None:
         await self.robots.check(request.url, request)
+        await self._crawl_delay(request, run)
+
+    async def _robots_work(self, request: Request, run: CrawlRun) -> CrawlResult:
+        """A host's robots.txt, scheduled by the frontier before its pages (:meth:`_queue_robots`):
+        fetched into the robots cache, its Crawl-delay given to the frontier before the lease is
+        settled (which lets the pages go). The result is the run's, not a page: the stream drops it.
+        A robots.txt that cannot be read is no failure here -- each page reports why, from the cache."""
+        try:
+            await self.robots.load(request.url)
+        except FetchError as exc:  # the host itself may not be fetched: its pages will say so
+            return _failed(request.url, exc, request)
+        await self._crawl_delay(request, run)
+        return CrawlResult(url=request.url, success=True, request=request, depth=request.depth)
+
+    async def _queue_robots(self, run: CrawlRun, request: Request) -> int:
+        """Before the first request of a host is queued: its robots.txt, as work of the host that the
+        frontier hands out first. 1 when it was queued (the frontier queues one per host), else 0."""
+        host = request.host
+        if not run.config.check_robots_txt or host in run.robots_hosts:
+            return 0
+        run.robots_hosts.add(host)
+        return int(await run.frontier.enqueue_robots(robots_request(request.url, priority=request.priority)))
+
+    async def _crawl_delay(self, request: Request, run: CrawlRun) -> None:
+        """Once per host and run: robots.txt's Crawl-delay, when longer than the run's, to the send gate
+        and the frontier."""
         host = request.host
         if host not in run.delayed_hosts:
             run.delayed_hosts.add(host)
@@ -370,6 +396,7 @@ class Crawler:
         run.max_depth = max_depth
         invalid: list[CrawlResult] = []
         hosts: list[str] = []
+        robots_queued = 0
         try:
             for seed in seeds:
                 try:
@@ -378,8 +405,10 @@ class Crawler:
                     invalid.append(_failed(str(seed), exc))
                     continue
                 hosts.append(urlsplit(request.canonical_url).hostname or "")
-                if run.enqueued < max_pages and await sched.enqueue_request(request):
-                    run.enqueued += 1
+                if run.enqueued < max_pages:
+                    robots_queued += await self._queue_robots(run, request)
+                    if await sched.enqueue_request(request):
+                        run.enqueued += 1
         except BaseException:
             if owns:
                 await sched.close()
@@ -387,7 +416,7 @@ class Crawler:
         domains = [d.lower().lstrip(".") for d in allowed_domains] if allowed_domains is not None else hosts
         run.allowed = None if "*" in domains else tuple(domains)
         if dispatcher.monitor is not None:
-            dispatcher.monitor.add_queued(run.enqueued)
+            dispatcher.monitor.add_queued(run.enqueued + robots_queued)
         run.owns_frontier = owns
         run.monitor = dispatcher.monitor
         run.gate_delay = delay
@@ -430,6 +459,8 @@ class Crawler:
             for child in children:
                 if run.enqueued >= run.max_pages:
                     break
+                if child.host not in run.robots_hosts:
+                    monitor_n += await self._queue_robots(run, child)
                 if await frontier.enqueue_request(child):
                     run.enqueued += 1
                     monitor_n += 1
