@@ -184,9 +184,14 @@ class Crawler:
                 hit = self._cache.get(request.fingerprint)
                 if hit is not None:
                     return dataclasses.replace(hit, url=request.url, request=request, dispatch=None)
-            response = await self.fetcher.fetch(request)
         except FetchError as exc:
             return _failed(request.url, exc, request)
+        try:
+            response = await self.fetcher.fetch(request)
+        except FetchError as exc:
+            self.gate.answered(request.host)
+            return _failed(request.url, exc, request)
+        self.gate.answered(request.host)
         status = response.status
         result = CrawlResult(
             url=request.url,
@@ -222,6 +227,8 @@ class Crawler:
             await self.robots.load(request.url)
         except FetchError as exc:  # the host itself may not be fetched: its pages will say so
             return _failed(request.url, exc, request)
+        finally:
+            self.gate.answered(request.host)
         await self._crawl_delay(request, run)
         return CrawlResult(url=request.url, success=True, request=request, depth=request.depth)
 
@@ -233,6 +240,22 @@ class Crawler:
             return 0
         run.robots_hosts.add(host)
         return int(await run.frontier.enqueue_robots(robots_request(request.url, priority=request.priority)))
+
+    def _report_disallowed(self, child: Request, run: CrawlRun) -> bool:
+        """A link of the page just fetched that its host's robots.txt (known: the page was fetched after
+        it) disallows is reported at once, without the frontier: handing it out would cost the host a
+        delay with nothing sent. True when it was (or was already) reported; False for the frontier."""
+        error = self.robots.known_disallowed(child.url, child)
+        if error is None:
+            return False
+        fp = child.fingerprint
+        if fp in run.queued_elsewhere:  # queued before robots.txt was known: the frontier reports it
+            return False
+        if fp not in run.reported_fps:
+            run.reported_fps.add(fp)
+            run.enqueued += 1
+            run.reported.append(_failed(child.url, error, child))
+        return True
 
     async def _crawl_delay(self, request: Request, run: CrawlRun) -> None:
         """Once per host and run: robots.txt's Crawl-delay, when longer than the run's, to the send gate
@@ -406,6 +429,7 @@ class Crawler:
                     continue
                 hosts.append(urlsplit(request.canonical_url).hostname or "")
                 if run.enqueued < max_pages:
+                    run.queued_elsewhere.add(request.fingerprint)
                     robots_queued += await self._queue_robots(run, request)
                     if await sched.enqueue_request(request):
                         run.enqueued += 1
@@ -444,6 +468,7 @@ class Crawler:
             return
         allowed = run.allowed
         children: list[Request] = []
+        robots = self.robots if run.config.check_robots_txt else None
         for link in links:
             if allowed is not None:
                 host = (urlsplit(link).hostname or "").lower()
@@ -454,11 +479,16 @@ class Crawler:
             except InvalidURLError:
                 continue
         frontier = run.frontier
+        page_host = request.host
         monitor_n = 0
         async with run.enqueue_lock:
             for child in children:
                 if run.enqueued >= run.max_pages:
                     break
+                if robots is not None and child.host == page_host and self._report_disallowed(child, run):
+                    continue
+                if robots is not None and child.host != page_host:
+                    run.queued_elsewhere.add(child.fingerprint)
                 if child.host not in run.robots_hosts:
                     monitor_n += await self._queue_robots(run, child)
                 if await frontier.enqueue_request(child):

@@ -31,7 +31,8 @@ class CrawlRun:
     (repeated URLs to answer twice, hosts whose robots.txt delay is known, the page budget)."""
 
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueue_lock", "enqueued",
-                 "frontier", "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier", "robots_hosts")
+                 "frontier", "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier",
+                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts")
 
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
@@ -41,6 +42,13 @@ class CrawlRun:
         self.delayed_hosts: set[str] = set()
         #: Hosts whose robots.txt this run queued as work (a crawl obeying robots.txt).
         self.robots_hosts: set[str] = set()
+        #: Results known without a fetch, found while following links (disallowed by robots.txt): the
+        #: stream yields them after the result of the page that linked them.
+        self.reported: list[CrawlResult] = []
+        self.reported_fps: set[bytes] = set()
+        #: Requests queued before their host's robots.txt was known (seeds, other hosts' links): if
+        #: disallowed, the frontier's hand-out reports them, so they are never reported twice.
+        self.queued_elsewhere: set[bytes] = set()
         self.base_delay = 0.0
         self.max_pages = 0
         self.max_depth = -1
@@ -139,6 +147,10 @@ class CrawlStream(AsyncIterator[CrawlResult]):
             if not is_robots_request(result.request):
                 break  # robots.txt work is the run's, not a page of it
         self._pending.extend(self._run.twins(result))
+        reported = self._run.reported
+        if reported:
+            self._pending.extend(reported)
+            reported.clear()
         return result
 
     async def aclose(self) -> None:

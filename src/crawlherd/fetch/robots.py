@@ -124,7 +124,18 @@ class RobotsCache:
                 url=url, request=request, cause=entry.cause,
             )
         if entry.disallow_all or (entry.parser is not None and not entry.parser.can_fetch(url, self.user_agent)):
-            raise RobotsDisallowedError(f"{url}: disallowed by robots.txt", url=url, request=request)
+            raise _disallowed(url, request)
+
+    def known_disallowed(self, url: str, request: Request | None = None) -> RobotsDisallowedError | None:
+        """Without fetching: the error :meth:`check` would raise when robots.txt of ``url``'s origin is
+        cached, fresh and its rules forbid ``url``; None otherwise (allowed, or not known yet)."""
+        parts = urlsplit(url)
+        entry = self._entries.get(f"{parts.scheme}://{parts.netloc}")
+        if entry is None or entry.problem is not None or entry.expires_at <= self._clock.now():
+            return None
+        if entry.disallow_all or (entry.parser is not None and not entry.parser.can_fetch(url, self.user_agent)):
+            return _disallowed(url, request)
+        return None
 
     async def load(self, url: str) -> None:
         """Fetch robots.txt of ``url``'s origin now, unless it is cached (shared with concurrent callers).
@@ -195,6 +206,10 @@ class RobotsCache:
             log.warning("%s/robots.txt cannot be parsed (%s: %s); no rules applied", origin, type(exc).__name__, exc)
             return _Entry(None, False, now + self._ttl)
         return _Entry(parser, False, now + self._ttl)
+
+
+def _disallowed(url: str, request: Request | None) -> RobotsDisallowedError:
+    return RobotsDisallowedError(f"{url}: disallowed by robots.txt", url=url, request=request)
 
 
 def _without_url(message: str, url: str) -> str:
