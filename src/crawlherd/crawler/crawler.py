@@ -226,10 +226,10 @@ class Crawler:
         try:
             await self.robots.load(request.url)
         except FetchError as exc:  # the host itself may not be fetched: its pages will say so
-            return _failed(request.url, exc, request)
-        finally:
             self.gate.answered(request.host)
-        await self._crawl_delay(request, run)
+            return _failed(request.url, exc, request)
+        await self._crawl_delay(request, run)  # first: the host's next request is spaced by it already
+        self.gate.answered(request.host)
         return CrawlResult(url=request.url, success=True, request=request, depth=request.depth)
 
     async def _queue_robots(self, run: CrawlRun, request: Request) -> int:
@@ -267,6 +267,9 @@ class Crawler:
             if delay and delay > run.base_delay:
                 self.gate.set_host_delay(host, delay)
                 await run.frontier.set_host_policy(host, delay=delay)
+                # the request that brought it (robots.txt) went out under the run's delay: the next one
+                # waits for this one from now
+                await run.frontier.block_host(host, self.clock.now() + delay)
 
     # -- many URLs ------------------------------------------------------------------------------------
 
@@ -513,6 +516,9 @@ class _NoFrontier:
     """What arun() hands to robots' Crawl-delay hook: nothing to tell."""
 
     async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
+        return None
+
+    async def block_host(self, host: str, until: float) -> None:
         return None
 
 
