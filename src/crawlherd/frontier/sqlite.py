@@ -413,7 +413,10 @@ class SQLiteFrontier(WaitingMixin):
         return out
 
     def _lease_batch(self, limit: int) -> tuple[list[Lease], int]:
+        self._open()
         now = self._clock.now()
+        if not self._index.ready and not self._index.due(now):
+            return [], 0  # nothing to hand out: no write transaction for a look (waiting slots look often)
         expires = now + self.options.lease_timeout
         with self._tx() as db:
             index = self._index
