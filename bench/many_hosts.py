@@ -22,6 +22,8 @@ Clients, interleaved, each in its own process:
     .venv/bin/python bench/many_hosts.py                      # 500 hosts x 10 pages, delay 1 s, 3 rounds
     .venv/bin/python bench/many_hosts.py --hosts 100 --rounds 1 --only crawlherd
     .venv/bin/python bench/many_hosts.py --frontier redis://127.0.0.1:6379/0 --only crawlherd
+    # before/after in one run: another checkout's src (e.g. `git archive main src | tar -x -C /tmp/base`)
+    .venv/bin/python bench/many_hosts.py --base-src /tmp/base/src   # adds crawlherd@base and cli@base
 """
 
 from __future__ import annotations
@@ -180,13 +182,13 @@ async def run_crawlherd(seeds: list[str], delay: float, pages: int, frontier: st
     return time.monotonic() - start
 
 
-def run_cli(seeds: list[str], delay: float, pages: int, frontier: str) -> float:
+def run_cli(seeds: list[str], delay: float, pages: int, frontier: str, env: dict[str, str] | None = None) -> float:
     cmd = [
         sys.executable, "-m", "crawlherd", "crawl", *seeds, "--allow-private", "--respect-robots",
         "--concurrency", str(CONCURRENCY), "--delay", str(delay), "--max-pages", str(len(seeds) * (pages + 2)),
         "--depth", str(pages), "--frontier", frontier, "--json",
     ]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if out.returncode != 0:
         sys.exit(f"crawlherd crawl failed ({out.returncode}): {out.stderr[-2000:]}")
     return float(json.loads(out.stdout)["elapsed_seconds"])
@@ -237,6 +239,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--frontier", default="memory://")
     parser.add_argument("--only", choices=["raw", "crawlherd", "cli"], action="append")
+    parser.add_argument("--base-src", help="also run crawlherd and cli from this src directory (PYTHONPATH)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--control", type=int, help=argparse.SUPPRESS)
@@ -251,6 +254,8 @@ def main() -> None:
         return
 
     clients = args.only or ["raw", "crawlherd", "cli"]
+    if args.base_src:
+        clients += [f"{c}@base" for c in clients if c != "raw"]
     ideal = (args.pages - 1 + 2) * args.delay
     server, port, control = start_server(args.hosts, args.pages)
     results: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -270,13 +275,15 @@ def main() -> None:
                     seeds_file = Path(tmp) / "seeds.json"
                     seeds_file.write_text(json.dumps(seeds))
                     take_log(control)  # start from an empty log
-                    if client == "cli":
-                        wall = run_cli(seeds, args.delay, args.pages, frontier)
+                    kind, _, base = client.partition("@")
+                    env = {**os.environ, "PYTHONPATH": args.base_src} if base else None
+                    if kind == "cli":
+                        wall = run_cli(seeds, args.delay, args.pages, frontier, env)
                     else:
                         out = subprocess.run(
-                            [sys.executable, __file__, "--client", client, "--seeds", str(seeds_file),
+                            [sys.executable, __file__, "--client", kind, "--seeds", str(seeds_file),
                              "--delay", str(args.delay), "--pages", str(args.pages), "--frontier", frontier],
-                            capture_output=True, text=True, check=False,
+                            capture_output=True, text=True, check=False, env=env,
                         )
                         if out.returncode != 0:
                             sys.exit(f"client {client} failed: {out.stderr[-2000:]}")
@@ -284,7 +291,7 @@ def main() -> None:
                     seen = check(take_log(control), args.hosts, args.pages, args.delay)
                     row = {"wall": wall, "of_ideal": ideal / wall, **seen}
                     results[client].append(row)
-                    print(f"round {rnd + 1} {client:9} wall {wall:6.2f} s  {ideal / wall:4.2f} of ideal  "
+                    print(f"round {rnd + 1} {client:14} wall {wall:6.2f} s  {ideal / wall:4.2f} of ideal  "
                           f"server: {seen['requests']} requests over {seen['span']:.2f} s, min gap/host "
                           f"{seen['min_gap']:.3f} s, {seen['gaps_under_delay']} under the delay, robots.txt "
                           f"first {seen['robots_first']}/{args.hosts} once {seen['robots_once']}/{args.hosts}, "
@@ -293,14 +300,14 @@ def main() -> None:
         server.kill()
         server.wait()
     print(f"\nmedians of {args.rounds} interleaved round(s); ideal {ideal:.1f} s")
-    print(f"{'client':10} {'wall s':>7} {'of ideal':>9} {'min gap s':>10} {'gaps<delay':>10} {'vs raw':>7}")
+    print(f"{'client':14} {'wall s':>7} {'of ideal':>9} {'min gap s':>10} {'gaps<delay':>10} {'vs raw':>7}")
     raw_wall = statistics.median(r["wall"] for r in results["raw"]) if results.get("raw") else None
     for client, rows in results.items():
         wall = statistics.median(r["wall"] for r in rows)
         gap = min(r["min_gap"] for r in rows)
         under = sum(r["gaps_under_delay"] for r in rows)
         vs = f"{raw_wall / wall:7.2f}" if raw_wall else "      -"
-        print(f"{client:10} {wall:7.2f} {ideal / wall:9.2f} {gap:10.3f} {under:10d} {vs}")
+        print(f"{client:14} {wall:7.2f} {ideal / wall:9.2f} {gap:10.3f} {under:10d} {vs}")
 
 
 if __name__ == "__main__":
