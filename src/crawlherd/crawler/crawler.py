@@ -224,13 +224,19 @@ class Crawler:
         settled (which lets the pages go). The result is the run's, not a page: the stream drops it.
         A robots.txt that cannot be read is no failure here -- each page reports why, from the cache."""
         try:
-            await self.robots.load(request.url)
+            status, problem = await self.robots.load(request.url)
         except FetchError as exc:  # the host itself may not be fetched: its pages will say so
             self.gate.answered(request.host)
             return _failed(request.url, exc, request)
         await self._crawl_delay(request, run)  # first: the host's next request is spaced by it already
         self.gate.answered(request.host)
-        return CrawlResult(url=request.url, success=True, request=request, depth=request.depth)
+        # Its status is shown (the monitor counts this work), but not a 429/503: the robots cache has
+        # the answer already (RFC 9309), the dispatcher must not re-fetch it as a rate-limited page.
+        shown = None if status in (429, 503) else status
+        return CrawlResult(
+            url=request.url, success=problem is None, status_code=shown, error_message=problem,
+            error_type=None if problem is None else "RobotsUnavailableError", request=request, depth=request.depth,
+        )
 
     async def _queue_robots(self, run: CrawlRun, request: Request) -> int:
         """Before the first request of a host is queued: its robots.txt, as work of the host that the
@@ -441,7 +447,7 @@ class Crawler:
                 await sched.close()
             raise
         domains = [d.lower().lstrip(".") for d in allowed_domains] if allowed_domains is not None else hosts
-        run.allowed = None if "*" in domains else tuple(domains)
+        run.allowed = None if "*" in domains else frozenset(domains)
         if dispatcher.monitor is not None:
             dispatcher.monitor.add_queued(run.enqueued + robots_queued)
         run.owns_frontier = owns
@@ -473,10 +479,8 @@ class Crawler:
         children: list[Request] = []
         robots = self.robots if run.config.check_robots_txt else None
         for link in links:
-            if allowed is not None:
-                host = (urlsplit(link).hostname or "").lower()
-                if not any(host == d or host.endswith("." + d) for d in allowed):
-                    continue
+            if allowed is not None and not _in_domains((urlsplit(link).hostname or "").lower(), allowed):
+                continue
             try:
                 children.append(self._request(link, run, priority=-depth, depth=depth))
             except InvalidURLError:
@@ -499,6 +503,19 @@ class Crawler:
                     monitor_n += 1
         if monitor_n and run.monitor is not None:
             run.monitor.add_queued(monitor_n)
+
+
+def _in_domains(host: str, domains: frozenset[str]) -> bool:
+    """``host`` is one of ``domains`` or a subdomain of one: a set look-up per label, not a scan of the
+    domains (a crawl seeded with hundreds of hosts allows hundreds)."""
+    if host in domains:
+        return True
+    dot = host.find(".")
+    while dot >= 0:
+        if host[dot + 1 :] in domains:
+            return True
+        dot = host.find(".", dot + 1)
+    return False
 
 
 def _failed(url: str, exc: CrawlherdError, request: Request | None = None) -> CrawlResult:

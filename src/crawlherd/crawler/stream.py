@@ -56,7 +56,7 @@ class CrawlRun:
         # One page's links at a time: a frontier that awaits I/O (redis) must not let two pages both
         # pass the max_pages check before either has counted its links.
         self.enqueue_lock = asyncio.Lock()
-        self.allowed: tuple[str, ...] | None = None
+        self.allowed: frozenset[str] | None = None
         self.owns_frontier = True
         self.ended = False
         #: The per-host delay this run holds in the send gate (a crawl), released when it ends.

@@ -69,6 +69,7 @@ class _Entry:
     #: Why robots.txt could not be read (disallow_all is then True); None when it was read.
     problem: str | None = None
     cause: FetchError | None = None
+    status: int | None = None  # robots.txt's HTTP status; None when there was no answer
 
 
 class RobotsCache:
@@ -137,12 +138,14 @@ class RobotsCache:
             return _disallowed(url, request)
         return None
 
-    async def load(self, url: str) -> None:
+    async def load(self, url: str) -> tuple[int | None, str | None]:
         """Fetch robots.txt of ``url``'s origin now, unless it is cached (shared with concurrent callers).
         What it says (or why it could not be read) is then what :meth:`check` answers from the cache.
-        Raises :class:`~crawlherd.errors.AddressNotAllowedError` when the host itself may not be fetched."""
+        Returns (its HTTP status or None, why it could not be read or None). Raises
+        :class:`~crawlherd.errors.AddressNotAllowedError` when the host itself may not be fetched."""
         parts = urlsplit(url)
-        await self._entry(f"{parts.scheme}://{parts.netloc}", parts.netloc)
+        entry = await self._entry(f"{parts.scheme}://{parts.netloc}", parts.netloc)
+        return entry.status, entry.problem
 
     def crawl_delay(self, url: str) -> float | None:
         """The cached Crawl-delay for ``url``'s host (None when unknown or unset)."""
@@ -194,9 +197,9 @@ class RobotsCache:
         except FetchError as exc:
             return _Entry(None, True, now + self._error_ttl, _without_url(str(exc), robots_url), exc)
         if response.status >= 500:
-            return _Entry(None, True, now + self._error_ttl, f"HTTP {response.status}")
+            return _Entry(None, True, now + self._error_ttl, f"HTTP {response.status}", status=response.status)
         if response.status >= 400:
-            return _Entry(None, False, now + self._ttl)
+            return _Entry(None, False, now + self._ttl, status=response.status)
         # ``text`` decodes with the declared charset, or UTF-8 when it is unknown (charset=bogus); past
         # MAX_ROBOTS_CHARS the rest is ignored (RFC 9309 asks parsers to read at least 500 KiB).
         text = response.text[:MAX_ROBOTS_CHARS]
@@ -204,8 +207,8 @@ class RobotsCache:
             parser = Protego.parse(text)
         except Exception as exc:  # noqa: BLE001 - a hostile robots.txt must not fail every page of the host
             log.warning("%s/robots.txt cannot be parsed (%s: %s); no rules applied", origin, type(exc).__name__, exc)
-            return _Entry(None, False, now + self._ttl)
-        return _Entry(parser, False, now + self._ttl)
+            return _Entry(None, False, now + self._ttl, status=response.status)
+        return _Entry(parser, False, now + self._ttl, status=response.status)
 
 
 def _disallowed(url: str, request: Request | None) -> RobotsDisallowedError:
