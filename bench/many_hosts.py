@@ -33,6 +33,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import socket
 import statistics
 import subprocess
@@ -203,6 +204,11 @@ def client_main(args: argparse.Namespace) -> None:
     print(json.dumps({"wall": wall}))
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 # -- what the server saw -----------------------------------------------------------------------------
 
 
@@ -275,6 +281,7 @@ def main() -> None:
                     seeds_file = Path(tmp) / "seeds.json"
                     seeds_file.write_text(json.dumps(seeds))
                     take_log(control)  # start from an empty log
+                    cpu0 = _children_cpu()
                     kind, _, base = client.partition("@")
                     env = {**os.environ, "PYTHONPATH": args.base_src} if base else None
                     if kind == "cli":
@@ -288,10 +295,12 @@ def main() -> None:
                         if out.returncode != 0:
                             sys.exit(f"client {client} failed: {out.stderr[-2000:]}")
                         wall = json.loads(out.stdout.strip().splitlines()[-1])["wall"]
+                    cpu = _children_cpu() - cpu0  # the client's process (the server is not reaped yet)
                     seen = check(take_log(control), args.hosts, args.pages, args.delay)
-                    row = {"wall": wall, "of_ideal": ideal / wall, **seen}
+                    row = {"wall": wall, "of_ideal": ideal / wall, "cpu": cpu, **seen}
                     results[client].append(row)
                     print(f"round {rnd + 1} {client:14} wall {wall:6.2f} s  {ideal / wall:4.2f} of ideal  "
+                          f"cpu {cpu:5.1f} s  "
                           f"server: {seen['requests']} requests over {seen['span']:.2f} s, min gap/host "
                           f"{seen['min_gap']:.3f} s, {seen['gaps_under_delay']} under the delay, robots.txt "
                           f"first {seen['robots_first']}/{args.hosts} once {seen['robots_once']}/{args.hosts}, "
@@ -300,14 +309,16 @@ def main() -> None:
         server.kill()
         server.wait()
     print(f"\nmedians of {args.rounds} interleaved round(s); ideal {ideal:.1f} s")
-    print(f"{'client':14} {'wall s':>7} {'of ideal':>9} {'min gap s':>10} {'gaps<delay':>10} {'vs raw':>7}")
+    print(f"{'client':14} {'wall s':>7} {'of ideal':>9} {'cpu ms/req':>10} {'min gap s':>10} {'gaps<delay':>10} "
+          f"{'vs raw':>7}")
     raw_wall = statistics.median(r["wall"] for r in results["raw"]) if results.get("raw") else None
     for client, rows in results.items():
         wall = statistics.median(r["wall"] for r in rows)
         gap = min(r["min_gap"] for r in rows)
         under = sum(r["gaps_under_delay"] for r in rows)
         vs = f"{raw_wall / wall:7.2f}" if raw_wall else "      -"
-        print(f"{client:14} {wall:7.2f} {ideal / wall:9.2f} {gap:10.3f} {under:10d} {vs}")
+        cpu_ms = statistics.median(1000 * r["cpu"] / r["requests"] for r in rows)
+        print(f"{client:14} {wall:7.2f} {ideal / wall:9.2f} {cpu_ms:10.2f} {gap:10.3f} {under:10d} {vs}")
 
 
 if __name__ == "__main__":
