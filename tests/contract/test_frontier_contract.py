@@ -368,3 +368,71 @@ async def test_host_states(open_frontier: OpenFrontier, clock: FakeClock) -> Non
     drained = await drain(frontier)
     assert len(drained) >= 2
     assert "held.test" not in (await frontier.stats()).host_states  # nothing queued, nothing held: not listed
+
+
+# -- robots first (enqueue_robots): a host's robots.txt request is work of its host, handed out first ----
+
+
+def robots(host: str, priority: int = 0) -> Request:
+    return Request(f"http://{host}/robots.txt", priority=priority, meta={"robots_txt": True})
+
+
+async def test_robots_request_first_then_its_host_is_held_until_settled(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier(delay=0.0, max_in_flight=8)
+    for i in range(3):
+        assert await frontier.enqueue_request(Request(f"http://r.test/{i}", priority=5))
+    assert await frontier.enqueue_robots(robots("r.test", priority=0))  # lower priority, still first
+    assert not await frontier.enqueue_robots(robots("r.test"))  # once per host
+    await frontier.enqueue_request(Request("http://other.test/1", priority=-1))
+    assert (await frontier.stats()).hosts == {"r.test": 4, "other.test": 1}
+    first = await frontier.next_request()
+    assert first is not None and first.request.url == "http://r.test/robots.txt"
+    assert first.request.meta == {"robots_txt": True}
+    # while its answer is not in, nothing else of r.test goes (other hosts do), even pages queued now
+    await frontier.enqueue_request(Request("http://r.test/late", priority=9))
+    assert await drain(frontier) == ["http://other.test/1"]
+    assert await frontier.has_pending_requests()
+    await frontier.ack(first)
+    assert await drain(frontier) == ["http://r.test/late", "http://r.test/0", "http://r.test/1", "http://r.test/2"]
+    assert not await frontier.enqueue_robots(robots("r.test"))  # still once, after it was fetched
+    stats = await frontier.stats()
+    assert (stats.enqueued, stats.acked, stats.queued) == (6, 6, 0)
+    assert await frontier.idle()
+
+
+async def test_robots_request_counts_against_its_hosts_politeness(
+    open_frontier: OpenFrontier, clock: FakeClock
+) -> None:
+    frontier = await open_frontier(delay=10.0)
+    assert await frontier.enqueue_robots(robots("slow.test"))
+    await frontier.enqueue_request(Request("http://slow.test/page"))
+    lease = await frontier.next_request()
+    assert lease is not None and lease.request.url.endswith("/robots.txt")
+    await frontier.ack(lease)
+    assert await frontier.next_request() is None  # the host's delay runs from the robots hand-out
+    clock.advance(10)
+    assert await drain(frontier) == ["http://slow.test/page"]
+
+
+async def test_robots_request_retried_or_expired_comes_back_first(
+    open_frontier: OpenFrontier, clock: FakeClock
+) -> None:
+    frontier = await open_frontier(delay=0.0, lease_timeout=60)
+    await frontier.enqueue_request(Request("http://back.test/page", priority=3))
+    assert await frontier.enqueue_robots(robots("back.test"))
+    lease = await frontier.next_request()
+    assert lease is not None and lease.request.url.endswith("/robots.txt")
+    await frontier.retry(lease, delay=5)
+    assert await frontier.next_request() is None  # the page stays held while robots.txt waits
+    clock.advance(5)
+    again = await frontier.next_request()
+    assert again is not None and again.request.url.endswith("/robots.txt")
+    assert again.attempt == 2
+    assert await frontier.next_request() is None
+    clock.advance(61)  # the lease expires: back, still first
+    third = await frontier.next_request()
+    assert third is not None and third.request.url.endswith("/robots.txt")
+    assert await frontier.next_request() is None
+    await frontier.fail(third, "robots.txt could not be read")  # fail settles it too: the pages go
+    assert await drain(frontier) == ["http://back.test/page"]
+    assert await frontier.idle()

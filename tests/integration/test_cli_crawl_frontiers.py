@@ -49,7 +49,10 @@ async def test_crawl_through_a_sqlite_frontier(server: MisbehavingServer, tmp_pa
     with sqlite3.connect(db) as conn:
         counters = json.loads(conn.execute("SELECT value FROM meta WHERE key = 'counters'").fetchone()[0])
         leases = conn.execute("SELECT COUNT(*) FROM leases").fetchone()[0]
-    assert counters["acked"] == 12 and leases == 0
+    # the 12 pages and the host's robots.txt, which the frontier schedules as work of the host
+    assert counters["acked"] == 12 + 1 and leases == 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT host, id FROM robots").fetchall() == [(server.url.split("//")[1], None)]
 
 
 @pytest.mark.redis
@@ -60,7 +63,8 @@ async def test_crawl_through_a_redis_frontier(
         await crawl(server, f"{redis_url}?prefix={unique_name}", tmp_path / "pages.jsonl")
         client = aioredis.Redis.from_url(redis_url)
         try:
-            assert int(await client.hget(f"{unique_name}:c", "acked") or 0) == 12
+            assert int(await client.hget(f"{unique_name}:c", "acked") or 0) == 12 + 1  # pages + robots.txt
+            assert not await client.exists(f"{unique_name}:rb")  # no host left robots-pending
             assert await client.zcard(f"{unique_name}:lexp") == 0
         finally:
             await client.aclose()

@@ -61,6 +61,37 @@ async def test_everything_survives_a_reopen(tmp_path: Path) -> None:
         assert blocked is not None and blocked.request.meta == {"i": 3}
 
 
+async def test_robots_pending_state_survives_a_reopen(tmp_path: Path) -> None:
+    clock = FakeClock()
+    db = tmp_path / "f.db"
+    robots = Request("http://r.test/robots.txt", meta={"robots_txt": True})
+    async with open_scheduler(url_of(db), clock=clock, delay=0) as f:
+        await f.enqueue_request(Request("http://r.test/page", priority=5))
+        assert await f.enqueue_robots(robots)
+        lease = await f.next_request()  # robots.txt, left leased: the process "dies"
+        assert lease is not None and lease.request.url == "http://r.test/robots.txt"
+        await f.enqueue_robots(Request("http://done.test/robots.txt"))
+        done = await f.next_request()
+        assert done is not None and done.request.url == "http://done.test/robots.txt"
+        await f.ack(done)
+    async with open_scheduler(url_of(db), clock=clock, delay=0) as f:
+        assert not await f.enqueue_robots(robots)  # once per host, across the reopen
+        assert not await f.enqueue_robots(Request("http://done.test/robots.txt"))
+        again = await f.next_request()  # the lease came back at open, still first
+        assert again is not None and again.request.url == "http://r.test/robots.txt"
+        assert again.request.meta == {"robots_txt": True}
+        assert await f.next_request() is None  # the page is still held
+        await f.retry(again, delay=20)
+    async with open_scheduler(url_of(db), clock=clock, delay=0) as f:
+        assert await f.next_request() is None  # a retried robots request keeps its delay, and its host held
+        clock.advance(20)
+        third = await f.next_request()
+        assert third is not None and third.request.url == "http://r.test/robots.txt"
+        await f.ack(third)
+        page = await f.next_request()
+        assert page is not None and page.request.url == "http://r.test/page"
+
+
 async def test_host_policy_and_ready_time_are_persisted(tmp_path: Path) -> None:
     clock = FakeClock()
     db = tmp_path / "f.db"

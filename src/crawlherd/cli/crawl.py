@@ -257,5 +257,6 @@ async def _crawl(
                         examples.setdefault(label, result.error_message)
                     if output is not None:
                         output.write(json.dumps(result.to_dict(body=with_body), ensure_ascii=False) + "\n")
-    stats = monitor.get_statistics()
-    return _Summary(ok, total, stats["elapsed"], stats["pages_per_second"], dict(statuses), examples)
+    elapsed = monitor.get_statistics()["elapsed"]
+    # pages per second from the pages reported (the monitor also counts robots.txt fetches as tasks)
+    return _Summary(ok, total, elapsed, total / elapsed if elapsed > 0 else 0.0, dict(statuses), examples)

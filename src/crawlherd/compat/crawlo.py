@@ -317,6 +317,9 @@ class _Delegate(AsyncClosing):
     async def enqueue_requests(self, requests: Iterable[Request]) -> int:
         return await self.inner.enqueue_requests(requests)
 
+    async def enqueue_robots(self, request: Request) -> bool:
+        return await self.inner.enqueue_robots(request)
+
     async def next_request(self) -> Lease | None:
         return await self.inner.next_request()
 

@@ -41,14 +41,12 @@ from crawlherd.errors import (
 from crawlherd.extract.links import extract_links_async
 from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.gate import HostGate
-from crawlherd.fetch.robots import RobotsCache
+from crawlherd.fetch.robots import RobotsCache, is_robots_request, robots_request
 from crawlherd.frontier import Frontier, Lease, open_scheduler
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
 __all__ = ["AsyncWebCrawler", "Crawler", "RunUrlsDispatcher", "runs_urls_itself"]
-
-log = logging.getLogger("crawlherd.crawler")
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +175,8 @@ class Crawler:
     async def _process(self, request: Request, run: CrawlRun) -> CrawlResult:
         config = run.config
         cache_mode = config.cache_mode
+        if is_robots_request(request):
+            return await self._robots_work(request, run)
         try:
             if config.check_robots_txt:
                 await self._robots(request, run)
@@ -184,9 +184,14 @@ class Crawler:
                 hit = self._cache.get(request.fingerprint)
                 if hit is not None:
                     return dataclasses.replace(hit, url=request.url, request=request, dispatch=None)
-            response = await self.fetcher.fetch(request)
         except FetchError as exc:
             return _failed(request.url, exc, request)
+        try:
+            response = await self.fetcher.fetch(request)
+        except FetchError as exc:
+            self.gate.answered(request.host)
+            return _failed(request.url, exc, request)
+        self.gate.answered(request.host)
         status = response.status
         result = CrawlResult(
             url=request.url,
@@ -211,6 +216,56 @@ class Crawler:
 
     async def _robots(self, request: Request, run: CrawlRun) -> None:
         await self.robots.check(request.url, request)
+        await self._crawl_delay(request, run)
+
+    async def _robots_work(self, request: Request, run: CrawlRun) -> CrawlResult:
+        """A host's robots.txt, scheduled by the frontier before its pages (:meth:`_queue_robots`):
+        fetched into the robots cache, its Crawl-delay given to the frontier before the lease is
+        settled (which lets the pages go). The result is the run's, not a page: the stream drops it.
+        A robots.txt that cannot be read is no failure here -- each page reports why, from the cache."""
+        try:
+            status, problem = await self.robots.load(request.url)
+        except FetchError as exc:  # the host itself may not be fetched: its pages will say so
+            self.gate.answered(request.host)
+            return _failed(request.url, exc, request)
+        await self._crawl_delay(request, run)  # first: the host's next request is spaced by it already
+        self.gate.answered(request.host)
+        # Its status is shown (the monitor counts this work), but not a 429/503: the robots cache has
+        # the answer already (RFC 9309), the dispatcher must not re-fetch it as a rate-limited page.
+        shown = None if status in (429, 503) else status
+        return CrawlResult(
+            url=request.url, success=problem is None, status_code=shown, error_message=problem,
+            error_type=None if problem is None else "RobotsUnavailableError", request=request, depth=request.depth,
+        )
+
+    async def _queue_robots(self, run: CrawlRun, request: Request) -> int:
+        """Before the first request of a host is queued: its robots.txt, as work of the host that the
+        frontier hands out first. 1 when it was queued (the frontier queues one per host), else 0."""
+        host = request.host
+        if not run.config.check_robots_txt or host in run.robots_hosts:
+            return 0
+        run.robots_hosts.add(host)
+        return int(await run.frontier.enqueue_robots(robots_request(request.url, priority=request.priority)))
+
+    def _report_disallowed(self, child: Request, run: CrawlRun) -> bool:
+        """A link of the page just fetched that its host's robots.txt (known: the page was fetched after
+        it) disallows is reported at once, without the frontier: handing it out would cost the host a
+        delay with nothing sent. True when it was (or was already) reported; False for the frontier."""
+        error = self.robots.known_disallowed(child.url, child)
+        if error is None:
+            return False
+        fp = child.fingerprint
+        if fp in run.queued_elsewhere:  # queued before robots.txt was known: the frontier reports it
+            return False
+        if fp not in run.reported_fps:
+            run.reported_fps.add(fp)
+            run.enqueued += 1
+            run.reported.append(_failed(child.url, error, child))
+        return True
+
+    async def _crawl_delay(self, request: Request, run: CrawlRun) -> None:
+        """Once per host and run: robots.txt's Crawl-delay, when longer than the run's, to the send gate
+        and the frontier."""
         host = request.host
         if host not in run.delayed_hosts:
             run.delayed_hosts.add(host)
@@ -218,6 +273,9 @@ class Crawler:
             if delay and delay > run.base_delay:
                 self.gate.set_host_delay(host, delay)
                 await run.frontier.set_host_policy(host, delay=delay)
+                # the request that brought it (robots.txt) went out under the run's delay: the next one
+                # waits for this one from now
+                await run.frontier.block_host(host, self.clock.now() + delay)
 
     # -- many URLs ------------------------------------------------------------------------------------
 
@@ -370,6 +428,7 @@ class Crawler:
         run.max_depth = max_depth
         invalid: list[CrawlResult] = []
         hosts: list[str] = []
+        robots_queued = 0
         try:
             for seed in seeds:
                 try:
@@ -378,16 +437,19 @@ class Crawler:
                     invalid.append(_failed(str(seed), exc))
                     continue
                 hosts.append(urlsplit(request.canonical_url).hostname or "")
-                if run.enqueued < max_pages and await sched.enqueue_request(request):
-                    run.enqueued += 1
+                if run.enqueued < max_pages:
+                    run.queued_elsewhere.add(request.fingerprint)
+                    robots_queued += await self._queue_robots(run, request)
+                    if await sched.enqueue_request(request):
+                        run.enqueued += 1
         except BaseException:
             if owns:
                 await sched.close()
             raise
         domains = [d.lower().lstrip(".") for d in allowed_domains] if allowed_domains is not None else hosts
-        run.allowed = None if "*" in domains else tuple(domains)
+        run.allowed = None if "*" in domains else frozenset(domains)
         if dispatcher.monitor is not None:
-            dispatcher.monitor.add_queued(run.enqueued)
+            dispatcher.monitor.add_queued(run.enqueued + robots_queued)
         run.owns_frontier = owns
         run.monitor = dispatcher.monitor
         run.gate_delay = delay
@@ -415,26 +477,45 @@ class Crawler:
             return
         allowed = run.allowed
         children: list[Request] = []
+        robots = self.robots if run.config.check_robots_txt else None
         for link in links:
-            if allowed is not None:
-                host = (urlsplit(link).hostname or "").lower()
-                if not any(host == d or host.endswith("." + d) for d in allowed):
-                    continue
+            if allowed is not None and not _in_domains((urlsplit(link).hostname or "").lower(), allowed):
+                continue
             try:
                 children.append(self._request(link, run, priority=-depth, depth=depth))
             except InvalidURLError:
                 continue
         frontier = run.frontier
+        page_host = request.host
         monitor_n = 0
         async with run.enqueue_lock:
             for child in children:
                 if run.enqueued >= run.max_pages:
                     break
+                if robots is not None and child.host == page_host and self._report_disallowed(child, run):
+                    continue
+                if robots is not None and child.host != page_host:
+                    run.queued_elsewhere.add(child.fingerprint)
+                if child.host not in run.robots_hosts:
+                    monitor_n += await self._queue_robots(run, child)
                 if await frontier.enqueue_request(child):
                     run.enqueued += 1
                     monitor_n += 1
         if monitor_n and run.monitor is not None:
             run.monitor.add_queued(monitor_n)
+
+
+def _in_domains(host: str, domains: frozenset[str]) -> bool:
+    """``host`` is one of ``domains`` or a subdomain of one: a set look-up per label, not a scan of the
+    domains (a crawl seeded with hundreds of hosts allows hundreds)."""
+    if host in domains:
+        return True
+    dot = host.find(".")
+    while dot >= 0:
+        if host[dot + 1 :] in domains:
+            return True
+        dot = host.find(".", dot + 1)
+    return False
 
 
 def _failed(url: str, exc: CrawlherdError, request: Request | None = None) -> CrawlResult:
@@ -452,6 +533,9 @@ class _NoFrontier:
     """What arun() hands to robots' Crawl-delay hook: nothing to tell."""
 
     async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
+        return None
+
+    async def block_host(self, host: str, until: float) -> None:
         return None
 
 

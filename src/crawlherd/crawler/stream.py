@@ -15,6 +15,7 @@ from crawlherd.crawler.config import CrawlerRunConfig
 from crawlherd.dispatch.base import Dispatcher
 from crawlherd.dispatch.rate_limiter import RateLimiter
 from crawlherd.fetch.gate import HostGate
+from crawlherd.fetch.robots import is_robots_request
 from crawlherd.frontier import Frontier
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
@@ -30,7 +31,8 @@ class CrawlRun:
     (repeated URLs to answer twice, hosts whose robots.txt delay is known, the page budget)."""
 
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueue_lock", "enqueued",
-                 "frontier", "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier")
+                 "frontier", "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier",
+                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts")
 
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
@@ -38,6 +40,15 @@ class CrawlRun:
         self.meta = config.request_meta()
         self.dups: dict[bytes, list[Request]] = {}
         self.delayed_hosts: set[str] = set()
+        #: Hosts whose robots.txt this run queued as work (a crawl obeying robots.txt).
+        self.robots_hosts: set[str] = set()
+        #: Results known without a fetch, found while following links (disallowed by robots.txt): the
+        #: stream yields them after the result of the page that linked them.
+        self.reported: list[CrawlResult] = []
+        self.reported_fps: set[bytes] = set()
+        #: Requests queued before their host's robots.txt was known (seeds, other hosts' links): if
+        #: disallowed, the frontier's hand-out reports them, so they are never reported twice.
+        self.queued_elsewhere: set[bytes] = set()
         self.base_delay = 0.0
         self.max_pages = 0
         self.max_depth = -1
@@ -45,7 +56,7 @@ class CrawlRun:
         # One page's links at a time: a frontier that awaits I/O (redis) must not let two pages both
         # pass the max_pages check before either has counted its links.
         self.enqueue_lock = asyncio.Lock()
-        self.allowed: tuple[str, ...] | None = None
+        self.allowed: frozenset[str] | None = None
         self.owns_frontier = True
         self.ended = False
         #: The per-host delay this run holds in the send gate (a crawl), released when it ends.
@@ -127,12 +138,19 @@ class CrawlStream(AsyncIterator[CrawlResult]):
         if self._closed:
             raise StopAsyncIteration
         source = self._source or self._start()
-        try:
-            result = await source.__anext__()
-        except BaseException:  # exhausted, failed or cancelled: release everything, then say so
-            await self.aclose()
-            raise
+        while True:
+            try:
+                result = await source.__anext__()
+            except BaseException:  # exhausted, failed or cancelled: release everything, then say so
+                await self.aclose()
+                raise
+            if not is_robots_request(result.request):
+                break  # robots.txt work is the run's, not a page of it
         self._pending.extend(self._run.twins(result))
+        reported = self._run.reported
+        if reported:
+            self._pending.extend(reported)
+            reported.clear()
         return result
 
     async def aclose(self) -> None:

@@ -88,6 +88,9 @@ class HostGate:
     - the slots of the rate limiters of the running streams (:meth:`add_limiter`): a slot is taken
       here, once per request sent.
 
+    The spacing runs from the moment a request leaves (taken here) and, once the crawler reports its
+    answer (:meth:`answered`), from that moment too: what the server sees is never closer than the delay.
+
     ``HostGate(*, clock=None)``. Idle hosts are forgotten once more than 50 000 are remembered.
     """
 
@@ -123,6 +126,18 @@ class HostGate:
         """Also keep the spacing (and holds) of ``stamps`` -- every process sharing it -- at each send
         (None: this process's spacing only)."""
         self._shared = stamps
+
+    def answered(self, host: str) -> None:
+        """A request to ``host`` came back (answered, or failed): the host's spacing also runs from now.
+        The server saw the request before it answered, so the next one cannot reach it closer than the
+        delay, whatever a connection set-up or the network delayed between the gate and the wire."""
+        if not (self.delay or self._host_delay):
+            return
+        delay = self._host_delay.get(host, self.delay)
+        if delay:
+            at = self.clock.now() + delay
+            if at > self._host_next.get(host, 0.0):
+                self._host_next[host] = at
 
     def add_limiter(self, limiter: SlotLimiter) -> None:
         """Take ``limiter``'s slots at send time until :meth:`remove_limiter`."""

@@ -6,7 +6,11 @@ unreachable server disallows everything for a short while (the site is in troubl
 :meth:`RobotsCache.check` tells the two refusals apart: :class:`~crawlherd.errors.RobotsDisallowedError`
 when the rules forbid the URL, :class:`~crawlherd.errors.RobotsUnavailableError` naming what went wrong
 (DNS failure, refused connection, timeout, 5xx answer) when robots.txt could not be read.
-One fetch per host at a time: concurrent callers for the same host share it. ``Crawl-delay`` is handed
+One fetch per host at a time: concurrent callers for the same host share it.
+
+A crawl schedules robots.txt as work of its host (:func:`robots_request`, queued with the frontier's
+``enqueue_robots``): fetched in a slot of its own, spaced like any request of the host, before the host's
+pages are handed out; :meth:`RobotsCache.load` fetches it then, and the pages find it cached. ``Crawl-delay`` is handed
 to ``on_crawl_delay(host, seconds)`` once per host -- the crawler wires it to the frontier's
 ``set_host_policy(host, delay=...)``.
 """
@@ -33,7 +37,7 @@ from crawlherd.errors import (
 from crawlherd.fetch.base import Fetcher
 from crawlherd.request import Request
 
-__all__ = ["MAX_ROBOTS_CHARS", "RobotsCache"]
+__all__ = ["MAX_ROBOTS_CHARS", "ROBOTS_META", "RobotsCache", "is_robots_request", "robots_request"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,20 @@ log = logging.getLogger(__name__)
 MAX_ROBOTS_CHARS = 512 * 1024
 
 CrawlDelayHook = Callable[[str, float], Awaitable[None]]
+
+#: The ``Request.meta`` key that marks a request as its host's robots.txt work (not a page of the crawl).
+ROBOTS_META = "robots_txt"
+
+
+def robots_request(url: str, *, priority: int = 0) -> Request:
+    """The robots.txt request of ``url``'s origin, marked as robots work (:data:`ROBOTS_META`)."""
+    parts = urlsplit(url)
+    return Request(f"{parts.scheme}://{parts.netloc}/robots.txt", priority=priority, meta={ROBOTS_META: True})
+
+
+def is_robots_request(request: Request | None) -> bool:
+    """True for a request made by :func:`robots_request` (a page at /robots.txt is not one)."""
+    return request is not None and request.url.endswith("/robots.txt") and request.meta.get(ROBOTS_META) is True
 
 
 @dataclass(slots=True)
@@ -51,6 +69,7 @@ class _Entry:
     #: Why robots.txt could not be read (disallow_all is then True); None when it was read.
     problem: str | None = None
     cause: FetchError | None = None
+    status: int | None = None  # robots.txt's HTTP status; None when there was no answer
 
 
 class RobotsCache:
@@ -106,7 +125,27 @@ class RobotsCache:
                 url=url, request=request, cause=entry.cause,
             )
         if entry.disallow_all or (entry.parser is not None and not entry.parser.can_fetch(url, self.user_agent)):
-            raise RobotsDisallowedError(f"{url}: disallowed by robots.txt", url=url, request=request)
+            raise _disallowed(url, request)
+
+    def known_disallowed(self, url: str, request: Request | None = None) -> RobotsDisallowedError | None:
+        """Without fetching: the error :meth:`check` would raise when robots.txt of ``url``'s origin is
+        cached, fresh and its rules forbid ``url``; None otherwise (allowed, or not known yet)."""
+        parts = urlsplit(url)
+        entry = self._entries.get(f"{parts.scheme}://{parts.netloc}")
+        if entry is None or entry.problem is not None or entry.expires_at <= self._clock.now():
+            return None
+        if entry.disallow_all or (entry.parser is not None and not entry.parser.can_fetch(url, self.user_agent)):
+            return _disallowed(url, request)
+        return None
+
+    async def load(self, url: str) -> tuple[int | None, str | None]:
+        """Fetch robots.txt of ``url``'s origin now, unless it is cached (shared with concurrent callers).
+        What it says (or why it could not be read) is then what :meth:`check` answers from the cache.
+        Returns (its HTTP status or None, why it could not be read or None). Raises
+        :class:`~crawlherd.errors.AddressNotAllowedError` when the host itself may not be fetched."""
+        parts = urlsplit(url)
+        entry = await self._entry(f"{parts.scheme}://{parts.netloc}", parts.netloc)
+        return entry.status, entry.problem
 
     def crawl_delay(self, url: str) -> float | None:
         """The cached Crawl-delay for ``url``'s host (None when unknown or unset)."""
@@ -158,9 +197,9 @@ class RobotsCache:
         except FetchError as exc:
             return _Entry(None, True, now + self._error_ttl, _without_url(str(exc), robots_url), exc)
         if response.status >= 500:
-            return _Entry(None, True, now + self._error_ttl, f"HTTP {response.status}")
+            return _Entry(None, True, now + self._error_ttl, f"HTTP {response.status}", status=response.status)
         if response.status >= 400:
-            return _Entry(None, False, now + self._ttl)
+            return _Entry(None, False, now + self._ttl, status=response.status)
         # ``text`` decodes with the declared charset, or UTF-8 when it is unknown (charset=bogus); past
         # MAX_ROBOTS_CHARS the rest is ignored (RFC 9309 asks parsers to read at least 500 KiB).
         text = response.text[:MAX_ROBOTS_CHARS]
@@ -168,8 +207,12 @@ class RobotsCache:
             parser = Protego.parse(text)
         except Exception as exc:  # noqa: BLE001 - a hostile robots.txt must not fail every page of the host
             log.warning("%s/robots.txt cannot be parsed (%s: %s); no rules applied", origin, type(exc).__name__, exc)
-            return _Entry(None, False, now + self._ttl)
-        return _Entry(parser, False, now + self._ttl)
+            return _Entry(None, False, now + self._ttl, status=response.status)
+        return _Entry(parser, False, now + self._ttl, status=response.status)
+
+
+def _disallowed(url: str, request: Request | None) -> RobotsDisallowedError:
+    return RobotsDisallowedError(f"{url}: disallowed by robots.txt", url=url, request=request)
 
 
 def _without_url(message: str, url: str) -> str:

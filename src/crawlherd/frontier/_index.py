@@ -14,7 +14,11 @@ counters, no records). Data structures, all O(log n) per operation:
   while ``HostSlot.timer_at`` still says so;
 - ``delayed``: ``(not_before, seq, host, priority, payload)`` for requests waiting for a time;
 - ``leases``: token -> :class:`Held`, an ordered dict; every lease has the same timeout, so expiry
-  order is insertion order.
+  order is insertion order;
+- per host, a *robots-pending* state (``HostSlot.pending``, ``HostSlot.robots``): a host whose robots.txt
+  request was queued with :meth:`HostIndex.add_robots` hands out that request first, whatever the
+  priorities, and nothing else until its lease is settled (ack or fail); a retry or an expired lease
+  puts it back, still first.
 
 A host is forgotten when it has nothing queued, nothing in flight and no ready time ahead; its policy
 overrides live in ``policies`` and outlive it.
@@ -44,7 +48,8 @@ class HostSlot(Generic[T]):
     its policy."""
 
     __slots__ = (
-        "blocked_until", "delay", "in_flight", "max_in_flight", "name", "queue", "ready_at", "ready_seq", "timer_at",
+        "blocked_until", "delay", "in_flight", "max_in_flight", "name", "pending", "queue", "ready_at", "ready_seq",
+        "robots", "timer_at",
     )
 
     def __init__(self, name: str, delay: float, max_in_flight: int, ready_at: float = 0.0) -> None:
@@ -57,18 +62,22 @@ class HostSlot(Generic[T]):
         self.ready_seq = -1  # seq of this host's entry in the ready heap, -1 when none
         self.timer_at = -1.0  # time of this host's entry in the timer heap, -1 when none
         self.blocked_until = 0.0  # the latest block() (Retry-After, back-off), for stats only
+        self.pending = False  # robots-pending: only ``robots`` may be handed out, until its lease is settled
+        self.robots: tuple[int, int, T] | None = None  # the queued robots request, as a queue entry
 
 
 class Held(Generic[T]):
-    """A payload leased out: its host, priority and when the lease expires."""
+    """A payload leased out: its host, priority, when the lease expires, and whether it is its host's
+    robots request."""
 
-    __slots__ = ("expires_at", "host", "payload", "priority")
+    __slots__ = ("expires_at", "host", "payload", "priority", "robots")
 
-    def __init__(self, payload: T, host: HostSlot[T], priority: int, expires_at: float) -> None:
+    def __init__(self, payload: T, host: HostSlot[T], priority: int, expires_at: float, robots: bool = False) -> None:
         self.payload = payload
         self.host = host
         self.priority = priority
         self.expires_at = expires_at
+        self.robots = robots
 
 
 class HostIndex(Generic[T]):
@@ -119,15 +128,23 @@ class HostIndex(Generic[T]):
 
     def schedule(self, h: HostSlot[T], now: float) -> None:
         """Put ``h`` in ``ready`` if it may be fetched now, in ``timers`` if later; nowhere if it has
-        nothing queued or is at its in-flight cap (settling a lease schedules it again)."""
-        if not h.queue or h.in_flight >= h.max_in_flight:
+        nothing queued or is at its in-flight cap (settling a lease schedules it again). A robots-pending
+        host is scheduled by its robots request alone (nowhere while that is leased)."""
+        if h.pending:
+            head = h.robots
+            if head is None:
+                return
+        elif h.queue:
+            head = h.queue[0]
+        else:
+            return
+        if h.in_flight >= h.max_in_flight:
             return
         if h.ready_at > now:
             if h.timer_at != h.ready_at:
                 h.timer_at = h.ready_at
                 heapq.heappush(self.timers, (h.ready_at, h.name))
             return
-        head = h.queue[0]
         if h.ready_seq != head[1]:
             h.ready_seq = head[1]
             heapq.heappush(self.ready, (head[0], head[1], h.name))
@@ -172,6 +189,15 @@ class HostIndex(Generic[T]):
         heapq.heappush(h.queue, (-priority, seq, payload))
         self.schedule(h, now)
 
+    def add_robots(self, payload: T, host: str, priority: int, seq: int, now: float) -> None:
+        """Queue ``payload`` as ``host``'s robots request: the host is robots-pending until its lease is
+        settled (see the module docstring)."""
+        self.queued += 1
+        h = self.host(host)
+        h.pending = True
+        h.robots = (-priority, seq, payload)
+        self.schedule(h, now)
+
     def sort(self, now: float) -> None:
         """After :meth:`load` calls: heapify every host queue and schedule every host."""
         for h in self.hosts.values():
@@ -210,7 +236,10 @@ class HostIndex(Generic[T]):
             h = held.host
             h.in_flight -= 1
             seq = self.next_seq(now)
-            heapq.heappush(h.queue, (-held.priority, seq, held.payload))
+            if held.robots:
+                h.robots = (-held.priority, seq, held.payload)
+            else:
+                heapq.heappush(h.queue, (-held.priority, seq, held.payload))
             self.queued += 1
             self.schedule(h, now)
             expired.append((held, seq))
@@ -232,10 +261,10 @@ class HostIndex(Generic[T]):
 
     # -- lease and settle --------------------------------------------------------------------------
 
-    def pop(self, now: float) -> tuple[HostSlot[T], int, T] | None:
-        """The highest-priority payload whose host may be fetched now, as (host, priority, payload),
-        counted in flight and its host's delay started; None when there is none. Pass it to
-        :meth:`hold` (or to :meth:`release` if the store cannot lease it)."""
+    def pop(self, now: float) -> tuple[HostSlot[T], int, T, bool] | None:
+        """The highest-priority payload whose host may be fetched now, as (host, priority, payload,
+        robots: it is the host's robots request), counted in flight and its host's delay started; None
+        when there is none. Pass it to :meth:`hold` (or to :meth:`release` if the store cannot lease it)."""
         ready = self.ready
         hosts = self.hosts
         while ready:
@@ -244,17 +273,22 @@ class HostIndex(Generic[T]):
             if h is None or h.ready_seq != seq:
                 continue  # stale entry
             h.ready_seq = -1
-            if not h.queue or h.queue[0][1] != seq or h.in_flight >= h.max_in_flight or h.ready_at > now:
+            head = h.robots if h.pending else h.queue[0] if h.queue else None
+            if head is None or head[1] != seq or h.in_flight >= h.max_in_flight or h.ready_at > now:
                 self.schedule(h, now)
                 continue
-            negprio, _, payload = heapq.heappop(h.queue)
+            if h.pending:
+                h.robots = None  # out on lease: the host stays pending, nothing else of it goes
+            else:
+                heapq.heappop(h.queue)
+            negprio, _, payload = head
             self.queued -= 1
             h.in_flight += 1
             if h.delay:
                 h.ready_at = now + h.delay
-            if h.queue:
+            if h.queue and not h.pending:
                 self.schedule(h, now)
-            return h, -negprio, payload
+            return h, -negprio, payload, h.pending
         return None
 
     def hold(self, token: str, held: Held[T]) -> None:
@@ -269,22 +303,31 @@ class HostIndex(Generic[T]):
             held.host.in_flight -= 1
         return held
 
-    def release(self, h: HostSlot[T], now: float) -> None:
+    def release(self, h: HostSlot[T], now: float, robots: bool = False) -> None:
         """A payload :meth:`pop` handed out is not leased after all (the store dropped it)."""
         h.in_flight -= 1
-        self.settled(h, now)
+        self.settled(h, now, robots)
 
-    def settled(self, h: HostSlot[T], now: float) -> None:
-        """After a lease of ``h`` was settled: schedule it, or forget it when it is idle."""
-        if h.queue:
+    def settled(self, h: HostSlot[T], now: float, robots: bool = False) -> None:
+        """After a lease of ``h`` was settled (``robots``: its robots request, which ends the host's
+        robots-pending state): schedule it, or forget it when it is idle."""
+        if robots:
+            h.pending = False
+        if h.queue or h.pending:
             self.schedule(h, now)
         elif not h.in_flight and h.ready_at <= now and self.hosts.get(h.name) is h:
             del self.hosts[h.name]
 
     def requeue(self, held: Held[T], seq: int, now: float, delay: float) -> None:
-        """Queue a payload :meth:`take` settled again under ``seq``, after ``delay`` seconds if > 0."""
+        """Queue a payload :meth:`take` settled again under ``seq``, after ``delay`` seconds if > 0 (a
+        robots request goes back first in its host, which is blocked for the delay: nothing else of a
+        robots-pending host may go meanwhile anyway)."""
         h = held.host
-        if delay > 0:
+        if held.robots:
+            h.robots = (-held.priority, seq, held.payload)
+            if now + delay > h.ready_at:
+                h.ready_at = now + delay
+        elif delay > 0:
             heapq.heappush(self.delayed, (now + delay, seq, h.name, held.priority, held.payload))
         else:
             heapq.heappush(h.queue, (-held.priority, seq, held.payload))
@@ -310,7 +353,9 @@ class HostIndex(Generic[T]):
 
     def depth(self) -> dict[str, int]:
         """Queued payloads (delayed ones too) per host."""
-        depth = {name: len(h.queue) for name, h in self.hosts.items() if h.queue}
+        depth = {
+            name: len(h.queue) + (h.robots is not None) for name, h in self.hosts.items() if h.queue or h.robots
+        }
         for _, _, host, _, _ in self.delayed:
             depth[host] = depth.get(host, 0) + 1
         return depth
@@ -336,8 +381,11 @@ class HostIndex(Generic[T]):
         """About when the oldest payload still queued was queued (within a second); None when empty."""
         oldest: int | None = None
         for h in self.hosts.values():
-            if h.queue:
-                first = min(e[1] for e in h.queue)
+            seqs = [e[1] for e in h.queue]
+            if h.robots is not None:
+                seqs.append(h.robots[1])
+            if seqs:
+                first = min(seqs)
                 oldest = first if oldest is None else min(oldest, first)
         for _, seq, _, _, _ in self.delayed:
             oldest = seq if oldest is None else min(oldest, seq)

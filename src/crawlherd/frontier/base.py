@@ -16,6 +16,11 @@ Semantics every backend keeps:
 - **Leases**: a handed-out request is *leased*, not gone. ``ack`` settles it; ``retry`` puts it back with
   a not-before time; ``fail`` drops it as dead (counted). A lease not settled within ``lease_timeout``
   expires and its request returns to the queue.
+- **Robots first**: ``enqueue_robots(request)`` queues a host's robots.txt request as the host's first
+  work (once per host and frontier). While it is queued or leased the host is *robots-pending*: that
+  request is handed out before any other of its host, whatever their priorities, and its hand-out counts
+  against the host's politeness like any other; nothing else of the host is handed out until its lease
+  is settled with ``ack`` or ``fail``. ``retry`` and an expired lease put it back, still first.
 - **Bounded size**: ``max_size`` counts queued requests; when full, the policy ``block`` waits for room
   and ``raise`` raises :class:`~crawlherd.errors.QueueFullError`. Nothing is ever dropped silently.
 """
@@ -140,6 +145,13 @@ class Frontier(Protocol):
     async def enqueue_requests(self, requests: Iterable[Request]) -> int:
         """Queue many requests at once (one round trip where the backend allows); returns how many
         were queued (the others were duplicates)."""
+        ...
+
+    async def enqueue_robots(self, request: Request) -> bool:
+        """Queue ``request`` -- its host's robots.txt -- as the host's first work: the host is
+        robots-pending (see the module docstring) until its lease is settled. False, and nothing held,
+        when a robots request of this host was queued before. Not refused when the frontier is full
+        (``max_size``): it is what lets the host's queued pages go. Counted in ``enqueued``."""
         ...
 
     async def next_request(self) -> Lease | None:

@@ -35,6 +35,7 @@ class MemoryFrontier(AsyncClosing, WaitingMixin):
         self._seen = make_dupefilter(opts.dupefilter, capacity=opts.capacity, error_rate=opts.error_rate)
         self._index: HostIndex[Request] = HostIndex(opts, opts.host_policies)
         self._attempts: dict[bytes, int] = {}
+        self._robots_hosts: set[str] = set()  # hosts whose robots request was queued (once each)
         self._tokens = itertools.count(1)
         self._changed: asyncio.Future[None] | None = None
         self._room: asyncio.Future[None] | None = None
@@ -76,6 +77,17 @@ class MemoryFrontier(AsyncClosing, WaitingMixin):
                 n += 1
         return n
 
+    async def enqueue_robots(self, request: Request) -> bool:
+        host = request.host
+        if host in self._robots_hosts:
+            return False
+        self._robots_hosts.add(host)
+        self._enqueued += 1
+        now = self._clock.now()
+        self._index.add_robots(request, host, request.priority, self._index.next_seq(now), now)
+        self._notify()
+        return True
+
     # -- lease -------------------------------------------------------------------------------------
 
     async def next_request(self) -> Lease | None:
@@ -88,11 +100,11 @@ class MemoryFrontier(AsyncClosing, WaitingMixin):
         popped = index.pop(now)
         if popped is None:
             return None
-        h, priority, req = popped
+        h, priority, req, robots = popped
         token = str(next(self._tokens))
         attempt = self._attempts.get(req.fingerprint, 0) + 1 if self._attempts else 1
         lease = Lease(token, req, now + self.options.lease_timeout, attempt)
-        index.leases[token] = Held(req, h, priority, lease.expires_at)
+        index.leases[token] = Held(req, h, priority, lease.expires_at, robots)
         if self._room is not None:
             self._room_made()
         return lease
@@ -123,7 +135,7 @@ class MemoryFrontier(AsyncClosing, WaitingMixin):
         self._acked += 1
         if self._attempts:
             self._attempts.pop(lease.request.fingerprint, None)
-        self._index.settled(held.host, self._clock.now())
+        self._index.settled(held.host, self._clock.now(), held.robots)
         self._notify()
 
     async def ack_many(self, leases: Iterable[Lease]) -> None:
@@ -142,7 +154,7 @@ class MemoryFrontier(AsyncClosing, WaitingMixin):
         held = self._take(lease)
         self._failures += 1
         self._attempts.pop(lease.request.fingerprint, None)
-        self._index.settled(held.host, self._clock.now())
+        self._index.settled(held.host, self._clock.now(), held.robots)
         self._notify()
 
     # -- politeness --------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ _SCRIPTS: dict[str, tuple[str, ...]] = {
     "ACK": ("prelude", "ack"),
     "RETRY": ("prelude", "retry"),
     "BURY": ("prelude", "bury"),
+    "ROBOTS": ("prelude", "robots"),
     "BLOCK_HOST": ("prelude", "block_host"),
     "POLICY": ("prelude", "policy"),
     "SEND": ("prelude", "send"),
@@ -302,9 +303,8 @@ class RedisFrontier(WaitingMixin):
     def _encode(self, request: Request) -> tuple[Any, ...]:
         """The six ENQUEUE values of a request: filter halves, not-before, priority, host, body."""
         a, b = self._filter_args(request)
-        prio = max(-_PRIO_LIMIT, min(_PRIO_LIMIT, request.priority))
         nb = "" if request.not_before is None else repr(float(request.not_before))
-        return a, b, nb, prio, request.host, _body(request)
+        return a, b, nb, _priority(request), request.host, _body(request)
 
     # -- enqueue -----------------------------------------------------------------------------------
 
@@ -336,6 +336,13 @@ class RedisFrontier(WaitingMixin):
             if status == "full":
                 await self._when_full(batch[start].url, len(batch) - start - 1)
         return queued
+
+    async def enqueue_robots(self, request: Request) -> bool:
+        await self._init()
+        added = int(await self._run("ROBOTS", request.host, _priority(request), _body(request)))
+        if added:
+            self._notify()
+        return added == 1
 
     # -- lease -------------------------------------------------------------------------------------
 
@@ -551,6 +558,11 @@ class RedisFrontier(WaitingMixin):
                 await self._route.forget()
             elif self._owns_client:
                 await self._client.aclose()
+
+
+def _priority(request: Request) -> int:
+    """The request's priority, clamped to what a score keeps exactly."""
+    return max(-_PRIO_LIMIT, min(_PRIO_LIMIT, request.priority))
 
 
 def _body(request: Request) -> str:

@@ -81,6 +81,9 @@ CREATE TABLE IF NOT EXISTS hosts (
 CREATE TABLE IF NOT EXISTS dupefilter (id INTEGER PRIMARY KEY CHECK (id = 1), kind TEXT NOT NULL, data BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS seen_log (fp INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS bad (id INTEGER PRIMARY KEY, reason TEXT NOT NULL, record TEXT NOT NULL);
+-- Hosts whose robots request was queued (enqueue_robots, once per host); id: that request while the
+-- host is robots-pending (queued or leased), NULL once its lease was settled.
+CREATE TABLE IF NOT EXISTS robots (host TEXT PRIMARY KEY, id INTEGER);
 """
 
 _COUNTERS = ("enqueued", "duplicates", "acked", "retries", "failures", "expired", "bad")
@@ -249,8 +252,19 @@ class SQLiteFrontier(WaitingMixin):
         self._save_counters(db)
         db.execute("COMMIT")
 
+        pending: dict[int, str] = {}
+        self._robots_hosts: set[str] = set()
+        for host, rid in db.execute("SELECT host, id FROM robots"):
+            self._robots_hosts.add(host)
+            if rid is not None:
+                pending[rid] = host
         for rid, host, prio, seq, nb in db.execute("SELECT id, host, priority, seq, not_before FROM requests"):
-            index.load(rid, host, prio, seq, nb, now)
+            if rid in pending:
+                index.add_robots(rid, host, prio, seq, now)
+                if nb is not None:
+                    index.block(host, nb, now)  # a robots request retried with a delay
+            else:
+                index.load(rid, host, prio, seq, nb, now)
         index.sort(now)
         self._index = index
 
@@ -355,6 +369,27 @@ class SQLiteFrontier(WaitingMixin):
             self._notify()
         return len(added), stopped
 
+    async def enqueue_robots(self, request: Request) -> bool:
+        self._open()
+        host = request.host
+        if host in self._robots_hosts:
+            return False
+        now = self._clock.now()
+        seq = self._index.next_seq(now)
+        record = json.dumps(request.to_record(), separators=(",", ":"), ensure_ascii=False)
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO requests (id, host, priority, seq, not_before, enqueued_at, record) "
+                "VALUES (?, ?, ?, ?, NULL, ?, ?)",
+                (seq, host, request.priority, seq, now, record),
+            )
+            db.execute("INSERT OR REPLACE INTO robots (host, id) VALUES (?, ?)", (host, seq))
+            self._counts["enqueued"] += 1
+        self._robots_hosts.add(host)
+        self._index.add_robots(seq, host, request.priority, seq, now)
+        self._notify()
+        return True
+
     # -- lease -------------------------------------------------------------------------------------
 
     async def next_request(self) -> Lease | None:
@@ -373,7 +408,10 @@ class SQLiteFrontier(WaitingMixin):
         return out
 
     def _lease_batch(self, limit: int) -> tuple[list[Lease], int]:
+        self._open()
         now = self._clock.now()
+        if not self._index.ready and not self._index.due(now):
+            return [], 0  # nothing to hand out: no write transaction for a look (waiting slots look often)
         expires = now + self.options.lease_timeout
         with self._tx() as db:
             index = self._index
@@ -386,21 +424,21 @@ class SQLiteFrontier(WaitingMixin):
                         [(seq, now, held.payload) for held, seq in expired],
                     )
                     db.executemany("DELETE FROM leases WHERE id = ?", [(held.payload,) for held, _ in expired])
-            picked: list[tuple[int, _Host, int, str]] = []
+            picked: list[tuple[int, _Host, int, str, bool]] = []
             host_rows: list[tuple[str, float]] = []
             while len(picked) < limit:
                 popped = index.pop(now)
                 if popped is None:
                     break
-                h, prio, rid = popped
+                h, prio, rid, robots = popped
                 if h.delay:
                     host_rows.append((h.name, h.ready_at))
-                picked.append((rid, h, prio, f"{self._token_base}.{next(self._tokens)}"))
+                picked.append((rid, h, prio, f"{self._token_base}.{next(self._tokens)}", robots))
             if not picked:
                 return [], 0
             db.executemany(
                 "INSERT INTO leases (id, token) VALUES (?, ?)",
-                [(rid, token) for rid, _, _, token in picked],
+                [(rid, token) for rid, _, _, token, _ in picked],
             )
             if host_rows:
                 db.executemany(
@@ -409,7 +447,7 @@ class SQLiteFrontier(WaitingMixin):
                     host_rows,
                 )
             records: dict[int, tuple[str, int]] = {}
-            ids = [rid for rid, _, _, _ in picked]
+            ids = [rid for rid, _, _, _, _ in picked]
             for start in range(0, len(ids), 500):
                 part = ids[start : start + 500]
                 marks = ",".join("?" * len(part))
@@ -419,7 +457,7 @@ class SQLiteFrontier(WaitingMixin):
                     records[rid] = (record, attempts)
             out: list[Lease] = []
             buried = 0
-            for rid, h, prio, token in picked:
+            for rid, h, prio, token, robots in picked:
                 record, attempts = records.get(rid, ("", 0))
                 try:
                     if not record:
@@ -432,11 +470,13 @@ class SQLiteFrontier(WaitingMixin):
                     db.execute("DELETE FROM requests WHERE id = ?", (rid,))
                     db.execute("DELETE FROM leases WHERE id = ?", (rid,))
                     self._counts["bad"] += 1
-                    index.release(h, now)
+                    if robots:
+                        db.execute("UPDATE robots SET id = NULL WHERE host = ?", (h.name,))
+                    index.release(h, now, robots)
                     self._notify()
                     buried += 1
                     continue
-                index.hold(token, Held(rid, h, prio, expires))
+                index.hold(token, Held(rid, h, prio, expires, robots))
                 out.append(Lease(token, request, expires, attempts + 1))
             return out, buried
 
@@ -467,11 +507,14 @@ class SQLiteFrontier(WaitingMixin):
                 gone = [(h.payload,) for h in valid]
                 db.executemany("DELETE FROM requests WHERE id = ?", gone)
                 db.executemany("DELETE FROM leases WHERE id = ?", gone)
+                robots_done = [(h.host.name,) for h in valid if h.robots]
+                if robots_done:
+                    db.executemany("UPDATE robots SET id = NULL WHERE host = ?", robots_done)
                 self._counts[counter] += len(valid)
             for lease in batch:
                 taken = self._index.take(lease.token)
                 if taken is not None:
-                    self._index.settled(taken.host, now)
+                    self._index.settled(taken.host, now, taken.robots)
             self._notify()
         bad = [lease.request.url for lease, h in zip(batch, held, strict=True) if h is None]
         if bad:
@@ -572,7 +615,7 @@ class SQLiteFrontier(WaitingMixin):
         db = self._open()
         with self._tx() as tx:
             n = int(tx.execute("DELETE FROM requests").rowcount)
-            for table in ("leases", "hosts", "dupefilter", "seen_log", "bad"):
+            for table in ("leases", "hosts", "dupefilter", "seen_log", "bad", "robots"):
                 tx.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
             self._counts = dict.fromkeys(_COUNTERS, 0)
         # reload the (now empty) in-memory index

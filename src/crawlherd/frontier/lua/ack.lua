@@ -7,7 +7,7 @@ for i = 6, #ARGV do
   ids[#ids + 1] = string.match(ARGV[i], '^(%d+):') or '0'
 end
 local infos = hmget(K_LEASE, ids)
-local bad, done, perhost, hosts, settled = {}, {}, {}, {}, {}
+local bad, done, perhost, hosts, settled, robots_done = {}, {}, {}, {}, {}, {}
 for i, token in ipairs(tokens) do
   local info = infos[i]
   local tok, host
@@ -20,6 +20,7 @@ for i, token in ipairs(tokens) do
       hosts[#hosts + 1] = host
     end
     perhost[host] = perhost[host] + 1
+    if robots_settled(host, ids[i]) then robots_done[#robots_done + 1] = host end
   else
     bad[#bad + 1] = token
   end
@@ -44,6 +45,7 @@ if #done > 0 then
   end
   if #gone > 0 then bulk('HDEL', K_H, gone) end
   if #keep > 0 then bulk('HSET', K_H, keep) end
+  for _, host in ipairs(robots_done) do schedule(host) end  -- its pages may go now
   if MODE == 'ack' then redis.call('HINCRBY', K_C, 'acked', #done)
   else redis.call('HINCRBY', K_C, 'failures', #done) end
 end

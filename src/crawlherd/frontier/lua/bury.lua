@@ -2,5 +2,6 @@
 local id, prio, host, member = lease_of(ARGV[5])
 if not id then return 0 end
 bury(id, ARGV[6], member)
+robots_settled(host, id)
 after_settle(host)
 return 1

@@ -145,10 +145,13 @@ if n_new > 0 then
   -- which the new requests may have improved (ZADD LT); one at its cap stays out; one waiting stays waiting
   if #hosts > 0 then
     local states = hmget(K_H, hosts)
+    local RB = robots_states(hosts)
     local ready, timers = {}, {}
     for i, host in ipairs(hosts) do
       local inf, ra = unpack_state(states[i])
-      if inf < cap_of(host) then
+      if RB[i] then
+        schedule(host)  -- robots-pending: placed by its robots request, not by these
+      elseif inf < cap_of(host) then
         if ra > NOW then
           timers[#timers + 1] = ra
           timers[#timers + 1] = host

@@ -16,6 +16,7 @@ for i = 1, #top, 2 do hosts[#hosts + 1] = top[i] end
 local cutoff = math.huge
 if #hosts == LIMIT then cutoff = tonumber(top[#top]) end
 local states = hmget(K_H, hosts)
+local RB = robots_states(hosts)
 local cands, fetched, INF, RA = {}, {}, {}, {}
 local stale = {}
 for i, host in ipairs(hosts) do
@@ -25,7 +26,12 @@ for i, host in ipairs(hosts) do
   if delay_of(host) > 0 and room > 1 then room = 1 end
   if room > LIMIT then room = LIMIT end
   local items = {}
-  if room > 0 and ra <= NOW then
+  if RB[i] then
+    -- robots-pending: its robots request alone (while it is leased, nothing)
+    local score, member = string.match(RB[i], '^q\t([^\t]+)\t(.*)$')
+    if score and room > 0 and ra <= NOW then items = {member, score} end
+    if room > 1 then room = 1 end
+  elseif room > 0 and ra <= NOW then
     -- usually only the head is taken: read two (and the one after, the next head), more when they may be
     local n = math.min(room, 2)
     items = redis.call('ZRANGE', qkey(host), 0, n, 'WITHSCORES')
@@ -57,13 +63,16 @@ for i, host in ipairs(hosts) do
   local k = taken[i]
   if k then
     local items = fetched[i]
-    redis.call('ZREMRANGEBYRANK', qkey(host), 0, k - 1)
+    if not RB[i] then redis.call('ZREMRANGEBYRANK', qkey(host), 0, k - 1) end
     n_taken = n_taken + k
     local good = 0
     for r = 1, k do
       local member = items[2 * r - 1]
       local prio = -math.floor(tonumber(items[2 * r]) / SHIFT)
       local id, b = string.match(member, '^(%d+)\t(%d+)\t')
+      if RB[i] then  -- the robots request is out: the host stays pending until it is settled
+        if id then redis.call('HSET', K_RB, host, 'out\t'..id) else redis.call('HDEL', K_RB, host) end
+      end
       if id then
         batches[b] = (batches[b] or 0) + 1
         good = good + 1

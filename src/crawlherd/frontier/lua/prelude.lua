@@ -25,6 +25,8 @@
 --   df:<n>   SET   exact dupefilter bucket n: fingerprint >> bits, intset-encoded
 --   bloom    HASH  Bloom layers (m, k, capacity, count per layer); bloom:<i> STRING bit array
 --   bad      HASH  id -> "<reason>\t<payload>"   corrupt or foreign entries moved aside
+--   rb       HASH  host -> "q\t<score>\t<member>" | "out\t<id>"   robots-pending hosts (see below)
+--   rbseen   SET   hosts whose robots request was ever queued (enqueue_robots: once per host)
 --   seq, bseq, lseq, now  STRING  request, batch and lease serials; the newest time seen
 --   sent:<host>, hold:<host>  STRING  the send gate's last send and Retry-After hold (expire by themselves)
 local P = ARGV[1]
@@ -97,8 +99,36 @@ local function set_state(host, inf, ra)
   else redis.call('HSET', K_H, host, inf..' '..fmt(ra)) end
 end
 
--- The score of a host's queue head, or nil when it is empty.
+-- Robots-pending hosts (ROBOTS, robots.lua). A host in rb hands out its robots request alone, whatever
+-- the priorities: rb holds it ("q", with its score and member) until it is leased, then "out" with its id
+-- until the lease is settled by ACK (which ends the pending state). A retry or an expired lease goes
+-- back through push(), which sees the "out" id and queues it in rb again. Nothing here costs a call
+-- while no host is pending (rb does not exist).
+local K_RB, K_RBSEEN = P..':rb', P..':rbseen'
+local HAS_RB = nil
+local function robots_of(host)
+  if HAS_RB == nil then HAS_RB = redis.call('EXISTS', K_RB) == 1 end
+  if not HAS_RB then return nil end
+  return redis.call('HGET', K_RB, host) or nil
+end
+-- The rb values of hosts (false where not pending); {} when no host is pending.
+local function robots_states(hosts)
+  if redis.call('EXISTS', K_RB) == 0 then return {} end
+  return hmget(K_RB, hosts)
+end
+-- After the lease id of host was settled: if it was the host's robots request, the host is no longer
+-- pending. Returns true when it was.
+local function robots_settled(host, id)
+  if robots_of(host) ~= 'out\t'..id then return false end
+  redis.call('HDEL', K_RB, host)
+  return true
+end
+
+-- The score of a host's queue head, or nil when it is empty (a robots-pending host: its robots
+-- request's score, nil while that is leased).
 local function head_of(host)
+  local rb = robots_of(host)
+  if rb then return string.match(rb, '^q\t([^\t]+)\t') end
   local head = redis.call('ZRANGE', qkey(host), 0, 0, 'WITHSCORES')
   if #head == 0 then return nil end
   return head[2]
@@ -152,7 +182,11 @@ end
 -- Back into the host's queue (after a retry, an expiry or a delay), behind its equals.
 local function push(id, b, body, prio, host)
   local seq = redis.call('INCR', K_SEQ)
-  redis.call('ZADD', qkey(host), -prio * SHIFT + seq, id..'\t'..b..'\t'..body)
+  if robots_of(host) == 'out\t'..id then  -- the host's robots request: back first, in rb
+    redis.call('HSET', K_RB, host, 'q\t'..fmt(-prio * SHIFT + seq)..'\t'..id..'\t'..b..'\t'..body)
+  else
+    redis.call('ZADD', qkey(host), -prio * SHIFT + seq, id..'\t'..b..'\t'..body)
+  end
   schedule(host)
 end
 
