@@ -152,6 +152,15 @@ def _cluster_shards(prefix: str, n: int) -> list[_Shard]:
     return out
 
 
+class _Buried(NamedTuple):
+    """A leased entry that could not be decoded: moved aside (BURY) by the caller."""
+
+    shard: _Shard
+    token: str
+    payload: bytes
+    reason: str
+
+
 class RedisFrontier(WaitingMixin):
     """A frontier in Redis; see the module docstring. Create it with :func:`open_scheduler` or
     :meth:`from_url`, or pass a live client: ``RedisFrontier(client, prefix="crawl")``."""
@@ -517,6 +526,8 @@ class RedisFrontier(WaitingMixin):
         out: list[tuple[float, Lease]] = []
         while len(out) < limit:
             buried = await self._lease_round(limit - len(out), out)
+            for entry in buried:
+                await self._bury(*entry)
             if not buried:
                 break
         if out:
@@ -525,8 +536,9 @@ class RedisFrontier(WaitingMixin):
             out.sort(key=lambda x: x[0])
         return [lease for _, lease in out]
 
-    async def _lease_round(self, limit: int, out: list[tuple[float, Lease]]) -> int:
-        """Lease up to ``limit`` into ``out`` (with their queue scores); returns how many were buried."""
+    async def _lease_round(self, limit: int, out: list[tuple[float, Lease]]) -> list[_Buried]:
+        """Lease up to ``limit`` into ``out`` (with their queue scores); returns the entries that could not
+        be decoded (to be moved aside)."""
         lt = repr(float(self.options.lease_timeout))
         if len(self._shards) == 1:
             calls = [(self._shards[0], "LEASE", (limit, lt))]
@@ -537,11 +549,35 @@ class RedisFrontier(WaitingMixin):
             ]
             if not scores:
                 _raise_first(tops)
-                return 0
+                return []
+            if len(scores) < limit:
+                # fewer ready hosts than asked for: hosts may give more than their head; ask the shards one
+                # after the other, best head first, each for what is still missing
+                return await self._lease_in_turn(limit, sorted(dict.fromkeys(k for _, k in sorted(scores))), out)
             quota = Counter(k for _, k in heapq.nsmallest(limit, scores))
             calls = [(self._shards[k], "LEASE", (n, lt)) for k, n in sorted(quota.items())]
-        replies = await self._fan(calls)
-        buried = 0
+        return self._take(calls, await self._fan(calls), out)
+
+    async def _lease_in_turn(self, limit: int, order: list[int], out: list[tuple[float, Lease]]) -> list[_Buried]:
+        lt = repr(float(self.options.lease_timeout))
+        buried: list[_Buried] = []
+        start = len(out)
+        for k in order:
+            if len(out) - start >= limit:
+                break
+            call = (self._shards[k], "LEASE", (limit - (len(out) - start), lt))
+            try:
+                buried += self._take([call], await self._fan([call]), out)
+            except BackendUnavailableError:
+                if len(out) == start:
+                    raise  # nothing leased: say why; else the leases made are handed out
+        return buried
+
+    def _take(
+        self, calls: Sequence[tuple[_Shard, str, Sequence[Any]]], replies: list[Any], out: list[tuple[float, Lease]]
+    ) -> list[_Buried]:
+        """The leases in LEASE ``replies`` into ``out``; returns the entries that could not be decoded."""
+        buried: list[_Buried] = []
         got = False
         for (shard, _, _), reply in zip(calls, replies, strict=True):
             if isinstance(reply, BaseException):
@@ -554,8 +590,7 @@ class RedisFrontier(WaitingMixin):
                 try:
                     request = _decode(payload.split(b"\t", 2)[2])
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
-                    await self._bury(shard, token, payload, f"undecodable request record: {exc}")
-                    buried += 1
+                    buried.append(_Buried(shard, token, payload, f"undecodable request record: {exc}"))
                     continue
                 out.append((float(reply[i + 3]), Lease(tag + token, request, expires, attempt)))
         if not got:

@@ -86,9 +86,15 @@ local GIVEN = ARGV[8] == 'seq'
 local W = 6
 if GIVEN then W = 7 end
 local nitems = (#ARGV - 8) / W
-local base, top = 0, 0
-if GIVEN then top = tonumber(redis.call('GET', K_SEQ) or '0')
-else base = redis.call('INCRBY', K_SEQ, nitems) - nitems end
+local base, top, shift = 0, 0, 0
+if GIVEN then
+  top = tonumber(redis.call('GET', K_SEQ) or '0')
+  -- numbers this shard has used already (the shared counter lost writes in a failover): move past them,
+  -- an id must stay unique in its shard
+  if nitems > 0 and tonumber(ARGV[9 + 6]) <= top then shift = top - tonumber(ARGV[9 + 6]) + 1 end
+else
+  base = redis.call('INCRBY', K_SEQ, nitems) - nitems
+end
 local batch = redis.call('INCR', P..':bseq')
 local delayed, byhost, hostmin, hosts = {}, {}, {}, {}
 for o = 9, #ARGV, W do
@@ -120,7 +126,7 @@ for o = 9, #ARGV, W do
     else
       local id = base + processed + 1
       if GIVEN then
-        id = tonumber(ARGV[o + 6])
+        id = tonumber(ARGV[o + 6]) + shift
         if id > top then top = id end
       end
       local member = id..'\t'..batch..'\t'..body
