@@ -417,12 +417,13 @@ class RedisFrontier(WaitingMixin):
             return fp & ((1 << self._bits) - 1), fp >> self._bits
         return fp & 0xFFFFFFFF, (fp >> 32) | 1
 
-    def _encode(self, request: Request) -> tuple[Any, ...]:
-        """The six ENQUEUE values of a request: filter halves, not-before, priority, host, body."""
+    def _encode(self, request: Request, number: int | str = "-") -> str:
+        """A request as one ENQUEUE argument: ``"<df_a> <df_b> <not_before|-> <priority> <number|-> <host>
+        <body>"`` (filter halves; ``number`` on a sharded frontier)."""
         a, b = self._filter_args(request)
         prio = max(-_PRIO_LIMIT, min(_PRIO_LIMIT, request.priority))
-        nb = "" if request.not_before is None else repr(float(request.not_before))
-        return a, b, nb, prio, request.host, _body(request)
+        nb = "-" if request.not_before is None else repr(float(request.not_before))
+        return f"{a} {b} {nb} {prio} {number} {request.host} {_body(request)}"
 
     # -- enqueue -----------------------------------------------------------------------------------
 
@@ -456,8 +457,7 @@ class RedisFrontier(WaitingMixin):
         if len(self._shards) == 1:
             groups = {0: list(range(len(chunk)))}
             args: dict[int, list[Any]] = {0: [max_size, *common, ""]}
-            for request in chunk:
-                args[0].extend(self._encode(request))
+            args[0].extend(map(self._encode, chunk))
         else:
             groups = {}
             for i, request in enumerate(chunk):
@@ -467,9 +467,7 @@ class RedisFrontier(WaitingMixin):
             args = {}
             for k, positions in groups.items():
                 args[k] = a = [limits[k], *common, "seq"]
-                for i in positions:
-                    a.extend(self._encode(chunk[i]))
-                    a.append(base + i)
+                a.extend(self._encode(chunk[i], base + i) for i in positions)
         calls = [(self._shards[k], "ENQUEUE", args[k]) for k in groups]
         replies = await self._fan(calls)
         processed = [False] * len(chunk)

@@ -84,7 +84,7 @@ for i, host in ipairs(hosts) do
     if d > 0 and good > 0 then ra = NOW + d end
     if inf > 0 or ra > NOW then
       states_set[#states_set + 1] = host
-      states_set[#states_set + 1] = inf..' '..fmt(ra)
+      states_set[#states_set + 1] = state_str(inf, ra)
     end
     local has_next = #items / 2 > k
     if not has_next or inf >= cap_of(host) then
