@@ -583,10 +583,10 @@ class RedisFrontier(WaitingMixin):
             got = True
             expires = float(_text(reply[0])) + self.options.lease_timeout
             tag = "" if len(self._shards) == 1 else f"{shard.number}/"
-            for i in range(1, len(reply), 4):
+            for i in range(1, len(reply), 5):
                 token, payload, attempt = _text(reply[i]), _raw(reply[i + 1]), int(reply[i + 2])
                 try:
-                    request = _decode(payload.split(b"\t", 2)[2])
+                    request = _decode(payload.split(b"\t", 2)[2], _text(reply[i + 4]))
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     buried.append(_Buried(shard, token, payload, f"undecodable request record: {exc}"))
                     continue
@@ -823,18 +823,25 @@ def _raise_first(replies: Sequence[Any]) -> None:
 
 
 def _body(request: Request) -> str:
-    """A request as the frontier stores it: ``"<priority> <depth> <url>"`` for a plain GET (most of a
-    crawl's requests), else the JSON of :meth:`Request.to_record` (it starts with ``{``)."""
+    """A request as the frontier stores it: ``"<priority> <depth> <url> <fingerprint hex>"`` for a plain
+    GET (most of a crawl's requests: handed out again without parsing its URL), else the JSON of
+    :meth:`Request.to_record` (it starts with ``{``)."""
     rec = request.to_record()
     if len(rec) == 4 and " " not in request.url:  # v, url, p, d: nothing else to keep
-        return f"{request.priority} {request.depth} {request.url}"
+        return f"{request.priority} {request.depth} {request.url} {request.fingerprint.hex()}"
     return json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
 
 
-def _decode(body: bytes) -> Request:
+def _decode(body: bytes, host: str) -> Request:
+    """A stored body back to its request (``host``: the queue it was in). Also reads the plain form
+    without a fingerprint (``"<priority> <depth> <url>"``), which earlier versions wrote."""
     if body[:1] == b"{":
         return Request.from_record(json.loads(body))
-    prio, depth, url = body.split(b" ", 2)
+    parts = body.split(b" ", 3)
+    if len(parts) == 4:
+        prio, depth, url, fp = parts
+        return Request._restore(url.decode("utf-8"), host, bytes.fromhex(fp.decode("ascii")), int(prio), int(depth))
+    prio, depth, url = parts
     return Request(url.decode("utf-8"), priority=int(prio), depth=int(depth))
 
 

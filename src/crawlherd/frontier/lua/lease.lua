@@ -1,6 +1,6 @@
 -- LEASE (after prelude.lua). ARGV[5] limit, [6] lease timeout. Returns the time the leases were made at
 -- ('%.17g'), then token, member, attempt, score (its place in the queue: a sharded frontier merges the
--- leases of its shards by it) for each lease; members found unreadable are moved aside.
+-- leases of its shards by it) and host for each lease; members found unreadable are moved aside.
 --
 -- The batch is what taking the best ready head LIMIT times would give, in a few calls per host: the
 -- candidates are the best LIMIT ready hosts (no other host's head can be among the LIMIT best) and, of
@@ -74,7 +74,7 @@ for i, host in ipairs(hosts) do
         lexp[#lexp + 1] = EXPIRES
         lexp[#lexp + 1] = id
         ids[#ids + 1] = id
-        picked[#picked + 1] = {token, member, items[2 * r]}
+        picked[#picked + 1] = {token, member, items[2 * r], host}
       else
         bury(string.match(member, '^(%d+)') or redis.call('INCR', K_SEQ), 'unreadable entry header', member)
       end
@@ -118,6 +118,7 @@ if #leases > 0 then
     if atts and atts[i] then att = tonumber(atts[i]) + 1 end
     out[#out + 1] = att
     out[#out + 1] = p[3]
+    out[#out + 1] = p[4]
   end
 end
 return out
