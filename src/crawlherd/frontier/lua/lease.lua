@@ -17,7 +17,7 @@ for i = 1, #top, 2 do hosts[#hosts + 1] = top[i] end
 local cutoff = math.huge
 if #hosts == LIMIT then cutoff = tonumber(top[#top]) end
 local states = hmget(K_H, hosts)
-local cands, fetched, INF, RA = {}, {}, {}, {}
+local heads, extras, fetched, INF, RA = {}, {}, {}, {}, {}
 local stale = {}
 for i, host in ipairs(hosts) do
   local inf, ra = unpack_state(states[i])
@@ -41,14 +41,30 @@ for i, host in ipairs(hosts) do
     for r = 1, math.min(room, #items / 2) do
       local score = tonumber(items[2 * r])
       if score > cutoff then break end
-      cands[#cands + 1] = {score, i, r}
+      if r == 1 then heads[#heads + 1] = {score, i, r} else extras[#extras + 1] = {score, i, r} end
     end
   end
 end
-table.sort(cands, function(x, y) return x[1] < y[1] end)
+-- The LIMIT best candidates. The heads come in the ready set's order (by score): only the extras (later
+-- requests of a host) need a sort, then the two lists are merged -- a sort of all with a Lua comparator
+-- cost more than the rest of the script's Lua.
+local function before(x, y) return x[1] < y[1] end
+for j = 2, #heads do
+  if heads[j][1] < heads[j - 1][1] then table.sort(heads, before) break end
+end
+if #extras > 1 then table.sort(extras, before) end
 local taken = {}
-for n = 1, math.min(LIMIT, #cands) do
-  local c = cands[n]
+local a, b = 1, 1
+for _ = 1, LIMIT do
+  local x, y = heads[a], extras[b]
+  local c
+  if x and (not y or x[1] <= y[1]) then
+    c, a = x, a + 1
+  elseif y then
+    c, b = y, b + 1
+  else
+    break
+  end
   taken[c[2]] = c[3]  -- ranks are taken in order within a host: the count is the last rank
 end
 local serial = redis.call('INCR', P..':lseq')
