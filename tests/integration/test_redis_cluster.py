@@ -40,7 +40,7 @@ async def retrying(op: Callable[[], Awaitable[_T]]) -> _T:
             await asyncio.sleep(0.1)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(60)
 async def test_a_master_killed_mid_crawl_loses_no_page(replicated_cluster: LocalCluster, unique_name: str) -> None:
     cluster = replicated_cluster
     pages = 400  # page i links to 2i+1 and 2i+2: a chained crawl over 20 hosts, enqueues all along
@@ -88,6 +88,51 @@ async def test_a_master_killed_mid_crawl_loses_no_page(replicated_cluster: Local
     assert cluster.master_of(key) != killed  # its replica took over
     assert fetched == {page(i).url for i in range(pages)}
     assert stats.queued == 0 and stats.in_flight == 0
+
+
+async def test_hosts_are_sharded_over_every_master(redis_cluster_url: str, unique_name: str) -> None:
+    import redis.asyncio as aioredis
+
+    async with open_scheduler(f"{redis_cluster_url}?prefix={unique_name}") as frontier:
+        assert await frontier.enqueue_requests(Request(f"http://h{i}.test/") for i in range(60)) == 60
+        per_master = []
+        for node in redis_cluster_url.removeprefix("redis+cluster://").split(","):
+            host, port = node.rsplit(":", 1)
+            client = aioredis.Redis(host=host, port=int(port))
+            try:
+                per_master.append([k async for k in client.scan_iter(match=f"{{{unique_name}.*:q:*")])
+            finally:
+                await client.aclose()
+        assert all(per_master), per_master  # every master holds some hosts' queues
+        assert sum(map(len, per_master)) == 60
+        leased = await frontier.next_requests(100)
+        assert sorted(lease.request.url for lease in leased) == sorted(f"http://h{i}.test/" for i in range(60))
+        await frontier.ack_many(leased)
+        assert await frontier.idle()
+    reopened = open_scheduler(f"{redis_cluster_url}?prefix={unique_name}&shards=5")
+    with pytest.raises(ConfigurationError, match="created with shards=12"):
+        async with reopened:
+            pass
+
+
+async def test_a_shared_counter_set_back_by_a_failover_reuses_no_id(redis_cluster_url: str, unique_name: str) -> None:
+    import redis.asyncio as aioredis
+
+    async with open_scheduler(f"{redis_cluster_url}?prefix={unique_name}&max_in_flight=100") as frontier:
+        await frontier.enqueue_requests(Request(f"http://one.test/a{i}") for i in range(5))
+        # the counter's last writes lost (a failover before they reached a replica): it counts from 0 again
+        cluster = aioredis.RedisCluster.from_url(redis_cluster_url.replace("redis+cluster", "redis").split(",")[0])
+        try:
+            await cluster.set(f"{{{unique_name}}}:seq", 0)
+        finally:
+            await cluster.aclose()
+        await frontier.enqueue_requests(Request(f"http://one.test/b{i}") for i in range(5))
+        leased = await frontier.next_requests(20)
+        assert [lease.request.url.rsplit("/", 1)[1] for lease in leased] == [f"a{i}" for i in range(5)] + [
+            f"b{i}" for i in range(5)
+        ]
+        await frontier.ack_many(leased)  # ten leases, ten ids: none overwrote another
+        assert await frontier.idle()
 
 
 async def test_wait_replicas_without_replicas_is_unavailable_not_silent(

@@ -39,6 +39,42 @@ async def open_redis(redis_url: str, prefix: str, **options: Any) -> RedisFronti
     return await frontier.__aenter__()
 
 
+async def test_plain_bodies_with_and_without_a_fingerprint_are_read(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    """A plain GET is stored as "<priority> <depth> <url> <fingerprint>" and handed out without parsing
+    its URL again; the form without the fingerprint (written before) is still read, and one whose
+    fingerprint field is not one is moved aside."""
+    frontier = await open_redis(redis_url, unique_name)
+    try:
+        originals = [Request(f"http://H{i}.test:80/a/../p?b=2&a=1", priority=3, depth=2) for i in range(3)]
+        await frontier.enqueue_requests(originals)
+        key = f"{unique_name}:q:h0.test"
+        (member, score), = await client.zrange(key, 0, -1, withscores=True)
+        head, body = member.rsplit(b"\t", 1)
+        assert body == f"3 2 {originals[0].url} {originals[0].fingerprint.hex()}".encode()
+        await client.zrem(key, member)
+        await client.zadd(key, {head + b"\t" + body.rsplit(b" ", 1)[0]: score})  # the older form
+        key2 = f"{unique_name}:q:h1.test"
+        (member2, score2), = await client.zrange(key2, 0, -1, withscores=True)
+        await client.zrem(key2, member2)
+        await client.zadd(key2, {member2.rsplit(b" ", 1)[0] + b" zz": score2})
+        leases = await frontier.next_requests(10)
+        got = {lease.request.host: lease.request for lease in leases}
+        assert sorted(got) == ["h0.test", "h2.test"]
+        for original in (originals[0], originals[2]):
+            request = got[original.host]
+            assert (request.url, request.fingerprint, request.priority, request.depth, request.method) == (
+                original.url, original.fingerprint, 3, 2, "GET"
+            )
+        assert [b.split("\t", 1)[0] for b in (await frontier.bad_entries()).values()] == [
+            "undecodable request record: non-hexadecimal number found in fromhex() arg at position 0"
+        ]
+        await frontier.ack_many(leases)
+    finally:
+        await frontier.close()
+
+
 async def test_corrupt_and_foreign_entries_are_moved_aside(
     redis_url: str, unique_name: str, client: aioredis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -38,7 +38,7 @@ if #done > 0 then
       gone[#gone + 1] = host
     else
       keep[#keep + 1] = host
-      keep[#keep + 1] = now_inf..' '..fmt(ra)
+      keep[#keep + 1] = state_str(now_inf, ra)
     end
     local cap = cap_of(host)
     if inf >= cap and now_inf < cap then place(host, head_of(host), now_inf, ra) end  -- its cap held it back

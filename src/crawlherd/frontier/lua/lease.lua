@@ -1,5 +1,6 @@
 -- LEASE (after prelude.lua). ARGV[5] limit, [6] lease timeout. Returns the time the leases were made at
--- ('%.17g'), then token, member, attempt for each lease; members found unreadable are moved aside.
+-- ('%.17g'), then token, member, attempt, score (its place in the queue: a sharded frontier merges the
+-- leases of its shards by it) and host for each lease; members found unreadable are moved aside.
 --
 -- The batch is what taking the best ready head LIMIT times would give, in a few calls per host: the
 -- candidates are the best LIMIT ready hosts (no other host's head can be among the LIMIT best) and, of
@@ -17,7 +18,7 @@ local cutoff = math.huge
 if #hosts == LIMIT then cutoff = tonumber(top[#top]) end
 local states = hmget(K_H, hosts)
 local RB = robots_states(hosts)
-local cands, fetched, INF, RA = {}, {}, {}, {}
+local heads, extras, fetched, INF, RA = {}, {}, {}, {}, {}
 local stale = {}
 for i, host in ipairs(hosts) do
   local inf, ra = unpack_state(states[i])
@@ -46,14 +47,30 @@ for i, host in ipairs(hosts) do
     for r = 1, math.min(room, #items / 2) do
       local score = tonumber(items[2 * r])
       if score > cutoff then break end
-      cands[#cands + 1] = {score, i, r}
+      if r == 1 then heads[#heads + 1] = {score, i, r} else extras[#extras + 1] = {score, i, r} end
     end
   end
 end
-table.sort(cands, function(x, y) return x[1] < y[1] end)
+-- The LIMIT best candidates. The heads come in the ready set's order (by score): only the extras (later
+-- requests of a host) need a sort, then the two lists are merged -- a sort of all with a Lua comparator
+-- cost more than the rest of the script's Lua.
+local function before(x, y) return x[1] < y[1] end
+for j = 2, #heads do
+  if heads[j][1] < heads[j - 1][1] then table.sort(heads, before) break end
+end
+if #extras > 1 then table.sort(extras, before) end
 local taken = {}
-for n = 1, math.min(LIMIT, #cands) do
-  local c = cands[n]
+local a, b = 1, 1
+for _ = 1, LIMIT do
+  local x, y = heads[a], extras[b]
+  local c
+  if x and (not y or x[1] <= y[1]) then
+    c, a = x, a + 1
+  elseif y then
+    c, b = y, b + 1
+  else
+    break
+  end
   taken[c[2]] = c[3]  -- ranks are taken in order within a host: the count is the last rank
 end
 local serial = redis.call('INCR', P..':lseq')
@@ -82,7 +99,7 @@ for i, host in ipairs(hosts) do
         lexp[#lexp + 1] = EXPIRES
         lexp[#lexp + 1] = id
         ids[#ids + 1] = id
-        picked[#picked + 1] = {token, member}
+        picked[#picked + 1] = {token, member, items[2 * r], host}
       else
         bury(string.match(member, '^(%d+)') or redis.call('INCR', K_SEQ), 'unreadable entry header', member)
       end
@@ -92,7 +109,7 @@ for i, host in ipairs(hosts) do
     if d > 0 and good > 0 then ra = NOW + d end
     if inf > 0 or ra > NOW then
       states_set[#states_set + 1] = host
-      states_set[#states_set + 1] = inf..' '..fmt(ra)
+      states_set[#states_set + 1] = state_str(inf, ra)
     end
     local has_next = #items / 2 > k
     if not has_next or inf >= cap_of(host) then
@@ -125,6 +142,8 @@ if #leases > 0 then
     local att = 1
     if atts and atts[i] then att = tonumber(atts[i]) + 1 end
     out[#out + 1] = att
+    out[#out + 1] = p[3]
+    out[#out + 1] = p[4]
   end
 end
 return out

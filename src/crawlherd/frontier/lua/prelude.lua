@@ -6,7 +6,8 @@
 -- arguments follow. Times come from the caller's clock, so every process must share one notion of time
 -- (the system clock) -- and tests can drive a FakeClock.
 --
--- Key layout (version 2) under the prefix P (P: + name). A request is one packed member,
+-- Key layout (version 2) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on one
+-- Redis; a hash tag on a cluster, see frontier/redis.py). A request is one packed member,
 -- "<id>\t<batch>\t<body>": id its number (P:seq), batch the enqueue batch it counts in for
 -- oldest_queued_age, body the client's encoding of the request (opaque here). No per-request hash:
 -- the member is the request, wherever it is.
@@ -47,6 +48,11 @@ if HW > NOW then NOW = HW else redis.call('SET', P..':now', ARGV[2]) end
 
 local function qkey(host) return P..':q:'..host end
 local function fmt(x) return string.format('%.17g', x) end
+-- a host's packed state (see unpack_state); most hosts of a crawl without delay have ready_at 0
+local function state_str(inf, ra)
+  if ra == 0 then return inf..' 0' end
+  return inf..' '..fmt(ra)
+end
 
 -- A per-host policy value: the host's override in the hash key, else the default; memoised for this
 -- call. Most frontiers have no per-host policy at all: then there is nothing to look up.
@@ -96,7 +102,7 @@ end
 local function state_of(host) return unpack_state(redis.call('HGET', K_H, host)) end
 local function set_state(host, inf, ra)
   if inf <= 0 and ra <= NOW then redis.call('HDEL', K_H, host)
-  else redis.call('HSET', K_H, host, inf..' '..fmt(ra)) end
+  else redis.call('HSET', K_H, host, state_str(inf, ra)) end
 end
 
 -- Robots-pending hosts (ROBOTS, robots.lua). A host in rb hands out its robots request alone, whatever
@@ -169,13 +175,27 @@ local function new_batch(n)
   return b
 end
 
--- Requests of batches left the queue: counts = {batch -> how many}.
+-- Requests of batches left the queue: counts = {batch -> how many}. A lease takes from many batches:
+-- one HMGET and one HSET for all of them, not an HINCRBY each.
 local function batches_done(counts)
-  for b, k in pairs(counts) do
-    if redis.call('HINCRBY', K_AGEC, b, -k) <= 0 then
-      redis.call('HDEL', K_AGEC, b)
-      redis.call('ZREM', K_AGE, b)
+  local bs = {}
+  for b in pairs(counts) do bs[#bs + 1] = b end
+  if #bs == 0 then return end
+  local left = hmget(K_AGEC, bs)
+  local keep, gone = {}, {}
+  for i, b in ipairs(bs) do
+    local n = tonumber(left[i] or '0') - counts[b]
+    if n > 0 then
+      keep[#keep + 1] = b
+      keep[#keep + 1] = n
+    else
+      gone[#gone + 1] = b
     end
+  end
+  if #keep > 0 then bulk('HSET', K_AGEC, keep) end
+  if #gone > 0 then
+    bulk('HDEL', K_AGEC, gone)
+    bulk('ZREM', K_AGE, gone)
   end
 end
 
