@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.integration.test_worker import engine, items, load, run_until_idle, runs  # noqa: F401
+from tests.integration.test_worker import items, load, run_until_idle, runs  # noqa: F401
 
 HOSTILE = "<html><body>" + "<div>" * 150_000 + "</div>" * 150_000 + "</body></html>"
 
