@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Self, TypeVar
 
-__all__ = ["AsyncClosing", "cancel_and_wait", "wait_while_progressing"]
+__all__ = ["AsyncClosing", "cancel_and_wait", "until_done", "wait_while_progressing"]
 
 T = TypeVar("T")
 
@@ -65,3 +66,29 @@ async def wait_while_progressing(aw: Awaitable[T], timeout: float, progress: Cal
     finally:
         if not task.done():
             await cancel_and_wait(task)
+
+
+async def until_done(source: AsyncIterator[T], stop: asyncio.Future[Any]) -> AsyncIterator[T]:
+    """The items of ``source`` until ``stop`` is done: a pending wait for the next one is cancelled
+    then, so a stop does not wait for a slow item. Cancelled itself (an abort), it cancels that wait
+    and lets it finish before it goes, so ``source`` can be closed afterwards (an async generator
+    cannot be closed while it is still running)."""
+    step: asyncio.Future[T] | None = None
+    try:
+        while not stop.done():
+            step = asyncio.ensure_future(anext(source))
+            await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                step.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await step
+                return
+            try:
+                item = step.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if step is not None and not step.done():
+            step.cancel()
+            await asyncio.wait({step})

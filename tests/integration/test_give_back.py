@@ -44,7 +44,7 @@ def held_broker_url(request: pytest.FixtureRequest, tmp_path: Path, unique_name:
     return kind, f"{request.getfixturevalue('amqp_url')}?queue={unique_name}"
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)  # ~60 s alone; headroom for a loaded CI machine
 async def test_deliveries_given_back_at_shutdown_go_to_another_worker(
     engine: AsyncEngine, board: Board, tmp_path: Path, held_broker_url: tuple[str, str], unique_name: str,  # noqa: F811
 ) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -12,28 +11,19 @@ from typing import TypeVar
 
 import click
 
+from crawlherd._aio import until_done
+
 __all__ = ["stop_on_signals", "until_stopped"]
 
 T = TypeVar("T")
 
 
 async def until_stopped(source: AsyncIterator[T], stop: asyncio.Event) -> AsyncIterator[T]:
-    """The items of ``source`` until ``stop`` is set: a pending wait for the next one is cancelled
-    then, so a stop does not wait for a slow item."""
+    """The items of ``source`` until ``stop`` is set (:func:`crawlherd._aio.until_done`)."""
     stopped = asyncio.ensure_future(stop.wait())
     try:
-        while not stop.is_set():
-            following = asyncio.ensure_future(anext(source))
-            await asyncio.wait({following, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if not following.done():
-                following.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await following
-                return
-            try:
-                yield following.result()
-            except StopAsyncIteration:
-                return
+        async for item in until_done(source, stopped):
+            yield item
     finally:
         stopped.cancel()
 

@@ -27,7 +27,7 @@ Semantics every backend keeps:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -112,6 +112,20 @@ class FrontierStats:
     dupefilter_unavailable: int = 0  # requests let through unfiltered (policy "allow")
     # every host with something queued, in flight, a delay running or a back-off
     host_states: dict[str, HostState] = field(default_factory=dict)
+
+    @classmethod
+    def from_counters(cls, counters: Mapping[str, int], **state: Any) -> FrontierStats:
+        """Stats from a backend's lifetime counters (``duplicates``, ``enqueued``, ``acked``, ``retries``,
+        ``failures``, ``expired``; a missing one is 0) and its present ``state`` (the other fields)."""
+        return cls(
+            duplicates_filtered=counters.get("duplicates", 0),
+            enqueued=counters.get("enqueued", 0),
+            acked=counters.get("acked", 0),
+            retries=counters.get("retries", 0),
+            failures=counters.get("failures", 0),
+            expired_leases=counters.get("expired", 0),
+            **state,
+        )
 
     def summary(self, max_hosts: int = 50) -> dict[str, Any]:
         """The JSON-able snapshot a worker's heartbeat carries (the console's Frontier page and

@@ -720,15 +720,11 @@ class RedisFrontier(WaitingMixin):
             inflight += int(shard_inflight)
             if o := _text(shard_oldest):
                 oldest = float(o) if oldest is None else min(oldest, float(o))
-        return FrontierStats(
+        c["duplicates"] = c.pop("dup", 0)  # the scripts' counter name
+        return FrontierStats.from_counters(
+            c,
             queued=c["queued"],
             in_flight=inflight,
-            duplicates_filtered=c["dup"],
-            enqueued=c["enqueued"],
-            acked=c["acked"],
-            retries=c["retries"],
-            failures=c["failures"],
-            expired_leases=c["expired"],
             oldest_queued_age=max(0.0, self._clock.now() - oldest) if oldest is not None else None,
             hosts=hosts,
             dupefilter_unavailable=c["dfu"],

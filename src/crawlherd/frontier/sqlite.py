@@ -589,16 +589,10 @@ class SQLiteFrontier(WaitingMixin):
             ).fetchone()[0]
         except sqlite3.Error as exc:
             raise BackendUnavailableError(f"sqlite frontier {self.path}: {exc}", backend="sqlite") from exc
-        c = self._counts
-        return FrontierStats(
+        return FrontierStats.from_counters(
+            self._counts,
             queued=self._index.queued,
             in_flight=len(self._index.leases),
-            duplicates_filtered=c["duplicates"],
-            enqueued=c["enqueued"],
-            acked=c["acked"],
-            retries=c["retries"],
-            failures=c["failures"],
-            expired_leases=c["expired"],
             oldest_queued_age=None if oldest is None else max(0.0, now - oldest),
             hosts=depth,
             host_states=self._index.states(now),

@@ -57,6 +57,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd import metrics
+from crawlherd._aio import until_done
 from crawlherd._outage import OutageLog, backoff_delay
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler, CrawlerRunConfig
@@ -583,26 +584,11 @@ class Worker:
         """One run of the engine's dispatcher over the frontier, until it has nothing more or ``stopping``
         is done (then what is in flight is cancelled and its leases go back)."""
         results = self._dispatcher(limiter).run(frontier, self._page)
-        step: asyncio.Future[Any] | None = None
         try:
-            while not stopping.done():
-                step = asyncio.ensure_future(anext(results))
-                await asyncio.wait({step, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if not step.done():
-                    step.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                        await step
-                    return
-                try:
-                    result: CrawlResult = step.result()
-                except StopAsyncIteration:
-                    return
+            async for result in until_done(results, stopping):
                 if not result.success:
                     await self._page_failed(result)
         finally:
-            if step is not None and not step.done():  # cancelled (an abort) while it ran the generator
-                step.cancel()
-                await asyncio.wait({step})
             await results.aclose()  # type: ignore[attr-defined]
 
     async def _page(self, request: Request) -> CrawlResult:
