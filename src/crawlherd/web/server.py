@@ -43,8 +43,15 @@ async def serve_console(
     non-loopback ``host`` while no user is defined."""
     check_bind(host, await count_users(engine))
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        # Listen at once: a socket only bound does not hold the port against another SO_REUSEADDR bind
+        # (two processes would both "get" 8080 and one would fail later, inside the server).
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
     bound = sock.getsockname()[1]
     config = uvicorn.Config(create_app(engine), log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)

@@ -8,6 +8,7 @@ import json
 import re
 from urllib.parse import unquote
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -372,3 +373,19 @@ async def _stored_site(engine: AsyncEngine) -> tuple[str, dict[str, object]]:
 async def _audit(engine: AsyncEngine) -> list[tuple[str]]:
     async with engine.connect() as conn:
         return [tuple(r) for r in (await conn.execute(select(AuditEntry.action))).all()]
+
+
+async def test_a_taken_console_port_is_refused_at_once_and_run_falls_back(engine: AsyncEngine) -> None:
+    """Two processes asking for the same console port: the second is refused when it binds (the port is
+    listened on at once), not later inside the server -- and ``run``/``demo`` then take a free port."""
+    from crawlherd.cli._console import console_or_none
+    from crawlherd.web.server import serve_console
+
+    async with serve_console(engine, port=0, heartbeat=False) as first:
+        with pytest.raises(OSError, match="in use"):
+            async with serve_console(engine, port=first.port, heartbeat=False):
+                pass
+        async with console_or_none(engine, first.port) as second:
+            assert second is not None and second.port != first.port
+            async with httpx.AsyncClient() as client:
+                assert (await client.get(f"{second.url}login")).status_code == 200
