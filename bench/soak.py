@@ -204,11 +204,14 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 "CRAWLHERD_LOG_LEVEL": "WARNING",
             }
             exe = [sys.executable, "-m", "crawlherd"]
+            # --tracemalloc: the two long-lived processes log what grew (crawlherd._memtrace)
+            traced = {**env, "CRAWLHERD_TRACEMALLOC": str(args.tracemalloc)} if args.tracemalloc else env
             for i in range(args.dispatchers):
-                procs.append(Proc(f"dispatch-{i + 1}", [*exe, "dispatch", "--interval", "0.5", "-q"], env, logdir))
+                cmd = [*exe, "dispatch", "--interval", "0.5", "-q"]
+                procs.append(Proc(f"dispatch-{i + 1}", cmd, traced if i == 0 else env, logdir))
             for i in range(args.workers):
                 cmd = [*exe, "worker", "--allow-private", "--concurrency", "2", "--backoff", "1"]
-                procs.append(Proc(f"worker-{i + 1}", cmd, env, logdir))
+                procs.append(Proc(f"worker-{i + 1}", cmd, traced if i == 0 else env, logdir))
             for p in procs:
                 p.start()
             event(
@@ -518,6 +521,13 @@ def main() -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="Never SIGKILL dispatch-1 and worker-1 (their memory is then seen over the whole soak).",
+    )
+    parser.add_argument(
+        "--tracemalloc",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="dispatch-1 and worker-1 log their allocation growth every SECONDS (CRAWLHERD_TRACEMALLOC).",
     )
     parser.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/")

@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 
 import click
 
+from crawlherd._memtrace import interval_from_env, traced
+
 __all__ = ["EVENT_LOOPS", "loop_option", "run_async"]
 
 T = TypeVar("T")
@@ -44,5 +46,8 @@ def run_async(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
         else:
             factory = uvloop.new_event_loop
     log.info("event loop: %s", "uvloop" if factory is not None else "asyncio")
+    trace_every = interval_from_env()
+    if trace_every is not None:  # CRAWLHERD_TRACEMALLOC=<seconds>: what grows (docs/operations.md)
+        main = traced(main, trace_every)
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main)
