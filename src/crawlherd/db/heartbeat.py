@@ -110,11 +110,15 @@ class Heartbeat:
 
     async def beat(self, *, stopped: bool = False) -> None:
         """One beat: ``last_seen`` = now, ``jobs_in_hand`` refreshed; ``stopped`` marks a clean exit."""
+        values: dict[str, Any] = {"jobs_in_hand": self.jobs_in_hand()}
+        if self.details is not None:
+            try:  # before the transaction: no DB connection held while the frontier answers
+                values["info"] = {**self.info, **await self.details()}
+            except Exception as exc:  # noqa: BLE001 - the frontier down is not the config DB down: beat anyway
+                log.debug("heartbeat %s: no details this beat: %s", self.id, summarize(exc))
         async with self.engine.begin() as conn:
             now = await db_now(conn)
-            values: dict[str, Any] = {"last_seen": now, "jobs_in_hand": self.jobs_in_hand()}
-            if self.details is not None:
-                values["info"] = {**self.info, **await self.details()}
+            values["last_seen"] = now
             if stopped:
                 values["stopped_at"] = now
             await conn.execute(update(ProcessHeartbeat).where(ProcessHeartbeat.id == self.id).values(**values))

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd._outage import OutageLog
 from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.service.users import count_users
 from crawlherd.web.app import create_app
@@ -56,7 +57,9 @@ async def serve_console(
     config = uvicorn.Config(create_app(engine), log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="console")
-    beat = Heartbeat(engine, kind="web", info={"url": f"http://{host}:{bound}/"}) if heartbeat else None
+    url = f"http://{host}:{bound}/"
+    outages = OutageLog(log, f"console {url}")  # a failed beat: a "config DB" outage, said once
+    beat = Heartbeat(engine, kind="web", info={"url": url}, outages=outages) if heartbeat else None
     try:
         while not server.started:
             if task.done():

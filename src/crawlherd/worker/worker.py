@@ -274,7 +274,7 @@ class Worker:
         stopper = asyncio.create_task(stop.wait(), name="worker-stop")
         beat = Heartbeat(
             self.engine, kind="worker", name=self.name, jobs_in_hand=lambda: self.stats.in_flight,
-            details=self._frontier_counts,
+            details=self._frontier_counts, outages=self.outages,  # a failed beat: the "config DB" outage, said once
         )
         beating = asyncio.create_task(beat.run(stop), name="worker-heartbeat")
         try:

@@ -1,0 +1,106 @@
+"""``crawlherd worker`` through a config-DB outage: its heartbeat says it once.
+
+A PRIVATE PostgreSQL cluster (``pg_ctl`` on its own data directory and port, killed by its
+postmaster's PID and started again) is the worker's config DB; the broker is the shared Redis (a
+queue of the test's own). The worker beats every 10 s; the outage lasts about three beats. Its log
+must hold exactly one "config DB unavailable" warning and one "config DB is back after" line -- not a
+warning per failed beat -- and no traceback; after the outage, the beats land again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from crawlherd.db import create_engine, upgrade
+from crawlherd.db.models import ProcessHeartbeat
+from tests.support.private_postgres import PrivatePostgres
+from tests.support.processes import CliProcess, outage_lines, wait_until
+from tests.support.real_brokers import remove
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
+
+
+@pytest.mark.timeout(150)
+async def test_worker_heartbeat_says_a_config_db_outage_once(
+    tmp_path: Path, redis_url: str, unique_name: str
+) -> None:
+    pg = PrivatePostgres()
+    await asyncio.to_thread(pg.start)
+    engine = create_engine(pg.url)
+    broker_url = f"{redis_url}?prefix={unique_name}"
+    worker = CliProcess(["worker", "--database-url", pg.url, "--broker-url", broker_url, "--frontier-url", "memory://"],
+                        tmp_path / "worker.log")
+
+    async def beats() -> list[tuple[object, object]]:
+        async with engine.connect() as conn:
+            return [tuple(r) for r in (await conn.execute(
+                select(ProcessHeartbeat.last_seen, ProcessHeartbeat.stopped_at))).all()]
+
+    try:
+        await upgrade(engine)
+        await worker.start()
+
+        async def registered() -> bool:
+            return len(await beats()) == 1
+
+        await wait_until(registered, alive=[worker])
+        ((seen_before, _),) = await beats()
+        await engine.dispose()
+        await asyncio.to_thread(pg.kill)
+        await asyncio.sleep(25)  # about three beats fail meanwhile
+        await asyncio.to_thread(pg.start)
+
+        async def beat_again() -> bool:
+            return (await beats())[0][0] != seen_before
+
+        await wait_until(beat_again, alive=[worker])  # the beats land again
+        await worker.stop()
+        worker.assert_clean()
+        log = worker.log
+        lost, back = outage_lines(log, "config DB")
+        assert len(lost) == 1 and len(back) == 1, (lost, back, log)
+        assert not [line for line in log.splitlines() if " WARNING " in line and "heartbeat" in line], log
+        ((_, stopped),) = await beats()
+        assert stopped is not None  # said goodbye at SIGTERM
+    finally:
+        if worker.proc is not None:
+            await worker.stop()
+        await engine.dispose()
+        await asyncio.to_thread(pg.stop)
+        await remove(broker_url, "redis", unique_name)
+
+
+async def _logged(proc: CliProcess, text: str) -> bool:
+    return text in proc.log
+
+
+@pytest.mark.timeout(30)
+async def test_a_beat_lands_when_its_details_fail(tmp_path: Path) -> None:
+    """The worker's details (its frontier's counts) failing -- the frontier down -- is not the config
+    DB down: the beat lands without them, and no outage is said."""
+    from crawlherd._outage import OutageLog
+    from crawlherd.db.heartbeat import Heartbeat
+    from crawlherd.errors import BackendUnavailableError
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'config.db'}")
+
+    async def details() -> dict[str, object]:
+        raise BackendUnavailableError("frontier down")
+
+    outages = OutageLog(logging.getLogger("test"), "test")
+    try:
+        await upgrade(engine)
+        beat = Heartbeat(engine, kind="worker", details=details, outages=outages, info={"a": 1})
+        await beat.register()
+        await beat.beat(stopped=True)
+        async with engine.connect() as conn:
+            ((stopped, info),) = (await conn.execute(select(ProcessHeartbeat.stopped_at, ProcessHeartbeat.info))).all()
+        assert stopped is not None and info == {"a": 1}
+        assert not outages.is_down("config DB")
+    finally:
+        await engine.dispose()
