@@ -23,7 +23,7 @@ from crawlherd.brokers import open_broker
 from crawlherd.db import JobRun, ScrapeTarget
 from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.service.targets import import_targets
-from tests.servers.timestamping import Stamp, TimestampingServer
+from tests.servers.timestamping import Stamp, TimestampingServer, max_overlap
 from tests.support.dispatch import dispatch_due, relay_all
 from tests.support.real_brokers import remove
 
@@ -59,12 +59,59 @@ class JobBoard(TimestampingServer):
                 + str(len(data)).encode() + b"\r\n\r\n" + data)
 
 
+async def crawl_with_workers(
+    engine: AsyncEngine, tmp_path: Path, redis_url: str, unique_name: str, server: TimestampingServer,
+    site: dict[str, object], keywords: list[str], expected: set[str], workers: int,
+) -> None:
+    """Import ``site`` with a target for ``keywords``, dispatch its jobs to a Redis broker and run
+    ``workers`` ``crawlherd worker`` processes on it and one Redis frontier until every job succeeded
+    and the server saw every path of ``expected``."""
+    broker_url = f"{redis_url}?prefix={unique_name}b"
+    frontier_url = f"{redis_url}?prefix={unique_name}f"
+    document = {"websites": [site], "targets": [{"website": site["name"], "keywords": keywords, "every": "1h"}]}
+    (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
+    await import_targets(engine, tmp_path / "targets.yaml")
+    async with engine.begin() as conn:
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+    async with open_broker(broker_url) as broker:
+        service = DispatchService(engine, broker)
+        await dispatch_due(service)
+        await relay_all(service)
+
+    procs = []
+    logs = []
+    try:
+        for n in range(workers):
+            log = (tmp_path / f"worker{n}.log").open("wb")
+            logs.append(log)
+            procs.append(await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "crawlherd", "worker", "--database-url", str(engine.url),
+                "--broker-url", broker_url, "--frontier-url", frontier_url, "--allow-private",
+                "--concurrency", "2", stdout=log, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ),
+            ))
+        while True:  # every job done and every detail page fetched (bounded by the timeout)
+            async with engine.connect() as conn:
+                done = (await conn.execute(select(JobRun.status))).scalars().all()
+            fetched = {s.path for s in server.stamps if s.path.startswith("/jobs/")}
+            if list(done) == ["succeeded"] * len(keywords) and fetched >= expected:
+                break
+            assert all(p.returncode is None for p in procs)
+            await asyncio.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.send_signal(signal.SIGTERM)
+        await asyncio.gather(*(asyncio.wait_for(p.wait(), 60) for p in procs))
+        for log in logs:
+            log.close()
+        await remove(broker_url, "redis", f"{unique_name}b")
+        await remove(frontier_url, "redis", f"{unique_name}f")
+
+
 @pytest.mark.timeout(180)
 async def test_five_workers_on_one_redis_frontier_keep_one_websites_min_delay(
     engine: AsyncEngine, tmp_path: Path, redis_url: str, unique_name: str
 ) -> None:
-    broker_url = f"{redis_url}?prefix={unique_name}b"
-    frontier_url = f"{redis_url}?prefix={unique_name}f"
     with JobBoard() as server:
         base = server.urls[0]
         site = {
@@ -74,45 +121,8 @@ async def test_five_workers_on_one_redis_frontier_keep_one_websites_min_delay(
                            "detail_fields": {"salary": ".salary"}},
             "politeness": {"min_delay": 1.0, "max_concurrency": 1, "robots": "ignore"},
         }
-        document = {"websites": [site], "targets": [{"website": "board", "keywords": KEYWORDS, "every": "1h"}]}
-        (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
-        await import_targets(engine, tmp_path / "targets.yaml")
-        async with engine.begin() as conn:
-            await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
-        async with open_broker(broker_url) as broker:
-            service = DispatchService(engine, broker)
-            await dispatch_due(service)
-            await relay_all(service)
-
-        procs = []
-        logs = []
-        try:
-            for n in range(WORKERS):
-                log = (tmp_path / f"worker{n}.log").open("wb")
-                logs.append(log)
-                procs.append(await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "crawlherd", "worker", "--database-url", str(engine.url),
-                    "--broker-url", broker_url, "--frontier-url", frontier_url, "--allow-private",
-                    "--concurrency", "2", stdout=log, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ),
-                ))
-            expected = {f"/jobs/{w}-{p}" for w in KEYWORDS for p in (1, 2)}
-            while True:  # every job done and every detail page fetched (bounded by the timeout)
-                async with engine.connect() as conn:
-                    done = (await conn.execute(select(JobRun.status))).scalars().all()
-                fetched = {s.path for s in server.stamps if s.path.startswith("/jobs/")}
-                if list(done) == ["succeeded"] * len(KEYWORDS) and fetched >= expected:
-                    break
-                assert all(p.returncode is None for p in procs)
-                await asyncio.sleep(0.2)
-        finally:
-            for p in procs:
-                if p.returncode is None:
-                    p.send_signal(signal.SIGTERM)
-            await asyncio.gather(*(asyncio.wait_for(p.wait(), 60) for p in procs))
-            for log in logs:
-                log.close()
-            await remove(broker_url, "redis", f"{unique_name}b")
-            await remove(frontier_url, "redis", f"{unique_name}f")
+        expected = {f"/jobs/{w}-{p}" for w in KEYWORDS for p in (1, 2)}
+        await crawl_with_workers(engine, tmp_path, redis_url, unique_name, server, site, KEYWORDS, expected, WORKERS)
         stamps: list[Stamp] = sorted(server.stamps, key=lambda s: s.at)
 
     listing = [s for s in stamps if s.path.startswith("/search")]
@@ -125,3 +135,59 @@ async def test_five_workers_on_one_redis_frontier_keep_one_websites_min_delay(
     [limited] = [i for i, s in enumerate(stamps) if s.path == "/jobs/a-1"][:1]
     after = stamps[limited + 1]
     assert after.at - stamps[limited].at >= RETRY_AFTER, (after.path, after.at - stamps[limited].at)
+
+
+class BusyBoard(TimestampingServer):
+    """``/search?q=X&page=N``: three job cards linking to ``/jobs/X-N-i``; every response held a while."""
+
+    def _response(self, path: str) -> bytes:
+        parts = urlsplit(path)
+        if parts.path == "/search":
+            q = parse_qs(parts.query)
+            word, page = q.get("q", [""])[0], q.get("page", ["1"])[0]
+            cards = "".join(f'<article><a href="/jobs/{word}-{page}-{i}">{word} {page} {i}</a></article>'
+                            for i in range(CARDS))
+            body = f"<html><body>{cards}</body></html>"
+        elif parts.path.startswith("/jobs/"):
+            body = f"<html><body><p class='salary'>{parts.path}</p></body></html>"
+        else:
+            return super()._response(path)
+        data = body.encode()
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: " + str(len(data)).encode()
+                + b"\r\n\r\n" + data)
+
+
+CARDS = 3
+CAP = 2
+
+
+@pytest.mark.timeout(180)
+async def test_four_workers_on_one_redis_frontier_keep_one_websites_max_concurrency(
+    engine: AsyncEngine, tmp_path: Path, redis_url: str, unique_name: str
+) -> None:
+    """Four workers (two jobs at once each) against one website with ``max_concurrency = 2`` and no
+    delay; the server holds each response 0.3 s and records when it had each request in hand. At no
+    instant did it have more than two requests to that host -- listing and detail pages alike -- and it
+    did have two (the cap is reached, not just respected by going one at a time)."""
+    keywords = [f"k{n}" for n in range(6)]
+    with BusyBoard(hold=0.3) as server:
+        base = server.urls[0]
+        site = {
+            "name": "busy", "base_url": base, "search_url_template": f"{base}/search?q={{keywords}}",
+            "pagination": {"type": "page_param", "param": "page", "start": 1, "max_pages": 2},
+            "extraction": {"item_selector": "article", "item_url": "a@href", "fields": {"title": "a"},
+                           "detail_fields": {"salary": ".salary"}},
+            "politeness": {"min_delay": 0, "max_concurrency": CAP, "robots": "ignore"},
+        }
+        expected = {f"/jobs/{w}-{p}-{i}" for w in keywords for p in (1, 2) for i in range(CARDS)}
+        await crawl_with_workers(engine, tmp_path, redis_url, unique_name, server, site, keywords, expected, 4)
+        spans = list(server.spans)
+
+    listing = [s for s in spans if s.path.startswith("/search")]
+    assert len(listing) == 2 * len(keywords)  # listing pages are part of what is measured
+    assert {s.path for s in spans if s.path.startswith("/jobs/")} == expected
+    most = max_overlap(spans)
+    print(f"most requests in hand at the server at once: {most} over {len(spans)} requests")
+    assert most <= CAP, sorted((round(s.start - spans[0].start, 3), round(s.end - spans[0].start, 3), s.path)
+                               for s in spans)
+    assert most == CAP  # reached: the test can see a breach

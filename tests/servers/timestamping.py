@@ -6,6 +6,10 @@ that arrived d apart may then be stamped 2 ms apart. Here every socket has ``SO_
 and each request is stamped with the time the kernel received its first packet, whatever the
 scheduling of this process. Threads (one per connection) serve ``/page/{n}`` pages that link to
 ``/page/{2n}`` and ``/page/{2n+1}`` below ``pages``, keep-alive, on as many ports as asked.
+
+For concurrency assertions: ``hold`` seconds are waited before each response is written, and each
+request's span -- from its kernel receive time to the end of writing its response -- is in ``spans``;
+:func:`max_overlap` is the most requests the server had in hand at once.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ import contextlib
 import socket
 import struct
 import threading
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["Stamp", "TimestampingServer"]
+__all__ = ["Span", "Stamp", "TimestampingServer", "max_overlap"]
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 SCM_TIMESTAMPNS = SO_TIMESTAMPNS
@@ -29,11 +35,32 @@ class Stamp:
     path: str
 
 
+@dataclass(frozen=True, slots=True)
+class Span:
+    start: float  # kernel receive time (CLOCK_REALTIME, seconds)
+    end: float  # the response written (CLOCK_REALTIME)
+    path: str
+
+
+def max_overlap(spans: Iterable[Span]) -> int:
+    """The most spans open at one instant (a span ending when another starts does not overlap it)."""
+    events = sorted([(s.start, 1) for s in spans] + [(s.end, -1) for s in spans])  # ends first on ties
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
 class TimestampingServer:
-    def __init__(self, *, ports: int = 1, pages: int = 1000, robots_txt: str | None = None) -> None:
+    def __init__(
+        self, *, ports: int = 1, pages: int = 1000, robots_txt: str | None = None, hold: float = 0.0
+    ) -> None:
         self.pages = pages
         self.robots_txt = robots_txt
+        self.hold = hold
         self.stamps: list[Stamp] = []
+        self.spans: list[Span] = []
         self._lock = threading.Lock()
         self._listeners: list[socket.socket] = []
         self._conns: list[socket.socket] = []
@@ -106,7 +133,12 @@ class TimestampingServer:
                     path = head.split(b" ", 2)[1].decode()
                     with self._lock:
                         self.stamps.append(Stamp(stamp, port, path))
-                    conn.sendall(self._response(path))
+                    response = self._response(path)
+                    if self.hold:
+                        time.sleep(self.hold)
+                    conn.sendall(response)
+                    with self._lock:
+                        self.spans.append(Span(stamp, time.time(), path))
         except OSError:
             return
 
