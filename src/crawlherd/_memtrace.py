@@ -6,21 +6,30 @@ WARNING, logger ``crawlherd.memtrace``, so that it shows without ``-v``) the tra
 allocation sites by growth since the **first** report -- the first report is the baseline, taken after
 the process warmed up for one interval, so that imports and first connections do not hide what grows
 later. ``CRAWLHERD_TRACEMALLOC_FRAMES`` (default 6) is how many frames each allocation keeps; the
-biggest growths are also shown with their call stack. Tracing costs CPU and memory (about +30 % and
+biggest growths are also shown with their call stack; ``0`` traces nothing and reports only the memory
+line below (at no cost worth measuring: for a long soak). Tracing costs CPU and memory (about +30 % and
 a few MiB): a diagnostic, not for production.
+
+Each report also gives the process's RSS and, on glibc, what C's allocator holds (``mallinfo2``): the
+bytes in use, the bytes **free but kept** in its arenas (not returned to the system: fragmentation
+and warm-up, which RSS counts and tracemalloc does not) and the bytes in large ``mmap`` blocks. RSS
+growing while the traced total stays flat and "free but kept" grows is the allocator, not a leak.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
+import sys
 import tracemalloc
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["ENV", "growth_report", "interval_from_env", "traced"]
+__all__ = ["ENV", "growth_report", "interval_from_env", "frames_from_env", "memory_line", "traced"]
 
 T = TypeVar("T")
 ENV = "CRAWLHERD_TRACEMALLOC"
@@ -60,26 +69,76 @@ def growth_report(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot, *, 
     return "\n".join(lines)
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _mallinfo() -> _MallInfo2 | None:
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):  # not glibc (or older than 2.33)
+        return None
+    mallinfo2.restype = _MallInfo2
+    info: _MallInfo2 = mallinfo2()
+    return info
+
+
+def memory_line() -> str:
+    """RSS, the blocks Python's allocator holds (objects alive: a count that grows with a leak of
+    objects, tracing or not), and glibc malloc's in use / free but kept / mmapped (MiB) where it can be
+    read."""
+    parts = []
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                parts.append(f"RSS {int(line.split()[1]) / 1024:.1f} MiB")
+    parts.append(f"{sys.getallocatedblocks()} Python blocks")
+    info = _mallinfo()
+    if info is not None:
+        parts.append(f"malloc: in use {info.uordblks / 2**20:.1f}, free but kept {info.fordblks / 2**20:.1f}, "
+                     f"mmapped {info.hblkhd / 2**20:.1f} MiB")
+    return "; ".join(parts)
+
+
 async def _report_every(seconds: float) -> None:
     await asyncio.sleep(seconds)
+    if not tracemalloc.is_tracing():  # CRAWLHERD_TRACEMALLOC_FRAMES=0: RSS and the allocator only
+        ticks = 1
+        while True:
+            log.warning("memory at %.0fs: %s", ticks * seconds, memory_line())
+            await asyncio.sleep(seconds)
+            ticks += 1
     baseline = tracemalloc.take_snapshot()
-    log.warning("tracemalloc: baseline after %.0fs, %.1f MiB traced", seconds,
-                tracemalloc.get_traced_memory()[0] / 2**20)
+    log.warning("tracemalloc: baseline after %.0fs, %.1f MiB traced; %s", seconds,
+                tracemalloc.get_traced_memory()[0] / 2**20, memory_line())
     ticks = 1
     while True:
         await asyncio.sleep(seconds)
         ticks += 1
         snapshot = tracemalloc.take_snapshot()
         traced, peak = tracemalloc.get_traced_memory()
-        log.warning("tracemalloc at %.0fs: %.1f MiB traced (peak %.1f); growth since the baseline:\n%s",
-                    ticks * seconds, traced / 2**20, peak / 2**20, growth_report(baseline, snapshot))
+        log.warning("tracemalloc at %.0fs: %.1f MiB traced (peak %.1f); %s; growth since the baseline:\n%s",
+                    ticks * seconds, traced / 2**20, peak / 2**20, memory_line(), growth_report(baseline, snapshot))
         del snapshot
+
+
+def frames_from_env(env: dict[str, str] | None = None) -> int:
+    """``CRAWLHERD_TRACEMALLOC_FRAMES``: frames kept per allocation (default 6; 0: no tracing, the
+    reports give RSS and the allocator's figures only)."""
+    raw = (os.environ if env is None else env).get(f"{ENV}_FRAMES", "").strip()
+    try:
+        return max(0, int(raw)) if raw else 6
+    except ValueError:
+        log.warning("%s_FRAMES=%r is not a whole number; 6 frames", ENV, raw)
+        return 6
 
 
 async def traced(main: Coroutine[Any, Any, T], seconds: float) -> T:
     """Run ``main`` with allocation tracing and a growth report every ``seconds``."""
-    if not tracemalloc.is_tracing():
-        tracemalloc.start(int(os.environ.get(f"{ENV}_FRAMES", "6") or 6))
+    frames = frames_from_env()
+    if frames and not tracemalloc.is_tracing():
+        tracemalloc.start(frames)
     reporter = asyncio.create_task(_report_every(seconds), name="tracemalloc-report")
     try:
         return await main
