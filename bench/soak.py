@@ -205,7 +205,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             }
             exe = [sys.executable, "-m", "crawlherd"]
             # --tracemalloc: the two long-lived processes log what grew (crawlherd._memtrace)
-            traced = {**env, "CRAWLHERD_TRACEMALLOC": str(args.tracemalloc)} if args.tracemalloc else env
+            traced = env
+            if args.tracemalloc:
+                traced = {**env, "CRAWLHERD_TRACEMALLOC": str(args.tracemalloc),
+                          "CRAWLHERD_TRACEMALLOC_FRAMES": str(args.tracemalloc_frames)}
             for i in range(args.dispatchers):
                 cmd = [*exe, "dispatch", "--interval", "0.5", "-q"]
                 procs.append(Proc(f"dispatch-{i + 1}", cmd, traced if i == 0 else env, logdir))
@@ -317,6 +320,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 drained_in_s=drained_in,
                 memory=memory_report(procs, self_samples),
                 logs=scan_logs(logdir),
+                memtrace=memtrace_lines(logdir),
                 log_dir=str(logdir),
                 events=events,
             )
@@ -438,8 +442,24 @@ def scan_logs(logdir: Path) -> dict[str, int]:
         body = path.read_text(errors="replace")
         counts["tracebacks"] += body.count("Traceback (most recent call last)")
         counts["error_lines"] += sum(1 for line in body.splitlines() if " ERROR " in line or line.startswith("ERROR"))
-        counts["warning_lines"] += sum(1 for line in body.splitlines() if "WARNING" in line)
+        counts["warning_lines"] += sum(
+            1 for line in body.splitlines() if "WARNING" in line and "crawlherd.memtrace" not in line
+        )
     return dict(counts)
+
+
+def memtrace_lines(logdir: Path) -> dict[str, list[str]]:
+    """The memory lines (``--tracemalloc``) of each process's log, without their timestamp prefix."""
+    out: dict[str, list[str]] = {}
+    for path in sorted(logdir.glob("*.log")):
+        lines = [
+            line.split("crawlherd.memtrace: ", 1)[1]
+            for line in path.read_text(errors="replace").splitlines()
+            if "crawlherd.memtrace: " in line
+        ]
+        if lines:
+            out[path.stem] = lines
+    return out
 
 
 async def cleanup(args: argparse.Namespace, run_id: str) -> None:
@@ -501,6 +521,10 @@ def markdown(r: dict[str, Any]) -> str:
                 f"{life['rss_end_mib']} | {life['rss_max_mib']} | {life['growth_mib']:+} | "
                 f"{' '.join(map(str, life['series_mib']))} |"
             )
+    for name, trace in r.get("memtrace", {}).items():
+        lines += ["", f"{name}: memory lines (--tracemalloc), first, then every fifth, and the last:", ""]
+        picked = trace[:1] + trace[1:-1][4::5] + trace[-1:] if len(trace) > 1 else trace
+        lines += [f"    {line.splitlines()[0]}" for line in picked]
     return "\n".join(lines)
 
 
@@ -528,6 +552,12 @@ def main() -> None:
         default=0.0,
         metavar="SECONDS",
         help="dispatch-1 and worker-1 log their allocation growth every SECONDS (CRAWLHERD_TRACEMALLOC).",
+    )
+    parser.add_argument(
+        "--tracemalloc-frames",
+        type=int,
+        default=6,
+        help="Frames per traced allocation; 0: no tracing, only RSS, Python blocks and malloc's figures.",
     )
     parser.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/")
