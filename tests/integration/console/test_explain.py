@@ -29,7 +29,7 @@ from crawlherd.service.editing import set_target_active
 from crawlherd.service.embedded import run_embedded
 from crawlherd.service.explain import VERDICTS, Explanation, explain
 from crawlherd.service.outbox import tick
-from crawlherd.service.relay import Relay
+from crawlherd.service.relay import Relay, RelayOptions
 from crawlherd.service.run_now import run_now
 from crawlherd.web.app import create_app
 from crawlherd.worker.runs import RunStore
@@ -83,7 +83,7 @@ async def _scenarios(url: str) -> dict[str, int]:
         down, up = MemoryBroker(), MemoryBroker()
         down.set_down(True)
         await run_now(engine, ids["stuck_in_outbox"], requested_by="test")
-        assert (await Relay(engine, down, backoff=600).run_round()).failed == 1
+        assert (await Relay(engine, down, RelayOptions(backoff=600)).run_round()).failed == 1
         for name in ("waiting_for_worker", "running", "worker_lost", "retrying", "dead", "requeued", "ran"):
             await run_now(engine, ids[name], requested_by="test")
         assert (await Relay(engine, up).run_round()).published == 7
