@@ -43,7 +43,7 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, cast, runtime_checkable
 
@@ -110,6 +110,30 @@ class Failure:
     row: LeasedRow
     error: str
     rejected: bool = False
+
+
+@dataclass(slots=True)
+class _Publishes:
+    """The publishes of one round as they settle: which rows started, which finished, and how."""
+
+    relay: Relay
+    last_start: float  # the loop time after which no publish starts (Relay._last_start)
+    confirmed: list[int]
+    failures: list[Failure]
+    started: dict[int, LeasedRow] = field(default_factory=dict)
+    finished: set[int] = field(default_factory=set)
+
+    def too_late(self) -> bool:
+        return asyncio.get_running_loop().time() > self.last_start
+
+    def settled(self, row: LeasedRow, error: BaseException | None) -> None:
+        """``row``'s publish is over: confirmed (``error`` None) or failed."""
+        if error is None:
+            self.confirmed.append(row.id)
+            self.relay.confirmed_now()
+        else:
+            self.relay._failed(Failure(row, summarize(error), isinstance(error, MessageRejectedError)), self.failures)
+        self.finished.add(row.id)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,43 +261,31 @@ class Relay:
         ``leased_at``, the loop's time when the lease began; default: now) at the latest: what is
         still in flight then counts as failed; nothing is started after it (a broker that never
         makes the loop wait could otherwise publish past it)."""
-        started: dict[int, LeasedRow] = {}
-        finished: set[int] = set()
         loop = asyncio.get_running_loop()
         deadline = (loop.time() if leased_at is None else leased_at) + self.round_timeout
+        publishes = _Publishes(self, self._last_start(deadline), confirmed, failures)
         try:
             async with asyncio.timeout_at(deadline):
                 if isinstance(self.broker, BatchPublisher):
-                    await self._publish_batches(self.broker, rows, confirmed, failures, started, finished, deadline)
+                    await self._publish_batches(self.broker, rows, publishes)
                 else:
-                    await self._publish_each(rows, confirmed, failures, started, finished, deadline)
+                    await self._publish_each(rows, publishes)
         except TimeoutError:
             # Publishes cut off in flight may or may not have reached the broker: retried after a
             # back-off (a duplicate at worst). Rows never started are released by the caller.
-            for row_id, row in started.items():
-                if row_id not in finished:
+            for row_id, row in publishes.started.items():
+                if row_id not in publishes.finished:
                     self._failed(Failure(row, f"{_ROUND_ERROR} ({self.round_timeout:g}s)"), failures)
 
-    async def _publish_each(
-        self,
-        rows: Sequence[LeasedRow],
-        confirmed: list[int],
-        failures: list[Failure],
-        started: dict[int, LeasedRow],
-        finished: set[int],
-        deadline: float,
-    ) -> None:
+    async def _publish_each(self, rows: Sequence[LeasedRow], publishes: _Publishes) -> None:
         """``publish_concurrency`` publishers, each taking the next row as soon as its last is confirmed."""
         todo = iter(rows)
-        loop = asyncio.get_running_loop()
-
-        last_start = self._last_start(deadline)
 
         async def publisher() -> None:
             for row in todo:
-                if loop.time() > last_start:
+                if publishes.too_late():
                     return  # too late in the round to be confirmed before its deadline: released
-                started[row.id] = row
+                publishes.started[row.id] = row
                 try:
                     await wait_while_progressing(
                         self.broker.publish(row.body.encode(), key=row.key, headers=JOB_HEADERS),
@@ -281,47 +293,29 @@ class Relay:
                         lambda: self._confirmed_at,
                     )
                 except Exception as exc:  # noqa: BLE001 - any failure keeps the row for a retry
-                    self._failed(Failure(row, summarize(exc), isinstance(exc, MessageRejectedError)), failures)
+                    publishes.settled(row, exc)
                 else:
-                    confirmed.append(row.id)
-                    self._confirmed_at = time.monotonic()
-                    self.last_error = None
-                finished.add(row.id)
+                    publishes.settled(row, None)
 
         async with asyncio.TaskGroup() as group:
             for _ in range(min(self.options.publish_concurrency, len(rows))):
                 group.create_task(publisher())
 
-    async def _publish_batches(
-        self,
-        broker: BatchPublisher,
-        rows: Sequence[LeasedRow],
-        confirmed: list[int],
-        failures: list[Failure],
-        started: dict[int, LeasedRow],
-        finished: set[int],
-        deadline: float,
-    ) -> None:
+    async def _publish_batches(self, broker: BatchPublisher, rows: Sequence[LeasedRow], publishes: _Publishes) -> None:
         """Batches of ``publish_concurrency`` rows, one after the other (each one round trip)."""
-        loop = asyncio.get_running_loop()
-        last_start = self._last_start(deadline)
         for start in range(0, len(rows), self.options.publish_concurrency):
-            if loop.time() > last_start:
+            if publishes.too_late():
                 return  # too late in the round: the rest is released by the caller
             batch = rows[start : start + self.options.publish_concurrency]
-            started.update((row.id, row) for row in batch)
+            publishes.started.update((row.id, row) for row in batch)
+            errors: Sequence[BaseException | None]
             try:
                 async with asyncio.timeout(self.options.publish_timeout):
                     errors = await broker.publish_many([(row.body.encode(), row.key, JOB_HEADERS) for row in batch])
             except Exception as exc:  # noqa: BLE001 - any failure keeps the rows for a retry
                 errors = [exc] * len(batch)
             for row, error in zip(batch, errors, strict=True):
-                if error is None:
-                    confirmed.append(row.id)
-                    self.last_error = None
-                else:
-                    self._failed(Failure(row, summarize(error), isinstance(error, MessageRejectedError)), failures)
-                finished.add(row.id)
+                publishes.settled(row, error)
 
     def _last_start(self, deadline: float) -> float:
         """The loop time after which this round starts no publish: ``publish_timeout`` before its
@@ -329,6 +323,11 @@ class Relay:
         time -- a publish cut off by the deadline may be published again, a duplicate; a row not
         started is released, and published by the next round."""
         return deadline - min(self.round_timeout / 2, self.options.publish_timeout)
+
+    def confirmed_now(self) -> None:
+        """A publish was confirmed: the broker answers (no error under way)."""
+        self._confirmed_at = time.monotonic()
+        self.last_error = None
 
     def _failed(self, failure: Failure, failures: list[Failure]) -> None:
         failures.append(failure)
@@ -362,16 +361,14 @@ class Relay:
                         chunk = confirmed[start : start + _MARK_CHUNK]
                         await conn.execute(mark.where(ob.id.in_(chunk), ob.status == "pending"))
                         await conn.execute(trail.where(OutboxTrail.outbox_id.in_(chunk)))
+                # The pending row ``b_id`` if its lease is still ours (one that ran out belongs to another).
+                ours = update(_OUTBOX).where(
+                    _OUTBOX.c.id == bindparam("b_id"), _OUTBOX.c.status == "pending", _OUTBOX.c.lease_owner == self.owner
+                )
                 dead = [f for f in failures if f.rejected and f.row.attempts >= self.options.dead_after]
                 if dead:
                     await conn.execute(
-                        update(_OUTBOX)
-                        .where(
-                            _OUTBOX.c.id == bindparam("b_id"),
-                            _OUTBOX.c.status == "pending",
-                            _OUTBOX.c.lease_owner == self.owner,
-                        )
-                        .values(status="dead", leased_until=None, lease_owner=None, last_error=bindparam("b_error")),
+                        ours.values(status="dead", leased_until=None, lease_owner=None, last_error=bindparam("b_error")),
                         [{"b_id": f.row.id, "b_error": f.error[:1000]} for f in dead],
                     )
                     for f in dead:
@@ -388,13 +385,7 @@ class Relay:
                 ] + [{"b_id": row.id, "b_until": now, "b_error": None} for row in released]
                 if retries:
                     await conn.execute(
-                        update(_OUTBOX)
-                        .where(
-                            _OUTBOX.c.id == bindparam("b_id"),
-                            _OUTBOX.c.status == "pending",
-                            _OUTBOX.c.lease_owner == self.owner,
-                        )
-                        .values(
+                        ours.values(
                             leased_until=bindparam("b_until", type_=UTCDateTime()),
                             last_error=bindparam("b_error"),
                             lease_owner=None,

@@ -33,7 +33,7 @@ from crawlherd.service.relay import Relay, RelayOptions
 from crawlherd.service.run_now import run_now
 from crawlherd.web.app import create_app
 from crawlherd.worker.runs import RunStore
-from crawlherd.worker.worker import Worker
+from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.support.console import add_site, add_target
 
 # scenario (target keywords) -> the verdict it must get, and a phrase its explanation must contain
@@ -224,7 +224,9 @@ async def test_politeness_holds_the_pages_of_a_running_job(tmp_path: Path) -> No
             stop = asyncio.Event()
             async with open_broker(url) as broker:
                 worker = Worker(
-                    engine, broker, limits=FetchLimits(allow_private_addresses=True), shutdown_timeout=0.5
+                    engine,
+                    broker,
+                    WorkerOptions(limits=FetchLimits(allow_private_addresses=True), shutdown_timeout=0.5),
                 )
                 async with worker:
                     pipeline = asyncio.create_task(run_embedded(engine, broker, worker, stop=stop, interval=0.05))
