@@ -362,13 +362,16 @@ class Relay:
                         await conn.execute(mark.where(ob.id.in_(chunk), ob.status == "pending"))
                         await conn.execute(trail.where(OutboxTrail.outbox_id.in_(chunk)))
                 # The pending row ``b_id`` if its lease is still ours (one that ran out belongs to another).
+                row = _OUTBOX.c
                 ours = update(_OUTBOX).where(
-                    _OUTBOX.c.id == bindparam("b_id"), _OUTBOX.c.status == "pending", _OUTBOX.c.lease_owner == self.owner
+                    row.id == bindparam("b_id"), row.status == "pending", row.lease_owner == self.owner
                 )
                 dead = [f for f in failures if f.rejected and f.row.attempts >= self.options.dead_after]
                 if dead:
                     await conn.execute(
-                        ours.values(status="dead", leased_until=None, lease_owner=None, last_error=bindparam("b_error")),
+                        ours.values(
+                            status="dead", leased_until=None, lease_owner=None, last_error=bindparam("b_error")
+                        ),
                         [{"b_id": f.row.id, "b_error": f.error[:1000]} for f in dead],
                     )
                     for f in dead:

@@ -52,7 +52,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -96,7 +96,8 @@ from crawlherd.worker.runs import RunStore
 __all__ = ["PAGE_DISPATCHERS", "Worker", "WorkerOptions", "WorkerStats"]
 
 #: The engine dispatchers a worker can run its pages with.
-PAGE_DISPATCHERS = ("semaphore", "memory-adaptive")
+PageDispatcher = Literal["semaphore", "memory-adaptive"]
+PAGE_DISPATCHERS: tuple[str, ...] = get_args(PageDispatcher)
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ class WorkerOptions:
     between two looks at ``job_runs`` while a job's listing is read by another worker."""
 
     concurrency: Count = 4
-    page_dispatcher: str = "semaphore"
+    page_dispatcher: PageDispatcher = "semaphore"
     page_concurrency: Count = 8
     frontier_url: str = "memory://"
     lease_timeout: Seconds | None = None
@@ -148,10 +149,6 @@ class WorkerOptions:
 
     def __post_init__(self) -> None:
         check_options(self, "worker")
-        if self.page_dispatcher not in PAGE_DISPATCHERS:
-            raise ConfigurationError(
-                f"unknown page dispatcher {self.page_dispatcher!r}: use {' or '.join(map(repr, PAGE_DISPATCHERS))}"
-            )
         if self.max_backoff < self.backoff:
             raise ConfigurationError(f"need backoff <= max_backoff, got {self.backoff!r} and {self.max_backoff!r}")
 
