@@ -18,7 +18,7 @@ from crawlherd.demo import DemoSite
 from crawlherd.demo.targets import demo_targets
 from crawlherd.extract.rules import ExtractionRules
 from crawlherd.fetch.base import FetchLimits
-from crawlherd.fetch.browser import BrowserFetcher
+from crawlherd.fetch.browser import BrowserFetcher, BrowserOptions
 from crawlherd.request import Request
 
 
@@ -69,11 +69,16 @@ async def main() -> None:
 
         print(f"{args.pages} listing pages, {args.max_pages} at a time")
         baseline = await timed("plain aiohttp, server-rendered (baseline)", args.pages, plain)
-        async with BrowserFetcher(limits, max_pages=args.max_pages) as idle:
+        async with BrowserFetcher(limits, BrowserOptions(max_pages=args.max_pages)) as idle:
             await idle.fetch(Request(f"{site.url}/"))  # launch outside the timing
             networkidle = await timed("BrowserFetcher, networkidle", args.pages, browser_run(idle))
         async with BrowserFetcher(
-            limits, max_pages=args.max_pages, wait_until="domcontentloaded", wait_for="#results[data-state=done]"
+            limits,
+            BrowserOptions(
+                max_pages=args.max_pages,
+                wait_until="domcontentloaded",
+                wait_for="#results[data-state=done]",
+            ),
         ) as waiting:
             await waiting.fetch(Request(f"{site.url}/", meta={"wait_for": None}))
             selector = await timed("BrowserFetcher, wait_for selector", args.pages, browser_run(waiting))

@@ -54,7 +54,7 @@ from tests.support.real_brokers import delete_queues  # noqa: E402
 from crawlherd.brokers import open_broker  # noqa: E402
 from crawlherd.brokers.base import Broker  # noqa: E402
 from crawlherd.db import DispatchOutbox, ScrapeTarget, create_engine, db_now, upgrade  # noqa: E402
-from crawlherd.service.dispatch_service import DispatchService  # noqa: E402
+from crawlherd.service.dispatch_service import DispatchOptions, DispatchService  # noqa: E402
 
 HOUR = timedelta(hours=1)
 
@@ -87,7 +87,7 @@ async def sample_bodies(engine: AsyncEngine, n: int) -> list[bytes]:
 
 
 async def crawlherd_once(engine: AsyncEngine, broker: Broker, n: int, options: dict[str, Any]) -> float:
-    service = DispatchService(engine, broker, **options)
+    service = DispatchService(engine, broker, DispatchOptions(**options))
     t0 = time.perf_counter()
     tick, relay = await service.run_once()
     elapsed = time.perf_counter() - t0

@@ -110,9 +110,9 @@ def _make_http(site: Site, limits: FetchLimits) -> Fetcher:
 
 
 def _make_browser(site: Site, limits: FetchLimits, chromium: str) -> Fetcher:
-    from crawlherd.fetch.browser import BrowserFetcher
+    from crawlherd.fetch.browser import BrowserFetcher, BrowserOptions
 
-    return BrowserFetcher(limits, executable_path=chromium, wait_until="load")
+    return BrowserFetcher(limits, BrowserOptions(executable_path=chromium, wait_until="load"))
 
 
 FETCHERS = ["mock", "http", pytest.param("browser", marks=pytest.mark.browser)]

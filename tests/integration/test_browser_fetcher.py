@@ -23,7 +23,7 @@ from crawlherd.errors import (
 )
 from crawlherd.extract.rules import ExtractionRules
 from crawlherd.fetch.base import Fetcher, FetchLimits
-from crawlherd.fetch.browser import BrowserFetcher, find_chromium
+from crawlherd.fetch.browser import BrowserFetcher, BrowserOptions, find_chromium
 from crawlherd.request import Request
 from tests.support.demo import first_search_urls
 
@@ -54,7 +54,7 @@ async def site() -> AsyncIterator[DemoSite]:
 
 @pytest.fixture
 async def fetcher(chromium: str) -> AsyncIterator[BrowserFetcher]:
-    async with BrowserFetcher(LOOPBACK, executable_path=chromium, max_pages=2) as browser:
+    async with BrowserFetcher(LOOPBACK, BrowserOptions(executable_path=chromium, max_pages=2)) as browser:
         yield browser
     assert not browser.started and browser.pages_open == 0
 
@@ -217,7 +217,8 @@ async def test_js_listing_yields_its_items_through_the_browser_and_none_over_pla
 
 async def test_wait_for_selector_and_screenshot(site: DemoSite, chromium: str) -> None:
     async with BrowserFetcher(
-        LOOPBACK, executable_path=chromium, wait_until="domcontentloaded", wait_for="#results[data-state=done]"
+        LOOPBACK,
+        BrowserOptions(executable_path=chromium, wait_until="domcontentloaded", wait_for="#results[data-state=done]"),
     ) as fetcher:
         response = await fetcher.fetch(Request(f"{site.url}/js/search?q=rust&l=paris", meta={"screenshot": True}))
         assert len(_js_rules(site).extract(response.text, response.url).items) == len(
@@ -225,13 +226,14 @@ async def test_wait_for_selector_and_screenshot(site: DemoSite, chromium: str) -
         )
         assert response.screenshot is not None and response.screenshot.startswith(b"\x89PNG")
     short = FetchLimits(allow_private_addresses=True, total_timeout=3)
-    async with BrowserFetcher(short, executable_path=chromium, wait_until="domcontentloaded") as fetcher:
+    loaded = BrowserOptions(executable_path=chromium, wait_until="domcontentloaded")
+    async with BrowserFetcher(short, loaded) as fetcher:
         with pytest.raises(FetchTimeoutError, match="#never"):
             await fetcher.fetch(Request(f"{site.url}/js/search?q=rust&l=paris", meta={"wait_for": "#never"}))
 
 
 async def test_guard_refuses_private_addresses_unless_allowed(site: DemoSite, chromium: str) -> None:
-    strict = BrowserFetcher(FetchLimits(), executable_path=chromium)
+    strict = BrowserFetcher(FetchLimits(), BrowserOptions(executable_path=chromium))
     try:
         with pytest.raises(AddressNotAllowedError, match="allow_private_addresses"):
             await strict.fetch(Request(f"{site.url}/js/search?q=data&l=london"))
@@ -239,7 +241,7 @@ async def test_guard_refuses_private_addresses_unless_allowed(site: DemoSite, ch
         assert len(site.log) == 0
     finally:
         await strict.close()
-    async with BrowserFetcher(LOOPBACK, executable_path=chromium) as allowed:
+    async with BrowserFetcher(LOOPBACK, BrowserOptions(executable_path=chromium)) as allowed:
         assert (await allowed.fetch(Request(f"{site.url}/jobs/1000"))).status == 200
         assert len(site.log) == 1
         # Any status is a Response; the rate-limit headers reach the caller.
@@ -256,7 +258,8 @@ async def test_every_request_the_page_makes_goes_through_the_guard(server: Serve
         if host == "localhost":
             raise AddressNotAllowedError(f"{url}: refused by test", url=url)
 
-    async with BrowserFetcher(LOOPBACK, executable_path=chromium, address_check=no_localhost) as fetcher:
+    options = BrowserOptions(executable_path=chromium)
+    async with BrowserFetcher(LOOPBACK, options, address_check=no_localhost) as fetcher:
         assert (await fetcher.fetch(Request(f"{server.url}/cross"))).status == 200
         assert (await fetcher.fetch(Request(f"{server.url}/sub-redirect"))).status == 200
         refused_ws = await fetcher.fetch(Request(f"{server.url}/ws-page", meta={"wait_for": "#ws-done"}))
@@ -267,7 +270,7 @@ async def test_every_request_the_page_makes_goes_through_the_guard(server: Serve
     assert {"/cross", "/sub-redirect", "/r-sub", "/to-localhost", "/ws-page"} <= set(server.hits)
     assert "/final" not in server.hits
     # The same pages with the default guard (loopback allowed) do reach /secret: the test can fail.
-    async with BrowserFetcher(LOOPBACK, executable_path=chromium) as fetcher:
+    async with BrowserFetcher(LOOPBACK, BrowserOptions(executable_path=chromium)) as fetcher:
         await fetcher.fetch(Request(f"{server.url}/cross"))
         await fetcher.fetch(Request(f"{server.url}/sub-redirect"))
         allowed_ws = await fetcher.fetch(Request(f"{server.url}/ws-page", meta={"wait_for": "#ws-done"}))
@@ -285,7 +288,8 @@ async def test_redirects_are_followed_counted_and_capped(
     assert "final" in response.text
     assert server.user_agents == [LOOPBACK.user_agent]
     async with BrowserFetcher(
-        FetchLimits(allow_private_addresses=True, max_redirects=2), executable_path=chromium
+        FetchLimits(allow_private_addresses=True, max_redirects=2),
+        BrowserOptions(executable_path=chromium),
     ) as capped:
         with pytest.raises(TooManyRedirectsError, match="max_redirects=2"):
             await capped.fetch(Request(f"{server.url}/r/3"))
@@ -297,7 +301,8 @@ async def test_content_type_body_size_and_timeout_limits(
     with pytest.raises(ContentTypeError, match="image/png"):
         await fetcher.fetch(Request(f"{server.url}/image"))
     async with BrowserFetcher(
-        FetchLimits(allow_private_addresses=True, max_body_size=10_000, total_timeout=2), executable_path=chromium
+        FetchLimits(allow_private_addresses=True, max_body_size=10_000, total_timeout=2),
+        BrowserOptions(executable_path=chromium),
     ) as small:
         with pytest.raises(BodyTooLargeError, match="max_body_size=10000"):
             await small.fetch(Request(f"{server.url}/big"))
@@ -324,7 +329,7 @@ async def test_page_pool_is_bounded(server: Server, fetcher: BrowserFetcher) -> 
 
 
 async def test_missing_browser_is_a_clear_error(tmp_path: Any) -> None:
-    fetcher = BrowserFetcher(LOOPBACK, executable_path=str(tmp_path / "no-chromium"))
+    fetcher = BrowserFetcher(LOOPBACK, BrowserOptions(executable_path=str(tmp_path / "no-chromium")))
     with pytest.raises(BrowserUnavailableError) as info:
         async with fetcher:
             pass
@@ -360,7 +365,10 @@ async def test_crawler_run_config_screenshot_reaches_the_browser(
     """crawl4ai's CrawlerRunConfig(screenshot=True) through the Crawler: a PNG, and no warning."""
     from crawlherd import AsyncWebCrawler, CrawlerRunConfig
 
-    fetcher = BrowserFetcher(LOOPBACK, executable_path=chromium, wait_until="domcontentloaded")
+    fetcher = BrowserFetcher(
+        LOOPBACK,
+        BrowserOptions(executable_path=chromium, wait_until="domcontentloaded"),
+    )
     async with AsyncWebCrawler(fetcher=fetcher) as crawler:
         [result] = await crawler.arun_many(urls=[f"{site.url}/"], config=CrawlerRunConfig(screenshot=True))
         plain = await crawler.arun(f"{site.url}/")

@@ -21,7 +21,7 @@ from crawlherd.db import JobRun
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.request import Request
 from crawlherd.service.dispatch_service import DispatchService
-from crawlherd.worker.worker import Worker
+from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.dispatch import dispatch_due, relay_all
 from tests.support.fixtures import BROKERS, scratch_broker
@@ -48,7 +48,10 @@ async def test_a_job_longer_than_the_brokers_lease_runs_once(
         service = DispatchService(engine, one)
         await dispatch_due(service)
         await relay_all(service)
-        workers = [Worker(engine, b, concurrency=1, limits=limits, name=n) for b, n in ((one, "w1"), (two, "w2"))]
+        workers = [
+            Worker(engine, b, WorkerOptions(concurrency=1, limits=limits, name=n))
+            for b, n in ((one, "w1"), (two, "w2"))
+        ]
         stop = asyncio.Event()
         async with workers[0], workers[1]:
             running = [asyncio.create_task(w.run(stop)) for w in workers]
@@ -71,17 +74,17 @@ async def test_the_frontier_urls_lease_timeout_is_kept_and_a_dead_workers_page_c
 ) -> None:
     url = f"sqlite:///{tmp_path / 'frontier.db'}?lease_timeout=0.5"
     async with open_broker("memory://") as broker:
-        dead = Worker(engine, broker, frontier_url=url, name="dead")
+        dead = Worker(engine, broker, WorkerOptions(frontier_url=url, name="dead"))
         async with dead:
             assert dead.frontier is not None
             assert dead.frontier.options.lease_timeout == 0.5  # type: ignore[attr-defined]
             await dead.frontier.enqueue_request(Request("https://example.test/detail/1"))
             assert await dead.frontier.next_request() is not None  # leased ... and the worker dies
-        alive = Worker(engine, broker, frontier_url=url, name="alive")
+        alive = Worker(engine, broker, WorkerOptions(frontier_url=url, name="alive"))
         async with alive:
             assert alive.frontier is not None
             again = await alive.frontier.wait_next(timeout=10)  # after its lease: 0.5 s, not minutes
             assert again is not None and again.request.url == "https://example.test/detail/1"
-        told = Worker(engine, broker, frontier_url=url, lease_timeout=3.0)
+        told = Worker(engine, broker, WorkerOptions(frontier_url=url, lease_timeout=3.0))
         async with told:
             assert told.frontier.options.lease_timeout == 3.0  # type: ignore[union-attr]

@@ -33,7 +33,7 @@ from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.service.embedded import progress_of, run_embedded
 from crawlherd.service.targets import import_targets
 from crawlherd.sinks import DETAIL_AT, MemorySink
-from crawlherd.worker.worker import Worker
+from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.conftest import REDIS_URL
 from tests.support.db import fresh_postgres_database
 from tests.support.demo import failing_targets
@@ -333,7 +333,11 @@ async def test_failing_site_goes_dead_with_growing_delays_and_can_be_sent_again(
         async with DemoSite() as site, open_broker(db_url) as broker:
             await load_targets(engine, failing_targets(site.url), tmp_path)
             limits = FetchLimits(allow_private_addresses=True)
-            worker = Worker(engine, broker, max_attempts=3, backoff=1.0, max_backoff=10.0, limits=limits)
+            worker = Worker(
+                engine,
+                broker,
+                WorkerOptions(max_attempts=3, backoff=1.0, max_backoff=10.0, limits=limits),
+            )
             async with worker:
                 await run_embedded(
                     engine, broker, worker, stop=asyncio.Event(), interval=0.1, until_idle=True, progress_every=0.1
@@ -448,8 +452,10 @@ async def test_detail_pages_seen_in_an_earlier_run_are_not_fetched_again(tmp_pat
                     worker = Worker(
                         engine,
                         broker,
-                        limits=FetchLimits(allow_private_addresses=True),
-                        frontier_url=f"sqlite:///{tmp_path / 'frontier.db'}",
+                        WorkerOptions(
+                            limits=FetchLimits(allow_private_addresses=True),
+                            frontier_url=f"sqlite:///{tmp_path / 'frontier.db'}",
+                        ),
                     )
                     async with worker:
                         await run_embedded(
@@ -488,7 +494,12 @@ async def test_a_worker_with_a_memory_sink_stores_its_items_there(tmp_path: Path
             await load_targets(engine, document, tmp_path)
             sink = MemorySink()
             async with open_broker(db_url) as broker:
-                worker = Worker(engine, broker, limits=FetchLimits(allow_private_addresses=True), sink=sink)
+                worker = Worker(
+                    engine,
+                    broker,
+                    WorkerOptions(limits=FetchLimits(allow_private_addresses=True)),
+                    sink=sink,
+                )
                 async with worker:
                     await run_embedded(
                         engine, broker, worker, stop=asyncio.Event(), interval=0.1, until_idle=True, progress_every=0.1

@@ -23,7 +23,7 @@ from crawlherd.db import JobRun
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.messages import decode_job, encode_job, idempotency_key, job_id_for
 from crawlherd.service.dispatch_service import DispatchService
-from crawlherd.worker.worker import Worker
+from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.dispatch import dispatch_due, relay_all
 from tests.support.fixtures import broker_url  # noqa: F401 - the fixture
@@ -70,8 +70,11 @@ async def test_poison_is_dead_lettered_with_reasons_and_the_good_job_behind_it_i
         await broker.publish(encode_job(gone), key=gone.idempotency_key)
         await broker.publish(good_body, key=good_key)
 
-        worker = Worker(engine, broker, concurrency=2, limits=FetchLimits(allow_private_addresses=True),
-                        backoff=0.1, name="w")
+        worker = Worker(
+            engine,
+            broker,
+            WorkerOptions(concurrency=2, limits=FetchLimits(allow_private_addresses=True), backoff=0.1, name="w"),
+        )
         stop = asyncio.Event()
         async with worker:
             running = asyncio.create_task(worker.run(stop))

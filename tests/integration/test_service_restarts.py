@@ -157,7 +157,7 @@ async def test_rabbitmq_connection_closed_under_a_worker(
     from crawlherd.brokers import open_broker
     from crawlherd.fetch.base import FetchLimits
     from crawlherd.service.dispatch_service import DispatchService
-    from crawlherd.worker.worker import Worker
+    from crawlherd.worker.worker import Worker, WorkerOptions
     from tests.support.dispatch import dispatch_due, relay_all
     from tests.support.real_brokers import remove
 
@@ -171,8 +171,11 @@ async def test_rabbitmq_connection_closed_under_a_worker(
             service = DispatchService(engine, broker)
             await dispatch_due(service)
             await relay_all(service)
-            worker = Worker(engine, broker, concurrency=2, limits=FetchLimits(allow_private_addresses=True),
-                            backoff=0.2)
+            worker = Worker(
+                engine,
+                broker,
+                WorkerOptions(concurrency=2, limits=FetchLimits(allow_private_addresses=True), backoff=0.2),
+            )
             stop = asyncio.Event()
             async with worker:
                 running = asyncio.create_task(worker.run(stop))

@@ -24,7 +24,7 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.messages import idempotency_key, job_id_for
 from crawlherd.service.embedded import run_embedded
 from crawlherd.service.targets import import_targets
-from crawlherd.worker.worker import Worker
+from crawlherd.worker.worker import Worker, WorkerOptions
 
 ROBOTS = "User-agent: *\nDisallow: /private/\n"
 
@@ -125,7 +125,9 @@ async def load(engine: AsyncEngine, tmp_path: Path, site: dict[str, Any], keywor
 async def run_until_idle(engine: AsyncEngine, tmp_path: Path, **options: Any) -> Worker:
     db_url = str(engine.url)
     async with open_broker(db_url) as broker:
-        worker = Worker(engine, broker, limits=FetchLimits(allow_private_addresses=True), backoff=0.1, **options)
+        worker = Worker(
+            engine, broker, WorkerOptions(limits=FetchLimits(allow_private_addresses=True), backoff=0.1, **options)
+        )
         async with worker:
             await run_embedded(
                 engine, broker, worker, stop=asyncio.Event(), interval=0.1, until_idle=True, progress_every=0.1
@@ -290,8 +292,16 @@ async def test_a_listing_read_by_another_worker_is_reported_to_the_jobs_owner(
         await DispatchService(engine, jobs).run_once()
         async for delivery in jobs.consume(prefetch=1):  # noqa: B007 - the first delivery is all it takes
             break
-        owner = Worker(engine, jobs, name="owner", frontier_url=frontier_url, limits=limits, poll_interval=0.1)
-        other = Worker(engine, empty, name="other", frontier_url=frontier_url, limits=limits)
+        owner = Worker(
+            engine,
+            jobs,
+            WorkerOptions(name="owner", frontier_url=frontier_url, limits=limits, poll_interval=0.1),
+        )
+        other = Worker(
+            engine,
+            empty,
+            WorkerOptions(name="other", frontier_url=frontier_url, limits=limits),
+        )
         stop = asyncio.Event()
         async with owner, other:
             pages = asyncio.create_task(other.run(stop))

@@ -13,7 +13,7 @@ async def dispatch_due(service: DispatchService) -> TickResult:
     while True:
         result = await service.tick()
         total += result
-        if result.targets < service.batch_size:
+        if result.targets < service.options.batch_size:
             return total
 
 
@@ -23,5 +23,5 @@ async def relay_all(service: DispatchService) -> RelayResult:
     while True:
         result = await service.relay()
         total += result
-        if result.leased < service.relayer.batch or result.failed:
+        if result.leased < service.options.relay_batch or result.failed:
             return total

@@ -9,7 +9,7 @@ import pytest
 
 from crawlherd.errors import AddressNotAllowedError, BrowserUnavailableError, ConfigurationError, FetchError
 from crawlherd.fetch.base import FetchLimits
-from crawlherd.fetch.browser import BrowserFetcher, find_chromium
+from crawlherd.fetch.browser import BrowserFetcher, BrowserOptions, find_chromium
 from crawlherd.request import Request
 
 
@@ -44,7 +44,7 @@ def test_no_browser_anywhere(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_no_playwright_installed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "playwright.async_api", None)
-    fetcher = BrowserFetcher(executable_path=_fake_browser(tmp_path))
+    fetcher = BrowserFetcher(options=BrowserOptions(executable_path=_fake_browser(tmp_path)))
     with pytest.raises(BrowserUnavailableError, match=r"pip install 'crawlherd\[browser\]'"):
         await fetcher.start()
     assert not fetcher.started
@@ -52,7 +52,7 @@ async def test_no_playwright_installed(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 async def test_a_browser_that_does_not_start_is_unavailable(tmp_path: Path) -> None:
     pytest.importorskip("playwright.async_api", reason="needs Playwright (crawlherd[browser])")
-    fetcher = BrowserFetcher(executable_path=_fake_browser(tmp_path), launch_timeout=20)
+    fetcher = BrowserFetcher(options=BrowserOptions(executable_path=_fake_browser(tmp_path), launch_timeout=20))
     with pytest.raises(BrowserUnavailableError, match="could not start Chromium at"):
         await fetcher.start()
     assert not fetcher.started
@@ -73,11 +73,11 @@ async def test_a_browser_that_does_not_start_is_unavailable(tmp_path: Path) -> N
 )
 def test_bad_options(kwargs: dict[str, object], word: str) -> None:
     with pytest.raises(ConfigurationError, match=word):
-        BrowserFetcher(**kwargs)  # type: ignore[arg-type]
+        BrowserOptions(**kwargs)  # type: ignore[arg-type]
 
 
 async def test_refusals_before_any_browser_is_started() -> None:
-    fetcher = BrowserFetcher(FetchLimits(), executable_path="/nonexistent/chromium")
+    fetcher = BrowserFetcher(FetchLimits(), BrowserOptions(executable_path="/nonexistent/chromium"))
     with pytest.raises(AddressNotAllowedError) as info:
         await fetcher.fetch(Request("http://127.0.0.1:9/"))
     assert info.value.request is not None and info.value.url == "http://127.0.0.1:9/"

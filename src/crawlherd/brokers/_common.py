@@ -18,13 +18,15 @@ import logging
 import math
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from crawlherd._options import AtLeast0, check_options
 from crawlherd._urloptions import options_from_url
 from crawlherd.brokers.base import Delivery
-from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError
+from crawlherd.errors import BackendUnavailableError, BrokerError
 
-__all__ = ["BrokerBase", "build_options", "check_numbers", "check_publish", "new_id"]
+__all__ = ["BrokerBase", "BrokerOptions", "build_options", "check_publish", "new_id"]
 
 log = logging.getLogger("crawlherd.brokers")
 
@@ -48,21 +50,18 @@ def build_options(cls: type[T], url: str, options: Mapping[str, Any], *, backend
     return options_from_url(cls, url, options, what=f"{backend} broker", keyword_only=live)
 
 
-def _positive(backend: str, name: str, value: float, *, allow_zero: bool = False) -> None:
-    """Raise ConfigurationError unless ``value`` is a finite number > 0 (or >= 0)."""
-    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        raise ConfigurationError(f"{backend} broker option {name}={value!r}: must be {'>=' if allow_zero else '>'} 0")
+@dataclass(frozen=True)
+class BrokerOptions:
+    """What the options of every broker have: ``max_deliveries``, the deliveries of a message after
+    which it is dead-lettered (0: no limit of crawlherd's). A backend's options subclass it, name their
+    ``backend`` and declare their bounds in their fields' types (:mod:`crawlherd._options`)."""
 
+    backend: ClassVar[str] = ""
 
-def check_numbers(backend: str, options: object, *, positive: Sequence[str] = (),
-                  non_negative: Sequence[str] = ()) -> None:
-    """Raise ConfigurationError unless each option of ``options`` named in ``positive`` is a finite
-    number > 0 and each named in ``non_negative`` one >= 0."""
-    for name in positive:
-        _positive(backend, name, getattr(options, name))
-    for name in non_negative:
-        _positive(backend, name, getattr(options, name), allow_zero=True)
+    max_deliveries: AtLeast0 = 10
+
+    def __post_init__(self) -> None:
+        check_options(self, f"{self.backend} broker")
 
 
 def check_publish(body: bytes, key: str, headers: Mapping[str, str] | None, delay: float) -> dict[str, str]:

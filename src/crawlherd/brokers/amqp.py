@@ -51,7 +51,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
@@ -59,14 +59,15 @@ import aio_pika.exceptions as pika_exc
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
 
 from crawlherd._aio import wait_while_progressing
+from crawlherd._options import AtLeast0, Seconds
 from crawlherd._redact import redact_url
 from crawlherd.brokers._common import (
     RESERVED_HEADER_PREFIX,
     BrokerBase,
+    BrokerOptions,
     Session,
     build_options,
     check_delay,
-    check_numbers,
     check_publish,
     log,
     new_id,
@@ -92,27 +93,25 @@ _DELIVERIES = RESERVED_HEADER_PREFIX + "deliveries"
 
 
 @dataclass(frozen=True)
-class AMQPBrokerOptions:
+class AMQPBrokerOptions(BrokerOptions):
     """See the module docstring."""
 
+    backend = "amqp"
+
     queue: str = "crawlherd.jobs"
-    queue_type: str = "classic"
-    delivery_limit: int = 0
-    max_deliveries: int = 10
-    publish_timeout: float = 10.0
-    connect_timeout: float = 10.0
-    heartbeat: int = 60
-    delay_queue_expires: float = 600.0
+    queue_type: Literal["classic", "quorum"] = "classic"
+    delivery_limit: AtLeast0 = 0
+    publish_timeout: Seconds = 10.0
+    connect_timeout: Seconds = 10.0
+    heartbeat: AtLeast0 = 60
+    delay_queue_expires: Seconds = 600.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.queue or len(self.queue) > 200:
             raise ConfigurationError(f"amqp broker option queue={self.queue!r}: 1 to 200 characters")
-        if self.queue_type not in ("classic", "quorum"):
-            raise ConfigurationError(f"amqp broker option queue_type={self.queue_type!r}: use 'classic' or 'quorum'")
         if self.delivery_limit < 0 or (self.delivery_limit and self.queue_type != "quorum"):
             raise ConfigurationError("amqp broker option delivery_limit: a number >= 1, with queue_type=quorum only")
-        check_numbers("amqp", self, positive=("publish_timeout", "connect_timeout", "delay_queue_expires"),
-                      non_negative=("heartbeat", "max_deliveries"))
 
 
 def delay_bucket_ms(delay: float) -> int:

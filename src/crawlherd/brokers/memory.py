@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_numbers, check_publish, new_id
+from crawlherd._options import Seconds
+from crawlherd.brokers._common import BrokerBase, BrokerOptions, build_options, check_delay, check_publish, new_id
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.errors import BackendUnavailableError, BrokerError
@@ -46,16 +47,14 @@ __all__ = ["MemoryBroker", "MemoryBrokerOptions", "MemoryStore"]
 
 
 @dataclass(frozen=True)
-class MemoryBrokerOptions:
+class MemoryBrokerOptions(BrokerOptions):
     """See the module docstring."""
 
-    clock: Clock = field(default_factory=SystemClock)
-    visibility_timeout: float = 60.0
-    max_deliveries: int = 10
-    record: bool = False
+    backend = "memory"
 
-    def __post_init__(self) -> None:
-        check_numbers("memory", self, positive=("visibility_timeout",), non_negative=("max_deliveries",))
+    clock: Clock = field(default_factory=SystemClock)
+    visibility_timeout: Seconds = 60.0
+    record: bool = False
 
 
 class _Msg:

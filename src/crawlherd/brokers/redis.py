@@ -50,8 +50,9 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawlherd._lua import lua_script
+from crawlherd._options import Delay, Seconds
 from crawlherd._redact import redact_url
-from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_numbers, check_publish, log, new_id
+from crawlherd.brokers._common import BrokerBase, BrokerOptions, build_options, check_delay, check_publish, log, new_id
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
 
@@ -75,27 +76,27 @@ _STREAM_ID = re.compile(r"^\d+-\d+$")
 
 
 @dataclass(frozen=True)
-class RedisBrokerOptions:
+class RedisBrokerOptions(BrokerOptions):
     """See the module docstring."""
+
+    backend = "redis"
 
     prefix: str = "crawlherd"
     stream: str = ""
     group: str = "crawlherd"
     consumer: str = ""
-    claim_idle: float = 60.0
-    claim_interval: float = 0.0
-    block: float = 1.0
-    connect_timeout: float = 5.0
-    socket_timeout: float = 10.0
-    max_deliveries: int = 10
+    claim_idle: Seconds = 60.0
+    claim_interval: Delay = 0.0
+    block: Seconds = 1.0
+    connect_timeout: Seconds = 5.0
+    socket_timeout: Seconds = 10.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not (self.stream or self.prefix):
             raise ConfigurationError("redis broker: give a prefix or a stream name")
         if not self.group:
             raise ConfigurationError("redis broker option group: must not be empty")
-        check_numbers("redis", self, positive=("claim_idle", "block", "connect_timeout", "socket_timeout"),
-                      non_negative=("claim_interval", "max_deliveries"))
         if self.block >= self.socket_timeout:
             raise ConfigurationError(
                 f"redis broker option block={self.block!r} must be shorter than socket_timeout={self.socket_timeout!r}"

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_numbers, check_publish, new_id
+from crawlherd._options import Delay, Seconds
+from crawlherd.brokers._common import BrokerBase, BrokerOptions, build_options, check_delay, check_publish, new_id
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
@@ -70,21 +71,21 @@ CREATE INDEX IF NOT EXISTS broker_dead_letters_queue ON broker_dead_letters (que
 
 
 @dataclass(frozen=True)
-class SQLiteBrokerOptions:
+class SQLiteBrokerOptions(BrokerOptions):
     """See the module docstring."""
+
+    backend = "sqlite"
 
     clock: Clock = field(default_factory=SystemClock)
     queue: str = "jobs"
-    visibility_timeout: float = 60.0
-    poll_interval: float = 0.2
-    busy_timeout: float = 5.0
-    max_deliveries: int = 10
+    visibility_timeout: Seconds = 60.0
+    poll_interval: Seconds = 0.2
+    busy_timeout: Delay = 5.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.queue:
             raise ConfigurationError("sqlite broker option queue: must not be empty")
-        check_numbers("sqlite", self, positive=("visibility_timeout", "poll_interval"),
-                      non_negative=("busy_timeout", "max_deliveries"))
 
 
 def sqlite_path(url: str) -> str:

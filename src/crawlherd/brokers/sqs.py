@@ -78,8 +78,9 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from crawlherd._options import AtLeast0, Count, Delay, Seconds
 from crawlherd._redact import redact_url
-from crawlherd.brokers._common import BrokerBase, build_options, check_delay, check_numbers, check_publish, log
+from crawlherd.brokers._common import BrokerBase, BrokerOptions, build_options, check_delay, check_publish, log
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
 
@@ -111,29 +112,31 @@ _REDRIVE_REASON = "received more than maxReceiveCount times (SQS redrive policy)
 
 
 @dataclass(frozen=True)
-class SQSBrokerOptions:
+class SQSBrokerOptions(BrokerOptions):
     """See the module docstring."""
+
+    backend = "sqs"
 
     region: str = ""
     endpoint_url: str = ""
     dead_queue: str = ""
     create: bool = True
     visibility_timeout: int = 30
-    heartbeat: float = 0.0
+    heartbeat: Delay = 0.0
     wait_time: int = 20
-    max_deliveries: int = 0
+    max_deliveries: AtLeast0 = 0
     message_group: str = ""
-    connect_timeout: float = 5.0
-    read_timeout: float = 0.0
-    max_attempts: int = 3
+    connect_timeout: Seconds = 5.0
+    read_timeout: Delay = 0.0
+    max_attempts: Count = 3
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not 1 <= self.visibility_timeout <= 43200:
             raise ConfigurationError(
                 f"sqs broker option visibility_timeout={self.visibility_timeout!r}: whole seconds from 1 to 43200")
         if not 0 <= self.wait_time <= 20:
             raise ConfigurationError(f"sqs broker option wait_time={self.wait_time!r}: whole seconds from 0 to 20")
-        check_numbers("sqs", self, positive=("connect_timeout",), non_negative=("heartbeat", "read_timeout"))
         if self.heartbeat and self.heartbeat >= self.visibility_timeout:
             raise ConfigurationError(
                 f"sqs broker option heartbeat={self.heartbeat!r} must be shorter than "
@@ -142,10 +145,6 @@ class SQSBrokerOptions:
             raise ConfigurationError(
                 f"sqs broker option read_timeout={self.read_timeout!r} must be longer than "
                 f"wait_time={self.wait_time!r}")
-        if self.max_deliveries < 0:
-            raise ConfigurationError(f"sqs broker option max_deliveries={self.max_deliveries!r}: must be >= 0")
-        if self.max_attempts < 1:
-            raise ConfigurationError(f"sqs broker option max_attempts={self.max_attempts!r}: must be >= 1")
         if self.message_group and not _DEDUP_ID.match(self.message_group):
             raise ConfigurationError(
                 f"sqs broker option message_group={self.message_group!r}: 1-128 printable ASCII characters")

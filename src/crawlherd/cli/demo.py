@@ -27,7 +27,7 @@ from crawlherd.service.embedded import RunProgress, progress_of, run_embedded
 from crawlherd.service.targets import import_targets
 from crawlherd.settings import frontier_beside
 from crawlherd.sinks.export import iter_items
-from crawlherd.worker.worker import Worker
+from crawlherd.worker.worker import Worker, WorkerOptions
 
 __all__ = ["demo"]
 
@@ -145,8 +145,16 @@ async def _demo(
                     console.print(f"console: {web.url}", soft_wrap=True, highlight=False)
                 limits = FetchLimits(allow_private_addresses=True, user_agent="crawlherd-demo")
                 worker = Worker(
-                    engine, broker, concurrency=concurrency, max_attempts=3, backoff=0.5, max_backoff=5.0,
-                    limits=limits, frontier_url=frontier_beside(db_url),
+                    engine,
+                    broker,
+                    WorkerOptions(
+                        concurrency=concurrency,
+                        max_attempts=3,
+                        backoff=0.5,
+                        max_backoff=5.0,
+                        limits=limits,
+                        frontier_url=frontier_beside(db_url),
+                    ),
                 )
                 async with worker:
                     final, interrupted = await _run_demo_jobs(engine, broker, worker, started, timeout, console)

@@ -21,7 +21,7 @@ from crawlherd.cli._common import (
 from crawlherd.cli._console import metrics_port_option, start_metrics
 from crawlherd.cli._loop import loop_option, run_async
 from crawlherd.cli._signals import stop_on_signals
-from crawlherd.service.dispatch_service import DispatchService, RelayResult, TickResult
+from crawlherd.service.dispatch_service import DispatchOptions, DispatchService, RelayResult, TickResult
 
 __all__ = ["dispatch"]
 
@@ -84,8 +84,13 @@ def dispatch(
         async with config_db(settings) as engine, broker_for_service(broker_target) as broker:
             start_metrics(metrics_port)
             dispatcher = DispatchService(
-                engine, broker, batch_size=settings.dispatch_batch_size, lease=settings.dispatch_lease,
-                broker_label=redact_url(broker_target),
+                engine,
+                broker,
+                DispatchOptions(
+                    batch_size=settings.dispatch_batch_size,
+                    lease=settings.dispatch_lease,
+                    broker_label=redact_url(broker_target),
+                ),
             )
             # First signal: finish the current batch and stop. Second: abort (the relay still
             # marks what the broker confirmed and releases the rest). Before the banner: Ctrl+C from

@@ -83,7 +83,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                 with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
                     out.info(
                         f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
-                        f"frontier {redact_url(w.frontier_url)}"
+                        f"frontier {redact_url(w.options.frontier_url)}"
                     )
                     async with (
                         w,

@@ -29,9 +29,9 @@ from crawlherd.cli._loop import loop_option, run_async
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
-from crawlherd.worker.worker import PAGE_DISPATCHERS, Worker
+from crawlherd.worker.worker import PAGE_DISPATCHERS, Worker, WorkerOptions
 
-__all__ = ["WorkerOptions", "make_worker", "run_options", "waiting_for", "worker", "worker_options", "worker_pool_size",
+__all__ = ["make_worker", "run_options", "waiting_for", "worker", "worker_options", "worker_pool_size",
            "worker_statistics", "worker_status"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,7 +59,6 @@ _OPTIONS = [
     loop_option,
 ]
 
-WorkerOptions = dict[str, Any]
 
 
 def run_options(func: F) -> F:
@@ -91,14 +90,16 @@ def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings) -> Work
     return Worker(
         engine,
         broker,
-        concurrency=settings.worker_concurrency,
-        page_dispatcher=settings.page_dispatcher,
-        page_concurrency=settings.page_concurrency,
-        max_attempts=settings.max_attempts,
-        backoff=settings.backoff,
-        max_backoff=max(settings.backoff, 600.0),
-        limits=limits,
-        frontier_url=settings.effective_frontier_url,
+        WorkerOptions(
+            concurrency=settings.worker_concurrency,
+            page_dispatcher=settings.page_dispatcher,
+            page_concurrency=settings.page_concurrency,
+            max_attempts=settings.max_attempts,
+            backoff=settings.backoff,
+            max_backoff=max(settings.backoff, 600.0),
+            limits=limits,
+            frontier_url=settings.effective_frontier_url,
+        ),
     )
 
 
@@ -139,7 +140,8 @@ def worker_status(w: Worker, rates: Rates) -> str:
 def waiting_for(w: Worker) -> Callable[[], str]:
     """What a stopping worker waits for, for the "stopping…" line."""
     return lambda: (
-        f"{w.stats.in_flight} job(s) in flight to finish (up to {w.shutdown_timeout:g} s; the rest are requeued)"
+        f"{w.stats.in_flight} job(s) in flight to finish "
+        f"(up to {w.options.shutdown_timeout:g} s; the rest are requeued)"
     )
 
 
@@ -177,7 +179,7 @@ def worker(
             with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
                 out.info(
                     f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
-                    f"{w.concurrency} job(s) at once, frontier {redact_url(w.frontier_url)}"
+                    f"{w.options.concurrency} job(s) at once, frontier {redact_url(w.options.frontier_url)}"
                 )
                 async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
                     await w.run(stop)

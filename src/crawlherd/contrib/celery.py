@@ -258,7 +258,7 @@ async def _run_job(app: Celery, body: bytes, key: str, headers: Mapping[str, str
     from crawlherd.db import create_engine
     from crawlherd.fetch.base import FetchLimits
     from crawlherd.settings import load_settings
-    from crawlherd.worker.worker import Worker
+    from crawlherd.worker.worker import Worker, WorkerOptions
 
     settings = load_settings()
     engine = create_engine(settings.database_url)
@@ -266,8 +266,16 @@ async def _run_job(app: Celery, body: bytes, key: str, headers: Mapping[str, str
     broker = _TaskBroker(sender, queue)
     try:
         limits = FetchLimits(allow_private_addresses=settings.allow_private_addresses, user_agent=settings.user_agent)
-        worker = Worker(engine, broker, concurrency=1, limits=limits,
-                        frontier_url=settings.effective_frontier_url, name=f"celery:{task_id}")
+        worker = Worker(
+            engine,
+            broker,
+            WorkerOptions(
+                concurrency=1,
+                limits=limits,
+                frontier_url=settings.effective_frontier_url,
+                name=f"celery:{task_id}",
+            ),
+        )
         async with worker:
             await worker.process(Delivery(body, key, task_id, headers=dict(headers)))
     finally:

@@ -18,7 +18,7 @@ from typing import Any
 from crawlherd.brokers import open_broker
 from crawlherd.db import create_engine, current_revision, head_revision
 from crawlherd.errors import ConfigurationError
-from crawlherd.service.dispatch_service import DispatchService
+from crawlherd.service.dispatch_service import DispatchOptions, DispatchService
 from crawlherd.settings import Settings, load_settings
 
 __all__ = ["CycleResult", "dispatch_cycle", "run_dispatch_cycle"]
@@ -70,7 +70,7 @@ async def dispatch_cycle(settings: Settings | None = None, *, deadline: float | 
                 f"the config DB is at migration {current or '(none)'}, this crawlherd needs {head}: "
                 "run `crawlherd db upgrade` first")
         async with open_broker(settings.effective_broker_url) as broker, _deadline(deadline) as stop:
-            service = DispatchService(engine, broker, batch_size=batch_size, lease=lease)
+            service = DispatchService(engine, broker, DispatchOptions(batch_size=batch_size, lease=lease))
             tick, relay = await service.run_once(stop)
             return CycleResult(tick.targets, tick.slots, tick.inserted, relay.published, relay.failed,
                                stop.is_set())

@@ -23,9 +23,10 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urljoin, urlsplit
 
+from crawlherd._options import Count, Seconds, check_options
 from crawlherd.content_type import charset_of, media_type
 from crawlherd.errors import (
     AddressNotAllowedError,
@@ -42,7 +43,7 @@ from crawlherd.fetch.gate import SendGate, hop_host, pass_gate
 from crawlherd.fetch.guard import check_address, parse_networks
 from crawlherd.request import Request
 
-__all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "AddressCheck", "BrowserFetcher", "find_chromium"]
+__all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "AddressCheck", "BrowserFetcher", "BrowserOptions", "find_chromium"]
 
 #: Command-line switches Chromium is launched with: no sandbox (containers), no GPU, and none of the
 #: background traffic (QUIC, updates, sync) that would bypass the route handler.
@@ -62,7 +63,6 @@ LOCAL_NETWORK_ARGS: tuple[str, ...] = (
     "--disable-features=BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights,"
     "PrivateNetworkAccessRespectPreflightResults,LocalNetworkAccessChecks",
 )
-_WAIT_UNTIL = frozenset({"commit", "domcontentloaded", "load", "networkidle"})
 _RESOURCE_TYPES = frozenset(
     {
         "document",
@@ -142,6 +142,43 @@ class _PageState:
         return max(1.0, (self.deadline - time.monotonic()) * 1000 - 250)
 
 
+WaitUntil = Literal["commit", "domcontentloaded", "load", "networkidle"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrowserOptions:
+    """How :class:`BrowserFetcher` drives Chromium. ``executable_path`` of the browser (default: see
+    :func:`find_chromium`); ``max_pages`` open at once; ``wait_until`` a page is ``load``-ed (or
+    ``domcontentloaded``, ``networkidle``, ``commit``) and then, if given, until the CSS selector
+    ``wait_for`` is on it; ``screenshot`` of every page (a PNG); ``block_resource_types`` the page may
+    not load (e.g. ``image``, ``font``; never ``document``); ``extra_args`` for Chromium;
+    ``launch_timeout`` seconds for the browser to start."""
+
+    executable_path: str | None = None
+    max_pages: Count = 4
+    wait_until: WaitUntil = "networkidle"
+    wait_for: str | None = None
+    screenshot: bool = False
+    block_resource_types: Iterable[str] = ()
+    extra_args: Iterable[str] = ()
+    launch_timeout: Seconds = 30.0
+
+    def __post_init__(self) -> None:
+        check_options(self, "BrowserFetcher")
+        if self.wait_for is not None and (not isinstance(self.wait_for, str) or not self.wait_for.strip()):
+            raise ConfigurationError(f"BrowserFetcher wait_for must be a non-empty selector, got {self.wait_for!r}")
+        blocked = frozenset(self.block_resource_types)
+        if blocked - _RESOURCE_TYPES:
+            raise ConfigurationError(
+                f"BrowserFetcher block_resource_types: unknown {sorted(blocked - _RESOURCE_TYPES)}; "
+                f"known: {sorted(_RESOURCE_TYPES)}"
+            )
+        if "document" in blocked:
+            raise ConfigurationError("BrowserFetcher block_resource_types cannot block 'document'")
+        object.__setattr__(self, "block_resource_types", blocked)
+        object.__setattr__(self, "extra_args", tuple(self.extra_args))
+
+
 class BrowserFetcher:
     """A :class:`~crawlherd.fetch.base.Fetcher` that renders pages in headless Chromium.
 
@@ -171,47 +208,15 @@ class BrowserFetcher:
     def __init__(
         self,
         limits: FetchLimits | None = None,
+        options: BrowserOptions | None = None,
         *,
-        executable_path: str | None = None,
-        max_pages: int = 4,
-        wait_until: str = "networkidle",
-        wait_for: str | None = None,
-        screenshot: bool = False,
-        block_resource_types: Iterable[str] = (),
-        extra_args: Iterable[str] = (),
         address_check: AddressCheck | None = None,
-        launch_timeout: float = 30.0,
     ) -> None:
         self.limits = limits or FetchLimits()
-        if isinstance(max_pages, bool) or not isinstance(max_pages, int) or max_pages < 1:
-            raise ConfigurationError(f"BrowserFetcher max_pages must be an integer >= 1, got {max_pages!r}")
-        if wait_until not in _WAIT_UNTIL:
-            raise ConfigurationError(
-                f"BrowserFetcher wait_until must be one of {sorted(_WAIT_UNTIL)}, got {wait_until!r}"
-            )
-        if wait_for is not None and (not isinstance(wait_for, str) or not wait_for.strip()):
-            raise ConfigurationError(f"BrowserFetcher wait_for must be a non-empty selector, got {wait_for!r}")
-        blocked = frozenset(block_resource_types)
-        if blocked - _RESOURCE_TYPES:
-            raise ConfigurationError(
-                f"BrowserFetcher block_resource_types: unknown {sorted(blocked - _RESOURCE_TYPES)}; "
-                f"known: {sorted(_RESOURCE_TYPES)}"
-            )
-        if "document" in blocked:
-            raise ConfigurationError("BrowserFetcher block_resource_types cannot block 'document'")
-        if launch_timeout <= 0:
-            raise ConfigurationError(f"BrowserFetcher launch_timeout must be > 0, got {launch_timeout!r}")
-        self.executable_path = executable_path
-        self.max_pages = max_pages
-        self.wait_until = wait_until
-        self.wait_for = wait_for
-        self.screenshot = screenshot
-        self.block_resource_types = blocked
-        self.extra_args = tuple(extra_args)
-        self.launch_timeout = launch_timeout
+        self.options = options = options or BrowserOptions()
         self._networks = parse_networks(self.limits.allowed_networks)
         self._address_check: AddressCheck = address_check or self._default_check
-        self._semaphore = asyncio.Semaphore(max_pages)
+        self._semaphore = asyncio.Semaphore(options.max_pages)
         self._start_lock = asyncio.Lock()
         self._playwright: Any = None
         self._browser: Any = None
@@ -255,7 +260,7 @@ class BrowserFetcher:
                     "Playwright is not installed: pip install 'crawlherd[browser]' (the browser itself comes "
                     "from the system: apt-get install chromium)"
                 ) from None
-            executable = find_chromium(self.executable_path)
+            executable = find_chromium(self.options.executable_path)
             playwright = await pw_api.async_playwright().start()
             try:
                 browser = await playwright.chromium.launch(
@@ -264,9 +269,9 @@ class BrowserFetcher:
                     args=[
                         *CHROMIUM_ARGS,
                         *(LOCAL_NETWORK_ARGS if self.limits.allow_private_addresses else ()),
-                        *self.extra_args,
+                        *self.options.extra_args,
                     ],
-                    timeout=self.launch_timeout * 1000,
+                    timeout=self.options.launch_timeout * 1000,
                 )
                 context = await browser.new_context(
                     user_agent=self.limits.user_agent, service_workers="block", accept_downloads=False
@@ -392,12 +397,12 @@ class BrowserFetcher:
                     await pass_gate(self.send_gate, hop_host(url) if hops else request.host)
                 state.stage = f"loading {url}"
                 try:
-                    response = await page.goto(url, wait_until=self.wait_until, timeout=state.timeout_ms())
+                    response = await page.goto(url, wait_until=self.options.wait_until, timeout=state.timeout_ms())
                 except pw.TimeoutError:
                     if state.error is not None:
                         raise self._with_request(state.error, request) from None
                     raise FetchTimeoutError(
-                        f"{url}: navigation did not reach {self.wait_until!r} in time", url=url, request=request
+                        f"{url}: navigation did not reach {self.options.wait_until!r} in time", url=url, request=request
                     ) from None
                 except pw.Error as exc:
                     if state.error is not None:
@@ -419,7 +424,7 @@ class BrowserFetcher:
                 url = state.redirect_to
             if response is None:
                 raise FetchError(f"{url}: the browser got no response", url=url, request=request)
-            wait_for = request.meta.get("wait_for", self.wait_for)
+            wait_for = request.meta.get("wait_for", self.options.wait_for)
             if wait_for:
                 state.stage = f"waiting for selector {wait_for!r}"
                 try:
@@ -459,7 +464,7 @@ class BrowserFetcher:
             )
         shot = None
         state.stage = "taking the screenshot"
-        if request.meta.get("crawlherd.screenshot", request.meta.get("screenshot", self.screenshot)):
+        if request.meta.get("crawlherd.screenshot", request.meta.get("screenshot", self.options.screenshot)):
             shot = await page.screenshot(full_page=True, type="png", timeout=state.timeout_ms())
         return Response(
             url=page.url,
@@ -487,7 +492,7 @@ class BrowserFetcher:
             if not await self._allowed(url, state, main=is_main):
                 await route.abort("blockedbyclient")
                 return
-            if routed.resource_type in self.block_resource_types:
+            if routed.resource_type in self.options.block_resource_types:
                 await route.abort("blockedbyclient")
                 return
             if routed.resource_type == "websocket":

@@ -16,11 +16,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Unpack
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd._options import Count, Seconds
 from crawlherd.brokers.base import Broker
 from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
@@ -29,7 +30,7 @@ from crawlherd.service.outbox import LeasedRow, TickResult
 from crawlherd.service.overview import refresh_dispatch_gauges
 from crawlherd.service.relay import Relay, RelayOptions, RelayResult
 
-__all__ = ["PRUNE_EVERY", "DispatchService", "Handoff", "RelayResult", "TickResult"]
+__all__ = ["PRUNE_EVERY", "DispatchOptions", "DispatchService", "Handoff", "RelayResult", "TickResult"]
 
 log = logging.getLogger(__name__)
 
@@ -43,51 +44,32 @@ PRUNE_EVERY = 600.0
 ProgressFn = Callable[[TickResult, RelayResult], None]
 
 
+@dataclass(frozen=True, kw_only=True)
+class DispatchOptions(RelayOptions):
+    """The dispatch service's options: the relay's (:class:`~crawlherd.service.relay.RelayOptions`) and
+    the tick's: ``batch_size`` targets claimed per tick transaction; ``max_slots_per_target`` slots one
+    target may emit in one tick; ``relay_rounds`` relay rounds under way at once (2: while one waits for
+    the broker's confirms, the other leases and marks rows in the database); ``outbox_retention``
+    seconds a published outbox row is kept (then pruned, every ``PRUNE_EVERY`` seconds);
+    ``heartbeat_interval`` seconds between the process's heartbeats (None: no heartbeat)."""
+
+    batch_size: Count = 500
+    max_slots_per_target: Count = 1000
+    relay_rounds: Count = 2
+    outbox_retention: Seconds = 7 * 86400.0
+    heartbeat_interval: Seconds | None = 10.0
+
+
 class DispatchService:
-    """Turns due scrape targets into job messages on ``broker``, exactly once per (target, slot).
-    ``engine`` and ``broker`` are owned by the caller.
+    """Turns due scrape targets into job messages on ``broker``, exactly once per (target, slot), with
+    ``options`` (:class:`DispatchOptions`). ``engine`` and ``broker`` are owned by the caller."""
 
-    Options (keyword-only, validated here): ``batch_size`` targets claimed per tick transaction;
-    ``max_slots_per_target`` slots one target may emit in one tick; ``relay_rounds`` relay rounds
-    under way at once (2: while one waits for the broker's confirms, the other leases and marks rows
-    in the database); ``outbox_retention`` seconds a published outbox row is kept (then pruned, every
-    ``PRUNE_EVERY`` seconds); and the relay's
-    (:class:`~crawlherd.service.relay.RelayOptions`): ``relay_batch`` rows per round, ``lease``
-    seconds, ``publish_concurrency``, ``publish_timeout``, ``round_timeout``, ``backoff`` /
-    ``max_backoff``, ``owner``.
-    """
-
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        broker: Broker,
-        *,
-        batch_size: int = 500,
-        max_slots_per_target: int = 1000,
-        relay_rounds: int = 2,
-        outbox_retention: float = 7 * 86400.0,
-        heartbeat_interval: float | None = 10.0,
-        **relay_options: Unpack[RelayOptions],
-    ) -> None:
-        if heartbeat_interval is not None and not heartbeat_interval > 0:
-            raise ConfigurationError(f"heartbeat_interval must be > 0 seconds or None, got {heartbeat_interval!r}")
-        if not outbox_retention > 0:
-            raise ConfigurationError(f"outbox_retention must be > 0 seconds, got {outbox_retention!r}")
-        for name, value in (
-            ("batch_size", batch_size),
-            ("max_slots_per_target", max_slots_per_target),
-            ("relay_rounds", relay_rounds),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
+    def __init__(self, engine: AsyncEngine, broker: Broker, options: DispatchOptions | None = None) -> None:
+        self.options = options = options or DispatchOptions()
         self.engine = engine
         self.broker = broker
-        self.batch_size = batch_size
-        self.max_slots_per_target = max_slots_per_target
-        self.relay_rounds = relay_rounds
-        self.outbox_retention = timedelta(seconds=outbox_retention)
-        self.heartbeat_interval = heartbeat_interval
-        self.relayer = Relay(engine, broker, **relay_options)
+        self.outbox_retention = timedelta(seconds=options.outbox_retention)
+        self.relayer = Relay(engine, broker, options)
         self.owner = self.relayer.owner
         #: The outages under way ("config DB", "broker"), each said once when it starts and once when it ends.
         self.outages = self.relayer.outages
@@ -100,11 +82,11 @@ class DispatchService:
         leased_at = asyncio.get_running_loop().time()
         result = await outbox.tick(
             self.engine,
-            batch_size=self.batch_size,
-            max_slots_per_target=self.max_slots_per_target,
+            batch_size=self.options.batch_size,
+            max_slots_per_target=self.options.max_slots_per_target,
             owner=self.owner,
             lease_for=self.relayer.lease_time if lease else None,
-            lease_max=self.relayer.batch,
+            lease_max=self.options.relay_batch,
         )
         if handoff is not None and result.leased:
             handoff.put(leased_at, result.leased)
@@ -126,7 +108,7 @@ class DispatchService:
         stop = stop or asyncio.Event()
         ticked, relayed = TickResult(), RelayResult()
         new_rows, ticks_done = asyncio.Event(), asyncio.Event()
-        handoff = Handoff(self.relay_rounds)
+        handoff = Handoff(self.options.relay_rounds)
 
         async def ticks() -> None:
             nonlocal ticked
@@ -136,7 +118,7 @@ class DispatchService:
                     ticked += tick
                     if tick.slots:
                         new_rows.set()
-                    if tick.targets < self.batch_size:
+                    if tick.targets < self.options.batch_size:
                         break
             finally:
                 ticks_done.set()
@@ -153,7 +135,7 @@ class DispatchService:
                     break
                 if handoff:
                     continue
-                if relay.leased < self.relayer.batch:
+                if relay.leased < self.options.relay_batch:
                     if last_chance:
                         break
                     waits = [asyncio.ensure_future(e.wait()) for e in (new_rows, ticks_done, stop)]
@@ -166,7 +148,7 @@ class DispatchService:
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(ticks(), name="dispatch-once-tick")
-                for n in range(self.relay_rounds):
+                for n in range(self.options.relay_rounds):
                     group.create_task(relays(), name=f"dispatch-once-relay-{n}")
         except BaseExceptionGroup as group_error:  # the first failure as itself (an outage: BackendUnavailableError)
             raise group_error.exceptions[0] from None
@@ -187,7 +169,7 @@ class DispatchService:
             raise ConfigurationError(f"interval must be > 0 seconds, got {interval!r}")
         stop = stop or asyncio.Event()
         new_rows = asyncio.Event()
-        handoff = Handoff(self.relay_rounds)
+        handoff = Handoff(self.options.relay_rounds)
 
         gauges_at = 0.0
 
@@ -202,7 +184,7 @@ class DispatchService:
                 log.info("dispatched %d slot(s) of %d target(s)", result.inserted, result.targets)
                 if on_cycle is not None:
                     on_cycle(result, RelayResult())
-            return result.targets == self.batch_size
+            return result.targets == self.options.batch_size
 
         async def relay() -> bool:
             new_rows.clear()
@@ -211,7 +193,7 @@ class DispatchService:
                 log.info("published %d job(s), %d failed", result.published, result.failed)
                 if on_cycle is not None:
                     on_cycle(TickResult(), result)
-            return (result.leased == self.relayer.batch or bool(handoff)) and not result.failed
+            return (result.leased == self.options.relay_batch or bool(handoff)) and not result.failed
 
         async def prune() -> bool:
             pruned = await self.relayer.prune(self.outbox_retention)
@@ -221,12 +203,12 @@ class DispatchService:
 
         try:
             async with asyncio.TaskGroup() as group:
-                if self.heartbeat_interval is not None:
+                if self.options.heartbeat_interval is not None:
                     beat = Heartbeat(self.engine, kind="dispatcher", name=self.owner,
-                                     interval=self.heartbeat_interval, outages=self.outages)
+                                     interval=self.options.heartbeat_interval, outages=self.outages)
                     group.create_task(beat.run(stop), name="dispatch-heartbeat")
                 group.create_task(self._repeat(tick, interval, stop), name="dispatch-tick")
-                for n in range(self.relay_rounds):
+                for n in range(self.options.relay_rounds):
                     group.create_task(self._repeat(relay, interval, stop, wake=new_rows), name=f"dispatch-relay-{n}")
                 group.create_task(self._repeat(prune, PRUNE_EVERY, stop), name="dispatch-prune")
         finally:
@@ -248,7 +230,7 @@ class DispatchService:
             except BackendUnavailableError as exc:  # the config DB (a broker outage fails publishes, not steps)
                 failures += 1
                 self.outages.down("config DB", exc)
-                wait = float(min(self.relayer.max_backoff, interval * 2 ** min(failures, 10)))
+                wait = float(min(self.options.max_backoff, interval * 2 ** min(failures, 10)))
                 log.debug("%s; retrying in %.1fs", exc, wait)
                 await _pause(stop, wait)
                 continue

@@ -43,9 +43,9 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Protocol, TypedDict, cast, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from sqlalchemy import BigInteger, Table, bindparam, delete, func, select, text, update
 from sqlalchemy.dialects import postgresql
@@ -53,6 +53,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd import metrics
 from crawlherd._aio import wait_while_progressing
+from crawlherd._options import Count, Delay, Seconds, check_options
 from crawlherd._outage import OutageLog
 from crawlherd.brokers.base import Broker
 from crawlherd.db.errors import translate_db_errors
@@ -111,75 +112,72 @@ class Failure:
     rejected: bool = False
 
 
-class RelayOptions(TypedDict, total=False):
-    """The relay's options, as :class:`Relay` and :class:`~crawlherd.service.DispatchService` take them."""
+@dataclass(slots=True)
+class _Publishes:
+    """The publishes of one round as they settle: which rows started, which finished, and how."""
 
-    relay_batch: int
-    lease: float
-    publish_concurrency: int
-    publish_timeout: float
-    round_timeout: float | None
-    backoff: float
-    max_backoff: float
-    dead_after: int
-    owner: str | None
-    broker_label: str | None
+    relay: Relay
+    last_start: float  # the loop time after which no publish starts (Relay._last_start)
+    confirmed: list[int]
+    failures: list[Failure]
+    started: dict[int, LeasedRow] = field(default_factory=dict)
+    finished: set[int] = field(default_factory=set)
+
+    def too_late(self) -> bool:
+        return asyncio.get_running_loop().time() > self.last_start
+
+    def settled(self, row: LeasedRow, error: BaseException | None) -> None:
+        """``row``'s publish is over: confirmed (``error`` None) or failed."""
+        if error is None:
+            self.confirmed.append(row.id)
+            self.relay.confirmed_now()
+        else:
+            self.relay._failed(Failure(row, summarize(error), isinstance(error, MessageRejectedError)), self.failures)
+        self.finished.add(row.id)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RelayOptions:
+    """The relay's options (:class:`Relay`; :class:`~crawlherd.service.DispatchOptions` adds the tick's).
+
+    ``relay_batch`` rows per round; ``lease`` seconds a leased row is ours; ``publish_concurrency``
+    publishes in flight; ``publish_timeout`` per publish; ``round_timeout`` per round (default: half the
+    lease; at most 80% of it); ``backoff`` / ``max_backoff`` for failed publishes; ``dead_after``
+    attempts before a refused row is dead; ``owner`` names this relay in ``lease_owner`` (default: host,
+    pid and a random part); ``broker_label`` names the broker in the lineage (default: its class)."""
+
+    relay_batch: Count = 1000
+    lease: Seconds = 60.0
+    publish_concurrency: Count = 500
+    publish_timeout: Seconds = 10.0
+    round_timeout: Seconds | None = None
+    backoff: Delay = 1.0
+    max_backoff: Seconds = 300.0
+    dead_after: Count = 5
+    owner: str | None = None
+    broker_label: str | None = None
+
+    def __post_init__(self) -> None:
+        check_options(self, type(self).__name__)
+        if self.round_timeout is not None and self.round_timeout > 0.8 * self.lease:
+            raise ConfigurationError(
+                f"the relay round deadline ({self.round_timeout:g}s) must be at most 80% of the outbox "
+                f"lease ({self.lease:g}s), so that no other relay takes a row still being published"
+            )
 
 
 class Relay:
-    """Publishes the outbox of ``engine`` to ``broker`` (both the caller's). Options, keyword-only and
-    validated here: ``relay_batch`` rows per round; ``lease`` seconds a leased row is ours;
-    ``publish_concurrency`` publishes in flight; ``publish_timeout`` per publish; ``round_timeout`` per round
-    (default: half the lease; at most 80% of it); ``backoff`` / ``max_backoff``
-    for failed publishes; ``dead_after`` attempts before a refused row is dead; ``owner`` names this
-    relay in ``lease_owner``."""
+    """Publishes the outbox of ``engine`` to ``broker`` (both the caller's), with ``options``
+    (:class:`RelayOptions`)."""
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        broker: Broker,
-        *,
-        relay_batch: int = 1000,
-        lease: float = 60.0,
-        publish_concurrency: int = 500,
-        publish_timeout: float = 10.0,
-        round_timeout: float | None = None,
-        backoff: float = 1.0,
-        max_backoff: float = 300.0,
-        dead_after: int = 5,
-        owner: str | None = None,
-        broker_label: str | None = None,
-    ) -> None:
-        for name, value in (
-            ("relay_batch", relay_batch),
-            ("publish_concurrency", publish_concurrency),
-            ("dead_after", dead_after),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
-        for name, seconds in (("lease", lease), ("publish_timeout", publish_timeout), ("max_backoff", max_backoff)):
-            if not seconds > 0:
-                raise ConfigurationError(f"{name} must be > 0 seconds, got {seconds!r}")
-        if backoff < 0:
-            raise ConfigurationError(f"backoff must be >= 0 seconds, got {backoff!r}")
-        round_timeout = lease / 2 if round_timeout is None else round_timeout
-        if not 0 < round_timeout <= 0.8 * lease:
-            raise ConfigurationError(
-                f"the relay round deadline ({round_timeout:g}s) must be > 0 and at most 80% of the outbox "
-                f"lease ({lease:g}s), so that no other relay takes a row still being published"
-            )
+    def __init__(self, engine: AsyncEngine, broker: Broker, options: RelayOptions | None = None) -> None:
+        self.options = options = options or RelayOptions()
         self.engine = engine
         self.broker = broker
-        self.batch = relay_batch
-        self.lease_time = timedelta(seconds=lease)
-        self.concurrency = publish_concurrency
-        self.publish_timeout = publish_timeout
-        self.round_timeout = round_timeout
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.dead_after = dead_after
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.broker_label = (broker_label or type(broker).__name__)[:300]
+        self.lease_time = timedelta(seconds=options.lease)
+        self.round_timeout = options.lease / 2 if options.round_timeout is None else options.round_timeout
+        self.owner = options.owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.broker_label = (options.broker_label or type(broker).__name__)[:300]
         self._confirmed_at = -math.inf  # monotonic time of the last confirmed publish
         #: The last publish failure, while failures go on (None once a publish succeeds again).
         self.last_error: str | None = None
@@ -233,7 +231,7 @@ class Relay:
                     select(ob.id)
                     .where(_PENDING, ob.leased_until <= now)
                     .order_by(ob.leased_until, ob.id)
-                    .limit(self.batch)
+                    .limit(self.options.relay_batch)
                     .with_for_update(skip_locked=True)
                 )
                 lease = update(ob).values(
@@ -263,98 +261,73 @@ class Relay:
         ``leased_at``, the loop's time when the lease began; default: now) at the latest: what is
         still in flight then counts as failed; nothing is started after it (a broker that never
         makes the loop wait could otherwise publish past it)."""
-        started: dict[int, LeasedRow] = {}
-        finished: set[int] = set()
         loop = asyncio.get_running_loop()
         deadline = (loop.time() if leased_at is None else leased_at) + self.round_timeout
+        publishes = _Publishes(self, self._last_start(deadline), confirmed, failures)
         try:
             async with asyncio.timeout_at(deadline):
                 if isinstance(self.broker, BatchPublisher):
-                    await self._publish_batches(self.broker, rows, confirmed, failures, started, finished, deadline)
+                    await self._publish_batches(self.broker, rows, publishes)
                 else:
-                    await self._publish_each(rows, confirmed, failures, started, finished, deadline)
+                    await self._publish_each(rows, publishes)
         except TimeoutError:
             # Publishes cut off in flight may or may not have reached the broker: retried after a
             # back-off (a duplicate at worst). Rows never started are released by the caller.
-            for row_id, row in started.items():
-                if row_id not in finished:
+            for row_id, row in publishes.started.items():
+                if row_id not in publishes.finished:
                     self._failed(Failure(row, f"{_ROUND_ERROR} ({self.round_timeout:g}s)"), failures)
 
-    async def _publish_each(
-        self,
-        rows: Sequence[LeasedRow],
-        confirmed: list[int],
-        failures: list[Failure],
-        started: dict[int, LeasedRow],
-        finished: set[int],
-        deadline: float,
-    ) -> None:
+    async def _publish_each(self, rows: Sequence[LeasedRow], publishes: _Publishes) -> None:
         """``publish_concurrency`` publishers, each taking the next row as soon as its last is confirmed."""
         todo = iter(rows)
-        loop = asyncio.get_running_loop()
-
-        last_start = self._last_start(deadline)
 
         async def publisher() -> None:
             for row in todo:
-                if loop.time() > last_start:
+                if publishes.too_late():
                     return  # too late in the round to be confirmed before its deadline: released
-                started[row.id] = row
+                publishes.started[row.id] = row
                 try:
                     await wait_while_progressing(
                         self.broker.publish(row.body.encode(), key=row.key, headers=JOB_HEADERS),
-                        self.publish_timeout,
+                        self.options.publish_timeout,
                         lambda: self._confirmed_at,
                     )
                 except Exception as exc:  # noqa: BLE001 - any failure keeps the row for a retry
-                    self._failed(Failure(row, summarize(exc), isinstance(exc, MessageRejectedError)), failures)
+                    publishes.settled(row, exc)
                 else:
-                    confirmed.append(row.id)
-                    self._confirmed_at = time.monotonic()
-                    self.last_error = None
-                finished.add(row.id)
+                    publishes.settled(row, None)
 
         async with asyncio.TaskGroup() as group:
-            for _ in range(min(self.concurrency, len(rows))):
+            for _ in range(min(self.options.publish_concurrency, len(rows))):
                 group.create_task(publisher())
 
-    async def _publish_batches(
-        self,
-        broker: BatchPublisher,
-        rows: Sequence[LeasedRow],
-        confirmed: list[int],
-        failures: list[Failure],
-        started: dict[int, LeasedRow],
-        finished: set[int],
-        deadline: float,
-    ) -> None:
+    async def _publish_batches(self, broker: BatchPublisher, rows: Sequence[LeasedRow], publishes: _Publishes) -> None:
         """Batches of ``publish_concurrency`` rows, one after the other (each one round trip)."""
-        loop = asyncio.get_running_loop()
-        last_start = self._last_start(deadline)
-        for start in range(0, len(rows), self.concurrency):
-            if loop.time() > last_start:
+        for start in range(0, len(rows), self.options.publish_concurrency):
+            if publishes.too_late():
                 return  # too late in the round: the rest is released by the caller
-            batch = rows[start : start + self.concurrency]
-            started.update((row.id, row) for row in batch)
+            batch = rows[start : start + self.options.publish_concurrency]
+            publishes.started.update((row.id, row) for row in batch)
+            errors: Sequence[BaseException | None]
             try:
-                async with asyncio.timeout(self.publish_timeout):
+                async with asyncio.timeout(self.options.publish_timeout):
                     errors = await broker.publish_many([(row.body.encode(), row.key, JOB_HEADERS) for row in batch])
             except Exception as exc:  # noqa: BLE001 - any failure keeps the rows for a retry
                 errors = [exc] * len(batch)
             for row, error in zip(batch, errors, strict=True):
-                if error is None:
-                    confirmed.append(row.id)
-                    self.last_error = None
-                else:
-                    self._failed(Failure(row, summarize(error), isinstance(error, MessageRejectedError)), failures)
-                finished.add(row.id)
+                publishes.settled(row, error)
 
     def _last_start(self, deadline: float) -> float:
         """The loop time after which this round starts no publish: ``publish_timeout`` before its
         ``deadline`` (but at most half a round before it), so that what it starts can be confirmed in
         time -- a publish cut off by the deadline may be published again, a duplicate; a row not
         started is released, and published by the next round."""
-        return deadline - min(self.round_timeout / 2, self.publish_timeout)
+        return deadline - min(self.round_timeout / 2, self.options.publish_timeout)
+
+    def confirmed_now(self) -> None:
+        """A publish was confirmed: the broker answers (no error under way)."""
+        self._confirmed_at = time.monotonic()
+        self.last_error = None
 
     def _failed(self, failure: Failure, failures: list[Failure]) -> None:
         failures.append(failure)
@@ -388,16 +361,17 @@ class Relay:
                         chunk = confirmed[start : start + _MARK_CHUNK]
                         await conn.execute(mark.where(ob.id.in_(chunk), ob.status == "pending"))
                         await conn.execute(trail.where(OutboxTrail.outbox_id.in_(chunk)))
-                dead = [f for f in failures if f.rejected and f.row.attempts >= self.dead_after]
+                # The pending row ``b_id`` if its lease is still ours (one that ran out belongs to another).
+                row = _OUTBOX.c
+                ours = update(_OUTBOX).where(
+                    row.id == bindparam("b_id"), row.status == "pending", row.lease_owner == self.owner
+                )
+                dead = [f for f in failures if f.rejected and f.row.attempts >= self.options.dead_after]
                 if dead:
                     await conn.execute(
-                        update(_OUTBOX)
-                        .where(
-                            _OUTBOX.c.id == bindparam("b_id"),
-                            _OUTBOX.c.status == "pending",
-                            _OUTBOX.c.lease_owner == self.owner,
-                        )
-                        .values(status="dead", leased_until=None, lease_owner=None, last_error=bindparam("b_error")),
+                        ours.values(
+                            status="dead", leased_until=None, lease_owner=None, last_error=bindparam("b_error")
+                        ),
                         [{"b_id": f.row.id, "b_error": f.error[:1000]} for f in dead],
                     )
                     for f in dead:
@@ -410,17 +384,11 @@ class Relay:
                         "b_error": f.error[:1000],
                     }
                     for f in failures
-                    if not (f.rejected and f.row.attempts >= self.dead_after)
+                    if not (f.rejected and f.row.attempts >= self.options.dead_after)
                 ] + [{"b_id": row.id, "b_until": now, "b_error": None} for row in released]
                 if retries:
                     await conn.execute(
-                        update(_OUTBOX)
-                        .where(
-                            _OUTBOX.c.id == bindparam("b_id"),
-                            _OUTBOX.c.status == "pending",
-                            _OUTBOX.c.lease_owner == self.owner,
-                        )
-                        .values(
+                        ours.values(
                             leased_until=bindparam("b_until", type_=UTCDateTime()),
                             last_error=bindparam("b_error"),
                             lease_owner=None,
@@ -451,7 +419,7 @@ class Relay:
 
     def backoff_for(self, attempts: int) -> float:
         """Seconds a row waits after its ``attempts``-th failed publish: doubling, capped."""
-        return float(min(self.max_backoff, self.backoff * 2 ** max(0, min(attempts - 1, 30))))
+        return float(min(self.options.max_backoff, self.options.backoff * 2 ** max(0, min(attempts - 1, 30))))
 
 
 def _observe_lag(leased: Sequence[LeasedRow], confirmed: Sequence[int]) -> None:

@@ -52,12 +52,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd import metrics
 from crawlherd._aio import until_done
+from crawlherd._options import Count, Delay, Seconds, check_options
 from crawlherd._outage import OutageLog, backoff_delay
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler, CrawlerRunConfig
@@ -92,10 +93,11 @@ from crawlherd.worker.grouped import GroupedWrites
 from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
 from crawlherd.worker.runs import RunStore
 
-__all__ = ["PAGE_DISPATCHERS", "Worker", "WorkerStats"]
+__all__ = ["PAGE_DISPATCHERS", "Worker", "WorkerOptions", "WorkerStats"]
 
 #: The engine dispatchers a worker can run its pages with.
-PAGE_DISPATCHERS = ("semaphore", "memory-adaptive")
+PageDispatcher = Literal["semaphore", "memory-adaptive"]
+PAGE_DISPATCHERS: tuple[str, ...] = get_args(PageDispatcher)
 
 log = logging.getLogger(__name__)
 
@@ -120,22 +122,43 @@ class WorkerStats:
     last_errors: list[str] = field(default_factory=list)
 
 
-class Worker:
-    """Consumes ``broker`` and crawls each job. ``engine`` (config DB) and ``broker`` are the caller's.
-
-    Options: ``concurrency`` jobs at once (also the broker prefetch); ``page_dispatcher`` -- the
-    engine dispatcher that runs every page, listing and detail (``semaphore`` or ``memory-adaptive``)
-    -- with ``page_concurrency`` pages in flight; ``frontier_url`` the frontier of those pages
-    (``memory://``, ``sqlite:///file``, ``redis://...`` shared by all workers); ``sink`` where items
-    go (anything with the sink protocol of :mod:`crawlherd.sinks.base`; default the SQL sink on
-    ``engine``); ``max_attempts`` before a job is dead; ``backoff`` and ``max_backoff`` seconds
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    """A worker's options. ``concurrency`` jobs at once (also the broker prefetch); ``page_dispatcher``
+    -- the engine dispatcher that runs every page, listing and detail (``semaphore`` or
+    ``memory-adaptive``) -- with ``page_concurrency`` pages in flight; ``frontier_url`` the frontier of
+    those pages (``memory://``, ``sqlite:///file``, ``redis://...`` shared by all workers);
+    ``lease_timeout`` of the frontier's leases (None: the frontier URL's ``?lease_timeout=``, else the
+    frontier's default); ``max_attempts`` before a job is dead; ``backoff`` and ``max_backoff`` seconds
     (doubling per attempt, with jitter); ``limits`` for the fetchers; ``shutdown_timeout`` for jobs in
-    flight at shutdown; ``browser_factory`` makes the browser crawler for websites that need one
-    (default: Playwright with the system Chromium); ``lease_timeout`` of the frontier's leases (None:
-    the frontier URL's ``?lease_timeout=``, else the frontier's default);
-    ``poll_interval`` seconds between two looks at ``job_runs`` while a job's listing is read by
-    another worker.
-    """
+    flight at shutdown; ``name`` of the process (default: host and pid); ``poll_interval`` seconds
+    between two looks at ``job_runs`` while a job's listing is read by another worker."""
+
+    concurrency: Count = 4
+    page_dispatcher: PageDispatcher = "semaphore"
+    page_concurrency: Count = 8
+    frontier_url: str = "memory://"
+    lease_timeout: Seconds | None = None
+    max_attempts: Count = 3
+    backoff: Delay = 5.0
+    max_backoff: Seconds = 600.0
+    limits: FetchLimits = field(default_factory=FetchLimits)
+    shutdown_timeout: Delay = 30.0
+    name: str | None = None
+    poll_interval: Seconds = 1.0
+
+    def __post_init__(self) -> None:
+        check_options(self, "worker")
+        if self.max_backoff < self.backoff:
+            raise ConfigurationError(f"need backoff <= max_backoff, got {self.backoff!r} and {self.max_backoff!r}")
+
+
+class Worker:
+    """Consumes ``broker`` and crawls each job, with ``options`` (:class:`WorkerOptions`). ``engine``
+    (config DB) and ``broker`` are the caller's; ``sink`` is where items go (anything with the sink
+    protocol of :mod:`crawlherd.sinks.base`; default the SQL sink on ``engine``); ``browser_factory``
+    makes the browser crawler for websites that need one (default: Playwright with the system
+    Chromium)."""
 
     #: The pages' items, stored together (group commit; made on first use, see _store).
     _writes: GroupedWrites | None = None
@@ -144,49 +167,15 @@ class Worker:
         self,
         engine: AsyncEngine,
         broker: Broker,
+        options: WorkerOptions | None = None,
         *,
-        concurrency: int = 4,
-        page_dispatcher: str = "semaphore",
-        page_concurrency: int = 8,
         sink: Sink | None = None,
-        max_attempts: int = 3,
-        backoff: float = 5.0,
-        max_backoff: float = 600.0,
-        limits: FetchLimits | None = None,
-        shutdown_timeout: float = 30.0,
-        name: str | None = None,
         browser_factory: Callable[[FetchLimits], Crawler] | None = None,
-        frontier_url: str = "memory://",
-        lease_timeout: float | None = None,
-        poll_interval: float = 1.0,
     ) -> None:
-        if not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigurationError(f"worker concurrency must be an integer >= 1, got {concurrency!r}")
-        if page_dispatcher not in PAGE_DISPATCHERS:
-            raise ConfigurationError(
-                f"unknown page dispatcher {page_dispatcher!r}: use {' or '.join(map(repr, PAGE_DISPATCHERS))}"
-            )
-        if not isinstance(page_concurrency, int) or page_concurrency < 1:
-            raise ConfigurationError(f"page_concurrency must be an integer >= 1, got {page_concurrency!r}")
-        if not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
-        if backoff < 0 or max_backoff < backoff:
-            raise ConfigurationError(f"need 0 <= backoff <= max_backoff, got {backoff!r} and {max_backoff!r}")
-        if lease_timeout is not None and not lease_timeout > 0:
-            raise ConfigurationError(f"lease_timeout must be > 0 seconds, got {lease_timeout!r}")
-        if not poll_interval > 0:
-            raise ConfigurationError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
+        self.options = options = options or WorkerOptions()
         self.engine = engine
         self.broker = broker
-        self.concurrency = concurrency
-        self.page_dispatcher = page_dispatcher
-        self.page_concurrency = page_concurrency
-        self.max_attempts = max_attempts
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.limits = limits or FetchLimits()
-        self.shutdown_timeout = shutdown_timeout
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.name = options.name or f"{socket.gethostname()}:{os.getpid()}"
         self.stats = WorkerStats()
         self.runs = RunStore(engine)
         self.sink: Sink = sink if sink is not None else SQLSink(engine)
@@ -194,9 +183,6 @@ class Worker:
         self._http: Crawler | None = None
         self._browser: Crawler | None = None
         self._browser_lock = asyncio.Lock()
-        self.frontier_url = frontier_url
-        self.lease_timeout = lease_timeout
-        self.poll_interval = poll_interval
         self.frontier: Frontier | None = None
         self._new_pages = asyncio.Event()
         # The listing chains of the jobs this worker owns, by run: where their outcome is reported.
@@ -206,9 +192,9 @@ class Worker:
     # -- lifecycle --------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Worker:
-        options = {} if self.lease_timeout is None else {"lease_timeout": self.lease_timeout}
-        self.frontier = await open_scheduler(self.frontier_url, **options).__aenter__()
-        self._http = self._share_gate(await Crawler(limits=self.limits).__aenter__())
+        lease = {} if self.options.lease_timeout is None else {"lease_timeout": self.options.lease_timeout}
+        self.frontier = await open_scheduler(self.options.frontier_url, **lease).__aenter__()
+        self._http = self._share_gate(await Crawler(limits=self.options.limits).__aenter__())
         return self
 
     def _share_gate(self, crawler: Crawler) -> Crawler:
@@ -242,7 +228,7 @@ class Worker:
         if self._http is None:
             await self.__aenter__()
         tasks: set[asyncio.Task[None]] = set()
-        slots = asyncio.Semaphore(self.concurrency)
+        slots = asyncio.Semaphore(self.options.concurrency)
         pages_stop = asyncio.Event()
 
         async def consume() -> None:
@@ -253,7 +239,7 @@ class Worker:
                         await asyncio.wait_for(self.broker.pending(), 15.0)
                         self.outages.up("broker")
                         failures = 0
-                    deliveries = self.broker.consume(prefetch=self.concurrency)
+                    deliveries = self.broker.consume(prefetch=self.options.concurrency)
                     try:
                         async for delivery in deliveries:
                             await slots.acquire()
@@ -292,10 +278,10 @@ class Worker:
                 log.info(
                     "worker %s: waiting up to %.0fs for %d job(s) in flight",
                     self.name,
-                    self.shutdown_timeout,
+                    self.options.shutdown_timeout,
                     len(tasks),
                 )
-                _, pending = await asyncio.wait(set(tasks), timeout=self.shutdown_timeout)
+                _, pending = await asyncio.wait(set(tasks), timeout=self.options.shutdown_timeout)
                 for t in pending:
                     t.cancel()  # their deliveries are requeued by _guarded
                 if pending:
@@ -483,7 +469,7 @@ class Worker:
                 raise JobError(f"the frontier refused listing page {request.url}")
             self._new_pages.set()
             while True:
-                done, _ = await asyncio.wait({outcome}, timeout=self.poll_interval)
+                done, _ = await asyncio.wait({outcome}, timeout=self.options.poll_interval)
                 if done:
                     return outcome.result()
                 remote = await self.runs.reported(job, worker=self.name)
@@ -508,10 +494,10 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the broker is what keeps the job
                 log.debug("worker %s: could not record %s as %s: %s", self.name, job.idempotency_key, status, exc)
 
-        if attempts >= self.max_attempts or permanent:
+        if attempts >= self.options.max_attempts or permanent:
             await finish("dead")
-            why = "no attempt can do better" if permanent and attempts < self.max_attempts else (
-                f"attempt {attempts} of {self.max_attempts}"
+            why = "no attempt can do better" if permanent and attempts < self.options.max_attempts else (
+                f"attempt {attempts} of {self.options.max_attempts}"
             )
             await self._settle(lambda: self.broker.dead_letter(delivery, f"{why}: {reason}"))
             self.stats.dead += 1
@@ -529,23 +515,23 @@ class Worker:
             self.name,
             job.idempotency_key,
             attempts,
-            self.max_attempts,
+            self.options.max_attempts,
             delay,
             reason,
         )
 
     def retry_delay(self, attempts: int) -> float:
         """Exponential back-off with jitter: ``backoff * 2**(attempts-1)`` times 0.8-1.2, capped."""
-        base = min(self.max_backoff, self.backoff * 2 ** (attempts - 1))
+        base = min(self.options.max_backoff, self.options.backoff * 2 ** (attempts - 1))
         jittered: float = base * random.uniform(0.8, 1.2)
-        return min(self.max_backoff, jittered)
+        return min(self.options.max_backoff, jittered)
 
     # -- pages ------------------------------------------------------------------------------------
 
     def _dispatcher(self, limiter: RateLimiter) -> Dispatcher:
-        if self.page_dispatcher == "memory-adaptive":
-            return MemoryAdaptiveDispatcher(max_session_permit=self.page_concurrency, rate_limiter=limiter)
-        return SemaphoreDispatcher(self.page_concurrency, rate_limiter=limiter)
+        if self.options.page_dispatcher == "memory-adaptive":
+            return MemoryAdaptiveDispatcher(max_session_permit=self.options.page_concurrency, rate_limiter=limiter)
+        return SemaphoreDispatcher(self.options.page_concurrency, rate_limiter=limiter)
 
     async def _page_loop(self, stop: asyncio.Event) -> None:
         """Fetch the frontier's pages, listing and detail, until ``stop``; between bursts, wait for
@@ -738,7 +724,7 @@ class Worker:
             return self._http
         async with self._browser_lock:
             if self._browser is None:  # started on first need; BrowserUnavailableError fails the job
-                self._browser = self._share_gate(await self._browser_factory(self.limits).__aenter__())
+                self._browser = self._share_gate(await self._browser_factory(self.options.limits).__aenter__())
             return self._browser
 
     def _remember(self, message: str) -> None:

@@ -27,7 +27,7 @@ from crawlherd.fetch.browser import CHROMIUM_ARGS
 from crawlherd.service.embedded import run_embedded
 from crawlherd.service.users import add_user
 from crawlherd.web.server import serve_console
-from crawlherd.worker.worker import Worker
+from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.support.console import CARD_RULES
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
@@ -52,11 +52,13 @@ async def platform(url: str) -> AsyncIterator[tuple[str, DemoSite]]:
             worker = Worker(
                 engine,
                 broker,
-                limits=FetchLimits(allow_private_addresses=True),
-                max_attempts=2,
-                backoff=0.0,
-                max_backoff=0.0,
-                shutdown_timeout=1.0,
+                WorkerOptions(
+                    limits=FetchLimits(allow_private_addresses=True),
+                    max_attempts=2,
+                    backoff=0.0,
+                    max_backoff=0.0,
+                    shutdown_timeout=1.0,
+                ),
             )
             async with worker, serve_console(engine, port=0) as console:
                 pipeline = asyncio.create_task(run_embedded(engine, broker, worker, stop=stop, interval=0.1))

@@ -29,11 +29,11 @@ from crawlherd.service.editing import set_target_active
 from crawlherd.service.embedded import run_embedded
 from crawlherd.service.explain import VERDICTS, Explanation, explain
 from crawlherd.service.outbox import tick
-from crawlherd.service.relay import Relay
+from crawlherd.service.relay import Relay, RelayOptions
 from crawlherd.service.run_now import run_now
 from crawlherd.web.app import create_app
 from crawlherd.worker.runs import RunStore
-from crawlherd.worker.worker import Worker
+from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.support.console import add_site, add_target
 
 # scenario (target keywords) -> the verdict it must get, and a phrase its explanation must contain
@@ -83,7 +83,7 @@ async def _scenarios(url: str) -> dict[str, int]:
         down, up = MemoryBroker(), MemoryBroker()
         down.set_down(True)
         await run_now(engine, ids["stuck_in_outbox"], requested_by="test")
-        assert (await Relay(engine, down, backoff=600).run_round()).failed == 1
+        assert (await Relay(engine, down, RelayOptions(backoff=600)).run_round()).failed == 1
         for name in ("waiting_for_worker", "running", "worker_lost", "retrying", "dead", "requeued", "ran"):
             await run_now(engine, ids[name], requested_by="test")
         assert (await Relay(engine, up).run_round()).published == 7
@@ -224,7 +224,9 @@ async def test_politeness_holds_the_pages_of_a_running_job(tmp_path: Path) -> No
             stop = asyncio.Event()
             async with open_broker(url) as broker:
                 worker = Worker(
-                    engine, broker, limits=FetchLimits(allow_private_addresses=True), shutdown_timeout=0.5
+                    engine,
+                    broker,
+                    WorkerOptions(limits=FetchLimits(allow_private_addresses=True), shutdown_timeout=0.5),
                 )
                 async with worker:
                     pipeline = asyncio.create_task(run_embedded(engine, broker, worker, stop=stop, interval=0.05))

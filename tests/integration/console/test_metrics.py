@@ -24,7 +24,7 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.metrics import serve_metrics
 from crawlherd.service.embedded import run_embedded
 from crawlherd.service.run_now import run_now
-from crawlherd.worker.worker import Worker
+from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.support.console import add_site, add_target
 
 
@@ -65,10 +65,12 @@ async def test_counters_equal_the_database_after_a_run(tmp_path: Path) -> None:
                 worker = Worker(
                     engine,
                     broker,
-                    limits=FetchLimits(allow_private_addresses=True),
-                    max_attempts=2,
-                    backoff=0.0,
-                    max_backoff=0.0,
+                    WorkerOptions(
+                        limits=FetchLimits(allow_private_addresses=True),
+                        max_attempts=2,
+                        backoff=0.0,
+                        max_backoff=0.0,
+                    ),
                 )
                 async with worker:
                     progress = await asyncio.wait_for(

@@ -19,7 +19,7 @@ from sqlalchemy import select, update
 
 from crawlherd.brokers import open_broker
 from crawlherd.db import DispatchOutbox, create_engine, upgrade
-from crawlherd.service.dispatch_service import DispatchService
+from crawlherd.service.dispatch_service import DispatchOptions, DispatchService
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.dispatch import dispatch_due, relay_all
 from tests.support.private_redis import PrivateRedis, private_redis_server
@@ -46,7 +46,11 @@ async def test_redis_stopped_mid_dispatch_jobs_wait_then_all_are_delivered(
         site = await add_website(engine)
         await add_targets(engine, site, 300, every=HOUR, anchor=now - timedelta(seconds=10))
         async with open_broker(broker_url) as broker:
-            dispatcher = DispatchService(engine, broker, relay_batch=100, backoff=0.0, publish_timeout=5.0)
+            dispatcher = DispatchService(
+                engine,
+                broker,
+                DispatchOptions(relay_batch=100, backoff=0.0, publish_timeout=5.0),
+            )
             assert (await dispatch_due(dispatcher)).inserted == 300
             assert (await dispatcher.relay()).published == 100
 

@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from crawlherd.brokers import open_broker
 from crawlherd.db import DispatchOutbox, create_engine, upgrade
-from crawlherd.service.dispatch_service import DispatchService
+from crawlherd.service.dispatch_service import DispatchOptions, DispatchService
 from tests._netutil import TcpProxy
 from tests.support.db import add_targets, add_website, database_now, fresh_postgres_database
 from tests.support.real_brokers import drain, remove
@@ -59,7 +59,11 @@ async def test_a_75_second_broker_hang_loses_no_slot(
             engine, site, 10, every=EVERY, anchor=start + timedelta(seconds=1), grace=timedelta(seconds=2)
         )
         async with open_broker(proxied_url, connect_timeout=3.0, publish_timeout=5.0) as broker:
-            service = DispatchService(engine, broker, lease=20.0, publish_timeout=5.0, backoff=1.0, max_backoff=5.0)
+            service = DispatchService(
+                engine,
+                broker,
+                DispatchOptions(lease=20.0, publish_timeout=5.0, backoff=1.0, max_backoff=5.0),
+            )
             stop = asyncio.Event()
             runner = asyncio.create_task(service.run(interval=0.5, stop=stop))
             try:

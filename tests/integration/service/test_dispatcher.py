@@ -16,7 +16,7 @@ from crawlherd.brokers.memory import MemoryBroker, MemoryBrokerOptions
 from crawlherd.db import DispatchOutbox, ScrapeTarget, create_engine
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, MessageRejectedError
 from crawlherd.messages import decode_job, idempotency_key
-from crawlherd.service.dispatch_service import DispatchService
+from crawlherd.service.dispatch_service import DispatchOptions, DispatchService
 from crawlherd.service.relay import Failure
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.dispatch import dispatch_due, relay_all
@@ -115,7 +115,7 @@ async def test_relay_publishes_each_row_once_with_its_key(engine: AsyncEngine) -
     site = await add_website(engine)
     await add_targets(engine, site, 30, every=HOUR, anchor=now - timedelta(seconds=10))
     broker = recording()
-    dispatcher = DispatchService(engine, broker, relay_batch=7)
+    dispatcher = DispatchService(engine, broker, DispatchOptions(relay_batch=7))
     tick, relay = await dispatcher.run_once()
     assert tick.inserted == 30 and relay.published == 30 and relay.failed == 0
     rows = await outbox(engine)
@@ -133,7 +133,11 @@ async def test_broker_down_mid_dispatch_rows_wait_then_all_are_delivered(engine:
     await add_targets(engine, site, 40, every=HOUR, anchor=now - timedelta(seconds=10))
     broker = recording()
     broker.set_down(after=15)  # the broker goes away in the middle of the batch
-    dispatcher = DispatchService(engine, broker, backoff=3600.0, max_backoff=7200.0, publish_concurrency=1)
+    dispatcher = DispatchService(
+        engine,
+        broker,
+        DispatchOptions(backoff=3600.0, max_backoff=7200.0, publish_concurrency=1),
+    )
     tick, relay = await dispatcher.run_once()
     assert tick.inserted == 40 and relay.published == 15 and relay.failed == 25
     rows = await outbox(engine)
@@ -151,7 +155,7 @@ async def test_broker_down_mid_dispatch_rows_wait_then_all_are_delivered(engine:
 
 
 async def test_backoff_grows_and_is_capped(engine: AsyncEngine) -> None:
-    dispatcher = DispatchService(engine, recording(), backoff=2.0, max_backoff=60.0)
+    dispatcher = DispatchService(engine, recording(), DispatchOptions(backoff=2.0, max_backoff=60.0))
     assert [dispatcher.relayer.backoff_for(a) for a in (1, 2, 3, 6, 50)] == [2.0, 4.0, 8.0, 60.0, 60.0]
 
 
@@ -170,7 +174,7 @@ async def test_concurrent_dispatchers_write_and_publish_each_slot_once(db_url: s
             backfill_limit=5,
         )
         broker = recording()
-        dispatchers = [DispatchService(e, broker, batch_size=17, relay_batch=23) for e in engines]
+        dispatchers = [DispatchService(e, broker, DispatchOptions(batch_size=17, relay_batch=23)) for e in engines]
         ticks = await asyncio.gather(*(dispatch_due(d) for d in dispatchers))
         assert sum(t.targets for t in ticks) == 120 and sum(t.inserted for t in ticks) == 360
         relays = await asyncio.gather(*(relay_all(d) for d in dispatchers))
@@ -188,7 +192,7 @@ async def test_cancelled_relay_marks_what_was_confirmed_and_releases_the_rest(en
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 10, every=HOUR, anchor=now - timedelta(seconds=10))
-    dispatcher = DispatchService(engine, recording(), publish_concurrency=1)
+    dispatcher = DispatchService(engine, recording(), DispatchOptions(publish_concurrency=1))
     await dispatch_due(dispatcher)
 
     stalled = asyncio.Event()
@@ -201,7 +205,7 @@ async def test_cancelled_relay_marks_what_was_confirmed_and_releases_the_rest(en
             await super().publish(body, **kw)  # type: ignore[arg-type]
 
     stalling = Stalling(options=MemoryBrokerOptions(record=True))
-    relay = asyncio.create_task(DispatchService(engine, stalling, publish_concurrency=1).relay())
+    relay = asyncio.create_task(DispatchService(engine, stalling, DispatchOptions(publish_concurrency=1)).relay())
     await asyncio.wait_for(stalled.wait(), 30)
     relay.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -215,10 +219,12 @@ async def test_cancelled_relay_marks_what_was_confirmed_and_releases_the_rest(en
 
 
 def test_options_are_validated() -> None:
-    engine = create_engine("sqlite:///:memory:")
-    for bad in ({"batch_size": 0}, {"lease": 0}, {"publish_concurrency": -1}, {"backoff": -1.0}):
-        with pytest.raises(ConfigurationError):
-            DispatchService(engine, recording(), **bad)  # type: ignore[arg-type]
+    for bad in ({"batch_size": 0}, {"lease": 0}, {"publish_concurrency": -1}, {"backoff": -1.0},
+                {"relay_rounds": 1.5}, {"heartbeat_interval": 0}, {"round_timeout": 59}):
+        (name, value), = bad.items()
+        with pytest.raises(ConfigurationError, match=f"{name}|round deadline"):
+            DispatchOptions(**bad)  # type: ignore[arg-type]
+    assert DispatchOptions(heartbeat_interval=None).heartbeat_interval is None
 
 
 async def test_message_body_is_stable_across_republish(engine: AsyncEngine) -> None:
@@ -242,7 +248,7 @@ async def test_a_dispatcher_whose_lease_ran_out_does_not_touch_the_new_owners_le
     await add_targets(engine, site, 1, every=HOUR, anchor=now - timedelta(seconds=10))
     broker = recording()
     broker.set_down()
-    slow = DispatchService(engine, broker, lease=30.0, owner="slow")
+    slow = DispatchService(engine, broker, DispatchOptions(lease=30.0, owner="slow"))
     await dispatch_due(slow)
     (leased,) = await slow.relayer.lease()
     async with engine.begin() as conn:  # slow's lease ran out; "fast" leased the row meanwhile
@@ -288,7 +294,11 @@ async def test_a_hung_broker_does_not_stop_the_tick_and_each_round_ends_at_its_d
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 5, every=HOUR, anchor=now - timedelta(seconds=10))
-    service = DispatchService(engine, HungBroker(), lease=2.0, round_timeout=0.5, publish_timeout=60.0)
+    service = DispatchService(
+        engine,
+        HungBroker(),
+        DispatchOptions(lease=2.0, round_timeout=0.5, publish_timeout=60.0),
+    )
     stop = asyncio.Event()
     runner = asyncio.create_task(service.run(interval=0.05, stop=stop))
     try:
@@ -315,7 +325,7 @@ async def test_a_hung_broker_does_not_stop_the_tick_and_each_round_ends_at_its_d
 def test_the_relay_round_must_fit_in_the_outbox_lease() -> None:
     engine = create_engine("sqlite:///:memory:")
     with pytest.raises(ConfigurationError, match="at most 80% of the outbox lease"):
-        DispatchService(engine, recording(), lease=10.0, round_timeout=9.0)
+        DispatchService(engine, recording(), DispatchOptions(lease=10.0, round_timeout=9.0))
 
 
 class RefusingBroker(MemoryBroker):
@@ -329,7 +339,7 @@ async def test_a_row_the_broker_keeps_refusing_goes_dead_with_its_reason(engine:
     now = await database_now(engine)
     site = await add_website(engine)
     await add_targets(engine, site, 2, every=HOUR, anchor=now - timedelta(seconds=10))
-    service = DispatchService(engine, RefusingBroker(), dead_after=3, backoff=0.0)
+    service = DispatchService(engine, RefusingBroker(), DispatchOptions(dead_after=3, backoff=0.0))
     await dispatch_due(service)
     for attempt in range(1, 4):
         result = await service.relay()
@@ -347,7 +357,7 @@ async def test_an_outage_never_kills_a_row(engine: AsyncEngine) -> None:
     await add_targets(engine, site, 1, every=HOUR, anchor=now - timedelta(seconds=10))
     broker = recording()
     broker.set_down(True)
-    service = DispatchService(engine, broker, dead_after=2, backoff=0.0)
+    service = DispatchService(engine, broker, DispatchOptions(dead_after=2, backoff=0.0))
     await dispatch_due(service)
     for _ in range(5):
         assert (await service.relay()).failed == 1

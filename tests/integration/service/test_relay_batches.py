@@ -15,7 +15,7 @@ from crawlherd.brokers.memory import MemoryBroker, MemoryBrokerOptions
 from crawlherd.db import DispatchOutbox
 from crawlherd.errors import MessageRejectedError
 from crawlherd.messages import decode_job
-from crawlherd.service.dispatch_service import DispatchService
+from crawlherd.service.dispatch_service import DispatchOptions, DispatchService
 from crawlherd.service.relay import JOB_HEADERS, BatchPublisher
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.dispatch import dispatch_due
@@ -52,7 +52,11 @@ async def test_a_batch_settles_each_message_by_its_own_result(engine: AsyncEngin
     ids = await add_targets(engine, site, 25, every=HOUR, anchor=now - timedelta(seconds=10))
     broker = BatchDouble(refuse_target=ids[3])
     assert isinstance(broker, BatchPublisher)
-    service = DispatchService(engine, broker, relay_batch=20, publish_concurrency=8, backoff=3600.0)
+    service = DispatchService(
+        engine,
+        broker,
+        DispatchOptions(relay_batch=20, publish_concurrency=8, backoff=3600.0),
+    )
     await dispatch_due(service)
     first = await service.relay()  # rows of 20, in batches of publish_concurrency (8)
     assert (first.leased, first.published, first.failed) == (20, 19, 1)
@@ -76,7 +80,11 @@ async def test_redis_relay_pipelines_every_row_once(engine: AsyncEngine, redis_u
         await add_targets(engine, site, 1200, every=HOUR, anchor=now - timedelta(seconds=10))
         async with open_broker(url) as broker:
             assert isinstance(broker, BatchPublisher)
-            tick, relay = await DispatchService(engine, broker, relay_batch=1000, publish_concurrency=500).run_once()
+            tick, relay = await DispatchService(
+                engine,
+                broker,
+                DispatchOptions(relay_batch=1000, publish_concurrency=500),
+            ).run_once()
         assert tick.inserted == relay.published == 1200 and relay.failed == 0
         deliveries = await drain(url)
         async with engine.connect() as conn:

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd.brokers.memory import MemoryBroker, MemoryBrokerOptions
 from crawlherd.db import DispatchOutbox
 from crawlherd.db.models import OutboxTrail
-from crawlherd.service.dispatch_service import DispatchService, Handoff
+from crawlherd.service.dispatch_service import DispatchOptions, DispatchService, Handoff
 from tests.support.db import add_targets, add_website, database_now
 
 HOUR = timedelta(hours=1)
@@ -38,8 +38,12 @@ async def outbox_rows(engine: AsyncEngine) -> dict[int, Any]:
 async def test_the_tick_writes_its_rows_leased_and_the_relay_publishes_them_as_they_are(engine: AsyncEngine) -> None:
     now = await due_targets(engine, 30)
     broker = MemoryBroker(options=MemoryBrokerOptions(record=True))
-    service = DispatchService(engine, broker, batch_size=10, relay_batch=10, relay_rounds=2, lease=60.0)
-    handoff = Handoff(service.relay_rounds)
+    service = DispatchService(
+        engine,
+        broker,
+        DispatchOptions(batch_size=10, relay_batch=10, relay_rounds=2, lease=60.0),
+    )
+    handoff = Handoff(service.options.relay_rounds)
     ticks = [await service.tick(handoff) for _ in range(3)]
     assert [len(t.leased) for t in ticks] == [10, 10, 0]  # the third found no room: written unleased
     rows = await outbox_rows(engine)
@@ -66,8 +70,8 @@ async def test_the_tick_writes_its_rows_leased_and_the_relay_publishes_them_as_t
 
 async def test_more_rows_than_a_relay_round_are_not_handed_over(engine: AsyncEngine) -> None:
     await due_targets(engine, 12)
-    service = DispatchService(engine, MemoryBroker(), batch_size=12, relay_batch=10)
-    handoff = Handoff(service.relay_rounds)
+    service = DispatchService(engine, MemoryBroker(), DispatchOptions(batch_size=12, relay_batch=10))
+    handoff = Handoff(service.options.relay_rounds)
     tick = await service.tick(handoff)
     assert tick.inserted == 12 and not tick.leased and not handoff
     assert all(r.lease_owner is None for r in (await outbox_rows(engine)).values())
@@ -75,8 +79,8 @@ async def test_more_rows_than_a_relay_round_are_not_handed_over(engine: AsyncEng
 
 async def test_rows_no_round_took_are_given_back_at_once(engine: AsyncEngine) -> None:
     await due_targets(engine, 5)
-    service = DispatchService(engine, MemoryBroker(), batch_size=5, relay_batch=5)
-    handoff = Handoff(service.relay_rounds)
+    service = DispatchService(engine, MemoryBroker(), DispatchOptions(batch_size=5, relay_batch=5))
+    handoff = Handoff(service.options.relay_rounds)
     await service.tick(handoff)
     assert handoff
     await handoff.release(service.relayer)
@@ -89,8 +93,12 @@ async def test_rows_no_round_took_are_given_back_at_once(engine: AsyncEngine) ->
 async def test_the_round_deadline_counts_from_the_lease_not_from_the_hand_over(engine: AsyncEngine) -> None:
     await due_targets(engine, 5)
     broker = MemoryBroker(options=MemoryBrokerOptions(record=True))
-    service = DispatchService(engine, broker, batch_size=5, relay_batch=5, lease=10.0, round_timeout=8.0)
-    handoff = Handoff(service.relay_rounds)
+    service = DispatchService(
+        engine,
+        broker,
+        DispatchOptions(batch_size=5, relay_batch=5, lease=10.0, round_timeout=8.0),
+    )
+    handoff = Handoff(service.options.relay_rounds)
     tick = await service.tick(handoff)
     handed = handoff.take()
     assert handed is not None and handed[1] == tick.leased
@@ -105,7 +113,7 @@ async def test_the_round_deadline_counts_from_the_lease_not_from_the_hand_over(e
 async def test_run_once_hands_over_and_publishes_every_slot_once(engine: AsyncEngine) -> None:
     await due_targets(engine, 95)
     broker = MemoryBroker(options=MemoryBrokerOptions(record=True))
-    tick, relay = await DispatchService(engine, broker, batch_size=10, relay_batch=10).run_once()
+    tick, relay = await DispatchService(engine, broker, DispatchOptions(batch_size=10, relay_batch=10)).run_once()
     assert tick.inserted == relay.published == 95 and relay.failed == 0
     rows = await outbox_rows(engine)
     assert all(r.status == "published" and r.attempts == 1 for r in rows.values())

@@ -46,19 +46,35 @@ class JSONColumn(models.JSONField):  # type: ignore[misc]
         return super().from_db_value(value, expression, connection)
 
 
-class Website(models.Model):  # type: ignore[misc]
-    """A site to crawl (table ``websites``): its name and its ``SiteSpec``."""
+class _Table(models.Model):  # type: ignore[misc]
+    """A crawlherd table: its ``id``; the schema is crawlherd's (Alembic), not Django's (unmanaged)."""
 
     id = models.BigAutoField(primary_key=True)
+
+    class Meta:
+        abstract = True
+        managed = False
+
+
+class _Edited(_Table):
+    """A table whose rows are created and edited by people (websites, targets)."""
+
+    created_at = models.DateTimeField(default=_now)
+    updated_at = models.DateTimeField(default=_now)
+
+    class Meta(_Table.Meta):
+        abstract = True
+
+
+class Website(_Edited):
+    """A site to crawl (table ``websites``): its name and its ``SiteSpec``."""
+
     name = models.CharField(max_length=200, unique=True)
     #: The website's whole configuration: the JSON form of a crawlherd ``SiteSpec`` (validated on save
     #: by the admin form with crawlherd's own model).
     spec = JSONColumn()
-    created_at = models.DateTimeField(default=_now)
-    updated_at = models.DateTimeField(default=_now)
 
-    class Meta:
-        managed = False
+    class Meta(_Edited.Meta):
         db_table = "websites"
         ordering = ["name"]
 
@@ -66,10 +82,9 @@ class Website(models.Model):  # type: ignore[misc]
         return str(self.name)
 
 
-class ScrapeTarget(models.Model):  # type: ignore[misc]
+class ScrapeTarget(_Edited):
     """Website x keywords x location and its schedule (table ``scrape_targets``)."""
 
-    id = models.BigAutoField(primary_key=True)
     website = models.ForeignKey(Website, on_delete=models.DO_NOTHING, related_name="targets")
     keywords = models.TextField()
     location = models.TextField(default="", blank=True)
@@ -85,11 +100,8 @@ class ScrapeTarget(models.Model):  # type: ignore[misc]
     active = models.BooleanField(default=True)
     last_scheduled = models.DateTimeField(null=True, blank=True)
     next_run_at = models.DateTimeField()
-    created_at = models.DateTimeField(default=_now)
-    updated_at = models.DateTimeField(default=_now)
 
-    class Meta:
-        managed = False
+    class Meta(_Edited.Meta):
         db_table = "scrape_targets"
         ordering = ["next_run_at"]
 
@@ -98,15 +110,23 @@ class ScrapeTarget(models.Model):  # type: ignore[misc]
         return f"{self.keywords}{where} ({self.website_id})"
 
 
-class DispatchOutbox(models.Model):  # type: ignore[misc]
+class _TargetSlot(_Table):
+    """A row per (target, slot): the columns the outbox and the runs share."""
+
+    target = models.ForeignKey(ScrapeTarget, on_delete=models.DO_NOTHING, related_name="%(class)s_rows")
+    slot_at = models.DateTimeField()
+    attempts = models.IntegerField(default=0)
+
+    class Meta(_Table.Meta):
+        abstract = True
+        ordering = ["-slot_at"]
+
+
+class DispatchOutbox(_TargetSlot):
     """One job message per (target, slot) (table ``dispatch_outbox``)."""
 
-    id = models.BigAutoField(primary_key=True)
-    target = models.ForeignKey(ScrapeTarget, on_delete=models.DO_NOTHING, related_name="outbox")
-    slot_at = models.DateTimeField()
     key = models.CharField(max_length=100)
     status = models.CharField(max_length=10, choices=_choices(OUTBOX_STATUSES), default="pending")
-    attempts = models.IntegerField(default=0)
     leased_until = models.DateTimeField(null=True, blank=True)
     lease_owner = models.CharField(max_length=100, null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
@@ -114,22 +134,16 @@ class DispatchOutbox(models.Model):  # type: ignore[misc]
     created_at = models.DateTimeField()
     published_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        managed = False
+    class Meta(_TargetSlot.Meta):
         db_table = "dispatch_outbox"
-        ordering = ["-slot_at"]
         verbose_name_plural = "dispatch outbox"
 
 
-class JobRun(models.Model):  # type: ignore[misc]
+class JobRun(_TargetSlot):
     """One execution record per (target, slot) (table ``job_runs``)."""
 
-    id = models.BigAutoField(primary_key=True)
-    target = models.ForeignKey(ScrapeTarget, on_delete=models.DO_NOTHING, related_name="runs")
-    slot_at = models.DateTimeField()
     job_id = models.CharField(max_length=36)
     status = models.CharField(max_length=10, choices=_choices(RUN_STATUSES), default="queued")
-    attempts = models.IntegerField(default=0)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     pages = models.IntegerField(default=0)
@@ -140,10 +154,8 @@ class JobRun(models.Model):  # type: ignore[misc]
     created_at = models.DateTimeField(default=_now)
     updated_at = models.DateTimeField(default=_now)
 
-    class Meta:
-        managed = False
+    class Meta(_TargetSlot.Meta):
         db_table = "job_runs"
-        ordering = ["-slot_at"]
 
 
 class _DeadManager(models.Manager):  # type: ignore[misc]
@@ -161,10 +173,9 @@ class DeadLetter(JobRun):
         verbose_name = "dead letter"
 
 
-class StoredItem(models.Model):  # type: ignore[misc]
+class StoredItem(_Table):
     """A scraped item (table ``items``)."""
 
-    id = models.BigAutoField(primary_key=True)
     fingerprint = models.CharField(max_length=64, unique=True)
     website = models.ForeignKey(Website, on_delete=models.DO_NOTHING, related_name="items")
     target = models.ForeignKey(ScrapeTarget, on_delete=models.DO_NOTHING, null=True, blank=True,
@@ -174,8 +185,7 @@ class StoredItem(models.Model):  # type: ignore[misc]
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
 
-    class Meta:
-        managed = False
+    class Meta(_Table.Meta):
         db_table = "items"
         ordering = ["-last_seen"]
         verbose_name = "item"

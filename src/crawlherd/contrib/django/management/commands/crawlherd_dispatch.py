@@ -14,7 +14,7 @@ from crawlherd.contrib.cycle import run_dispatch_cycle
 from crawlherd.contrib.django.settings import crawlherd_settings
 from crawlherd.db import create_engine
 from crawlherd.errors import CrawlherdError
-from crawlherd.service.dispatch_service import DispatchService, RelayResult, TickResult
+from crawlherd.service.dispatch_service import DispatchOptions, DispatchService, RelayResult, TickResult
 
 
 class Command(BaseCommand):  # type: ignore[misc]
@@ -44,7 +44,11 @@ class Command(BaseCommand):  # type: ignore[misc]
         engine = create_engine(settings.database_url)
         try:
             async with open_broker(settings.effective_broker_url) as broker:
-                service = DispatchService(engine, broker, batch_size=options["batch_size"], lease=options["lease"])
+                service = DispatchService(
+                    engine,
+                    broker,
+                    DispatchOptions(batch_size=options["batch_size"], lease=options["lease"]),
+                )
 
                 def progress(tick: TickResult, relay: RelayResult) -> None:
                     self.stdout.write(f"dispatch: {tick.inserted} job(s) from {tick.targets} due target(s); "

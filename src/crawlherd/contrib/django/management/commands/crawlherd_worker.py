@@ -13,7 +13,7 @@ from crawlherd.contrib.django.settings import crawlherd_settings
 from crawlherd.db import create_engine
 from crawlherd.errors import CrawlherdError
 from crawlherd.fetch.base import FetchLimits
-from crawlherd.worker.worker import Worker
+from crawlherd.worker.worker import Worker, WorkerOptions
 
 
 class Command(BaseCommand):  # type: ignore[misc]
@@ -37,10 +37,18 @@ class Command(BaseCommand):  # type: ignore[misc]
             async with open_broker(settings.effective_broker_url) as broker:
                 limits = FetchLimits(allow_private_addresses=settings.allow_private_addresses,
                                      user_agent=settings.user_agent)
-                worker = Worker(engine, broker, concurrency=options["concurrency"],
-                                max_attempts=options["max_attempts"], backoff=options["backoff"],
-                                max_backoff=max(options["backoff"], 600.0), limits=limits,
-                                frontier_url=settings.effective_frontier_url)
+                worker = Worker(
+                    engine,
+                    broker,
+                    WorkerOptions(
+                        concurrency=options["concurrency"],
+                        max_attempts=options["max_attempts"],
+                        backoff=options["backoff"],
+                        max_backoff=max(options["backoff"], 600.0),
+                        limits=limits,
+                        frontier_url=settings.effective_frontier_url,
+                    ),
+                )
                 stop = asyncio.Event()
                 async with worker:
                     with stop_on_signals(stop):
