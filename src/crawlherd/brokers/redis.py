@@ -19,15 +19,8 @@ scripts (``brokers/lua/*.lua``): ``XACK`` (refused when the entry was settled al
 plus the re-publish, in one step, so a message is never both lost and live twice. Acked entries are
 deleted from the stream.
 
-Options (URL query or keywords): ``prefix``, ``stream``, ``group`` (``crawlherd``), ``consumer``
-(unique per broker object by default), ``claim_idle`` (seconds an entry may stay unsettled before
-another consumer claims it; 60 -- a worker extends it while it works on a message, see ``touch``),
-``claim_interval`` (how often to look for such entries; default ``claim_idle / 2``), ``block``
-(longest XREADGROUP wait, 1 s), ``connect_timeout`` (5 s), ``socket_timeout`` (10 s),
-``max_deliveries`` (10; 0 = no limit; a message delivered that many times without being settled --
-claimed from dead consumers, or nacked back -- is dead-lettered).
-``client=``: a live ``redis.asyncio.Redis`` (``decode_responses=False``)
-to use instead of opening one; it is not closed by :meth:`close`.
+Options (URL query or keywords): :class:`RedisBrokerOptions`. ``client=``: a live ``redis.asyncio.Redis``
+(``decode_responses=False``) to use instead of opening one; it is not closed by :meth:`close`.
 """
 
 from __future__ import annotations
@@ -50,7 +43,7 @@ from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawlherd._lua import lua_script
-from crawlherd._options import Delay, Seconds
+from crawlherd._options import Delay, NonEmpty, Seconds
 from crawlherd._redact import redact_url
 from crawlherd.brokers._common import BrokerBase, BrokerOptions, build_options, check_delay, check_publish, log, new_id
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
@@ -77,30 +70,26 @@ _STREAM_ID = re.compile(r"^\d+-\d+$")
 
 @dataclass(frozen=True)
 class RedisBrokerOptions(BrokerOptions):
-    """See the module docstring."""
+    """``prefix`` of the keys; ``stream`` (default ``<prefix>:jobs``); the consumer ``group``; this
+    broker object's ``consumer`` name (default: unique per broker object); ``claim_idle`` seconds an
+    entry may stay unsettled before another consumer claims it (a worker extends it while it works on a
+    message, see ``touch``); ``claim_interval`` how often to look for such entries (0: ``claim_idle /
+    2``); ``block`` the longest ``XREADGROUP`` wait; ``connect_timeout``; ``socket_timeout`` (longer
+    than ``block``). A message delivered ``max_deliveries`` times without being settled -- claimed from
+    dead consumers, or nacked back -- is dead-lettered."""
 
     backend = "redis"
+    shorter_than = (("block", "socket_timeout"),)
 
-    prefix: str = "crawlherd"
-    stream: str = ""
-    group: str = "crawlherd"
-    consumer: str = ""
+    prefix: NonEmpty = "crawlherd"
+    stream: str | None = None
+    group: NonEmpty = "crawlherd"
+    consumer: str | None = None
     claim_idle: Seconds = 60.0
     claim_interval: Delay = 0.0
     block: Seconds = 1.0
     connect_timeout: Seconds = 5.0
     socket_timeout: Seconds = 10.0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not (self.stream or self.prefix):
-            raise ConfigurationError("redis broker: give a prefix or a stream name")
-        if not self.group:
-            raise ConfigurationError("redis broker option group: must not be empty")
-        if self.block >= self.socket_timeout:
-            raise ConfigurationError(
-                f"redis broker option block={self.block!r} must be shorter than socket_timeout={self.socket_timeout!r}"
-            )
 
 
 class _ConsumeState:
