@@ -30,7 +30,8 @@ __all__ = ["DeadRun", "RunStore"]
 
 @dataclass(frozen=True, slots=True)
 class DeadRun:
-    """A dead job, as ``crawlherd jobs dead`` lists it."""
+    """A dead job, as ``crawlherd jobs dead`` lists it: its run ``id``, the target and slot, the
+    ``attempts`` made, the last ``error`` and when it ended."""
 
     id: int
     target_id: int
