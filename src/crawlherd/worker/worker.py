@@ -141,7 +141,7 @@ class WorkerOptions:
     lease_timeout: Seconds | None = None
     max_attempts: Count = 3
     backoff: Delay = 5.0
-    max_backoff: Seconds = 600.0
+    max_backoff: Delay = 600.0
     limits: FetchLimits = field(default_factory=FetchLimits)
     shutdown_timeout: Delay = 30.0
     name: str | None = None
