@@ -71,7 +71,7 @@ import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
@@ -82,6 +82,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from crawlherd._lua import lua_script
 from crawlherd._redact import redact_url
+from crawlherd._rediscluster import cluster_address
 from crawlherd.errors import (
     BackendUnavailableError,
     ConfigurationError,
@@ -882,17 +883,11 @@ class _ClusterMap:
     replica. One plain connection pool per master: a script and its ``WAIT`` go over one connection."""
 
     def __init__(self, netloc: str, timeout: float) -> None:
-        auth, _, hosts = netloc.rpartition("@")
-        user, _, password = auth.partition(":")
-        self._user = unquote(user) or None
-        self._password = unquote(password) or None
+        address = cluster_address(netloc)
+        self._user = address.username
+        self._password = address.password
         self._timeout = timeout
-        self._nodes: list[tuple[str, int]] = []
-        for part in hosts.split(","):
-            host, _, port = part.strip().rpartition(":")
-            if not host or not port.isdigit():
-                raise ValueError(f"{part!r} is not host:port")
-            self._nodes.append((host.strip("[]"), int(port)))
+        self._nodes: list[tuple[str, int]] = list(address.nodes)
         self._ranges: list[tuple[int, int, tuple[str, int]]] | None = None
         self._clients: dict[tuple[str, int], aioredis.Redis] = {}
         self._stale: list[aioredis.Redis] = []  # clients of an older map, closed with the frontier
