@@ -24,7 +24,9 @@ as the relay does: ``publish_many`` in batches of ``--batch`` (500), against raw
 each round raw then crawlherd on the same cluster. One queue is one slot, so one master; the "3 queues"
 row publishes to three queues at once (one broker each; their names hash to the three masters) against
 three raw streams likewise. Besides messages/s: the client's CPU per message (``time.process_time``) and
-the Redis masters' (``INFO cpu`` used_cpu_sys + used_cpu_user delta, summed).
+the Redis masters' (``INFO cpu`` used_cpu_sys + used_cpu_user delta, summed). A first row, for
+reference, does the same on the machine's one Redis (``redis://``, redis-py's plain client; its server
+CPU is not shown: that Redis is shared).
 """
 
 from __future__ import annotations
@@ -216,13 +218,19 @@ def cluster_messages(n: int) -> list[tuple[bytes, str, None]]:
 
 
 async def raw_cluster_publish(url: str, ports: list[int], queues: list[str], n: int, batch: int) -> ClusterTiming:
-    """redis-py's RedisCluster: each queue's n messages XADD-ed ``batch`` per pipeline, the queues at once."""
+    """redis-py's RedisCluster (no ``ports``: its plain Redis client on ``url``): each queue's n messages
+    XADD-ed ``batch`` per pipeline, the queues at once."""
+    import redis.asyncio as aioredis
     from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-    client = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in ports])
-    await client.initialize()
+    client: aioredis.Redis | RedisCluster
+    if ports:
+        client = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in ports])
+        await client.initialize()
+    else:
+        client = aioredis.Redis.from_url(url)
     messages = cluster_messages(n)
-    streams = [f"{{{q}:raw}}" for q in queues]
+    streams = [f"{{{q}:raw}}" if ports else f"{q}:raw" for q in queues]
 
     async def one(stream: str) -> None:
         for start in range(0, n, batch):
@@ -247,7 +255,7 @@ async def crawlherd_cluster_publish(url: str, ports: list[int], queues: list[str
     """crawlherd's broker: ``publish_many`` of ``batch`` messages at a time, one broker per queue, at once."""
     from crawlherd.brokers.redis import RedisBroker
 
-    brokers = [RedisBroker.from_url(f"{url}?prefix={q}") for q in queues]
+    brokers = [RedisBroker.from_url(f"{url.split('?', 1)[0]}?prefix={q}") for q in queues]
     for b in brokers:
         await b.__aenter__()
     messages = cluster_messages(n)
@@ -288,10 +296,17 @@ async def cluster_main(args: argparse.Namespace) -> None:
     n, batch = args.n, args.batch
     print(f"redis+cluster:// broker, {n} messages per queue, publish_many / pipelined XADD of {batch}; "
           f"median of {args.rounds} interleaved rounds (raw, crawlherd, raw, ...)")
-    header = (f"{'cluster':22} {'raw msg/s':>10} {'crawlherd':>10} {'ratio':>6} {'client µs/msg raw':>18} "
+    header = (f"{'cluster':26} {'raw msg/s':>10} {'crawlherd':>10} {'ratio':>6} {'client µs/msg raw':>18} "
               f"{'crawlherd':>10} {'Redis µs/msg raw':>17} {'crawlherd':>10}")
     print(header)
     print("-" * len(header))
+    # for reference: one Redis (the machine's, shared: its CPU is not ours alone, so not shown), plain client
+    names = [f"bench-{uuid.uuid4().hex[:8]}"]
+    single = []
+    for _ in range(args.rounds):
+        single.append((await raw_cluster_publish(REDIS_URL, [], names, n, batch),
+                       await crawlherd_cluster_publish(REDIS_URL, [], names, n, batch)))
+    print_cluster_row("redis:// (one, shared)", n, single)
     for masters, queues in ((1, 1), (3, 1), (3, 3)):
         with tempfile.TemporaryDirectory() as tmp:
             cluster = LocalCluster(Path(tmp), masters=masters).start()
@@ -313,8 +328,9 @@ def print_cluster_row(label: str, total: int, runs: list[tuple[ClusterTiming, Cl
     rate = [statistics.median(total / r[side][0] for r in runs) for side in (0, 1)]
     client = [statistics.median(r[side][1] for r in runs) / total * 1e6 for side in (0, 1)]
     server = [statistics.median(r[side][2] for r in runs) / total * 1e6 for side in (0, 1)]
-    print(f"{label:22} {rate[0]:10.0f} {rate[1]:10.0f} {rate[1] / rate[0]:6.2f} {client[0]:18.1f} "
-          f"{client[1]:10.1f} {server[0]:17.2f} {server[1]:10.2f}", flush=True)
+    cpu = f"{server[0]:17.2f} {server[1]:10.2f}" if server[0] else f"{'-':>17} {'-':>10}"
+    print(f"{label:26} {rate[0]:10.0f} {rate[1]:10.0f} {rate[1] / rate[0]:6.2f} {client[0]:18.1f} "
+          f"{client[1]:10.1f} {cpu}", flush=True)
 
 
 async def main() -> None:

@@ -24,7 +24,8 @@ from .._netutil import TcpProxy, free_port
 from ..support.sqs_server import delete_queues as delete_sqs_queues
 from ..support.sqs_server import sqs_url
 
-BROKERS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis), "redis-cluster",
+BROKERS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis),
+           pytest.param("redis-cluster", marks=pytest.mark.redis),
            pytest.param("amqp", marks=pytest.mark.rabbitmq), pytest.param("sqs", marks=pytest.mark.sqs),
            pytest.param("sqs-fifo", marks=pytest.mark.sqs)]
 GUARD = 15.0  # seconds: a guard against hanging, never an assertion on speed

@@ -224,6 +224,46 @@ async def test_a_live_cluster_client_is_used_and_not_closed(redis_cluster_url: s
         await client.aclose()
 
 
+@pytest.mark.timeout(60)
+async def test_a_broker_follows_its_queue_to_the_promoted_replica(
+    replicated_cluster: LocalCluster, unique_name: str
+) -> None:
+    """The master of a queue's slot killed with SIGKILL: publishing fails with BackendUnavailableError
+    until its replica took over, then the same broker object publishes and consumes there, and the
+    message the replica had before the kill is delivered."""
+    import redis.asyncio as aioredis
+
+    cluster = replicated_cluster
+    stream = f"{{{unique_name}:jobs}}"
+    async with open_broker(f"{cluster.url}?prefix={unique_name}&block=0.05&connect_timeout=1") as broker:
+        await broker.publish(b"before", key="a")
+        master = cluster.master_of(stream)
+        client = aioredis.Redis(port=master)
+        try:
+            replica = aioredis.Redis(port=int((await client.info("replication"))["slave0"]["port"]))
+        finally:
+            await client.aclose()
+        try:  # the master's replica has the message (replication is asynchronous)
+            await replica.execute_command("READONLY")
+            async with asyncio.timeout(15):
+                while await replica.xlen(stream) != 1:  # noqa: ASYNC110 - replication: no event to await
+                    await asyncio.sleep(0.05)
+        finally:
+            await replica.aclose()
+        cluster.kill(master)
+        await retrying(lambda: broker.publish(b"after", key="b"))
+        assert cluster.master_of(stream) != master
+        got = []
+        async with asyncio.timeout(15):
+            it = broker.consume(prefetch=5)
+            while len(got) < 2:
+                delivery = await anext(it)
+                got.append(delivery.body)
+                await broker.ack(delivery)
+        assert sorted(got) == [b"after", b"before"]
+        assert await broker.pending() == 0
+
+
 @pytest.mark.timeout(180)
 async def test_dispatch_once_then_a_worker_through_a_cluster_broker(
     demo_pipeline: tuple[DemoSite, dict[str, str], int], redis_cluster_url: str, unique_name: str

@@ -130,6 +130,9 @@ class RedisBroker(BrokerBase):
         self._url = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
         name = opts.stream or f"{opts.prefix}:jobs"
         self._cluster: ClusterAddress | None = None
+        if parts.scheme.endswith("+cluster") and parts.scheme != "redis+cluster":
+            raise ConfigurationError(f"redis broker {redact_url(url)!r}: only redis+cluster:// is supported for a "
+                                     "cluster (no TLS to a cluster yet)")
         if parts.scheme == "redis+cluster" or isinstance(client, RedisCluster):
             if "{" in name or "}" in name:
                 raise ConfigurationError(f"redis+cluster broker: the queue name {name!r} must not contain braces "
