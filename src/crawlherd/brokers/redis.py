@@ -44,7 +44,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -86,13 +86,15 @@ _STREAM_ID = re.compile(r"^\d+-\d+$")
 
 @dataclass(frozen=True)
 class RedisBrokerOptions(BrokerOptions):
-    """``prefix`` of the keys; ``stream`` (default ``<prefix>:jobs``); the consumer ``group``; this
-    broker object's ``consumer`` name (default: unique per broker object); ``claim_idle`` seconds an
-    entry may stay unsettled before another consumer claims it (a worker extends it while it works on a
-    message, see ``touch``); ``claim_interval`` how often to look for such entries (0: ``claim_idle /
-    2``); ``block`` the longest ``XREADGROUP`` wait; ``connect_timeout``; ``socket_timeout`` (longer
-    than ``block``). A message delivered ``max_deliveries`` times without being settled -- claimed from
-    dead consumers, or nacked back -- is dead-lettered."""
+    """``prefix`` of the keys; ``stream`` (default ``<prefix>:jobs``; on a Redis Cluster the broker puts it
+    in braces, the hash tag of all the queue's keys, and refuses braces of one's own); the consumer
+    ``group``; this broker object's ``consumer`` name (default: unique per broker object);
+    ``claim_idle`` seconds an entry may stay unsettled before another consumer claims it (a worker
+    extends it while it works on a message, see ``touch``); ``claim_interval`` how often to look for
+    such entries (0: ``claim_idle / 2``); ``block`` the longest ``XREADGROUP`` wait;
+    ``connect_timeout``; ``socket_timeout`` (longer than ``block``). A message delivered
+    ``max_deliveries`` times without being settled -- claimed from dead consumers, or nacked back -- is
+    dead-lettered."""
 
     backend = "redis"
     shorter_than = (("block", "socket_timeout"),)
@@ -167,9 +169,7 @@ class RedisBroker(BrokerBase):
 
     @property
     def client(self) -> _Client:
-        if self._client is None:
-            raise BrokerError(f"{self!r} is closed")
-        return self._client
+        return cast("_Client", self._live(self._client))
 
     async def _call(self, fn: Callable[[_Client], Awaitable[T]], *, publishing: bool = False) -> T:
         if not self._opened:
