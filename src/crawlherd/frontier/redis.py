@@ -238,6 +238,9 @@ class RedisFrontier(WaitingMixin):
         self._settles: Batched[tuple[str, Lease], None] = Batched(
             self._settle_for, max_batch=_BATCH, name="crawlherd-redis-settle"
         )
+        self._sends: Batched[tuple[str, float], float] = Batched(
+            self._send_for, max_batch=_BATCH, name="crawlherd-redis-send"
+        )
         self._peeking: asyncio.Future[tuple[int, int, float | None]] | None = None
 
     @classmethod
@@ -721,8 +724,23 @@ class RedisFrontier(WaitingMixin):
         ``host`` may leave now -- its delay plus ``margin`` has passed since the last request any
         process sharing this frontier sent there, and no Retry-After hold is on -- and the send is
         stamped, atomically; else the seconds to wait before asking again."""
+        return await self._sends((host, float(margin)))
+
+    async def _send_for(self, calls: list[tuple[str, float]]) -> list[float | BaseException]:
+        """The sends asked while a SEND was out: one SEND per shard and margin, in the order asked."""
         await self._init()
-        return float(await self._run(self._shard_of(host), "SEND", host, repr(float(margin))))
+        groups: dict[tuple[int, float], list[int]] = {}
+        for i, (host, margin) in enumerate(calls):
+            groups.setdefault((self._shard_of(host).number, margin), []).append(i)
+        keys = list(groups)
+        replies = await self._fan(
+            [(self._shards[k], "SEND", (repr(m), *(calls[i][0] for i in groups[k, m]))) for k, m in keys]
+        )
+        out: list[float | BaseException] = [0.0] * len(calls)
+        for key, reply in zip(keys, replies, strict=True):
+            for n, i in enumerate(groups[key]):
+                out[i] = reply if isinstance(reply, BaseException) else float(_text(reply[n]))
+        return out
 
     async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
         if delay is not None and delay < 0:
@@ -874,6 +892,7 @@ class RedisFrontier(WaitingMixin):
         if self._begin_close():
             await self._leases.close()
             await self._settles.close()
+            await self._sends.close()
             if self._cluster is not None:
                 await self._cluster.aclose()
             elif self._owns_client and self._client is not None:
