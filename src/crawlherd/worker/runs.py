@@ -27,6 +27,9 @@ from crawlherd.worker.jobcrawl import ListingOutcome
 
 __all__ = ["DeadRun", "RunStore"]
 
+#: A run in one of these states is not started again (the run key: at most one success per slot).
+_FINISHED = ("succeeded", "dead")
+
 
 @dataclass(frozen=True, slots=True)
 class DeadRun:
@@ -55,7 +58,10 @@ class RunStore:
             )
             return row.scalar_one_or_none()
 
-    async def start(self, job: JobMessage, *, worker: str) -> None:
+    async def start(self, job: JobMessage, *, worker: str) -> str | None:
+        """Record ``job``'s run as ``running`` (taken by ``worker``) and its attempt; None then. A run
+        already ``succeeded`` or ``dead`` is left alone, and its status returned (the run key's
+        check and the start are one statement: no other worker can finish the run in between)."""
         now = datetime.now(UTC)
         values: dict[str, Any] = {
             "target_id": job.target_id,
@@ -79,9 +85,14 @@ class RunStore:
             target_id=job.target_id, slot_at=job.slot_at, attempt=job.attempt_count + 1, worker=worker,
             status="running", started_at=now, pages=0, items_new=0, items_updated=0,
         )  # console: one row per attempt (job_runs keeps the latest only)
+        upsert = stmt.on_conflict_do_update(
+            index_elements=["target_id", "slot_at"], set_=changed, where=JobRun.status.not_in(_FINISHED)
+        ).returning(JobRun.id)
         try:
             async with self.engine.begin() as conn:
-                await conn.execute(stmt.on_conflict_do_update(index_elements=["target_id", "slot_at"], set_=changed))
+                if (await conn.execute(upsert)).first() is None:  # finished already: nothing written
+                    return (await conn.execute(select(JobRun.status).where(
+                        JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at))).scalar_one_or_none()
                 await conn.execute(attempt.on_conflict_do_update(
                     index_elements=["target_id", "slot_at", "attempt"],
                     set_={k: attempt.excluded[k] for k in ("worker", "status", "started_at")},
@@ -90,6 +101,7 @@ class RunStore:
             raise PermanentJobError(
                 f"target {job.target_id} no longer exists: its run cannot be recorded ({summarize(exc)})"
             ) from None
+        return None
 
     async def finish(
         self,
