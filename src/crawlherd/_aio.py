@@ -132,7 +132,7 @@ class Batched(Generic[A, R]):
         loop = asyncio.get_running_loop()
         done: asyncio.Future[R] = loop.create_future()
         self._pending.append((arg, done))
-        if self._task is None or self._task.done():
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
             self._task = loop.create_task(self._drain(), name=self._name)
         try:
             return await done
