@@ -49,6 +49,7 @@ class RunStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+        self._starts: tuple[Any, Any] | None = None
 
     async def status(self, job: JobMessage) -> str | None:
         """The recorded status of ``job``'s run, or None when it never started."""
@@ -76,27 +77,17 @@ class RunStore:
             "created_at": now,
             "updated_at": now,
         }
-        stmt = self._insert(JobRun).values(values)
-        changed = {
-            k: stmt.excluded[k]
-            for k in ("status", "attempts", "started_at", "finished_at", "worker", "error", "updated_at")
+        attempt: dict[str, Any] = {  # console: one row per attempt (job_runs keeps the latest only)
+            "target_id": job.target_id, "slot_at": job.slot_at, "attempt": job.attempt_count + 1, "worker": worker,
+            "status": "running", "started_at": now, "pages": 0, "items_new": 0, "items_updated": 0,
         }
-        attempt = self._insert(JobAttempt).values(
-            target_id=job.target_id, slot_at=job.slot_at, attempt=job.attempt_count + 1, worker=worker,
-            status="running", started_at=now, pages=0, items_new=0, items_updated=0,
-        )  # console: one row per attempt (job_runs keeps the latest only)
-        upsert = stmt.on_conflict_do_update(
-            index_elements=["target_id", "slot_at"], set_=changed, where=JobRun.status.not_in(_FINISHED)
-        ).returning(JobRun.id)
+        start_run, start_attempt = self._start_statements()
         try:
             async with self.engine.begin() as conn:
-                if (await conn.execute(upsert)).first() is None:  # finished already: nothing written
+                if (await conn.execute(start_run, values)).first() is None:  # finished already: nothing written
                     return (await conn.execute(select(JobRun.status).where(
                         JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at))).scalar_one_or_none()
-                await conn.execute(attempt.on_conflict_do_update(
-                    index_elements=["target_id", "slot_at", "attempt"],
-                    set_={k: attempt.excluded[k] for k in ("worker", "status", "started_at")},
-                ))
+                await conn.execute(start_attempt, attempt)
         except IntegrityError as exc:  # the target was deleted after the job was published
             raise PermanentJobError(
                 f"target {job.target_id} no longer exists: its run cannot be recorded ({summarize(exc)})"
@@ -135,6 +126,25 @@ class RunStore:
                 .values(status=status, error=error, pages=pages, items_new=items_new, items_updated=items_updated,
                         finished_at=now)
             )
+
+    def _start_statements(self) -> tuple[Any, Any]:
+        """The two upserts of :meth:`start`, built once (their values are the execution's parameters)."""
+        if self._starts is None:
+            run = self._insert(JobRun)
+            changed = ("status", "attempts", "started_at", "finished_at", "worker", "error", "updated_at")
+            attempt = self._insert(JobAttempt)
+            self._starts = (
+                run.on_conflict_do_update(
+                    index_elements=["target_id", "slot_at"],
+                    set_={k: run.excluded[k] for k in changed},
+                    where=JobRun.status.not_in(_FINISHED),
+                ).returning(JobRun.id),
+                attempt.on_conflict_do_update(
+                    index_elements=["target_id", "slot_at", "attempt"],
+                    set_={k: attempt.excluded[k] for k in ("worker", "status", "started_at")},
+                ),
+            )
+        return self._starts
 
     def _owned(self, job: JobMessage, worker: str) -> Any:
         """The row of ``job``'s current attempt, taken by ``worker``."""
