@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -50,6 +50,7 @@ class RunStore:
         self.engine = engine
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
         self._starts: tuple[Any, Any] | None = None
+        self._finishes: tuple[Any, Any] | None = None
 
     async def status(self, job: JobMessage) -> str | None:
         """The recorded status of ``job``'s run, or None when it never started."""
@@ -105,27 +106,32 @@ class RunStore:
         items_updated: int = 0,
     ) -> None:
         now = datetime.now(UTC)
+        params = {"b_target": job.target_id, "b_slot": job.slot_at, "b_attempt": job.attempt_count + 1,
+                  "b_status": status, "b_error": error, "b_pages": pages, "b_new": items_new,
+                  "b_updated": items_updated, "b_now": now}
+        finish_run, finish_attempt = self._finish_statements()
         async with self.engine.begin() as conn:
-            await conn.execute(
+            await conn.execute(finish_run, params)
+            await conn.execute(finish_attempt, params)  # console: the attempt's outcome
+
+    def _finish_statements(self) -> tuple[Any, Any]:
+        """The two updates of :meth:`finish`, built once (the values are bound parameters)."""
+        if self._finishes is None:
+            outcome: dict[str, Any] = {
+                "status": bindparam("b_status"), "error": bindparam("b_error"), "pages": bindparam("b_pages"),
+                "items_new": bindparam("b_new"), "items_updated": bindparam("b_updated"),
+                "finished_at": bindparam("b_now"),
+            }
+            self._finishes = (
                 update(JobRun)
-                .where(JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at)
-                .values(
-                    status=status,
-                    error=error,
-                    pages=pages,
-                    items_new=items_new,
-                    items_updated=items_updated,
-                    finished_at=now,
-                    updated_at=now,
-                )
-            )
-            await conn.execute(  # console: the attempt's outcome
+                .where(JobRun.target_id == bindparam("b_target"), JobRun.slot_at == bindparam("b_slot"))
+                .values(**outcome, updated_at=bindparam("b_now")),
                 update(JobAttempt)
-                .where(JobAttempt.target_id == job.target_id, JobAttempt.slot_at == job.slot_at,
-                       JobAttempt.attempt == job.attempt_count + 1)
-                .values(status=status, error=error, pages=pages, items_new=items_new, items_updated=items_updated,
-                        finished_at=now)
+                .where(JobAttempt.target_id == bindparam("b_target"), JobAttempt.slot_at == bindparam("b_slot"),
+                       JobAttempt.attempt == bindparam("b_attempt"))
+                .values(**outcome),
             )
+        return self._finishes
 
     def _start_statements(self) -> tuple[Any, Any]:
         """The two upserts of :meth:`start`, built once (their values are the execution's parameters)."""
