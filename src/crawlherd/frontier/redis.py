@@ -6,6 +6,9 @@ it is atomic: two workers never take the same request, never both pass a host's 
 fingerprint is recorded exactly when its request is queued. The scripts are ``frontier/lua/*.lua``.
 
 - **Politeness shared by all workers**: host ready times and in-flight counts live in Redis.
+- **Round trips shared by concurrent callers**: the ``next_request``, ``ack``/``fail`` and
+  ``stamp_send`` calls (and the waiters' peeks) made while one of their kind is out go together in
+  the next script call (:class:`~crawlherd._aio.Batched`); each caller gets its own answer.
 - **Leases** expire (``lease_timeout``); the next lease call of any worker returns an expired lease's
   request to its queue, so a worker that died loses nothing.
 - **Duplicate filter**: ``exact`` stores each 64-bit fingerprint in one of ``2**bits`` small sets
