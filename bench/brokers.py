@@ -16,6 +16,17 @@ Needs the Redis and RabbitMQ of the machine (``CRAWLHERD_TEST_REDIS_URL`` / ``CR
 override the addresses);
 everything it creates has a unique name and is deleted afterwards. Prints messages/s and the ratio
 broker / baseline (1.0 = as fast as the raw driver loop).
+
+``--cluster``: instead, the ``redis+cluster://`` broker on private local Redis Clusters (redis-server
+--cluster-enabled yes on free ports, started and stopped by the benchmark) of 1 and 3 masters, publishing
+as the relay does: ``publish_many`` in batches of ``--batch`` (500), against raw redis-py's
+``RedisCluster``: the same messages ``XADD``-ed through a cluster pipeline of ``--batch`` (non-transactional),
+each round raw then crawlherd on the same cluster. One queue is one slot, so one master; the "3 queues"
+row publishes to three queues at once (one broker each; their names hash to the three masters) against
+three raw streams likewise. Besides messages/s: the client's CPU per message (``time.process_time``) and
+the Redis masters' (``INFO cpu`` used_cpu_sys + used_cpu_user delta, summed). A first row, for
+reference, does the same on the machine's one Redis (``redis://``, redis-py's plain client; its server
+CPU is not shown: that Redis is shared).
 """
 
 from __future__ import annotations
@@ -174,13 +185,166 @@ def rate(n: int, seconds: float) -> float:
     return n / seconds if seconds > 0 else float("inf")
 
 
+# -- redis+cluster:// ---------------------------------------------------------------------------------
+
+ClusterTiming = tuple[float, float, float]  # (wall seconds, client CPU seconds, masters' CPU seconds)
+
+
+async def masters_cpu(ports: list[int]) -> float:
+    """used_cpu_sys + used_cpu_user summed over the servers on ``ports``."""
+    import redis.asyncio as aioredis
+
+    total = 0.0
+    for port in ports:
+        client = aioredis.Redis(port=port)
+        try:
+            info = await client.info("cpu")
+            total += float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+        finally:
+            await client.aclose()
+    return total
+
+
+async def timed(ports: list[int], work: Callable[[], Awaitable[object]]) -> ClusterTiming:
+    s0 = await masters_cpu(ports)
+    t0, c0 = time.perf_counter(), time.process_time()
+    await work()
+    t1, c1 = time.perf_counter(), time.process_time()
+    return t1 - t0, c1 - c0, await masters_cpu(ports) - s0
+
+
+def cluster_messages(n: int) -> list[tuple[bytes, str, None]]:
+    return [(PAYLOAD, f"{i}:2026-11-21T15:00:00+00:00", None) for i in range(n)]
+
+
+async def raw_cluster_publish(url: str, ports: list[int], queues: list[str], n: int, batch: int) -> ClusterTiming:
+    """redis-py's RedisCluster (no ``ports``: its plain Redis client on ``url``): each queue's n messages
+    XADD-ed ``batch`` per pipeline, the queues at once."""
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+    client: aioredis.Redis | RedisCluster
+    if ports:
+        client = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in ports])
+        await client.initialize()
+    else:
+        client = aioredis.Redis.from_url(url)
+    messages = cluster_messages(n)
+    streams = [f"{{{q}:raw}}" if ports else f"{q}:raw" for q in queues]
+
+    async def one(stream: str) -> None:
+        for start in range(0, n, batch):
+            async with client.pipeline(transaction=False) as pipe:
+                for body, key, _ in messages[start:start + batch]:
+                    pipe.xadd(stream, {"k": key, "b": body})
+                await pipe.execute()
+
+    async def work() -> None:
+        await asyncio.gather(*(one(s) for s in streams))
+
+    try:
+        return await timed(ports, work)
+    finally:
+        for stream in streams:
+            await client.delete(stream)
+        await client.aclose()
+
+
+async def crawlherd_cluster_publish(url: str, ports: list[int], queues: list[str], n: int,
+                                    batch: int) -> ClusterTiming:
+    """crawlherd's broker: ``publish_many`` of ``batch`` messages at a time, one broker per queue, at once."""
+    from crawlherd.brokers.redis import RedisBroker
+
+    brokers = [RedisBroker.from_url(f"{url.split('?', 1)[0]}?prefix={q}") for q in queues]
+    for b in brokers:
+        await b.__aenter__()
+    messages = cluster_messages(n)
+
+    async def one(broker: RedisBroker) -> None:
+        for start in range(0, n, batch):
+            errors = await broker.publish_many(messages[start:start + batch])
+            assert not any(errors), errors
+
+    async def work() -> None:
+        await asyncio.gather(*(one(b) for b in brokers))
+
+    try:
+        return await timed(ports, work)
+    finally:
+        for b in brokers:
+            assert await b.pending() == n
+            await b.client.delete(b.stream, b.dead_stream)
+            await b.close()
+
+
+def spread_names(tag: str, count: int) -> list[str]:
+    """``count`` queue names whose keys hash into ``count`` equal slot ranges (the masters' shares)."""
+    from redis.crc import key_slot
+
+    names: dict[int, str] = {}
+    i = 0
+    while len(names) < count:
+        name = f"bench-{tag}-{i}"
+        names.setdefault(key_slot(f"{name}:jobs".encode()) * count // 16384, name)
+        i += 1
+    return [names[k] for k in sorted(names)]
+
+
+async def cluster_main(args: argparse.Namespace) -> None:
+    from tests.support.rediscluster import LocalCluster
+
+    n, batch = args.n, args.batch
+    print(f"redis+cluster:// broker, {n} messages per queue, publish_many / pipelined XADD of {batch}; "
+          f"median of {args.rounds} interleaved rounds (raw, crawlherd, raw, ...)")
+    header = (f"{'cluster':26} {'raw msg/s':>10} {'crawlherd':>10} {'ratio':>6} {'client µs/msg raw':>18} "
+              f"{'crawlherd':>10} {'Redis µs/msg raw':>17} {'crawlherd':>10}")
+    print(header)
+    print("-" * len(header))
+    # for reference: one Redis (the machine's, shared: its CPU is not ours alone, so not shown), plain client
+    names = [f"bench-{uuid.uuid4().hex[:8]}"]
+    single = []
+    for _ in range(args.rounds):
+        single.append((await raw_cluster_publish(REDIS_URL, [], names, n, batch),
+                       await crawlherd_cluster_publish(REDIS_URL, [], names, n, batch)))
+    print_cluster_row("redis:// (one, shared)", n, single)
+    for masters, queues in ((1, 1), (3, 1), (3, 3)):
+        with tempfile.TemporaryDirectory() as tmp:
+            cluster = LocalCluster(Path(tmp), masters=masters).start()
+            try:
+                ports = list(cluster.procs)
+                names = spread_names(uuid.uuid4().hex[:8], queues)
+                runs: list[tuple[ClusterTiming, ClusterTiming]] = []
+                for _ in range(args.rounds):
+                    raw = await raw_cluster_publish(cluster.url, ports, names, n, batch)
+                    ours = await crawlherd_cluster_publish(cluster.url, ports, names, n, batch)
+                    runs.append((raw, ours))
+            finally:
+                cluster.stop()
+        print_cluster_row(f"{masters} master(s), {queues} queue(s)", n * queues, runs)
+
+
+def print_cluster_row(label: str, total: int, runs: list[tuple[ClusterTiming, ClusterTiming]]) -> None:
+    """Medians of the rounds: rates, and client and Redis CPU per message, raw then crawlherd."""
+    rate = [statistics.median(total / r[side][0] for r in runs) for side in (0, 1)]
+    client = [statistics.median(r[side][1] for r in runs) / total * 1e6 for side in (0, 1)]
+    server = [statistics.median(r[side][2] for r in runs) / total * 1e6 for side in (0, 1)]
+    cpu = f"{server[0]:17.2f} {server[1]:10.2f}" if server[0] else f"{'-':>17} {'-':>10}"
+    print(f"{label:26} {rate[0]:10.0f} {rate[1]:10.0f} {rate[1] / rate[0]:6.2f} {client[0]:18.1f} "
+          f"{client[1]:10.1f} {cpu}", flush=True)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=20_000, help="messages per broker (default 20000)")
     parser.add_argument("--only", default="memory,sqlite,redis,amqp", help="comma-separated brokers")
     parser.add_argument("--concurrency", type=int, default=1, help="publishes in flight (default 1)")
     parser.add_argument("--rounds", type=int, default=3, help="baseline/broker rounds; medians shown (default 3)")
+    parser.add_argument("--cluster", action="store_true", help="the redis+cluster:// rows instead (see above)")
+    parser.add_argument("--batch", type=int, default=500, help="--cluster: messages per publish_many (500)")
     args = parser.parse_args()
+    if args.cluster:
+        await cluster_main(args)
+        return
     global CONCURRENCY
     CONCURRENCY = args.concurrency
     n = args.n

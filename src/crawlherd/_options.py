@@ -9,7 +9,9 @@ and :func:`check_options` checks them all, with one wording for every component:
 
     check_options(options, "relay")  # ConfigurationError: relay option lease=0: must be > 0 seconds
 
-A bound applies to a value that is not None (``Seconds | None`` is "None or > 0")."""
+A bound applies to a value that is not None (``Seconds | None`` is "None or > 0"). A class may name
+pairs of its options in ``shorter_than`` (a ClassVar): ``("block", "socket_timeout")`` -- when both are
+set (not 0 or None), the first must be shorter than the second."""
 # The URL-options coercer (crawlherd._urloptions) reads the same fields without their bounds.
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import math
 from functools import cache
 from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
-from annotated_types import Ge, Gt
+from annotated_types import Ge, Gt, Le, MaxLen, MinLen
 
 from crawlherd.errors import ConfigurationError
 
-__all__ = ["AtLeast0", "Count", "Delay", "Seconds", "check_options"]
+__all__ = ["AtLeast0", "Count", "Delay", "NonEmpty", "Seconds", "check_options"]
 
 #: An integer >= 1 (a batch, a concurrency, a number of attempts).
 Count = Annotated[int, Ge(1)]
@@ -33,12 +35,15 @@ AtLeast0 = Annotated[int, Ge(0)]
 Seconds = Annotated[float, Gt(0)]
 #: A finite number of seconds >= 0 (a delay, a back-off).
 Delay = Annotated[float, Ge(0)]
+#: A string that is not empty (a name).
+NonEmpty = Annotated[str, MinLen(1)]
 
 
 @cache
 def _rules(cls: type) -> tuple[tuple[str, Any, tuple[Any, ...]], ...]:
-    """(field, kind, arguments) of every checked field of the dataclass ``cls``: kind ``Gt`` / ``Ge``
-    with (limit, integer?), or ``Literal`` with its values."""
+    """(field, kind, arguments) of every checked field of the dataclass ``cls``: ``Literal`` with its
+    values, ``Annotated`` with (integer?, its ``Gt`` / ``Ge`` / ``Le`` bounds), or ``len`` with the
+    (``MinLen``, ``MaxLen``) of a string."""
     hints = get_type_hints(cls, include_extras=True)
     out: list[tuple[str, Any, tuple[Any, ...]]] = []
     for f in dataclasses.fields(cls):
@@ -48,24 +53,42 @@ def _rules(cls: type) -> tuple[tuple[str, Any, tuple[Any, ...]], ...]:
                 out.append((f.name, Literal, get_args(arg)))
             elif get_origin(arg) is Annotated:
                 base, *meta = get_args(arg)
-                out.extend((f.name, Gt, (m.gt, base is int)) for m in meta if isinstance(m, Gt))
-                out.extend((f.name, Ge, (m.ge, base is int)) for m in meta if isinstance(m, Ge))
+                bounds = tuple(_bound(m) for m in meta if isinstance(m, Gt | Ge | Le))
+                if bounds:
+                    out.append((f.name, Annotated, (base is int, bounds)))
+                lengths = [m for m in meta if isinstance(m, MinLen | MaxLen)]
+                if lengths:
+                    low = max((m.min_length for m in lengths if isinstance(m, MinLen)), default=0)
+                    high = min((m.max_length for m in lengths if isinstance(m, MaxLen)), default=None)
+                    out.append((f.name, len, (low, high)))
     return tuple(out)
+
+
+def _bound(m: Gt | Ge | Le) -> tuple[str, float]:
+    """(">", ">=" or "<=", limit) of an ``annotated_types`` bound."""
+    if isinstance(m, Gt):
+        return ">", float(m.gt)  # type: ignore[arg-type]
+    if isinstance(m, Ge):
+        return ">=", float(m.ge)  # type: ignore[arg-type]
+    return "<=", float(m.le)  # type: ignore[arg-type]
 
 
 def _wrong(value: Any, kind: Any, args: tuple[Any, ...]) -> str | None:
     """What is wrong with ``value`` under the rule ``kind`` / ``args`` (None: nothing)."""
     if kind is Literal:
         return None if value in args else f"use {' or '.join(map(repr, args))}"
-    limit, integer = args
-    op = ">" if kind is Gt else ">="
-    if integer:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= limit
-        return None if ok else f"must be an integer {op} {limit:g}"
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return "must be a finite number of seconds"
-    ok = value > limit if kind is Gt else value >= limit
-    return None if ok else f"must be {op} {limit:g} seconds"
+    if kind is len:
+        low, high = args
+        if isinstance(value, str) and low <= len(value) and (high is None or len(value) <= high):
+            return None
+        return f"must be {low} to {high} characters" if high is not None else "must not be empty"
+    integer, bounds = args
+    words = " and ".join(f"{op} {limit:g}" for op, limit in bounds)
+    wanted = f"must be an integer {words}" if integer else f"must be {words} seconds"
+    if isinstance(value, bool) or not isinstance(value, int if integer else int | float) or not math.isfinite(value):
+        return wanted
+    ok = all(value > limit if op == ">" else value >= limit if op == ">=" else value <= limit for op, limit in bounds)
+    return None if ok else wanted
 
 
 def check_options(options: Any, label: str) -> None:
@@ -79,3 +102,7 @@ def check_options(options: Any, label: str) -> None:
         problem = _wrong(value, kind, args)
         if problem:
             raise ConfigurationError(f"{label} option {name}={value!r}: {problem}")
+    for short, long in getattr(cls, "shorter_than", ()):
+        a, b = getattr(options, short), getattr(options, long)
+        if a and b and not a < b:
+            raise ConfigurationError(f"{label} option {short}={a!r} must be shorter than {long}={b!r}")

@@ -19,7 +19,8 @@ __all__ = ["Item", "item_fingerprint", "make_item"]
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    """One extracted item. ``fingerprint`` (8 bytes) identifies it across searches and runs."""
+    """One extracted item: the ``website`` it came from, the ``url`` of its page, its ``fields`` as the
+    website's rules extracted them; ``fingerprint`` (8 bytes) identifies it across searches and runs."""
 
     website: str
     url: str

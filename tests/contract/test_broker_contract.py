@@ -25,6 +25,7 @@ from ..support.sqs_server import delete_queues as delete_sqs_queues
 from ..support.sqs_server import sqs_url
 
 BROKERS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis),
+           pytest.param("redis-cluster", marks=pytest.mark.redis),
            pytest.param("amqp", marks=pytest.mark.rabbitmq), pytest.param("sqs", marks=pytest.mark.sqs),
            pytest.param("sqs-fifo", marks=pytest.mark.sqs)]
 GUARD = 15.0  # seconds: a guard against hanging, never an assertion on speed
@@ -109,10 +110,11 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path, unique_name: s
         h = Harness(kind, f"sqlite:///{tmp_path / 'broker.db'}?queue={unique_name}", FakeClock(),
                     f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}",
                     {"clock": None, "visibility_timeout": 30.0, "poll_interval": 0.01})
-    elif kind == "redis":
-        redis_url = request.getfixturevalue("redis_url")
-        h = Harness(kind, f"{redis_url}?prefix={unique_name}", None,
-                    f"redis://127.0.0.1:{port}/0?prefix={unique_name}",
+    elif kind.startswith("redis"):  # redis-cluster: the same broker on a private Redis Cluster of 3 masters
+        cluster = kind == "redis-cluster"
+        redis_url = request.getfixturevalue("redis_cluster_url" if cluster else "redis_url")
+        h = Harness("redis", f"{redis_url}?prefix={unique_name}", None,
+                    f"{'redis+cluster' if cluster else 'redis'}://127.0.0.1:{port}/0?prefix={unique_name}",
                     {"claim_idle": 0.3, "block": 0.05, "connect_timeout": 2.0})
     elif kind.startswith("sqs"):
         endpoint = request.getfixturevalue("sqs_endpoint")
@@ -138,7 +140,17 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path, unique_name: s
 
 
 async def _cleanup(h: Harness, unique_name: str, request: pytest.FixtureRequest) -> None:
-    if h.kind == "redis":
+    if h.kind == "redis" and h.url.startswith("redis+cluster://"):
+        from redis.asyncio.cluster import RedisCluster
+
+        client = RedisCluster.from_url("redis://" + h.url.split("//", 1)[1].split(",", 1)[0].split("?", 1)[0])
+        try:  # the queue's keys share its hash tag: one slot, one multi-key DELETE
+            keys = [k async for k in client.scan_iter(match=f"{{{unique_name}*")]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()
+    elif h.kind == "redis":
         import redis.asyncio as aioredis
 
         client = aioredis.Redis.from_url(request.getfixturevalue("redis_url"))

@@ -13,15 +13,12 @@ import signal
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from crawlherd.demo import DemoSite
-from crawlherd.demo.targets import expected_results
 from tests.servers.misbehaving import MisbehavingServer
-from tests.support.cli import crawlherd, running_crawlherd
+from tests.support.cli import WORKER_STATUS, crawlherd, dumped, running_crawlherd, worker_status_until_done
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -115,32 +112,6 @@ RUN_STATUS = re.compile(
     r"\d\d:\d\d:\d\d pages \d+ \(\d+\.\d/min\), items \d+ \(\d+\.\d/min\); "
     r"(jobs 0|jobs \d+: \d+ done, \d+ running, \d+ retrying, \d+ dead)"
 )
-WORKER_STATUS = re.compile(
-    r"\d\d:\d\d:\d\d pages \d+ \(\d+\.\d/min\), items (\d+) \(\d+\.\d/min\); "
-    r"jobs (\d+) done, \d+ running, \d+ retried, \d+ dead"
-)
-
-
-def dumped(err: str, title: str) -> dict[str, Any]:
-    """The statistics block that follows ``title:`` on stderr, parsed as Python literals."""
-    block = err.split(f"{title}:\n", 1)[1]
-    stats: dict[str, Any] = ast.literal_eval(block[: block.index("}") + 1])
-    return stats
-
-
-@pytest.fixture
-async def demo_pipeline(tmp_path: Path) -> AsyncIterator[tuple[DemoSite, dict[str, str], int]]:
-    """A demo site, and a fresh config DB (in the environment returned) holding examples/targets.yaml
-    with every target run now; the number of items the site lists for those targets."""
-    async with DemoSite(throttle_every=0) as site:
-        env = {"DEMO_URL": site.url, "CRAWLHERD_DATABASE_URL": f"sqlite:///{tmp_path}/c.db",
-               "CRAWLHERD_STATUS_INTERVAL": "0.1"}
-        assert (await crawlherd("targets", "import", str(EXAMPLES / "targets.yaml"), env=env))[0] == 0
-        code, out, err = await crawlherd("targets", "run", "1", "2", env=env)
-        assert code == 0, err
-        text = (EXAMPLES / "targets.yaml").read_text().replace("${DEMO_URL:-http://127.0.0.1:8080}", site.url)
-        expected = expected_results(site, yaml.safe_load(text))
-        yield site, env, sum(len(v) for v in expected.values())
 
 
 async def test_run_off_a_terminal_prints_pages_and_items_per_minute_and_a_statistics_dump(
@@ -170,13 +141,7 @@ async def test_worker_off_a_terminal_prints_status_lines_then_stops_on_ctrl_c_wi
         assert proc.stderr is not None
         banner = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
         assert banner.startswith("worker "), banner
-        while True:  # status lines until both jobs are done
-            line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode().rstrip("\n")
-            status = WORKER_STATUS.fullmatch(line)
-            assert status, line
-            if status.group(2) == "2":
-                assert int(status.group(1)) == items
-                break
+        assert await worker_status_until_done(proc.stderr, 2) == items
         proc.send_signal(signal.SIGINT)
         _, rest = await asyncio.wait_for(proc.communicate(), 60)
         text = rest.decode()

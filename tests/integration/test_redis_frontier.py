@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -304,3 +305,23 @@ async def test_the_send_gate_spaces_the_sends_of_every_process_and_keeps_retry_a
     finally:
         await one.close()
         await two.close()
+
+
+async def test_sends_asked_at_once_share_a_round_trip_and_are_judged_one_after_the_other(
+    redis_url: str, unique_name: str
+) -> None:
+    """Many sends asked at once (a page loop's slots) go to Redis together, and each is answered as if
+    asked alone in turn: of four sends to a host with a delay, one leaves and three wait; every send to a
+    host without one leaves."""
+    clock = FakeClock()
+    frontier = await open_redis(redis_url, unique_name, clock=clock)
+    try:
+        await frontier.set_host_policy("polite.example", delay=1.0)
+        hosts = ["polite.example", "free.example"] * 4
+        waits = await asyncio.gather(*(frontier.stamp_send(h, 0.1) for h in hosts))
+        polite = [w for h, w in zip(hosts, waits, strict=True) if h == "polite.example"]
+        assert sorted(polite) == [0.0] + [pytest.approx(1.1)] * 3
+        assert [w for h, w in zip(hosts, waits, strict=True) if h == "free.example"] == [0.0] * 4
+        assert frontier._sends.calls == 8 and frontier._sends.batches < 8  # shared round trips
+    finally:
+        await frontier.close()

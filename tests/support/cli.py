@@ -1,15 +1,35 @@
-"""The ``crawlherd`` command as a user runs it: a real subprocess, stdout and stderr pipes (not a terminal)."""
+"""The ``crawlherd`` command as a user runs it: a real subprocess, stdout and stderr pipes (not a terminal);
+what it prints (status lines, the statistics dump), and a demo pipeline to run it on (``demo_pipeline``,
+offered to every integration test by ``tests/integration/conftest.py``)."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["crawlherd", "running_crawlherd", "start_crawlherd"]
+import pytest
+import yaml
+
+from crawlherd.demo import DemoSite
+from crawlherd.demo.targets import expected_results
+
+__all__ = ["WORKER_STATUS", "crawlherd", "demo_pipeline", "dumped", "running_crawlherd", "start_crawlherd",
+           "worker_status_until_done"]
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+#: A status line of ``crawlherd worker`` off a terminal: group 1 the items, group 2 the jobs done.
+WORKER_STATUS = re.compile(
+    r"\d\d:\d\d:\d\d pages \d+ \(\d+\.\d/min\), items (\d+) \(\d+\.\d/min\); "
+    r"jobs (\d+) done, \d+ running, \d+ retried, \d+ dead"
+)
 
 
 async def start_crawlherd(
@@ -46,3 +66,36 @@ async def running_crawlherd(
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+def dumped(err: str, title: str) -> dict[str, Any]:
+    """The statistics block that follows ``title:`` on stderr, parsed as Python literals."""
+    block = err.split(f"{title}:\n", 1)[1]
+    stats: dict[str, Any] = ast.literal_eval(block[: block.index("}") + 1])
+    return stats
+
+
+async def worker_status_until_done(stderr: asyncio.StreamReader, jobs: int) -> int:
+    """Read ``crawlherd worker``'s status lines (every line must be one) until ``jobs`` jobs are done;
+    the items stored by then."""
+    while True:
+        line = (await asyncio.wait_for(stderr.readline(), 60)).decode().rstrip("\n")
+        status = WORKER_STATUS.fullmatch(line)
+        assert status, line
+        if status.group(2) == str(jobs):
+            return int(status.group(1))
+
+
+@pytest.fixture
+async def demo_pipeline(tmp_path: Path) -> AsyncIterator[tuple[DemoSite, dict[str, str], int]]:
+    """A demo site, and a fresh config DB (in the environment returned) holding examples/targets.yaml
+    with every target run now; the number of items the site lists for those targets."""
+    async with DemoSite(throttle_every=0) as site:
+        env = {"DEMO_URL": site.url, "CRAWLHERD_DATABASE_URL": f"sqlite:///{tmp_path}/c.db",
+               "CRAWLHERD_STATUS_INTERVAL": "0.1"}
+        assert (await crawlherd("targets", "import", str(EXAMPLES / "targets.yaml"), env=env))[0] == 0
+        code, out, err = await crawlherd("targets", "run", "1", "2", env=env)
+        assert code == 0, err
+        text = (EXAMPLES / "targets.yaml").read_text().replace("${DEMO_URL:-http://127.0.0.1:8080}", site.url)
+        expected = expected_results(site, yaml.safe_load(text))
+        yield site, env, sum(len(v) for v in expected.values())

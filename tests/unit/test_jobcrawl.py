@@ -14,7 +14,7 @@ from crawlherd.item import make_item
 from crawlherd.messages import JobMessage, idempotency_key
 from crawlherd.request import Request
 from crawlherd.sitespec import SiteSpec
-from crawlherd.worker.jobcrawl import DETAIL_META, DetailPage, detail_requests
+from crawlherd.worker.jobcrawl import DETAIL_META, LOCAL_META, DetailPage, ListingState, detail_requests
 
 
 def _job(site: SiteSpec) -> JobMessage:
@@ -43,5 +43,29 @@ def test_a_bad_spec_in_a_detail_request_is_refused_as_before() -> None:
     request = detail_requests(_job(site), [make_item(site.name, "http://x/jobs/1", {})])[0]
     meta = json.loads(json.dumps(request.meta))
     meta[DETAIL_META]["site"]["extraction"]["item_selector"] = "[[["  # not a CSS selector
+    del meta[LOCAL_META]  # as read by another worker: validated
     with pytest.raises(ValidationError, match=r"site\n.*not a valid CSS selector"):
         DetailPage.of(Request(request.url, meta=meta))
+
+
+def test_a_page_leased_back_by_the_process_that_queued_it_is_not_validated_again() -> None:
+    site = SiteSpec.model_validate(demo_targets("http://x")["websites"][1])
+    job = _job(site)
+    items = [make_item(site.name, f"http://x/jobs/{i}", {"title": str(i)}) for i in range(2)]
+    first, second = detail_requests(job, items)
+    listing = ListingState(job=job, owner="w").request("http://x/browse/a/b?page=2")
+    # through JSON as from Redis: the same process finds its validated objects by their token
+    page = DetailPage.of(_through_json(first))
+    assert page is not None and page.site is site and page.fields == {"title": "0"}
+    assert page.item == items[0].fingerprint.hex()
+    state = ListingState.of(_through_json(listing))
+    assert state is not None and state.job is job
+    # another process (no such token) validates, and gets the same values
+    meta = json.loads(json.dumps(second.meta))
+    meta[LOCAL_META] = "elsewhere.1"
+    other = DetailPage.of(Request(second.url, meta=meta))
+    assert other is not None and other.site == site and other.fields == {"title": "1"}
+    meta = json.loads(json.dumps(listing.meta))
+    meta[LOCAL_META] = "elsewhere.2"
+    again = ListingState.of(Request(listing.url, meta=meta))
+    assert again is not None and again.job == job and again.job is not job

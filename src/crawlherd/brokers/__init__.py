@@ -1,6 +1,6 @@
 """Message brokers, chosen by URL: ``sqlite:///path`` (default: a table in the config DB file),
-``redis://`` (Streams), ``amqp://`` (RabbitMQ through aio-pika), ``sqs://`` (Amazon SQS through aiobotocore),
-``memory://`` (in-process reference)."""
+``redis://`` (Streams; ``redis+cluster://`` the same on a Redis Cluster), ``amqp://`` (RabbitMQ through
+aio-pika), ``sqs://`` (Amazon SQS through aiobotocore), ``memory://`` (in-process reference)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ BROKER_ALIASES: dict[str, str] = {
     "sqlite": "crawlherd.brokers.sqlite:SQLiteBroker",
     "redis": "crawlherd.brokers.redis:RedisBroker",
     "rediss": "crawlherd.brokers.redis:RedisBroker",
+    "redis+cluster": "crawlherd.brokers.redis:RedisBroker",
     "amqp": "crawlherd.brokers.amqp:AMQPBroker",
     "amqps": "crawlherd.brokers.amqp:AMQPBroker",
     "sqs": "crawlherd.brokers.sqs:SQSBroker",
     "celery": "crawlherd.contrib.celery:CeleryTaskBroker",  # celery+<Celery broker URL>: jobs as Celery tasks
 }
-_EXTRAS = {"redis": "redis", "rediss": "redis", "amqp": "amqp", "amqps": "amqp", "sqs": "sqs", "celery": "celery"}
+_EXTRAS = {"redis": "redis", "rediss": "redis", "redis+cluster": "redis", "amqp": "amqp", "amqps": "amqp",
+           "sqs": "sqs", "celery": "celery"}
 
 
 def open_broker(url: str, **options: Any) -> Broker:

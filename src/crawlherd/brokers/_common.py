@@ -57,6 +57,8 @@ class BrokerOptions:
     ``backend`` and declare their bounds in their fields' types (:mod:`crawlherd._options`)."""
 
     backend: ClassVar[str] = ""
+    #: Pairs of options whose first must be shorter than the second (see crawlherd._options).
+    shorter_than: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     max_deliveries: AtLeast0 = 10
 

@@ -38,9 +38,8 @@ is None, ``touch`` does nothing): an unacked delivery stays with its consumer wh
 lives, up to the server's ``consumer_timeout`` (30 min by default; the channel is then closed and the
 message redelivered) -- set ``consumer_timeout`` in ``rabbitmq.conf`` above the longest job.
 
-Options (URL query or keywords): ``queue``, ``queue_type``, ``delivery_limit``, ``max_deliveries``, ``publish_timeout``
-(10 s), ``connect_timeout`` (10 s), ``heartbeat`` (60 s), ``delay_queue_expires`` (600 s).
-``connection=``: a live aio-pika connection to use; the broker then closes only its own channels.
+Options (URL query or keywords): :class:`AMQPBrokerOptions`. ``connection=``: a live aio-pika connection to
+use; the broker then closes only its own channels.
 """
 
 from __future__ import annotations
@@ -51,12 +50,13 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
 import aio_pika.exceptions as pika_exc
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
+from annotated_types import MaxLen, MinLen
 
 from crawlherd._aio import wait_while_progressing
 from crawlherd._options import AtLeast0, Seconds
@@ -94,11 +94,15 @@ _DELIVERIES = RESERVED_HEADER_PREFIX + "deliveries"
 
 @dataclass(frozen=True)
 class AMQPBrokerOptions(BrokerOptions):
-    """See the module docstring."""
+    """The ``queue`` (its dead-letter and delay queues are named after it) and its ``queue_type``
+    (``quorum``: ``delivery_limit`` sets RabbitMQ's own ``x-delivery-limit``; crawlherd counts
+    ``max_deliveries`` itself on every type); ``publish_timeout`` for a publisher confirm;
+    ``connect_timeout``; the AMQP ``heartbeat`` (seconds, 0: off); ``delay_queue_expires`` seconds an
+    unused retry-delay queue is kept."""
 
     backend = "amqp"
 
-    queue: str = "crawlherd.jobs"
+    queue: Annotated[str, MinLen(1), MaxLen(200)] = "crawlherd.jobs"
     queue_type: Literal["classic", "quorum"] = "classic"
     delivery_limit: AtLeast0 = 0
     publish_timeout: Seconds = 10.0
@@ -108,8 +112,6 @@ class AMQPBrokerOptions(BrokerOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.queue or len(self.queue) > 200:
-            raise ConfigurationError(f"amqp broker option queue={self.queue!r}: 1 to 200 characters")
         if self.delivery_limit < 0 or (self.delivery_limit and self.queue_type != "quorum"):
             raise ConfigurationError("amqp broker option delivery_limit: a number >= 1, with queue_type=quorum only")
 

@@ -2,11 +2,7 @@
 test double for the others. Messages die with the process.
 
 Broker objects opened on the same ``memory://name`` (in one process) share one queue, as clients of one
-server would; ``memory://`` alone is a private queue. Options: ``clock`` (leases and delays run on it,
-so a :class:`~crawlherd.clock.FakeClock` drives them in tests), ``visibility_timeout`` (seconds an
-unsettled delivery stays leased before it is delivered again; default 60), ``max_deliveries``
-(a message delivered that many times without being settled goes to the dead letters; 10; 0 = no limit),
-``record`` (keep every confirmed publish of this broker object in :attr:`MemoryBroker.published`).
+server would; ``memory://`` alone is a private queue. Options: :class:`MemoryBrokerOptions`.
 
 For tests of the code around a broker:
 
@@ -48,7 +44,10 @@ __all__ = ["MemoryBroker", "MemoryBrokerOptions", "MemoryStore"]
 
 @dataclass(frozen=True)
 class MemoryBrokerOptions(BrokerOptions):
-    """See the module docstring."""
+    """``clock``: leases and delays run on it, so a :class:`~crawlherd.clock.FakeClock` drives them in
+    tests; ``visibility_timeout``: seconds an unsettled delivery stays leased before it is delivered
+    again; ``record``: keep every confirmed publish of this broker object in
+    :attr:`MemoryBroker.published`."""
 
     backend = "memory"
 

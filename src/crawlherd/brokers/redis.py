@@ -19,15 +19,20 @@ scripts (``brokers/lua/*.lua``): ``XACK`` (refused when the entry was settled al
 plus the re-publish, in one step, so a message is never both lost and live twice. Acked entries are
 deleted from the stream.
 
-Options (URL query or keywords): ``prefix``, ``stream``, ``group`` (``crawlherd``), ``consumer``
-(unique per broker object by default), ``claim_idle`` (seconds an entry may stay unsettled before
-another consumer claims it; 60 -- a worker extends it while it works on a message, see ``touch``),
-``claim_interval`` (how often to look for such entries; default ``claim_idle / 2``), ``block``
-(longest XREADGROUP wait, 1 s), ``connect_timeout`` (5 s), ``socket_timeout`` (10 s),
-``max_deliveries`` (10; 0 = no limit; a message delivered that many times without being settled --
-claimed from dead consumers, or nacked back -- is dead-lettered).
-``client=``: a live ``redis.asyncio.Redis`` (``decode_responses=False``)
-to use instead of opening one; it is not closed by :meth:`close`.
+Options (URL query or keywords): :class:`RedisBrokerOptions`. ``client=``: a live ``redis.asyncio.Redis``
+or ``RedisCluster`` (``decode_responses=False``) to use instead of opening one; it is not closed by
+:meth:`close`.
+
+Redis Cluster
+-------------
+``redis+cluster://[user:password@]host:port,host:port/?prefix=crawlherd`` (the same options; any one
+reachable node is enough to start from): the broker talks to the cluster through redis-py's
+``RedisCluster``, which follows the cluster's slot map (and finds a promoted replica after a failover).
+Every key of one queue carries the queue's name as its hash tag -- ``{<prefix>:jobs}``,
+``{<prefix>:jobs}:dead``, ``{<prefix>:jobs}:delayed``, ``{<prefix>:jobs}:delayed:data`` (``?stream=``
+names the part in braces) -- so the queue lives in one hash slot: each Lua script above touches one slot
+and stays atomic, and a pipelined ``publish_many`` is one round trip to one master. Different queues
+(prefixes) land on different masters; one queue is served by one master (scale by queues, not within one).
 """
 
 from __future__ import annotations
@@ -39,19 +44,21 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import ClusterDownError, RedisClusterException, RedisError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawlherd._lua import lua_script
-from crawlherd._options import Delay, Seconds
+from crawlherd._options import Delay, NonEmpty, Seconds
 from crawlherd._redact import redact_url
+from crawlherd._rediscluster import ClusterAddress, cluster_address
 from crawlherd.brokers._common import BrokerBase, BrokerOptions, build_options, check_delay, check_publish, log, new_id
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
@@ -59,6 +66,8 @@ from crawlherd.errors import BackendUnavailableError, BrokerError, Configuration
 __all__ = ["RedisBroker", "RedisBrokerOptions"]
 
 T = TypeVar("T")
+
+_Client = aioredis.Redis | RedisCluster
 
 # The scripts (brokers/lua/*.lua), by name: the fragments each is made of, in order.
 _SCRIPTS: dict[str, tuple[str, ...]] = {
@@ -77,30 +86,28 @@ _STREAM_ID = re.compile(r"^\d+-\d+$")
 
 @dataclass(frozen=True)
 class RedisBrokerOptions(BrokerOptions):
-    """See the module docstring."""
+    """``prefix`` of the keys; ``stream`` (default ``<prefix>:jobs``; on a Redis Cluster the broker puts it
+    in braces, the hash tag of all the queue's keys, and refuses braces of one's own); the consumer
+    ``group``; this broker object's ``consumer`` name (default: unique per broker object);
+    ``claim_idle`` seconds an entry may stay unsettled before another consumer claims it (a worker
+    extends it while it works on a message, see ``touch``); ``claim_interval`` how often to look for
+    such entries (0: ``claim_idle / 2``); ``block`` the longest ``XREADGROUP`` wait;
+    ``connect_timeout``; ``socket_timeout`` (longer than ``block``). A message delivered
+    ``max_deliveries`` times without being settled -- claimed from dead consumers, or nacked back -- is
+    dead-lettered."""
 
     backend = "redis"
+    shorter_than = (("block", "socket_timeout"),)
 
-    prefix: str = "crawlherd"
-    stream: str = ""
-    group: str = "crawlherd"
-    consumer: str = ""
+    prefix: NonEmpty = "crawlherd"
+    stream: str | None = None
+    group: NonEmpty = "crawlherd"
+    consumer: str | None = None
     claim_idle: Seconds = 60.0
     claim_interval: Delay = 0.0
     block: Seconds = 1.0
     connect_timeout: Seconds = 5.0
     socket_timeout: Seconds = 10.0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not (self.stream or self.prefix):
-            raise ConfigurationError("redis broker: give a prefix or a stream name")
-        if not self.group:
-            raise ConfigurationError("redis broker option group: must not be empty")
-        if self.block >= self.socket_timeout:
-            raise ConfigurationError(
-                f"redis broker option block={self.block!r} must be shorter than socket_timeout={self.socket_timeout!r}"
-            )
 
 
 class _ConsumeState:
@@ -117,25 +124,42 @@ class RedisBroker(BrokerBase):
     backend = "redis"
     lease_option = "claim_idle"
 
-    def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, client: aioredis.Redis | None = None,
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, client: _Client | None = None,
                  options: RedisBrokerOptions | None = None) -> None:
         super().__init__()
         self.options = opts = options or RedisBrokerOptions()
         parts = urlsplit(url)
         self._url = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
-        self.stream = opts.stream or f"{opts.prefix}:jobs"
+        name = opts.stream or f"{opts.prefix}:jobs"
+        self._cluster: ClusterAddress | None = None
+        if parts.scheme.endswith("+cluster") and parts.scheme != "redis+cluster":
+            raise ConfigurationError(f"redis broker {redact_url(url)!r}: only redis+cluster:// is supported for a "
+                                     "cluster (no TLS to a cluster yet)")
+        if parts.scheme == "redis+cluster" or isinstance(client, RedisCluster):
+            if "{" in name or "}" in name:
+                raise ConfigurationError(f"redis+cluster broker: the queue name {name!r} must not contain braces "
+                                         "(the broker makes it the hash tag of the queue's keys itself)")
+            if parts.path.strip("/") not in ("", "0"):
+                raise ConfigurationError(f"redis+cluster broker {redact_url(url)!r}: a cluster has database 0 only")
+            if client is None:
+                try:
+                    self._cluster = cluster_address(parts.netloc)
+                except ValueError as exc:
+                    raise ConfigurationError(f"bad redis+cluster broker URL {redact_url(url)!r}: {exc}") from None
+            name = f"{{{name}}}"
+        self.stream = name
         self.dead_stream = f"{self.stream}:dead"
         self._delayed = f"{self.stream}:delayed"
         self._delayed_data = f"{self.stream}:delayed:data"
         self.group = opts.group
         self.consumer = opts.consumer or f"{socket.gethostname()}:{os.getpid()}:{new_id()[:8]}"
         self._given_client = client
-        self._client: aioredis.Redis | None = None
-        if client is not None and client.connection_pool.connection_kwargs.get("decode_responses"):
+        self._client: _Client | None = None
+        if client is not None and client.get_encoder().decode_responses:
             raise ConfigurationError("redis broker: the client must be created with decode_responses=False")
 
     @classmethod
-    def from_url(cls, url: str, *, client: aioredis.Redis | None = None, **options: Any) -> RedisBroker:
+    def from_url(cls, url: str, *, client: _Client | None = None, **options: Any) -> RedisBroker:
         return cls(url, client=client, options=build_options(RedisBrokerOptions, url, options, backend="redis"))
 
     def _describe(self) -> str:
@@ -144,15 +168,16 @@ class RedisBroker(BrokerBase):
     # -- plumbing ----------------------------------------------------------------------------------
 
     @property
-    def client(self) -> aioredis.Redis:
-        return self._live(self._client)
+    def client(self) -> _Client:
+        return cast("_Client", self._live(self._client))
 
-    async def _call(self, fn: Callable[[aioredis.Redis], Awaitable[T]], *, publishing: bool = False) -> T:
+    async def _call(self, fn: Callable[[_Client], Awaitable[T]], *, publishing: bool = False) -> T:
         if not self._opened:
             await self._ensure_open()
         try:
             return await fn(self.client)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException, ClusterDownError,
+                TryAgainError) as exc:  # the cluster ones: no node reachable, slots not served (a failover)
             why = redact_url(str(exc))
             raise BackendUnavailableError(f"{self!r}: Redis cannot be reached: {why}", backend="redis") from exc
         except ResponseError as exc:
@@ -172,19 +197,28 @@ class RedisBroker(BrokerBase):
 
     async def _open(self) -> None:
         opts = self.options
+        client: _Client
+        retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2)
         if self._given_client is not None:
             client = self._given_client
+        elif self._cluster is not None:
+            client = RedisCluster(
+                startup_nodes=[ClusterNode(host, port) for host, port in self._cluster.nodes],
+                username=self._cluster.username, password=self._cluster.password,
+                socket_connect_timeout=opts.connect_timeout, socket_timeout=opts.socket_timeout,
+                retry=retry, decode_responses=False, max_connections=2**31,  # unbounded, as a Redis pool
+            )
         else:
             client = aioredis.Redis.from_url(
                 self._url, socket_connect_timeout=opts.connect_timeout, socket_timeout=opts.socket_timeout,
-                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2), decode_responses=False,
+                retry=retry, decode_responses=False,
             )
         self._client = client
         self._scripts = {name: client.register_script(lua_script("crawlherd.brokers", *parts))
                          for name, parts in _SCRIPTS.items()}
         try:
             await self._create_group()
-        except (RedisError, OSError) as exc:
+        except (RedisError, RedisClusterException, OSError) as exc:
             await self._shutdown()
             why = redact_url(str(exc))
             raise BackendUnavailableError(f"{self!r}: cannot set up the stream: {why}", backend="redis") from exc
@@ -198,7 +232,7 @@ class RedisBroker(BrokerBase):
                 info = await client.xpending_range(self.stream, self.group, "-", "+", 1, consumername=self.consumer)
                 if not info:
                     await client.xgroup_delconsumer(self.stream, self.group, self.consumer)
-            except (RedisError, OSError) as exc:
+            except (RedisError, RedisClusterException, OSError) as exc:
                 log.debug("%r: could not remove consumer %s: %s", self, self.consumer, exc)
         if client is not self._given_client:
             await client.aclose()
@@ -235,7 +269,7 @@ class RedisBroker(BrokerBase):
                 fields["h"] = json.dumps(hdrs)
             entries.append(fields)
 
-        async def send(c: aioredis.Redis) -> list[Any]:
+        async def send(c: _Client) -> list[Any]:
             async with c.pipeline(transaction=False) as pipe:
                 for entry in entries:
                     pipe.xadd(self.stream, entry)  # type: ignore[arg-type]
@@ -288,7 +322,7 @@ class RedisBroker(BrokerBase):
         entries = read[0][1] if isinstance(read, list) else next(iter(read.values()))[0]
         return await self._drop_poison([self._delivery(eid, f, False) for eid, f in entries if f], claimed=False)
 
-    def _pending_entry(self, entry_id: str) -> Callable[[aioredis.Redis], Awaitable[Any]]:
+    def _pending_entry(self, entry_id: str) -> Callable[[_Client], Awaitable[Any]]:
         return lambda c: c.xpending_range(self.stream, self.group, entry_id, entry_id, 1)
 
     async def _drop_poison(self, deliveries: list[Delivery], *, claimed: bool) -> list[Delivery]:
@@ -375,7 +409,7 @@ class RedisBroker(BrokerBase):
         return total
 
     async def pending(self) -> int:
-        async def count(c: aioredis.Redis) -> int:
+        async def count(c: _Client) -> int:
             async with c.pipeline(transaction=True) as pipe:
                 pipe.xlen(self.stream)
                 pipe.xpending(self.stream, self.group)

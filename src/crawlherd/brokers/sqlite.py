@@ -13,10 +13,8 @@ loses nothing: when its lease runs out, the message is available again (``redeli
 messages and retries are rows whose ``available_at`` lies in the future. ``retry`` is one UPDATE
 (body, ``available_at``), so it is atomic: the message is never both lost and live twice.
 
-Options (URL query or keywords): ``queue`` (default ``jobs``), ``visibility_timeout`` (60 s; ``touch`` extends it),
-``poll_interval`` (0.2 s: how often an idle consumer looks for work), ``busy_timeout`` (5 s),
-``max_deliveries`` (10; 0 = no limit; a message delivered that many times without being settled is
-dead-lettered), ``clock`` (keyword only). All SQLite work runs in one thread per broker.
+Options (URL query or keywords): :class:`SQLiteBrokerOptions`. All SQLite work runs in one thread per
+broker.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from crawlherd._options import Delay, Seconds
+from crawlherd._options import Delay, NonEmpty, Seconds
 from crawlherd.brokers._common import BrokerBase, BrokerOptions, build_options, check_delay, check_publish, new_id
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.clock import Clock, SystemClock
@@ -72,20 +70,17 @@ CREATE INDEX IF NOT EXISTS broker_dead_letters_queue ON broker_dead_letters (que
 
 @dataclass(frozen=True)
 class SQLiteBrokerOptions(BrokerOptions):
-    """See the module docstring."""
+    """The ``queue``'s name (several share one file); ``visibility_timeout`` seconds a delivery stays
+    leased (``touch`` extends it); ``poll_interval`` how often an idle consumer looks for work;
+    ``busy_timeout`` a connection waits for the file's lock; ``clock`` (keyword only) of the leases."""
 
     backend = "sqlite"
 
     clock: Clock = field(default_factory=SystemClock)
-    queue: str = "jobs"
+    queue: NonEmpty = "jobs"
     visibility_timeout: Seconds = 60.0
     poll_interval: Seconds = 0.2
     busy_timeout: Delay = 5.0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.queue:
-            raise ConfigurationError("sqlite broker option queue: must not be empty")
 
 
 def sqlite_path(url: str) -> str:

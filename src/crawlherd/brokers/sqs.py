@@ -41,12 +41,7 @@ Guarantees and how they are kept:
   no way to look without receiving) and making them visible again at once; a listing taken while another
   process reads the dead-letter queue can miss the messages that process holds.
 
-Options (URL query or keywords): ``region`` (default: the AWS config chain), ``endpoint_url`` (an
-SQS-compatible server), ``dead_queue`` (name of the dead-letter queue), ``create`` (create missing queues;
-true), ``visibility_timeout`` (whole seconds, 30), ``heartbeat`` (seconds; ``visibility_timeout / 3``),
-``wait_time`` (long-poll seconds 0-20; 20), ``max_deliveries`` (0 = no redrive policy),
-``message_group`` (FIFO only), ``connect_timeout`` (5 s), ``read_timeout`` (``wait_time + 10`` s),
-``max_attempts`` (botocore's attempts per call, 3). ``client=``: a live aiobotocore SQS client to use
+Options (URL query or keywords): :class:`SQSBrokerOptions`. ``client=``: a live aiobotocore SQS client to use
 instead of opening one; it is not closed by :meth:`close`.
 """
 
@@ -62,12 +57,13 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
+from annotated_types import Ge, Le
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -113,38 +109,31 @@ _REDRIVE_REASON = "received more than maxReceiveCount times (SQS redrive policy)
 
 @dataclass(frozen=True)
 class SQSBrokerOptions(BrokerOptions):
-    """See the module docstring."""
+    """``region`` (default: the AWS config chain); ``endpoint_url`` of an SQS-compatible server;
+    ``dead_queue``: the dead-letter queue's name; ``create`` missing queues; ``visibility_timeout``
+    (whole seconds) and the ``heartbeat`` that extends it while a job runs (0: ``visibility_timeout /
+    3``); ``wait_time`` of a long poll (whole seconds); ``max_deliveries`` (0: no redrive policy);
+    ``message_group`` (FIFO queues only; default: per message); ``connect_timeout``; ``read_timeout``
+    (0: ``wait_time + 10``); ``max_attempts``: botocore's attempts per call."""
 
     backend = "sqs"
+    shorter_than = (("heartbeat", "visibility_timeout"), ("wait_time", "read_timeout"))
 
-    region: str = ""
-    endpoint_url: str = ""
-    dead_queue: str = ""
+    region: str | None = None
+    endpoint_url: str | None = None
+    dead_queue: str | None = None
     create: bool = True
-    visibility_timeout: int = 30
+    visibility_timeout: Annotated[int, Ge(1), Le(43200)] = 30
     heartbeat: Delay = 0.0
-    wait_time: int = 20
+    wait_time: Annotated[int, Ge(0), Le(20)] = 20
     max_deliveries: AtLeast0 = 0
-    message_group: str = ""
+    message_group: str | None = None
     connect_timeout: Seconds = 5.0
     read_timeout: Delay = 0.0
     max_attempts: Count = 3
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 1 <= self.visibility_timeout <= 43200:
-            raise ConfigurationError(
-                f"sqs broker option visibility_timeout={self.visibility_timeout!r}: whole seconds from 1 to 43200")
-        if not 0 <= self.wait_time <= 20:
-            raise ConfigurationError(f"sqs broker option wait_time={self.wait_time!r}: whole seconds from 0 to 20")
-        if self.heartbeat and self.heartbeat >= self.visibility_timeout:
-            raise ConfigurationError(
-                f"sqs broker option heartbeat={self.heartbeat!r} must be shorter than "
-                f"visibility_timeout={self.visibility_timeout!r}")
-        if self.read_timeout and self.read_timeout <= self.wait_time:
-            raise ConfigurationError(
-                f"sqs broker option read_timeout={self.read_timeout!r} must be longer than "
-                f"wait_time={self.wait_time!r}")
         if self.message_group and not _DEDUP_ID.match(self.message_group):
             raise ConfigurationError(
                 f"sqs broker option message_group={self.message_group!r}: 1-128 printable ASCII characters")
@@ -160,7 +149,7 @@ class _Lease:
     deadline: float  # monotonic time when the message becomes visible again unless extended
 
 
-def _queue_names(name: str, dead_queue: str) -> tuple[str, str, bool]:
+def _queue_names(name: str, dead_queue: str | None) -> tuple[str, str, bool]:
     fifo = name.endswith(".fifo")
     base = name[: -len(".fifo")] if fifo else name
     dead = dead_queue or f"{base}-dead" + (".fifo" if fifo else "")
@@ -263,6 +252,7 @@ class SQSBroker(BrokerBase):
     """A broker on an Amazon SQS queue (standard or FIFO); see the module docstring."""
 
     backend = "sqs"
+    shorter_than = (("heartbeat", "visibility_timeout"), ("wait_time", "read_timeout"))
 
     def __init__(self, url: str = "sqs://crawlherd-jobs", *, client: Any | None = None,
                  options: SQSBrokerOptions | None = None) -> None:

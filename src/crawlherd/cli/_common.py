@@ -47,8 +47,8 @@ broker_option = click.option(
     "--broker-url",
     default=None,
     metavar="URL",
-    help="Message broker (redis://, amqp://, sqs://, sqlite:///); default: CRAWLHERD_BROKER_URL, else a table in "
-    "a SQLite config DB.",
+    help="Message broker (redis://, redis+cluster://, amqp://, sqs://, sqlite:///); default: CRAWLHERD_BROKER_URL, "
+    "else a table in a SQLite config DB.",
 )
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from crawlherd.brokers import open_broker
 from crawlherd.db import create_engine, current_revision, head_revision
 from crawlherd.errors import ConfigurationError
-from crawlherd.service.dispatch_service import DispatchOptions, DispatchService
+from crawlherd.service.dispatch_service import DispatchOptions, DispatchService, RelayResult, TickResult
 from crawlherd.settings import Settings, load_settings
 
 __all__ = ["CycleResult", "dispatch_cycle", "run_dispatch_cycle"]
@@ -26,18 +26,19 @@ __all__ = ["CycleResult", "dispatch_cycle", "run_dispatch_cycle"]
 
 @dataclass(frozen=True, slots=True)
 class CycleResult:
-    """What one cycle did: targets claimed, slots found, outbox rows written, messages published or not."""
+    """What one cycle did: the ticks (targets claimed, slots found, outbox rows written), the relay
+    (messages published or not), and whether its deadline stopped it early."""
 
-    targets: int
-    slots: int
-    inserted: int
-    published: int
-    failed: int
+    tick: TickResult
+    relay: RelayResult
     stopped_early: bool
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-able summary (what the Lambda handler and the Celery task return)."""
-        return asdict(self)
+        """A JSON-able summary (what the Lambda handler and the Celery task return): ``targets``,
+        ``slots``, ``inserted``, ``published``, ``failed``, ``stopped_early``."""
+        tick, relay = self.tick, self.relay
+        return {"targets": tick.targets, "slots": tick.slots, "inserted": tick.inserted,
+                "published": relay.published, "failed": relay.failed, "stopped_early": self.stopped_early}
 
 
 @contextlib.asynccontextmanager
@@ -72,8 +73,7 @@ async def dispatch_cycle(settings: Settings | None = None, *, deadline: float | 
         async with open_broker(settings.effective_broker_url) as broker, _deadline(deadline) as stop:
             service = DispatchService(engine, broker, DispatchOptions(batch_size=batch_size, lease=lease))
             tick, relay = await service.run_once(stop)
-            return CycleResult(tick.targets, tick.slots, tick.inserted, relay.published, relay.failed,
-                               stop.is_set())
+            return CycleResult(tick, relay, stop.is_set())
     finally:
         await engine.dispose()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import event, func, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from crawlherd._redact import redact_url
@@ -80,7 +81,43 @@ def create_engine(
         engine = create_async_engine(parsed, echo=echo, connect_args={"timeout": busy_timeout})
         _configure_sqlite(engine, busy_timeout)
         return engine
-    return create_async_engine(parsed, echo=echo, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    engine = create_async_engine(parsed, echo=echo, pool_size=pool_size, max_overflow=pool_size)
+    _ping_when_idle(engine, PING_IDLE)
+    return engine
+
+
+#: A pooled PostgreSQL connection idle longer than this many seconds is pinged before it is used again.
+PING_IDLE = 1.0
+
+
+def _ping_when_idle(engine: AsyncEngine, idle: float) -> None:
+    """Ping a pooled connection on checkout only when it has been idle for more than ``idle`` seconds:
+    ``pool_pre_ping``'s round trip on every checkout was a worker's most frequent database call. A
+    connection that died unseen (a server restarted while it sat in the pool) is found by the ping and
+    replaced, as with ``pool_pre_ping``; one that dies while in use fails its statement as before
+    (a disconnect: SQLAlchemy invalidates the pool, so the next checkouts connect afresh)."""
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_LAST_USED] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        last = record.info.get(_LAST_USED)
+        if last is None or time.monotonic() - last <= idle:
+            return  # new, or used a moment ago
+        dialect = engine.sync_engine.dialect
+        try:
+            dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as exc:
+            if dialect.is_disconnect(exc, dbapi_connection, None):
+                # as pool_pre_ping does: every pooled connection older than now is replaced; the pool retries
+                raise InvalidatePoolError(f"pooled connection found dead: {exc}") from exc
+            raise
+
+
+_LAST_USED = "crawlherd.last_used"
 
 
 def _prepare_sqlite_file(database: str | None, url: str, *, must_exist: bool) -> None:

@@ -12,7 +12,8 @@ __all__ = ["RequestLog", "ServedRequest"]
 
 @dataclass(frozen=True, slots=True)
 class ServedRequest:
-    """One request the demo site answered."""
+    """One request the demo site answered: at ``time`` (the site's clock), the ``method``, ``path``
+    and ``query`` asked for, and the ``status`` answered."""
 
     time: float
     method: str

@@ -6,6 +6,9 @@ it is atomic: two workers never take the same request, never both pass a host's 
 fingerprint is recorded exactly when its request is queued. The scripts are ``frontier/lua/*.lua``.
 
 - **Politeness shared by all workers**: host ready times and in-flight counts live in Redis.
+- **Round trips shared by concurrent callers**: the ``next_request``, ``ack``/``fail`` and
+  ``stamp_send`` calls (and the waiters' peeks) made while one of their kind is out go together in
+  the next script call (:class:`~crawlherd._aio.Batched`); each caller gets its own answer.
 - **Leases** expire (``lease_timeout``); the next lease call of any worker returns an expired lease's
   request to its queue, so a worker that died loses nothing.
 - **Duplicate filter**: ``exact`` stores each 64-bit fingerprint in one of ``2**bits`` small sets
@@ -71,7 +74,7 @@ import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
@@ -80,8 +83,10 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
+from crawlherd._aio import Batched
 from crawlherd._lua import lua_script
 from crawlherd._redact import redact_url
+from crawlherd._rediscluster import cluster_address
 from crawlherd.errors import (
     BackendUnavailableError,
     ConfigurationError,
@@ -229,6 +234,18 @@ class RedisFrontier(WaitingMixin):
         self._closed = False
         self._changed: asyncio.Future[None] | None = None
         self._room: asyncio.Future[None] | None = None
+        # Many slots lease, ack and peek at once (a page loop): the calls made while one round trip is
+        # out share the next one -- one LEASE for n leases, one ACK for n settles, one PEEK for all.
+        self._leases: Batched[None, Lease | None] = Batched(
+            self._lease_for, max_batch=_BATCH, orphan=self._give_back, name="crawlherd-redis-lease"
+        )
+        self._settles: Batched[tuple[str, Lease], None] = Batched(
+            self._settle_for, max_batch=_BATCH, name="crawlherd-redis-settle"
+        )
+        self._sends: Batched[tuple[str, float], float] = Batched(
+            self._send_for, max_batch=_BATCH, name="crawlherd-redis-send"
+        )
+        self._peeking: asyncio.Future[tuple[int, int, float | None]] | None = None
 
     @classmethod
     def from_url(cls, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> RedisFrontier:
@@ -518,8 +535,17 @@ class RedisFrontier(WaitingMixin):
     # -- lease -------------------------------------------------------------------------------------
 
     async def next_request(self) -> Lease | None:
-        leases = await self.next_requests(1)
-        return leases[0] if leases else None
+        """One lease, or None; the calls made while a LEASE is out are served by the next one."""
+        return await self._leases(None)
+
+    async def _lease_for(self, callers: list[None]) -> list[Lease | None | BaseException]:
+        leases: list[Lease | None | BaseException] = [*await self.next_requests(len(callers))]
+        return leases + [None] * (len(callers) - len(leases))
+
+    async def _give_back(self, lease: Lease | None) -> None:
+        """A lease leased for a caller that has gone: back to the queue, as a cancelled page's."""
+        if lease is not None:
+            await self.retry(lease)
 
     async def next_requests(self, limit: int) -> list[Lease]:
         await self._init()
@@ -612,7 +638,11 @@ class RedisFrontier(WaitingMixin):
         self._notify()
 
     async def _pending_and_wakeup(self) -> tuple[bool, float | None]:
-        queued, inflight, wake = await self._peek()
+        # the waiters that find nothing to lease look together: one PEEK while it is out
+        if self._peeking is None or self._peeking.done():
+            self._peeking = asyncio.ensure_future(self._peek())
+            self._peeking.add_done_callback(_retrieved)
+        queued, inflight, wake = await asyncio.shield(self._peeking)
         return bool(queued or inflight), wake
 
     async def _peek(self) -> tuple[int, int, float | None]:
@@ -628,16 +658,42 @@ class RedisFrontier(WaitingMixin):
     # -- settle ------------------------------------------------------------------------------------
 
     async def ack(self, lease: Lease) -> None:
-        await self._settle("ack", [lease])
+        """Settle ``lease`` as done; the settles made while an ACK is out go together in the next one."""
+        await self._settles(("ack", lease))
 
     async def ack_many(self, leases: Iterable[Lease]) -> None:
         batch = list(leases)
         for start in range(0, len(batch), _BATCH):
             await self._settle("ack", batch[start : start + _BATCH])
 
+    async def _settle_for(self, calls: list[tuple[str, Lease]]) -> list[None | BaseException]:
+        by_mode: dict[str, list[Lease]] = {}
+        for mode, lease in calls:
+            by_mode.setdefault(mode, []).append(lease)
+        mode_failed: dict[str, BaseException] = {}
+        bad: set[str] = set()
+        for mode, leases in by_mode.items():
+            try:
+                bad |= await self._settle_some(mode, leases)
+            except (BackendUnavailableError, FrontierError) as exc:
+                mode_failed[mode] = exc
+        return [
+            mode_failed.get(mode)
+            or (LeaseError(f"lease for {lease.request.url} unknown, expired or settled") if lease.token in bad
+                else None)
+            for mode, lease in calls
+        ]
+
     async def _settle(self, mode: str, leases: Sequence[Lease]) -> None:
+        bad = await self._settle_some(mode, leases)
+        if bad:
+            urls = [lease.request.url for lease in leases if lease.token in bad]
+            raise LeaseError(f"lease(s) for {', '.join(urls)} unknown, expired or settled")
+
+    async def _settle_some(self, mode: str, leases: Sequence[Lease]) -> set[str]:
+        """Settle ``leases``; the tokens of those that were not valid leases."""
         if not leases:
-            return
+            return set()
         await self._init()
         groups: dict[int, list[str]] = {}
         for lease in leases:
@@ -647,10 +703,7 @@ class RedisFrontier(WaitingMixin):
         self._notify()
         _raise_first(replies)
         tag = len(self._shards) > 1
-        bad = {f"{k}/{_text(t)}" if tag else _text(t) for k, reply in zip(groups, replies, strict=True) for t in reply}
-        if bad:
-            urls = [lease.request.url for lease in leases if lease.token in bad]
-            raise LeaseError(f"lease(s) for {', '.join(urls)} unknown, expired or settled")
+        return {f"{k}/{_text(t)}" if tag else _text(t) for k, reply in zip(groups, replies, strict=True) for t in reply}
 
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
         await self._init()
@@ -661,7 +714,7 @@ class RedisFrontier(WaitingMixin):
             raise LeaseError(f"lease {lease.token} for {lease.request.url} is unknown, expired or settled")
 
     async def fail(self, lease: Lease, reason: str) -> None:
-        await self._settle("fail", [lease])
+        await self._settles(("fail", lease))
 
     # -- politeness --------------------------------------------------------------------------------
 
@@ -675,8 +728,23 @@ class RedisFrontier(WaitingMixin):
         ``host`` may leave now -- its delay plus ``margin`` has passed since the last request any
         process sharing this frontier sent there, and no Retry-After hold is on -- and the send is
         stamped, atomically; else the seconds to wait before asking again."""
+        return await self._sends((host, float(margin)))
+
+    async def _send_for(self, calls: list[tuple[str, float]]) -> list[float | BaseException]:
+        """The sends asked while a SEND was out: one SEND per shard and margin, in the order asked."""
         await self._init()
-        return float(await self._run(self._shard_of(host), "SEND", host, repr(float(margin))))
+        groups: dict[tuple[int, float], list[int]] = {}
+        for i, (host, margin) in enumerate(calls):
+            groups.setdefault((self._shard_of(host).number, margin), []).append(i)
+        keys = list(groups)
+        replies = await self._fan(
+            [(self._shards[k], "SEND", (repr(m), *(calls[i][0] for i in groups[k, m]))) for k, m in keys]
+        )
+        out: list[float | BaseException] = [0.0] * len(calls)
+        for key, reply in zip(keys, replies, strict=True):
+            for n, i in enumerate(groups[key]):
+                out[i] = reply if isinstance(reply, BaseException) else float(_text(reply[n]))
+        return out
 
     async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
         if delay is not None and delay < 0:
@@ -826,10 +894,19 @@ class RedisFrontier(WaitingMixin):
 
     async def close(self) -> None:
         if self._begin_close():
+            await self._leases.close()
+            await self._settles.close()
+            await self._sends.close()
             if self._cluster is not None:
                 await self._cluster.aclose()
             elif self._owns_client and self._client is not None:
                 await self._client.aclose()
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark a shared future's exception seen (its waiters may all have gone)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _priority(request: Request) -> int:
@@ -882,17 +959,11 @@ class _ClusterMap:
     replica. One plain connection pool per master: a script and its ``WAIT`` go over one connection."""
 
     def __init__(self, netloc: str, timeout: float) -> None:
-        auth, _, hosts = netloc.rpartition("@")
-        user, _, password = auth.partition(":")
-        self._user = unquote(user) or None
-        self._password = unquote(password) or None
+        address = cluster_address(netloc)
+        self._user = address.username
+        self._password = address.password
         self._timeout = timeout
-        self._nodes: list[tuple[str, int]] = []
-        for part in hosts.split(","):
-            host, _, port = part.strip().rpartition(":")
-            if not host or not port.isdigit():
-                raise ValueError(f"{part!r} is not host:port")
-            self._nodes.append((host.strip("[]"), int(port)))
+        self._nodes: list[tuple[str, int]] = list(address.nodes)
         self._ranges: list[tuple[int, int, tuple[str, int]]] | None = None
         self._clients: dict[tuple[str, int], aioredis.Redis] = {}
         self._stale: list[aioredis.Redis] = []  # clients of an older map, closed with the frontier

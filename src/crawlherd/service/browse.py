@@ -161,7 +161,8 @@ async def get_website(engine: AsyncEngine, website_id: int) -> tuple[SiteSpec, W
 
 @dataclass(frozen=True, slots=True)
 class ItemRow:
-    """One item (its URL redacted)."""
+    """One stored item as the console shows it: its row ``id``, ``website``, the ``url`` of its page
+    (redacted), its ``data``, and when it was ``first_seen`` and ``last_seen``."""
 
     id: int
     website: str

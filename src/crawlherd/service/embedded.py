@@ -24,7 +24,8 @@ __all__ = ["RunProgress", "progress_of", "run_embedded"]
 
 @dataclass(frozen=True, slots=True)
 class RunProgress:
-    """Where the run stands: jobs written to the outbox, published, and runs by status."""
+    """Where the run stands: ``jobs`` written to the outbox, ``published`` of them, targets ``due`` now,
+    and the runs by status: ``succeeded``, ``failed`` (waiting for a retry), ``dead``, ``running``."""
 
     jobs: int
     published: int

@@ -28,7 +28,8 @@ __all__ = ["ManualRunResult", "run_now"]
 
 @dataclass(frozen=True, slots=True)
 class ManualRunResult:
-    """The ad-hoc slot of a "Run now"; ``created`` is False when an earlier request's slot was returned."""
+    """The ad-hoc slot of a "Run now": the target and the ``slot_at`` its job runs for; ``created`` is
+    False when an earlier request's slot was returned (the same request sent twice runs once)."""
 
     target_id: int
     slot_at: datetime

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, func, literal_column, select
+from sqlalchemy import ColumnElement, String, any_, bindparam, func, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -50,6 +50,11 @@ class SQLSink(SinkBase):
             index_elements=[StoredItem.fingerprint],
             set_={"data": merged, "last_seen": insert.excluded.last_seen, "url": insert.excluded.url},
         )
+        # PostgreSQL: the stored rows of a write read with one array parameter, one statement whatever
+        # their number (an IN list is a new statement, prepared again, for every number of rows).
+        self._stored_any = select(StoredItem.fingerprint, StoredItem.data).where(
+            StoredItem.fingerprint == any_(bindparam("fingerprints", type_=postgresql.ARRAY(String)))
+        ) if postgres else None
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLSink:
@@ -90,9 +95,12 @@ class SQLSink(SinkBase):
 
     async def _stored(self, conn: AsyncConnection, fingerprints: list[str]) -> dict[str, dict[str, Any]]:
         """The stored fields of these items (for the new/updated counts only)."""
-        rows = await conn.execute(
-            select(StoredItem.fingerprint, StoredItem.data).where(StoredItem.fingerprint.in_(fingerprints))
-        )
+        if self._stored_any is not None:
+            rows = await conn.execute(self._stored_any, {"fingerprints": fingerprints})
+        else:
+            rows = await conn.execute(
+                select(StoredItem.fingerprint, StoredItem.data).where(StoredItem.fingerprint.in_(fingerprints))
+            )
         return {fp: data or {} for fp, data in rows}
 
     async def _upsert(

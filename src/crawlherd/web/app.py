@@ -13,7 +13,7 @@ import io
 import json
 import secrets
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from importlib.resources import files
@@ -92,6 +92,18 @@ def _templates() -> Jinja2Templates:
     env.filters["redact"] = lambda v: redact_url(str(v)) if v is not None else ""
     env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
     return Jinja2Templates(env=env)
+
+
+def _schedule_fields(form: Mapping[str, str]) -> dict[str, Any]:
+    """A target form's (or query's) schedule as target-spec fields: ``cron``, else ``every``; ``jitter``."""
+    values: dict[str, Any] = {}
+    if form.get("cron", "").strip():
+        values["cron"] = form["cron"].strip()
+    else:
+        values["every"] = _duration(form.get("every", "").strip()) or None
+    if form.get("jitter", "").strip():
+        values["jitter"] = _duration(form["jitter"].strip())
+    return values
 
 
 def _duration(value: str) -> str | float:
@@ -362,12 +374,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
             "misfire": raw.get("misfire") or "skip",
             "active": raw.get("active", "on") == "on",
         }
-        if raw.get("cron", "").strip():
-            values["cron"] = raw["cron"].strip()
-        else:
-            values["every"] = _duration(raw.get("every", "").strip()) or None
-        if raw.get("jitter", "").strip():
-            values["jitter"] = _duration(raw["jitter"].strip())
+        values.update(_schedule_fields(raw))
         if raw.get("backfill_limit", "").strip():
             values["backfill_limit"] = raw["backfill_limit"].strip()
         return values, raw
@@ -459,12 +466,7 @@ def create_app(engine: AsyncEngine, *, secret_key: str | None = None, title: str
     async def schedule_preview(request: Request) -> Response:
         p = request.query_params
         values: dict[str, Any] = {"website": "preview", "keywords": ["preview"], "timezone": p.get("timezone") or "UTC"}
-        if p.get("cron", "").strip():
-            values["cron"] = p["cron"].strip()
-        else:
-            values["every"] = _duration(p.get("every", "").strip()) or None
-        if p.get("jitter", "").strip():
-            values["jitter"] = _duration(p["jitter"].strip())
+        values.update(_schedule_fields(p))
         try:
             spec = TargetSpec.model_validate(values)
             schedule = make_schedule(**spec.schedule_fields())

@@ -11,12 +11,15 @@ listing's fields for a detail page. No worker reads a website's configuration fr
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,6 +31,7 @@ from crawlherd.sitespec import SiteSpec
 __all__ = [
     "DETAIL_META",
     "LISTING_META",
+    "LOCAL_META",
     "LISTING_PRIORITY",
     "DetailPage",
     "ListingOutcome",
@@ -39,6 +43,8 @@ __all__ = [
 LISTING_META = "crawlherd.listing"
 #: The ``meta`` key of a detail request (a :class:`DetailPage`, JSON).
 DETAIL_META = "crawlherd.detail"
+#: The ``meta`` key of the token under which the process that queued a page keeps it validated.
+LOCAL_META = "crawlherd.local"
 #: Listing pages are leased before detail pages: a job waits on its listing, not on its details.
 LISTING_PRIORITY = 10
 
@@ -65,15 +71,19 @@ class ListingState(BaseModel):
         return Request(
             url,
             priority=LISTING_PRIORITY,
-            meta={LISTING_META: self.model_dump(mode="json")},
+            meta={LISTING_META: self.model_dump(mode="json"), LOCAL_META: _KNOWN.add(self)},
             dedup_key=f"listing:{self.run}",
         )
 
     @classmethod
     def of(cls, request: Request) -> ListingState | None:
-        """The state a listing request carries (None for any other request)."""
-        raw = request.meta.get(LISTING_META)
-        return None if raw is None else cls.model_validate(raw)
+        """The state a listing request carries (None for any other request): validated from its JSON,
+        or -- leased back by the process that queued it -- the object it was queued with."""
+        meta = request.meta
+        raw = meta.get(LISTING_META)
+        if raw is None:
+            return None
+        return _KNOWN.take(meta.get(LOCAL_META), cls) or cls.model_validate(raw)
 
     def next(self, *, new: Iterable[Item], items_new: int, items_updated: int, details_queued: int) -> ListingState:
         """The state after this page."""
@@ -115,9 +125,14 @@ class DetailPage(BaseModel):
 
     @classmethod
     def of(cls, request: Request) -> DetailPage | None:
-        raw = request.meta.get(DETAIL_META)
+        """What a detail request carries (None for any other request), as :meth:`ListingState.of`."""
+        meta = request.meta
+        raw = meta.get(DETAIL_META)
         if raw is None:
             return None
+        known = _KNOWN.take(meta.get(LOCAL_META), cls)
+        if known is not None:
+            return known
         site = _known_site(raw.get("site")) if isinstance(raw, dict) else None
         return cls.model_validate(raw if site is None else {**raw, "site": site})
 
@@ -169,5 +184,48 @@ def detail_requests(job: JobMessage, items: Iterable[Item], *, now: datetime | N
             "fields": dict(item.fields),
             "site": site_json,
         }
-        out.append(Request(item.url, meta={DETAIL_META: detail}, dedup_key=dedup_key))
+        page = DetailPage.model_construct(  # made of validated parts
+            item=detail["item"], website_id=job.website_id, target_id=job.target_id, fields=dict(item.fields), site=site
+        )
+        out.append(Request(item.url, meta={DETAIL_META: detail, LOCAL_META: _KNOWN.add(page)}, dedup_key=dedup_key))
     return out
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class _Known:
+    """The pages this process queued, as the validated objects they were made from, by the token their
+    request carries (``meta[LOCAL_META]``): a page this process leases back is taken from here instead
+    of being validated again from its JSON. A process that did not queue it (another worker sharing
+    the frontier, this one restarted or forked) holds no such token, and validates. Bounded: past
+    ``kept`` pages, the oldest are forgotten (their pages are validated when leased, as before)."""
+
+    def __init__(self, kept: int = 50_000) -> None:
+        self._kept = kept
+        self._pid = -1
+        self._prefix = ""
+        self._serial = itertools.count()
+        self._pages: OrderedDict[str, BaseModel] = OrderedDict()
+
+    def add(self, page: BaseModel) -> str:
+        if os.getpid() != self._pid:  # a new process (forked): nothing of its parent's is its own
+            self._pid, self._prefix = os.getpid(), f"{uuid.uuid4().hex[:16]}-{os.getpid()}."
+            self._pages.clear()
+        token = f"{self._prefix}{next(self._serial)}"
+        pages = self._pages
+        if len(pages) >= self._kept:
+            pages.popitem(last=False)
+        pages[token] = page
+        return token
+
+    def take(self, token: object, cls: type[_M]) -> _M | None:
+        if not isinstance(token, str) or not self._prefix or not token.startswith(self._prefix):
+            return None
+        if os.getpid() != self._pid:
+            return None
+        page = self._pages.pop(token, None)
+        return page if isinstance(page, cls) else None
+
+
+_KNOWN = _Known()

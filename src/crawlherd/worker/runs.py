@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -27,10 +27,14 @@ from crawlherd.worker.jobcrawl import ListingOutcome
 
 __all__ = ["DeadRun", "RunStore"]
 
+#: A run in one of these states is not started again (the run key: at most one success per slot).
+_FINISHED = ("succeeded", "dead")
+
 
 @dataclass(frozen=True, slots=True)
 class DeadRun:
-    """A dead job, as ``crawlherd jobs dead`` lists it."""
+    """A dead job, as ``crawlherd jobs dead`` lists it: its run ``id``, the target and slot, the
+    ``attempts`` made, the last ``error`` and when it ended."""
 
     id: int
     target_id: int
@@ -46,6 +50,8 @@ class RunStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+        self._starts: tuple[Any, Any] | None = None
+        self._finishes: tuple[Any, Any] | None = None
 
     async def status(self, job: JobMessage) -> str | None:
         """The recorded status of ``job``'s run, or None when it never started."""
@@ -55,7 +61,10 @@ class RunStore:
             )
             return row.scalar_one_or_none()
 
-    async def start(self, job: JobMessage, *, worker: str) -> None:
+    async def start(self, job: JobMessage, *, worker: str) -> str | None:
+        """Record ``job``'s run as ``running`` (taken by ``worker``) and its attempt; None then. A run
+        already ``succeeded`` or ``dead`` is left alone, and its status returned (the run key's
+        check and the start are one statement: no other worker can finish the run in between)."""
         now = datetime.now(UTC)
         values: dict[str, Any] = {
             "target_id": job.target_id,
@@ -70,26 +79,22 @@ class RunStore:
             "created_at": now,
             "updated_at": now,
         }
-        stmt = self._insert(JobRun).values(values)
-        changed = {
-            k: stmt.excluded[k]
-            for k in ("status", "attempts", "started_at", "finished_at", "worker", "error", "updated_at")
+        attempt: dict[str, Any] = {  # console: one row per attempt (job_runs keeps the latest only)
+            "target_id": job.target_id, "slot_at": job.slot_at, "attempt": job.attempt_count + 1, "worker": worker,
+            "status": "running", "started_at": now, "pages": 0, "items_new": 0, "items_updated": 0,
         }
-        attempt = self._insert(JobAttempt).values(
-            target_id=job.target_id, slot_at=job.slot_at, attempt=job.attempt_count + 1, worker=worker,
-            status="running", started_at=now, pages=0, items_new=0, items_updated=0,
-        )  # console: one row per attempt (job_runs keeps the latest only)
+        start_run, start_attempt = self._start_statements()
         try:
             async with self.engine.begin() as conn:
-                await conn.execute(stmt.on_conflict_do_update(index_elements=["target_id", "slot_at"], set_=changed))
-                await conn.execute(attempt.on_conflict_do_update(
-                    index_elements=["target_id", "slot_at", "attempt"],
-                    set_={k: attempt.excluded[k] for k in ("worker", "status", "started_at")},
-                ))
+                if (await conn.execute(start_run, values)).first() is None:  # finished already: nothing written
+                    return (await conn.execute(select(JobRun.status).where(
+                        JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at))).scalar_one_or_none()
+                await conn.execute(start_attempt, attempt)
         except IntegrityError as exc:  # the target was deleted after the job was published
             raise PermanentJobError(
                 f"target {job.target_id} no longer exists: its run cannot be recorded ({summarize(exc)})"
             ) from None
+        return None
 
     async def finish(
         self,
@@ -102,27 +107,51 @@ class RunStore:
         items_updated: int = 0,
     ) -> None:
         now = datetime.now(UTC)
+        params = {"b_target": job.target_id, "b_slot": job.slot_at, "b_attempt": job.attempt_count + 1,
+                  "b_status": status, "b_error": error, "b_pages": pages, "b_new": items_new,
+                  "b_updated": items_updated, "b_now": now}
+        finish_run, finish_attempt = self._finish_statements()
         async with self.engine.begin() as conn:
-            await conn.execute(
+            await conn.execute(finish_run, params)
+            await conn.execute(finish_attempt, params)  # console: the attempt's outcome
+
+    def _finish_statements(self) -> tuple[Any, Any]:
+        """The two updates of :meth:`finish`, built once (the values are bound parameters)."""
+        if self._finishes is None:
+            outcome: dict[str, Any] = {
+                "status": bindparam("b_status"), "error": bindparam("b_error"), "pages": bindparam("b_pages"),
+                "items_new": bindparam("b_new"), "items_updated": bindparam("b_updated"),
+                "finished_at": bindparam("b_now"),
+            }
+            self._finishes = (
                 update(JobRun)
-                .where(JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at)
-                .values(
-                    status=status,
-                    error=error,
-                    pages=pages,
-                    items_new=items_new,
-                    items_updated=items_updated,
-                    finished_at=now,
-                    updated_at=now,
-                )
-            )
-            await conn.execute(  # console: the attempt's outcome
+                .where(JobRun.target_id == bindparam("b_target"), JobRun.slot_at == bindparam("b_slot"))
+                .values(**outcome, updated_at=bindparam("b_now")),
                 update(JobAttempt)
-                .where(JobAttempt.target_id == job.target_id, JobAttempt.slot_at == job.slot_at,
-                       JobAttempt.attempt == job.attempt_count + 1)
-                .values(status=status, error=error, pages=pages, items_new=items_new, items_updated=items_updated,
-                        finished_at=now)
+                .where(JobAttempt.target_id == bindparam("b_target"), JobAttempt.slot_at == bindparam("b_slot"),
+                       JobAttempt.attempt == bindparam("b_attempt"))
+                .values(**outcome),
             )
+        return self._finishes
+
+    def _start_statements(self) -> tuple[Any, Any]:
+        """The two upserts of :meth:`start`, built once (their values are the execution's parameters)."""
+        if self._starts is None:
+            run = self._insert(JobRun)
+            changed = ("status", "attempts", "started_at", "finished_at", "worker", "error", "updated_at")
+            attempt = self._insert(JobAttempt)
+            self._starts = (
+                run.on_conflict_do_update(
+                    index_elements=["target_id", "slot_at"],
+                    set_={k: run.excluded[k] for k in changed},
+                    where=JobRun.status.not_in(_FINISHED),
+                ).returning(JobRun.id),
+                attempt.on_conflict_do_update(
+                    index_elements=["target_id", "slot_at", "attempt"],
+                    set_={k: attempt.excluded[k] for k in ("worker", "status", "started_at")},
+                ),
+            )
+        return self._starts
 
     def _owned(self, job: JobMessage, worker: str) -> Any:
         """The row of ``job``'s current attempt, taken by ``worker``."""

@@ -1,9 +1,10 @@
 """The worker: consumes job messages and crawls them through the engine.
 
 For each delivery: decode and validate the message (an invalid one is dead-lettered with the
-reason) -> skip it when its run already succeeded (idempotency: the same target and slot) -> record
-the run as ``running`` -> queue the job's first listing page in the worker's frontier -> wait for the
-listing chain's outcome -> record ``succeeded`` -> ack.
+reason) -> record the run as ``running`` -- or skip it when its run already succeeded (idempotency:
+the same target and slot; the check and the start are one statement) -> queue the job's first
+listing page in the worker's frontier -> wait for the listing chain's outcome -> record
+``succeeded`` -> ack.
 
 Every page -- listing or detail, of any job -- goes through the worker's one frontier and one page
 loop (the engine's dispatcher): the website's politeness (``min_delay``, ``max_concurrency``) is the
@@ -141,7 +142,7 @@ class WorkerOptions:
     lease_timeout: Seconds | None = None
     max_attempts: Count = 3
     backoff: Delay = 5.0
-    max_backoff: Seconds = 600.0
+    max_backoff: Delay = 600.0
     limits: FetchLimits = field(default_factory=FetchLimits)
     shutdown_timeout: Delay = 30.0
     name: str | None = None
@@ -162,6 +163,8 @@ class Worker:
 
     #: The pages' items, stored together (group commit; made on first use, see _store).
     _writes: GroupedWrites | None = None
+    #: Each crawler's run config with the robots setting flipped, by crawler (see _run_config).
+    _flipped: dict[int, tuple[CrawlerRunConfig, CrawlerRunConfig]] | None = None
 
     def __init__(
         self,
@@ -403,19 +406,19 @@ class Worker:
             why = f"invalid job message: {exc}"
             await self._settle(lambda: self.broker.dead_letter(delivery, why))
             return
-        status = await self.runs.status(job)
+        started = time.monotonic()
+        try:
+            status = await self.runs.start(job, worker=self.name)  # None: started; else already finished
+        except PermanentJobError as exc:
+            self.outages.up("config DB")
+            await self._failed(delivery, job, str(exc), started=started, permanent=True, record=False)
+            return
         self.outages.up("config DB")
-        if status in ("succeeded", "dead"):
+        if status is not None:
             self.stats.skipped += 1
             metrics.JOBS.labels(outcome="skipped").inc()
             log.info("worker %s: job %s already %s; skipped", self.name, job.idempotency_key, status)
             await self._settle(lambda: self.broker.ack(delivery))
-            return
-        started = time.monotonic()
-        try:
-            await self.runs.start(job, worker=self.name)
-        except PermanentJobError as exc:
-            await self._failed(delivery, job, str(exc), started=started, permanent=True, record=False)
             return
         try:
             outcome = await self._crawl(job)
@@ -596,7 +599,15 @@ class Worker:
     def _run_config(self, crawler: Crawler, site: SiteSpec | None) -> CrawlerRunConfig:
         obey = site is None or site.politeness.robots == "obey"
         config = crawler.config
-        return config if config.check_robots_txt == obey else config.clone(check_robots_txt=obey)
+        if config.check_robots_txt == obey:
+            return config
+        # the other robots setting: cloned once per crawler config, not once per page (it is frozen)
+        if self._flipped is None:
+            self._flipped = {}
+        kept = self._flipped.get(id(crawler))
+        if kept is None or kept[0] is not config:
+            kept = self._flipped[id(crawler)] = (config, config.clone(check_robots_txt=obey))
+        return kept[1]
 
     async def _politeness(self, site: SiteSpec, host: str, url: str | None = None) -> None:
         """The website's politeness as the frontier's policy for ``host`` (robots.txt's Crawl-delay,

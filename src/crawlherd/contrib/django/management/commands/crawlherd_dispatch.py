@@ -31,10 +31,11 @@ class Command(BaseCommand):  # type: ignore[misc]
             settings = crawlherd_settings()
             if options["once"]:
                 result = run_dispatch_cycle(settings, batch_size=options["batch_size"], lease=options["lease"])
-                self.stdout.write(f"dispatch: {result.inserted} job(s) from {result.targets} due target(s); "
-                                  f"published {result.published}, failed {result.failed}")
-                if result.failed:
-                    raise CommandError(f"{result.failed} job message(s) could not be published; they are retried")
+                tick, relay = result.tick, result.relay
+                self.stdout.write(f"dispatch: {tick.inserted} job(s) from {tick.targets} due target(s); "
+                                  f"published {relay.published}, failed {relay.failed}")
+                if relay.failed:
+                    raise CommandError(f"{relay.failed} job message(s) could not be published; they are retried")
                 return
             asyncio.run(self._loop(settings, options))
         except CrawlherdError as exc:
