@@ -208,7 +208,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             traced = env
             if args.tracemalloc:
                 traced = {**env, "CRAWLHERD_TRACEMALLOC": str(args.tracemalloc),
-                          "CRAWLHERD_TRACEMALLOC_FRAMES": str(args.tracemalloc_frames)}
+                          "CRAWLHERD_TRACEMALLOC_FRAMES": str(args.tracemalloc_frames),
+                          "CRAWLHERD_TRACEMALLOC_TRIM": "1" if args.trim else ""}
             for i in range(args.dispatchers):
                 cmd = [*exe, "dispatch", "--interval", "0.5", "-q"]
                 procs.append(Proc(f"dispatch-{i + 1}", cmd, traced if i == 0 else env, logdir))
@@ -558,6 +559,12 @@ def main() -> None:
         type=int,
         default=6,
         help="Frames per traced allocation; 0: no tracing, only RSS, Python blocks and malloc's figures.",
+    )
+    parser.add_argument(
+        "--trim",
+        action="store_true",
+        help="With --tracemalloc: the two processes call malloc_trim(0) before each report, so their RSS counts "
+        "only what they hold (CRAWLHERD_TRACEMALLOC_TRIM).",
     )
     parser.add_argument("--postgres-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/")

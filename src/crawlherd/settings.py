@@ -33,7 +33,7 @@ DEFAULT_CONFIG_FILE = "crawlherd.toml"
 #: ``CRAWLHERD_*`` variables that are not settings (the test suite's, and options that read their own
 #: variable: the console's ports, the Lambda adapter's margin, allocation tracing); never warned about.
 NOT_SETTINGS = frozenset({"REQUIRE_SERVICES", "CHROMIUM", "METRICS_PORT", "WEB_PORT", "WEB_HOST", "LAMBDA_MARGIN",
-                          "TRACEMALLOC", "TRACEMALLOC_FRAMES"})
+                          "TRACEMALLOC", "TRACEMALLOC_FRAMES", "TRACEMALLOC_TRIM"})
 NOT_SETTINGS_PREFIXES = ("TEST_",)
 
 log = logging.getLogger(__name__)
