@@ -11,7 +11,7 @@ from typing import Any
 from crawlherd.errors import InvalidURLError
 from crawlherd.url import canonicalize
 
-__all__ = ["FINGERPRINT_SIZE", "RECORD_VERSION", "Request", "fingerprint"]
+__all__ = ["FINGERPRINT_SIZE", "RECORD_VERSION", "Request", "fingerprint", "plain_get"]
 
 #: Bytes in a fingerprint. 64 bits: the chance of any collision among 10 million URLs is about 3e-6.
 FINGERPRINT_SIZE = 8
@@ -33,6 +33,15 @@ def fingerprint(method: str, canonical_url: str, body: bytes | None = None, dedu
         h.update(b"\x00")
         h.update(dedup_key.encode("utf-8"))
     return h.digest()
+
+
+def plain_get(url: str) -> tuple[str, str, bytes]:
+    """What ``Request(url)`` computes for a plain GET of ``url``, validation included (a malformed URL
+    raises :class:`~crawlherd.errors.InvalidURLError`): the URL as the request keeps it, its host key
+    and its fingerprint -- for :meth:`Request.of_plain_get`, without making the request yet."""
+    canonical, host = canonicalize(url)
+    url = url.strip(" ")
+    return (canonical if url == canonical else url), _intern(host), fingerprint("GET", canonical)
 
 
 class Request:
@@ -122,6 +131,24 @@ class Request:
         self.depth = depth
         self._meta = self._headers = self.body = self.not_before = self.dedup_key = None
         self.fingerprint = fingerprint
+        return self
+
+    @classmethod
+    def of_plain_get(
+        cls, url: str, host: str, fingerprint: bytes, meta: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Request:
+        """``Request(u, meta=meta, headers=headers)`` from ``url, host, fingerprint = plain_get(u)``: the
+        URL is not parsed again (a crawl that validated its URLs up front makes each request when due)."""
+        self = cls.__new__(cls)
+        self.url = url
+        self.host = host
+        self.fingerprint = fingerprint
+        self.method = "GET"
+        self.priority = self.depth = 0
+        self._meta = dict(meta) if meta else None
+        self._headers = dict(headers) if headers else None
+        self.body = self.not_before = self.dedup_key = None
         return self
 
     @property

@@ -84,6 +84,28 @@ class CrawlResult(HasBody):
     _cleaned_html: str | None = field(default=None, init=False, repr=False, compare=False)
     _markdown: str | None = field(default=None, init=False, repr=False, compare=False)
 
+    @classmethod
+    def fetched(
+        cls,
+        request: Request,
+        final_url: str,
+        status: int,
+        headers: Mapping[str, str],
+        body: bytes,
+        encoding: str,
+        elapsed: float,
+        redirects: tuple[str, ...],
+        screenshot: bytes | None = None,
+    ) -> CrawlResult:
+        """The result of ``request`` answered with ``status`` (a success below 400): what a fetcher
+        returned, at ``final_url`` after ``redirects``."""
+        ok = status < 400
+        # positional, in field order: one is built per page
+        return cls(
+            request.url, ok, status, None if ok else f"HTTP {status}", None, final_url, headers, body, encoding,
+            elapsed, redirects, request.depth, None, screenshot, request,
+        )
+
     def _is_html(self) -> bool:
         return bool(self.body) and self.content_type in _HTML_TYPES
 

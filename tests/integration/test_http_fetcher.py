@@ -160,3 +160,57 @@ def test_bad_limits_are_refused() -> None:
         FetchLimits(allowed_networks=("not-a-network",))
     with pytest.raises(ConfigurationError, match="total_timeout"):
         FetchLimits(total_timeout=0)
+
+
+@pytest.mark.parametrize(
+    "path", ["/page/1", "/redirect/chain/2", "/gzip", "/always/503?after=5", "/always/404", "/size/70000"]
+)
+async def test_fetch_result_answers_as_fetch_does(server: MisbehavingServer, fetcher: HttpFetcher, path: str) -> None:
+    """The crawler's short path (a CrawlResult built from the aiohttp response) says what fetch says."""
+    request = Request(server.url + path)
+    response = await fetcher.fetch(request)
+    result = await fetcher.fetch_result(request)
+    assert (result.url, result.request, result.depth) == (request.url, request, 0)
+    assert (result.final_url, result.status_code, result.body, result.encoding, result.redirects) == (
+        response.url, response.status, response.body, response.encoding, response.redirects
+    )
+    assert result.success is (response.status < 400)
+    assert result.error_message == (None if response.status < 400 else f"HTTP {response.status}")
+    assert dict(result.headers) == dict(response.headers) and result.headers == response.headers
+    assert result.content_type == response.content_type and result.text == response.text
+
+
+async def test_an_accepted_content_type_lets_no_other_through(server: MisbehavingServer, fetcher: HttpFetcher) -> None:
+    """Accepted Content-Type values are remembered (parsed once each): that must not let another one by."""
+    for _ in range(2):
+        assert (await fetcher.fetch_result(Request(server.url + "/page/1"))).success
+        with pytest.raises(ContentTypeError, match="image/png"):
+            await fetcher.fetch_result(Request(server.url + "/binary"))
+        with pytest.raises(BodyTooLargeError):
+            await fetcher.fetch_result(Request(server.url + "/huge?size=50000000"))
+
+
+def test_response_headers_are_lower_case_and_the_last_repeat_wins() -> None:
+    import copy
+    import pickle
+
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    from crawlherd.fetch.http import ResponseHeaders
+
+    raw = CIMultiDictProxy(CIMultiDict([("Content-Type", "text/html"), ("Set-Cookie", "a=1"), ("set-cookie", "b=2")]))
+    headers = ResponseHeaders(raw)
+    assert headers == {"content-type": "text/html", "set-cookie": "b=2"}
+    assert headers["set-cookie"] == "b=2" and headers.get("Content-Type") is None and "content-type" in headers
+    assert list(headers) == ["content-type", "set-cookie"] and len(headers) == 2
+    plain = {"content-type": "text/html", "set-cookie": "b=2"}
+    assert pickle.loads(pickle.dumps(headers)) == copy.copy(headers) == plain
+    assert type(pickle.loads(pickle.dumps(headers))) is dict
+
+
+async def test_new_limits_are_obeyed_at_once(server: MisbehavingServer) -> None:
+    async with HttpFetcher(dataclasses.replace(LOOPBACK, allowed_content_types=())) as fetcher:
+        assert (await fetcher.fetch(Request(server.url + "/binary"))).status == 200
+        fetcher.limits = LOOPBACK  # the image/png accepted a moment ago is not any more
+        with pytest.raises(ContentTypeError, match="image/png"):
+            await fetcher.fetch(Request(server.url + "/binary"))

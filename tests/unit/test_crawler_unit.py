@@ -117,3 +117,31 @@ async def test_the_crawler_sets_its_gate_on_the_fetcher_and_spaces_sends_by_the_
     await waiting
     gate.release(2.0)
     assert gate("site.example") is None
+
+
+async def test_arun_many_fetches_a_url_once_however_it_is_spelled_and_answers_every_spelling() -> None:
+    f = link_fetcher()
+    urls = ["http://site.example/a?y=2&x=1", "bad url", "HTTP://Site.Example:80/a?x=1&y=2#top", "http://site.example/b"]
+    async with Crawler(fetcher=f) as crawler:
+        results = await crawler.arun_many(urls, config=CrawlerRunConfig(headers={"X-Run": "1"}))
+    assert sorted(r.url for r in results) == sorted(urls)
+    assert [r.url for r in f.requests] == ["http://site.example/a?y=2&x=1", "http://site.example/b"]
+    assert all(r.request is not None and r.request.headers == {"X-Run": "1"} for r in results if r.success)
+    by_url = {r.url: r for r in results}
+    assert by_url["bad url"].error_type == "InvalidURLError"
+    twin = by_url["HTTP://Site.Example:80/a?x=1&y=2#top"]
+    assert twin.success and twin.body == PAGE and twin.request is not None and twin.request.url == twin.url
+
+
+async def test_a_subclass_that_overrides_fetch_alone_is_called_through_fetch() -> None:
+    """HttpFetcher's fetch_result (the crawler's short path) must not bypass an overridden fetch."""
+    from crawlherd.fetch.base import Response
+    from crawlherd.fetch.http import HttpFetcher
+
+    class Canned(HttpFetcher):
+        async def fetch(self, request: Request) -> Response:
+            return Response(request.url, 200, {"content-type": "text/plain"}, b"canned", request)
+
+    async with Crawler(fetcher=Canned()) as crawler:
+        result = await crawler.arun("http://site.example/")
+    assert result.success and result.body == b"canned" and result.headers == {"content-type": "text/plain"}

@@ -19,8 +19,9 @@ dispatcher, so politeness, re-fetches and memory-pressure re-queues all go throu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Literal, Protocol, TypedDict, Unpack, cast, overload
 from urllib.parse import urlsplit
 
@@ -43,7 +44,9 @@ from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.gate import HostGate
 from crawlherd.fetch.robots import RobotsCache, is_robots_request, robots_request
 from crawlherd.frontier import Frontier, Lease, open_scheduler
-from crawlherd.request import Request
+from crawlherd.frontier.memory import MemoryFrontier
+from crawlherd.frontier.options import FrontierOptions
+from crawlherd.request import Request, plain_get
 from crawlherd.result import CrawlResult
 
 __all__ = ["AsyncWebCrawler", "Crawler", "RunUrlsDispatcher", "runs_urls_itself"]
@@ -108,6 +111,7 @@ class Crawler:
                 "protocol (crawlherd.fetch.base), send gate included"
             )
         self.fetcher: Fetcher = fetcher
+        self._fetch_result = _result_fetcher(fetcher) or self._result_of_response
         self.config = config or CrawlerRunConfig()
         self.clock: Clock = clock or SystemClock()
         self.robots = RobotsCache(fetcher, clock=self.clock)
@@ -187,32 +191,22 @@ class Crawler:
         except FetchError as exc:
             return _failed(request.url, exc, request)
         try:
-            response = await self.fetcher.fetch(request)
+            result = await self._fetch_result(request)
         except FetchError as exc:
             self.gate.answered(request.host)
             return _failed(request.url, exc, request)
         self.gate.answered(request.host)
-        status = response.status
-        result = CrawlResult(
-            url=request.url,
-            success=status < 400,
-            status_code=status,
-            error_message=None if status < 400 else f"HTTP {status}",
-            final_url=response.url,
-            headers=response.headers,
-            body=response.body,
-            encoding=response.encoding,
-            elapsed=response.elapsed,
-            redirects=response.redirects,
-            depth=request.depth,
-            screenshot=response.screenshot,
-            request=request,
-        )
         if cache_mode != "bypass" and result.success:
             self._cache[request.fingerprint] = result
         if run.max_depth >= 0 and result.success:
             await self._follow(result, request, run)
         return result
+
+    async def _result_of_response(self, request: Request) -> CrawlResult:
+        r = await self.fetcher.fetch(request)
+        return CrawlResult.fetched(
+            request, r.url, r.status, r.headers, r.body, r.encoding, r.elapsed, r.redirects, r.screenshot
+        )
 
     async def _robots(self, request: Request, run: CrawlRun) -> None:
         await self.robots.check(request.url, request)
@@ -334,26 +328,49 @@ class Crawler:
             chosen = _RunUrlsAdapter(cast(RunUrlsDispatcher, dispatcher), self, config, stream=use_stream)
         else:
             chosen = cast(Dispatcher, dispatcher)
-        frontier = open_scheduler("memory://", clock=self.clock, max_in_flight=1_000_000)
+        frontier = MemoryFrontier(FrontierOptions(clock=self.clock, max_in_flight=1_000_000))
         run = CrawlRun(frontier, config)
+        # Every URL is validated and deduplicated here, before the first fetch (a repeated URL is
+        # answered with its first one's result, so every repeat must be known before any result is
+        # reported); the requests are made as the dispatcher pulls them (MemoryFrontier.enqueue_lazily).
+        # Kept as three flat lists, not an object per URL: nothing for the garbage collector to visit.
         invalid: list[CrawlResult] = []
-        requests: list[Request] = []
-        seen: dict[bytes, Request] = {}
+        plan_urls: list[str | Request] = []  # the URL as a Request keeps it, or the Request given
+        plan_hosts: list[str] = []
+        plan_fps: list[bytes] = []
+        seen: set[bytes] = set()
+        plain = True  # no priority, nothing delayed: the frontier may take them lazily
+        meta, headers = run.meta or None, config.headers or None
         for item in urls_or_requests:
             try:
-                request = self._request(item, run)
+                if isinstance(item, str):
+                    url, host, fp = plain_get(item)
+                    entry: str | Request = url
+                else:
+                    entry = self._request(item, run)
+                    host, fp = entry.host, entry.fingerprint
+                    plain = plain and not entry.priority and entry.not_before is None
             except InvalidURLError as exc:
                 invalid.append(_failed(str(item), exc))
                 continue
-            fp = request.fingerprint
             if fp in seen:
-                run.dups.setdefault(fp, []).append(request)
+                repeat = Request.of_plain_get(entry, host, fp, meta, headers) if isinstance(entry, str) else entry
+                run.dups.setdefault(fp, []).append(repeat)
             else:
-                seen[fp] = request
-                requests.append(request)
-        await frontier.enqueue_requests(requests)
+                seen.add(fp)
+                plan_urls.append(entry)
+                plan_hosts.append(host)
+                plan_fps.append(fp)
+        requests = (
+            Request.of_plain_get(u, h, f, meta, headers) if isinstance(u, str) else u
+            for u, h, f in zip(plan_urls, plan_hosts, plan_fps, strict=True)
+        )
+        if plain:
+            await frontier.enqueue_lazily(requests, len(plan_urls))
+        else:
+            await frontier.enqueue_requests(requests)
         if chosen.monitor is not None:
-            chosen.monitor.add_queued(len(requests))
+            chosen.monitor.add_queued(len(plan_urls))
         out = self._stream(run, chosen, invalid)
         if use_stream:
             return out
@@ -362,7 +379,7 @@ class Crawler:
 
     def _stream(self, run: CrawlRun, dispatcher: Dispatcher, first: list[CrawlResult]) -> CrawlStream:
         return CrawlStream(
-            run, dispatcher, first, process=lambda request: self._process(request, run), gate=self.gate,
+            run, dispatcher, first, process=functools.partial(self._process, run=run), gate=self.gate,
             clock=self.clock, registry=self._streams,
         )
 
@@ -503,6 +520,19 @@ class Crawler:
                     monitor_n += 1
         if monitor_n and run.monitor is not None:
             run.monitor.add_queued(monitor_n)
+
+
+def _result_fetcher(fetcher: Fetcher) -> Callable[[Request], Awaitable[CrawlResult]] | None:
+    """The fetcher's ``fetch_result`` (see :class:`~crawlherd.fetch.base.Fetcher`) when it answers for
+    the ``fetch`` in effect: not when a subclass, or the instance, replaced ``fetch`` alone."""
+    method = getattr(fetcher, "fetch_result", None)
+    if method is None or "fetch" in getattr(fetcher, "__dict__", ()):
+        return None
+    cls = type(fetcher)
+    owner = next(c for c in cls.__mro__ if "fetch_result" in vars(c))
+    if cls.fetch is not vars(owner).get("fetch"):
+        return None
+    return cast("Callable[[Request], Awaitable[CrawlResult]]", method)
 
 
 def _in_domains(host: str, domains: frozenset[str]) -> bool:

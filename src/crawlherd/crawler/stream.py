@@ -138,6 +138,7 @@ class CrawlStream(AsyncIterator[CrawlResult]):
         if self._closed:
             raise StopAsyncIteration
         source = self._source or self._start()
+        run = self._run
         while True:
             try:
                 result = await source.__anext__()
@@ -146,8 +147,9 @@ class CrawlStream(AsyncIterator[CrawlResult]):
                 raise
             if not is_robots_request(result.request):
                 break  # robots.txt work is the run's, not a page of it
-        self._pending.extend(self._run.twins(result))
-        reported = self._run.reported
+        if run.dups:
+            self._pending.extend(run.twins(result))
+        reported = run.reported
         if reported:
             self._pending.extend(reported)
             reported.clear()

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
@@ -77,6 +78,25 @@ class _RunState:
         self.task_ids = itertools.count(1)
 
 
+class _Channel:
+    """The results of a run on their way to its consumer: a deque, and the one future the consumer
+    waits on when it is empty (an ``asyncio.Queue`` without what a single consumer does not need)."""
+
+    __slots__ = ("items", "waiter")
+
+    def __init__(self) -> None:
+        self.items: deque[object] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: object) -> None:
+        self.items.append(item)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():  # done: the consumer was cancelled while it waited
+                waiter.set_result(None)
+
+
 class BaseDispatcher:
     """What every dispatcher shares: running one lease (rate limiting, re-fetches, settling,
     monitoring) and the result channel. crawlherd's dispatchers implement :meth:`_drive`.
@@ -105,14 +125,20 @@ class BaseDispatcher:
         self, frontier: Frontier, process: ProcessFn, *, clock: Clock | None = None, rate_limit_at_send: bool = False
     ) -> AsyncIterator[CrawlResult]:
         state = _RunState(frontier, process, clock or SystemClock(), not rate_limit_at_send)
-        queue: asyncio.Queue[object] = asyncio.Queue()
+        channel = _Channel()
         monitor = self.monitor
         if monitor is not None:
             monitor.start()
-        driver = asyncio.get_running_loop().create_task(self._drive_then_done(state, queue), name="crawlherd-dispatch")
+        loop = asyncio.get_running_loop()
+        driver = loop.create_task(self._drive_then_done(state, channel.put), name="crawlherd-dispatch")
+        items = channel.items
         try:
             while True:
-                item = queue.get_nowait() if queue.qsize() else await queue.get()
+                if not items:
+                    channel.waiter = waiter = loop.create_future()
+                    await waiter
+                    continue
+                item = items.popleft()
                 if item is _DONE:
                     break
                 if isinstance(item, BaseException):
@@ -124,17 +150,17 @@ class BaseDispatcher:
             if monitor is not None:
                 await monitor.stop()
 
-    async def _drive_then_done(self, state: _RunState, queue: asyncio.Queue[object]) -> None:
+    async def _drive_then_done(self, state: _RunState, emit: Callable[[object], None]) -> None:
         try:
-            await self._drive(state, queue.put_nowait)
+            await self._drive(state, emit)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, who re-raises it
             while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
                 exc = exc.exceptions[0]
-            queue.put_nowait(exc)
+            emit(exc)
             return
-        queue.put_nowait(_DONE)
+        emit(_DONE)
 
     async def _drive(self, state: _RunState, emit: Callable[[object], None]) -> None:
         raise NotImplementedError
@@ -155,7 +181,7 @@ class BaseDispatcher:
             await rl.take_slot(host, clock)
         memory = self._memory
         mem_start = memory.rss()
-        info = DispatchInfo(next(state.task_ids), clock.now(), memory_at_start=mem_start)
+        info = DispatchInfo(next(state.task_ids), clock.now(), 0.0, mem_start)
         if monitor is not None:
             monitor.task_started()
         try:

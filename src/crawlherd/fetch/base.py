@@ -121,6 +121,11 @@ class Fetcher(Protocol):
     (``Request.host``; for a redirect hop, the key of that hop's URL) as late as it can before each
     request -- every redirect hop too -- is sent. The :class:`~crawlherd.crawler.Crawler` sets it
     before the first fetch.
+
+    A fetcher may also offer ``fetch_result(request)``, awaitable: the same fetch, answered as the
+    :class:`~crawlherd.result.CrawlResult` the crawler reports (``HttpFetcher`` builds it straight from
+    the aiohttp response). The crawler uses it when it comes from the class that defines the ``fetch``
+    in effect, so a subclass that overrides ``fetch`` alone is still called through ``fetch``.
     """
 
     limits: FetchLimits

@@ -22,8 +22,8 @@ import errno
 import socket
 import time
 import zlib
-from collections.abc import Awaitable, Coroutine, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from typing import Any, TypeVar
 from urllib.parse import urljoin
 
 import aiohttp
@@ -43,11 +43,64 @@ from crawlherd.fetch.base import FetchLimits, Response, Timeouts
 from crawlherd.fetch.gate import SendGate, hop_host
 from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
 from crawlherd.request import Request
+from crawlherd.result import CrawlResult
 
-__all__ = ["HttpFetcher"]
+__all__ = ["HttpFetcher", "ResponseHeaders"]
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _IPV4_CHARS = frozenset("0123456789.")
+_ACCEPTED_TYPES = 256  # distinct accepted Content-Type values remembered (then forgotten all at once)
+_T = TypeVar("_T")
+
+
+class ResponseHeaders(Mapping[str, str]):
+    """A response's headers with lower-case keys (the last of repeated headers wins), copied out of
+    aiohttp's multidict on first use: most results are never asked for a header."""
+
+    __slots__ = ("_copy", "_raw")
+
+    def __init__(self, raw: Mapping[str, str]) -> None:
+        self._raw: Mapping[str, str] | None = raw
+        self._copy: dict[str, str] | None = None
+
+    def _dict(self) -> dict[str, str]:
+        copy = self._copy
+        if copy is None:
+            assert self._raw is not None
+            copy = self._copy = {k.lower(): v for k, v in self._raw.items()}
+            self._raw = None
+        return copy
+
+    def __getitem__(self, key: str) -> str:
+        return self._dict()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._dict().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dict()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __eq__(self, other: object) -> bool:
+        return self._dict() == (dict(other) if isinstance(other, Mapping) else other)
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
+
+    def __reduce__(self) -> tuple[type[dict[str, str]], tuple[dict[str, str]]]:
+        return dict, (self._dict(),)  # pickled, copied: a plain dict
+
+
+def _response(
+    request: Request, url: str, status: int, headers: Mapping[str, str], body: bytes, encoding: str,
+    elapsed: float, redirects: tuple[str, ...],
+) -> Response:
+    return Response(url, status, headers, body, request, elapsed, redirects, None, encoding)
 
 
 class _GuardedResolver(AbstractResolver):
@@ -134,6 +187,9 @@ class HttpFetcher:
         self._stalled: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.Task[None] | None = None
         self._tick = min(1.0, max(0.05, self.limits.read_timeout / 10))
+        #: Content-Type values that passed the content-type check of ``_accepted_by`` -> their charset.
+        self._accepted: dict[str, str] = {}
+        self._accepted_by = self.limits
         #: Consulted with the host (``host[:port]``, the frontier's key) right before each request --
         #: every redirect hop too -- is written to its connection (see SendGate). The Crawler uses it
         #: to space requests to a host at the moment they leave.
@@ -210,11 +266,23 @@ class HttpFetcher:
     # -- fetch --------------------------------------------------------------------------------------
 
     async def fetch(self, request: Request) -> Response:
+        return await self._fetch(request, _response)
+
+    def fetch_result(self, request: Request) -> Coroutine[Any, Any, CrawlResult]:
+        """Like :meth:`fetch`, but the :class:`~crawlherd.result.CrawlResult` the crawler reports, built
+        straight from the aiohttp response (no :class:`Response` in between; the headers are copied
+        when first read). Not a coroutine function itself: the crawler awaits the fetch directly."""
+        return self._fetch(request, CrawlResult.fetched)
+
+    async def _fetch(self, request: Request, build: Callable[..., _T]) -> _T:
+        """Fetch ``request``; ``build(request, final_url, status, headers, body, encoding, elapsed,
+        redirects)`` makes what is returned."""
         session = self._session or self._open()
         limits = self.limits
         timeout = self._default_timeout
         read_timeout = limits.read_timeout
-        if request.meta and request.meta.get("crawlherd.timeouts"):
+        meta = request._meta  # noqa: SLF001 - not request.meta, which makes a dict for every request
+        if meta and meta.get("crawlherd.timeouts"):
             t = Timeouts.of(request, limits)
             read_timeout = t.read
             timeout = self._timeout(t.connect, t.read, t.total)
@@ -227,7 +295,7 @@ class HttpFetcher:
             url = request.url
             method = request.method
             body = request.body
-            headers = request.headers or None
+            headers = request._headers or None  # noqa: SLF001 - as meta above
             redirects: list[str] = []
             gated = self.send_gate is not None
             started = time.perf_counter()
@@ -257,8 +325,9 @@ class HttpFetcher:
                             continue
                         raw_headers = resp.headers
                         ctype = raw_headers.get("Content-Type", "")
-                        if status < 400:
-                            limits.check_content_type(ctype, url=url, request=request)
+                        charset = self._accepted.get(ctype) if status < 400 and self._accepted_by is limits else None
+                        if charset is None:
+                            charset = self._check_type(ctype, status, url, request)
                         # The plain body is read here, not in a helper coroutine: one frame less
                         # to resume per chunk.
                         limit = limits.max_body_size
@@ -282,20 +351,16 @@ class HttpFetcher:
                                         request=request,
                                     )
                                 chunks.append(chunk)
+                                if content.at_eof():
+                                    break  # all in: no readany() just to be told so
                             data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                         else:
                             data = await self._read_decoded(
                                 resp.content, encoding.strip().lower(), limit, url, request, progress
                             )
-                        return Response(
-                            url=url,
-                            status=status,
-                            headers={k.lower(): v for k, v in raw_headers.items()},
-                            body=data,
-                            request=request,
-                            elapsed=time.perf_counter() - started,
-                            redirects=tuple(redirects),
-                            encoding=charset_of(ctype),
+                        return build(
+                            request, url, status, ResponseHeaders(raw_headers), data, charset,
+                            time.perf_counter() - started, tuple(redirects),
                         )
             except FetchError as exc:
                 if exc.request is None:
@@ -343,6 +408,22 @@ class HttpFetcher:
         else:
             what = f"total timeout ({t.total} s)"
         return FetchTimeoutError(f"{url}: {what}", url=url, request=request)
+
+    def _check_type(self, content_type: str, status: int, url: str, request: Request) -> str:
+        """The charset of ``content_type``, after the limits' content-type check for a final response
+        below 400 (which raises ContentTypeError); a type that passed is remembered (``_accepted``): a
+        site sends a handful of distinct Content-Type values, parsed once each."""
+        if status >= 400:
+            return charset_of(content_type)
+        limits = self.limits
+        limits.check_content_type(content_type, url=url, request=request)
+        charset = charset_of(content_type)
+        accepted = self._accepted
+        if len(accepted) >= _ACCEPTED_TYPES or self._accepted_by is not limits:  # full, or other limits now
+            accepted.clear()
+            self._accepted_by = limits
+        accepted[content_type] = charset
+        return charset
 
     def _guard_literal(self, url: str) -> None:
         """Check an IP-literal host before connecting (names are checked by the resolver)."""
