@@ -398,7 +398,8 @@ class HttpFetcher:
             raise
         finally:
             self._watch.pop(task, None)
-            self._stalled.discard(task)
+            if self._stalled:
+                self._stalled.discard(task)
 
     def _timeout_error(
         self, exc: BaseException, url: str, request: Request, t: aiohttp.ClientTimeout
