@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import sys
@@ -63,6 +64,21 @@ class LazyGroup(click.Group):
             sys.exit(2)
 
 
+def _cancelled_pool_reset(record: logging.LogRecord) -> bool:
+    """SQLAlchemy's pool logs a traceback (ERROR) when the task returning a connection is cancelled
+    during its rollback -- what aborting a process's jobs at shutdown does. The connection is dropped
+    and the database rolls the transaction back: said in one line instead."""
+    if record.name.startswith("sqlalchemy.pool") and record.exc_info and isinstance(
+        record.exc_info[1], asyncio.CancelledError
+    ):
+        record.msg, record.args, record.exc_info, record.exc_text = (
+            "a database connection was dropped while its task was cancelled (the database rolls its "
+            "transaction back)", (), None, None)
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return logging.getLogger().isEnabledFor(logging.INFO)
+    return True
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
@@ -102,6 +118,7 @@ def main(ctx: click.Context, config_file: str | None, verbose: int, log_format: 
         handler.setFormatter(JsonLogFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(_cancelled_pool_reset)
     logging.basicConfig(level=max(level, logging.DEBUG), handlers=[handler])
     # The AMQP client logs every failed reconnect (ERROR) and every lost connection (a WARNING with a
     # traceback) itself; crawlherd's broker says an outage once (lost / back after N s). Their own
