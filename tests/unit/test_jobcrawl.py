@@ -69,3 +69,28 @@ def test_a_page_leased_back_by_the_process_that_queued_it_is_not_validated_again
     meta[LOCAL_META] = "elsewhere.2"
     again = ListingState.of(Request(listing.url, meta=meta))
     assert again is not None and again.job == job and again.job is not job
+
+
+def test_the_pages_kept_for_a_lease_back_are_bounded_in_number_and_age() -> None:
+    """Workers sharing a frontier lease most of each other's pages: the ones this process queued and
+    never took back must not pile up (the 30-minute soak saw them grow without end)."""
+    from pydantic import BaseModel
+
+    from crawlherd.worker.jobcrawl import _Known
+
+    class Page(BaseModel):
+        number: int
+
+    now = [0.0]
+    known = _Known(kept=3, ttl=10.0, clock=lambda: now[0])
+    state = Page(number=1)
+    tokens = [known.add(state) for _ in range(5)]
+    assert len(known) == 3  # the oldest two forgotten
+    assert known.take(tokens[0], Page) is None  # forgotten: validated from its JSON instead
+    assert known.take(tokens[4], Page) is state
+    now[0] = 10.0
+    known.add(state)  # the two left are 10 s old: gone
+    assert len(known) == 1
+    for _ in range(1000):  # never taken back (leased by another worker): stays at the bound
+        known.add(state)
+    assert len(known) == 3

@@ -14,9 +14,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -198,25 +199,32 @@ class _Known:
     """The pages this process queued, as the validated objects they were made from, by the token their
     request carries (``meta[LOCAL_META]``): a page this process leases back is taken from here instead
     of being validated again from its JSON. A process that did not queue it (another worker sharing
-    the frontier, this one restarted or forked) holds no such token, and validates. Bounded: past
-    ``kept`` pages, the oldest are forgotten (their pages are validated when leased, as before)."""
+    the frontier, this one restarted or forked) holds no such token, and validates. Bounded in number
+    and in age: with workers sharing a frontier, most pages one queues are leased by the others and
+    never taken back here, so a page is forgotten after ``ttl`` seconds or once ``kept`` newer ones are
+    held (it is then validated when leased, as before)."""
 
-    def __init__(self, kept: int = 50_000) -> None:
+    def __init__(self, kept: int = 4096, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._kept = kept
+        self._ttl = ttl
+        self._clock = clock
         self._pid = -1
         self._prefix = ""
         self._serial = itertools.count()
-        self._pages: OrderedDict[str, BaseModel] = OrderedDict()
+        self._pages: OrderedDict[str, tuple[float, BaseModel]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._pages)
 
     def add(self, page: BaseModel) -> str:
         if os.getpid() != self._pid:  # a new process (forked): nothing of its parent's is its own
             self._pid, self._prefix = os.getpid(), f"{uuid.uuid4().hex[:16]}-{os.getpid()}."
             self._pages.clear()
         token = f"{self._prefix}{next(self._serial)}"
-        pages = self._pages
-        if len(pages) >= self._kept:
+        pages, now = self._pages, self._clock()
+        while pages and (len(pages) >= self._kept or next(iter(pages.values()))[0] <= now - self._ttl):
             pages.popitem(last=False)
-        pages[token] = page
+        pages[token] = (now, page)
         return token
 
     def take(self, token: object, cls: type[_M]) -> _M | None:
@@ -224,8 +232,8 @@ class _Known:
             return None
         if os.getpid() != self._pid:
             return None
-        page = self._pages.pop(token, None)
-        return page if isinstance(page, cls) else None
+        held = self._pages.pop(token, None)
+        return held[1] if held is not None and isinstance(held[1], cls) else None
 
 
 _KNOWN = _Known()
