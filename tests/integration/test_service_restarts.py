@@ -137,6 +137,9 @@ async def test_postgres_restarted_under_crawlherd_run(
         fetched = board.fetched("/search")
         assert {p.split("q=")[1] for p in fetched} == set(KEYWORDS)
         assert len(fetched) <= len(KEYWORDS) + 2
+        # One process, one outage: said once, though its dispatcher and its worker both met it.
+        assert log.count("config DB unavailable") == 1, log
+        assert log.count("config DB is back") == 1, log
     finally:
         await engine.dispose()
         pg.stop()

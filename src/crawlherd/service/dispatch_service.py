@@ -22,6 +22,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._options import Count, Seconds
+from crawlherd._outage import OutageLog
 from crawlherd.brokers.base import Broker
 from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
@@ -62,14 +63,23 @@ class DispatchOptions(RelayOptions):
 
 class DispatchService:
     """Turns due scrape targets into job messages on ``broker``, exactly once per (target, slot), with
-    ``options`` (:class:`DispatchOptions`). ``engine`` and ``broker`` are owned by the caller."""
+    ``options`` (:class:`DispatchOptions`). ``engine`` and ``broker`` are owned by the caller;
+    ``outages``: the process's outage log when it has one already (``crawlherd run`` shares the
+    worker's, so that one outage is said once)."""
 
-    def __init__(self, engine: AsyncEngine, broker: Broker, options: DispatchOptions | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        broker: Broker,
+        options: DispatchOptions | None = None,
+        *,
+        outages: OutageLog | None = None,
+    ) -> None:
         self.options = options = options or DispatchOptions()
         self.engine = engine
         self.broker = broker
         self.outbox_retention = timedelta(seconds=options.outbox_retention)
-        self.relayer = Relay(engine, broker, options)
+        self.relayer = Relay(engine, broker, options, outages=outages)
         self.owner = self.relayer.owner
         #: The outages under way ("config DB", "broker"), each said once when it starts and once when it ends.
         self.outages = self.relayer.outages

@@ -90,7 +90,7 @@ async def run_embedded(
 ) -> RunProgress:
     """Run dispatcher and worker until ``stop`` is set -- or, with ``until_idle``, until every job
     dispatched so far is settled (succeeded or dead) and the worker's detail pages are fetched."""
-    service = DispatchService(engine, broker)
+    service = DispatchService(engine, broker, outages=worker.outages)  # one process: an outage said once
     async with asyncio.TaskGroup() as tg:
         tg.create_task(service.run(interval=interval, stop=stop), name="embedded-dispatch")
         tg.create_task(worker.run(stop), name="embedded-worker")

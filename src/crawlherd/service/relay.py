@@ -168,9 +168,16 @@ class RelayOptions:
 
 class Relay:
     """Publishes the outbox of ``engine`` to ``broker`` (both the caller's), with ``options``
-    (:class:`RelayOptions`)."""
+    (:class:`RelayOptions`); ``outages``: the process's outage log, if it has one already (else its own)."""
 
-    def __init__(self, engine: AsyncEngine, broker: Broker, options: RelayOptions | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        broker: Broker,
+        options: RelayOptions | None = None,
+        *,
+        outages: OutageLog | None = None,
+    ) -> None:
         self.options = options = options or RelayOptions()
         self.engine = engine
         self.broker = broker
@@ -182,7 +189,7 @@ class Relay:
         #: The last publish failure, while failures go on (None once a publish succeeds again).
         self.last_error: str | None = None
         #: Which services are down ("broker" here; the dispatch service adds "config DB").
-        self.outages = OutageLog(log, f"dispatcher {self.owner}")
+        self.outages = outages or OutageLog(log, f"dispatcher {self.owner}")
 
     async def run_round(
         self, leased: Sequence[LeasedRow] | None = None, *, leased_at: float | None = None
