@@ -82,7 +82,10 @@ async def test_redis_restarted_under_crawlherd_run(
     assert sorted(await statuses(engine)) == ["succeeded"] * len(KEYWORDS)
     fetched = board.fetched("/search")
     assert {p.split("q=")[1] for p in fetched} == set(KEYWORDS)
-    assert len(fetched) <= len(KEYWORDS) + 2  # at most the two jobs in flight fetched again
+    # At least once, not more than that: a job in flight at the kill (two at concurrency 2) may have its
+    # listing page fetched again twice -- once when the page's frontier lease (5 s) comes back while
+    # its chain still waits, once by the job's retry -- and its run key keeps one success.
+    assert len(fetched) <= len(KEYWORDS) + 2 * 2
     warnings = [line for line in log.splitlines() if "unavailable" in line and "WARNING" in line]
     assert 1 <= len(warnings) <= 3, log  # once per outage, per service (broker, frontier, relay)
     assert len({line.split(": ", 1)[1].split(" unavailable")[0] for line in warnings}) == len(warnings), log
