@@ -216,7 +216,7 @@ def client(kind: str, loop: str, base: str, pages: int, profile: str | None) -> 
         import aiohttp  # noqa: F401
 
         import crawlherd.crawler
-        import crawlherd.dispatch
+        import crawlherd.crawler.concurrency
         import crawlherd.fetch.http  # noqa: F401
     run = _runner(loop)
     start = time.perf_counter()

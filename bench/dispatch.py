@@ -54,7 +54,7 @@ from tests.support.real_brokers import delete_queues  # noqa: E402
 from crawlherd.brokers import open_broker  # noqa: E402
 from crawlherd.brokers.base import Broker  # noqa: E402
 from crawlherd.db import DispatchOutbox, ScrapeTarget, create_engine, db_now, upgrade  # noqa: E402
-from crawlherd.service.dispatch_service import DispatchOptions, DispatchService  # noqa: E402
+from crawlherd.dispatch.dispatch_service import DispatchOptions, DispatchService  # noqa: E402
 
 HOUR = timedelta(hours=1)
 

@@ -62,7 +62,7 @@ from crawlherd.brokers import open_broker  # noqa: E402
 from crawlherd.db import DispatchOutbox, JobRun, ScrapeTarget, StoredItem, create_engine, db_now, upgrade  # noqa: E402
 from crawlherd.demo import DemoSite  # noqa: E402
 from crawlherd.demo.targets import demo_targets, expected_results, targets_toml, without_browser  # noqa: E402
-from crawlherd.service.targets import import_targets  # noqa: E402
+from crawlherd.dispatch.targets import import_targets  # noqa: E402
 
 
 @dataclass

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
 from tests.support.db import add_targets, add_website, fresh_postgres_database  # noqa: E402
 
 from crawlherd.db import create_engine, db_now, upgrade  # noqa: E402
-from crawlherd.service import outbox  # noqa: E402
+from crawlherd.dispatch import outbox  # noqa: E402
 
 HOUR = timedelta(hours=1)
 

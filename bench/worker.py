@@ -138,7 +138,7 @@ async def worker_round(args: argparse.Namespace, site: Any, run_id: str) -> tupl
     from sqlalchemy import func, select, update
 
     from crawlherd.db import JobRun, ScrapeTarget, create_engine, upgrade
-    from crawlherd.service.targets import import_targets
+    from crawlherd.dispatch.targets import import_targets
 
     name = f"crawlherd_bench_{run_id}"
     db_url = await create_database(args.postgres_url, name)

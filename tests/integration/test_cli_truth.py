@@ -10,10 +10,10 @@ Where each bullet is tested (the index the issue asks for):
   (test_the_cli_warns_about_a_misspelt_variable); defaults < crawlherd.toml < env < flags for every
   worker/dispatcher option: test_every_worker_and_dispatcher_option_is_settable_four_ways there
 - cron that can never fire, R refused, @daily accepted, day-of-month + day-of-week either matching: here
-  (and tests/unit/service/test_schedule.py for the schedule itself)
+  (and tests/unit/dispatch/test_schedule.py for the schedule itself)
 - targets files in one pass, TOML lines, '61 7 * * *', requires_playwright = "no":
-  tests/unit/service/test_targets_file_truth.py; --prune --dry-run and delete:
-  tests/unit/service/test_cli_prune_delete.py
+  tests/unit/dispatch/test_targets_file_truth.py; --prune --dry-run and delete:
+  tests/unit/dispatch/test_cli_prune_delete.py
 - live progress only on a terminal: here (a pseudo-terminal); plain status lines in pages/min and
   items/min, --log-format json, the statistics dump, Ctrl+C "stopping…": tests/integration/test_cli_output.py;
   -q and --json everywhere: tests/unit/test_cli_quiet_json.py

@@ -21,8 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
 from crawlherd.db import JobRun, ScrapeTarget
-from crawlherd.service.dispatch_service import DispatchService
-from crawlherd.service.targets import import_targets
+from crawlherd.dispatch.dispatch_service import DispatchService
+from crawlherd.dispatch.targets import import_targets
 from tests.servers.timestamping import Stamp, TimestampingServer, max_overlap
 from tests.support.dispatch import dispatch_due, relay_all
 from tests.support.real_brokers import remove

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd.brokers import open_broker
 from crawlherd.db import JobRun
 from crawlherd.db.models import ProcessHeartbeat
-from crawlherd.service.dispatch_service import DispatchService
+from crawlherd.dispatch.dispatch_service import DispatchService
 from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.dispatch import dispatch_due, relay_all
 from tests.support.processes import CliProcess, job_statuses, wait_until

@@ -18,9 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
 from crawlherd.db import JobRun
+from crawlherd.dispatch.dispatch_service import DispatchService
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.request import Request
-from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.dispatch import dispatch_due, relay_all

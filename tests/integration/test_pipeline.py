@@ -28,10 +28,10 @@ from crawlherd.cli.demo import _demo
 from crawlherd.db import JobRun, ScrapeTarget, StoredItem, create_engine, upgrade
 from crawlherd.demo import DemoSite
 from crawlherd.demo.targets import demo_targets, expected_results, targets_toml, without_browser
+from crawlherd.dispatch.dispatch_service import DispatchService
+from crawlherd.dispatch.embedded import progress_of, run_embedded
+from crawlherd.dispatch.targets import import_targets
 from crawlherd.fetch.base import FetchLimits
-from crawlherd.service.dispatch_service import DispatchService
-from crawlherd.service.embedded import progress_of, run_embedded
-from crawlherd.service.targets import import_targets
 from crawlherd.sinks import DETAIL_AT, MemorySink
 from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.conftest import REDIS_URL

@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd.brokers import open_broker
 from crawlherd.brokers.memory import MemoryBroker
 from crawlherd.db import JobRun
+from crawlherd.dispatch.dispatch_service import DispatchService
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.messages import decode_job, encode_job, idempotency_key, job_id_for
-from crawlherd.service.dispatch_service import DispatchService
 from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.dispatch import dispatch_due, relay_all

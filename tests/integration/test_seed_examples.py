@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from crawlherd.dispatch.memory import SystemMemory
+from crawlherd.crawler.concurrency.memory_usage import SystemMemory
 from tests.servers.seedsite import SeedSite, routed_fetcher_class
 
 pytestmark = pytest.mark.timeout(120)

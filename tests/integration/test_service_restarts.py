@@ -24,7 +24,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db import JobRun, create_engine, upgrade
-from crawlherd.service.targets import import_targets
+from crawlherd.dispatch.targets import import_targets
 from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.private_redis import PrivateRedis
 
@@ -161,8 +161,8 @@ async def test_rabbitmq_connection_closed_under_a_worker(
     import subprocess
 
     from crawlherd.brokers import open_broker
+    from crawlherd.dispatch.dispatch_service import DispatchService
     from crawlherd.fetch.base import FetchLimits
-    from crawlherd.service.dispatch_service import DispatchService
     from crawlherd.worker.worker import Worker, WorkerOptions
     from tests.support.dispatch import dispatch_due, relay_all
     from tests.support.real_brokers import remove

@@ -20,10 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
 from crawlherd.db import JobRun, ScrapeTarget, StoredItem, Website
+from crawlherd.dispatch.embedded import run_embedded
+from crawlherd.dispatch.targets import import_targets
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.messages import idempotency_key, job_id_for
-from crawlherd.service.embedded import run_embedded
-from crawlherd.service.targets import import_targets
 from crawlherd.worker.worker import Worker, WorkerOptions
 
 ROBOTS = "User-agent: *\nDisallow: /private/\n"
@@ -287,7 +287,7 @@ async def test_a_listing_read_by_another_worker_is_reported_to_the_jobs_owner(
     """The owner takes the job but runs no page loop; another worker, sharing its frontier (Redis) and
     consuming another broker, reads the listing and its detail pages; the owner learns the outcome from
     ``job_runs`` and acks."""
-    from crawlherd.service.dispatch_service import DispatchService
+    from crawlherd.dispatch.dispatch_service import DispatchService
 
     await load(engine, tmp_path, website(board, robots="obey"), ["go"], due=True)
     frontier_url = shared_frontier_url

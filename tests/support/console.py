@@ -7,8 +7,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd.console import editing
 from crawlherd.db.models import ScrapeTarget, Website
-from crawlherd.service import editing
 
 CARD_RULES: dict[str, Any] = {
     "item_selector": "article.job-card",

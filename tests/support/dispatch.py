@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from crawlherd.service.dispatch_service import DispatchService
-from crawlherd.service.outbox import TickResult
-from crawlherd.service.relay import RelayResult
+from crawlherd.dispatch.dispatch_service import DispatchService
+from crawlherd.dispatch.outbox import TickResult
+from crawlherd.dispatch.relay import RelayResult
 
 
 async def dispatch_due(service: DispatchService) -> TickResult:

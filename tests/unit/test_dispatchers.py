@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from crawlherd.clock import FakeClock
-from crawlherd.dispatch import CrawlerMonitor, MemoryAdaptiveDispatcher, SemaphoreDispatcher, SystemMemory
+from crawlherd.crawler.concurrency import CrawlerMonitor, MemoryAdaptiveDispatcher, SemaphoreDispatcher, SystemMemory
 from crawlherd.errors import ConfigurationError, MemoryPressureError
 from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.request import Request

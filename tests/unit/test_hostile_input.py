@@ -19,6 +19,8 @@ import yaml
 from crawlherd import Crawler
 from crawlherd.brokers.sqlite import SQLiteBroker
 from crawlherd.db.engine import create_engine
+from crawlherd.dispatch import targets_file
+from crawlherd.dispatch.targets_file import load_targets_file, parse_targets
 from crawlherd.errors import AddressNotAllowedError, PageTooComplexError, TargetsFileError
 from crawlherd.extract.handlers import run_extractor
 from crawlherd.extract.links import extract_links, extract_links_async
@@ -29,8 +31,6 @@ from crawlherd.fetch.guard import address_allowed, is_public_address, parse_netw
 from crawlherd.fetch.robots import RobotsCache
 from crawlherd.frontier.sqlite import SQLiteFrontier
 from crawlherd.request import Request
-from crawlherd.service import targets_file
-from crawlherd.service.targets_file import load_targets_file, parse_targets
 
 MiB = 1024 * 1024
 

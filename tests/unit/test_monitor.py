@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from crawlherd.dispatch.monitor import CrawlerMonitor
+from crawlherd.crawler.concurrency.monitor import CrawlerMonitor
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult, DispatchInfo
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crawlherd.clock import FakeClock
-from crawlherd.dispatch.rate_limiter import RateLimiter, parse_retry_after
+from crawlherd.crawler.concurrency.rate_limiter import RateLimiter, parse_retry_after
 from crawlherd.errors import ConfigurationError
 
 

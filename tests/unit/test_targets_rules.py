@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from crawlherd.dispatch.targets_file import parse_targets
 from crawlherd.errors import TargetsFileError
-from crawlherd.service.targets_file import parse_targets
 
 SITE = """\
 [[websites]]

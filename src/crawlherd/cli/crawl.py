@@ -204,7 +204,7 @@ async def _crawl(
 
     from crawlherd.cli._common import Output, Rates, periodic_status
     from crawlherd.crawler import Crawler
-    from crawlherd.dispatch import CrawlerMonitor, RateLimiter, SemaphoreDispatcher
+    from crawlherd.crawler.concurrency import CrawlerMonitor, RateLimiter, SemaphoreDispatcher
 
     concurrency = config.concurrency
     monitor = CrawlerMonitor(enable_ui=progress if progress is not None else sys.stderr.isatty(),

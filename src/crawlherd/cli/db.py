@@ -11,9 +11,9 @@ from crawlherd._redact import redact_url
 from crawlherd.cli._common import Output, database_option, output_options, settings_from
 from crawlherd.cli._console import on_db
 from crawlherd.db import current_revision, head_revision, upgrade
+from crawlherd.dispatch.retention import prune_history
 from crawlherd.duration import parse_duration
 from crawlherd.errors import ScheduleError
-from crawlherd.service.retention import prune_history
 
 __all__ = ["db"]
 

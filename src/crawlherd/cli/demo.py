@@ -22,9 +22,9 @@ from crawlherd.cli._signals import stop_on_signals
 from crawlherd.db import ScrapeTarget, create_engine, upgrade
 from crawlherd.demo import DemoSite
 from crawlherd.demo.targets import demo_targets, expected_results, targets_toml, without_browser
+from crawlherd.dispatch.embedded import RunProgress, progress_of, run_embedded
+from crawlherd.dispatch.targets import import_targets
 from crawlherd.fetch.base import FetchLimits
-from crawlherd.service.embedded import RunProgress, progress_of, run_embedded
-from crawlherd.service.targets import import_targets
 from crawlherd.settings import frontier_beside
 from crawlherd.sinks.export import iter_items
 from crawlherd.worker.worker import Worker, WorkerOptions

@@ -21,7 +21,7 @@ from crawlherd.cli._common import (
 from crawlherd.cli._console import metrics_port_option, start_metrics
 from crawlherd.cli._loop import loop_option, run_async
 from crawlherd.cli._signals import stop_on_signals
-from crawlherd.service.dispatch_service import DispatchOptions, DispatchService, RelayResult, TickResult
+from crawlherd.dispatch.dispatch_service import DispatchOptions, DispatchService, RelayResult, TickResult
 
 __all__ = ["dispatch"]
 

@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.cli._common import Output, database_option, output_options
 from crawlherd.cli._console import on_db
-from crawlherd.service.explain import Explanation, Lineage, explain, lineage
+from crawlherd.console.explain import Explanation, Lineage, explain, lineage
 
 __all__ = ["explain_cmd"]
 

@@ -14,8 +14,8 @@ from rich.table import Table
 from crawlherd.brokers import open_broker
 from crawlherd.cli._common import Output, broker_option, config_db, database_option, output_options, settings_from
 from crawlherd.cli._console import on_db
+from crawlherd.console.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
 from crawlherd.errors import CrawlherdError
-from crawlherd.service.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
 from crawlherd.worker.runs import RunStore
 
 __all__ = ["jobs"]

@@ -23,7 +23,7 @@ from crawlherd.cli._loop import run_async
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.cli.worker import make_worker, run_options, waiting_for, worker_pool_size, worker_statistics
 from crawlherd.db import upgrade
-from crawlherd.service.embedded import RunProgress, run_embedded
+from crawlherd.dispatch.embedded import RunProgress, run_embedded
 from crawlherd.worker.worker import Worker
 
 __all__ = ["run"]

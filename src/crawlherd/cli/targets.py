@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.cli._common import Output, database_option, output_options
 from crawlherd.cli._console import on_db
-from crawlherd.service.targets import (
+from crawlherd.dispatch.targets import (
     TargetInfo,
     delete_targets,
     get_target,
@@ -21,7 +21,7 @@ from crawlherd.service.targets import (
     preview_target,
     set_active,
 )
-from crawlherd.service.targets_file import load_targets_file
+from crawlherd.dispatch.targets_file import load_targets_file
 
 __all__ = ["targets"]
 
@@ -197,7 +197,7 @@ def run_cmd(ctx: click.Context, target_ids: tuple[int, ...], database_url: str |
             as_json: bool) -> None:
     """Run targets now: one ad-hoc slot each, through the outbox (a running dispatcher publishes it).
     A target whose earlier run-now has not finished is not queued twice."""
-    from crawlherd.service.run_now import ManualRunResult, run_now
+    from crawlherd.console.run_now import ManualRunResult, run_now
 
     async def work(engine: AsyncEngine) -> list[ManualRunResult]:
         return [await run_now(engine, tid, requested_by="cli") for tid in target_ids]

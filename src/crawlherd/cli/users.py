@@ -8,7 +8,7 @@ import click
 
 from crawlherd.cli._common import Output, database_option, output_options
 from crawlherd.cli._console import on_db
-from crawlherd.service.users import add_user, list_users, remove_user
+from crawlherd.console.users import add_user, list_users, remove_user
 
 __all__ = ["users"]
 

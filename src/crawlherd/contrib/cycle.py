@@ -17,8 +17,8 @@ from typing import Any
 
 from crawlherd.brokers import open_broker
 from crawlherd.db import create_engine, current_revision, head_revision
+from crawlherd.dispatch.dispatch_service import DispatchOptions, DispatchService, RelayResult, TickResult
 from crawlherd.errors import ConfigurationError
-from crawlherd.service.dispatch_service import DispatchOptions, DispatchService, RelayResult, TickResult
 from crawlherd.settings import Settings, load_settings
 
 __all__ = ["CycleResult", "dispatch_cycle", "run_dispatch_cycle"]

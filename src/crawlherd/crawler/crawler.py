@@ -21,17 +21,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, Literal, Protocol, TypedDict, Unpack, cast, overload
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Literal, TypedDict, Unpack, cast, overload
 from urllib.parse import urlsplit
 
 from crawlherd.clock import Clock, SystemClock
+from crawlherd.compat.crawl4ai import RunUrlsAdapter, RunUrlsDispatcher
+from crawlherd.crawler.concurrency.base import BaseDispatcher, Dispatcher
+from crawlherd.crawler.concurrency.rate_limiter import RateLimiter
+from crawlherd.crawler.concurrency.semaphore import SemaphoreDispatcher
 from crawlherd.crawler.config import CrawlerRunConfig
 from crawlherd.crawler.stream import CrawlRun, CrawlStream
-from crawlherd.dispatch.base import BaseDispatcher, Dispatcher
-from crawlherd.dispatch.monitor import CrawlerMonitor
-from crawlherd.dispatch.rate_limiter import RateLimiter
-from crawlherd.dispatch.semaphore import SemaphoreDispatcher
 from crawlherd.errors import (
     ConfigurationError,
     CrawlherdError,
@@ -43,7 +43,7 @@ from crawlherd.extract.links import extract_links_async
 from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.gate import HostGate
 from crawlherd.fetch.robots import RobotsCache, is_robots_request, robots_request
-from crawlherd.frontier import Frontier, Lease, open_scheduler
+from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.frontier.memory import MemoryFrontier
 from crawlherd.frontier.options import FrontierOptions
 from crawlherd.request import Request, plain_get
@@ -306,7 +306,7 @@ class Crawler:
         The URLs come positionally or as ``urls=`` (crawl4ai's spelling).
 
         ``dispatcher`` defaults to ``SemaphoreDispatcher(config.concurrency)``. A dispatcher written as
-        crawl4ai documents one -- a subclass of :class:`~crawlherd.dispatch.base.BaseDispatcher` (or any
+        crawl4ai documents one -- a subclass of :class:`~crawlherd.crawler.concurrency.base.BaseDispatcher` (or any
         object) with ``run_urls(urls, crawler, config)`` and ``crawl_url(...)`` calling
         ``self.crawler.arun(url, config=config)`` -- plugs in too: it is handed the URLs and this
         crawler (``run_urls_stream`` is used when streaming, if it has one)."""
@@ -325,7 +325,7 @@ class Crawler:
         if dispatcher is None:
             chosen = SemaphoreDispatcher(config.concurrency)
         elif runs_urls_itself(dispatcher):
-            chosen = _RunUrlsAdapter(cast(RunUrlsDispatcher, dispatcher), self, config, stream=use_stream)
+            chosen = RunUrlsAdapter(cast(RunUrlsDispatcher, dispatcher), self, config, stream=use_stream)
         else:
             chosen = cast(Dispatcher, dispatcher)
         frontier = MemoryFrontier(FrontierOptions(clock=self.clock, max_in_flight=1_000_000))
@@ -574,62 +574,8 @@ class _NoFrontier:
 AsyncWebCrawler = Crawler
 
 
-class RunUrlsDispatcher(Protocol):
-    """A dispatcher written as crawl4ai documents one: it runs the URLs itself, calling
-    ``crawler.arun(url, config=config)`` (``self.crawler`` is set before ``run_urls`` is called)."""
-
-    async def run_urls(self, urls: list[str], crawler: Any, config: CrawlerRunConfig) -> Any: ...
-
-
 def runs_urls_itself(dispatcher: object) -> bool:
     """True for a dispatcher with its own ``run_urls`` (crawl4ai's custom dispatchers); False for
-    crawlherd's own, which run a frontier's requests (:class:`~crawlherd.dispatch.base.Dispatcher`)."""
+    crawlherd's own, which run a frontier's requests (:class:`~crawlherd.crawler.concurrency.base.Dispatcher`)."""
     method = getattr(type(dispatcher), "run_urls", None)
     return method is not None and method is not getattr(BaseDispatcher, "run_urls", None)
-
-
-def _task_result(item: Any) -> CrawlResult:
-    """A CrawlResult from what a crawl4ai-style ``run_urls`` returns: a CrawlResult, or a task result
-    carrying one in ``.result`` (crawl4ai's ``CrawlerTaskResult``)."""
-    if isinstance(item, CrawlResult):
-        return item
-    inner = getattr(item, "result", None)
-    if isinstance(inner, CrawlResult):
-        return inner
-    raise ConfigurationError(
-        f"a custom dispatcher's run_urls returned {type(item).__name__}: expected CrawlResult objects (what "
-        "crawler.arun returns) or task results with the CrawlResult in .result"
-    )
-
-
-class _RunUrlsAdapter:
-    """Runs a crawl4ai-style dispatcher inside the crawler's usual stream: it takes every URL out of
-    the run's frontier, hands them to ``run_urls`` (``run_urls_stream`` when it has one) and reports
-    what it returns. The dispatcher owns concurrency and rate limiting; the frontier only keeps the
-    one-result-per-URL bookkeeping (repeated URLs answered twice)."""
-
-    def __init__(self, inner: RunUrlsDispatcher, crawler: Crawler, config: CrawlerRunConfig, *, stream: bool) -> None:
-        self.inner = inner
-        self.crawler = crawler
-        self.config = config
-        self.stream = stream
-        self.rate_limiter: RateLimiter | None = None  # the dispatcher keeps its own
-        self.monitor: CrawlerMonitor | None = None
-
-    async def run(
-        self, frontier: Frontier, process: Any, *, clock: Clock | None = None, rate_limit_at_send: bool = False
-    ) -> AsyncIterator[CrawlResult]:
-        leases: list[Lease] = []
-        while (lease := await frontier.next_request()) is not None:
-            leases.append(lease)
-        for lease in leases:
-            await frontier.ack(lease)
-        urls = [lease.request.url for lease in leases]
-        inner: Any = self.inner
-        inner.crawler = self.crawler
-        if self.stream and hasattr(inner, "run_urls_stream"):
-            async for item in inner.run_urls_stream(urls=urls, crawler=self.crawler, config=self.config):
-                yield _task_result(item)
-            return
-        for item in await inner.run_urls(urls=urls, crawler=self.crawler, config=self.config):
-            yield _task_result(item)

@@ -11,9 +11,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from crawlherd.clock import Clock
+from crawlherd.crawler.concurrency.base import Dispatcher
+from crawlherd.crawler.concurrency.rate_limiter import RateLimiter
 from crawlherd.crawler.config import CrawlerRunConfig
-from crawlherd.dispatch.base import Dispatcher
-from crawlherd.dispatch.rate_limiter import RateLimiter
 from crawlherd.fetch.gate import HostGate
 from crawlherd.fetch.robots import is_robots_request
 from crawlherd.frontier import Frontier
@@ -21,7 +21,7 @@ from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
 if TYPE_CHECKING:
-    from crawlherd.dispatch.monitor import CrawlerMonitor
+    from crawlherd.crawler.concurrency.monitor import CrawlerMonitor
 
 __all__ = ["CrawlRun", "CrawlStream"]
 

@@ -1,23 +1,4 @@
-"""Dispatchers: run the frontier's requests with bounded concurrency, per-domain rate limiting and a
-monitor. See :mod:`crawlherd.dispatch.base` for the protocol."""
-
-from __future__ import annotations
-
-from crawlherd.dispatch.base import Dispatcher, ProcessFn
-from crawlherd.dispatch.memory import ProcessMemory, SystemMemory
-from crawlherd.dispatch.memory_adaptive import MemoryAdaptiveDispatcher
-from crawlherd.dispatch.monitor import CrawlerMonitor
-from crawlherd.dispatch.rate_limiter import RateLimiter, parse_retry_after
-from crawlherd.dispatch.semaphore import SemaphoreDispatcher
-
-__all__ = [
-    "CrawlerMonitor",
-    "Dispatcher",
-    "MemoryAdaptiveDispatcher",
-    "ProcessFn",
-    "ProcessMemory",
-    "RateLimiter",
-    "SemaphoreDispatcher",
-    "SystemMemory",
-    "parse_retry_after",
-]
+"""The dispatch service's pipeline: a target's schedule, targets files, the tick (due targets ->
+outbox rows), the relay (outbox -> broker), :class:`~crawlherd.dispatch.dispatch_service.DispatchService`
+running both, the embedded runner (service + worker in one process) and retention. ``crawlherd dispatch``
+runs it."""

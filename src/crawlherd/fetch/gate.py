@@ -52,7 +52,7 @@ class SendStamps(Protocol):
 
 
 class SlotLimiter(Protocol):
-    """What the gate needs of a rate limiter (:class:`~crawlherd.dispatch.rate_limiter.RateLimiter`)."""
+    """What the gate needs of a rate limiter (:class:`~crawlherd.crawler.concurrency.rate_limiter.RateLimiter`)."""
 
     def reserve(self, domain: str) -> float:
         """Take ``domain``'s next slot: the seconds to wait for it (0: now)."""

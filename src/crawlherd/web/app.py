@@ -2,8 +2,8 @@
 
 :func:`create_app` builds it (Starlette + Jinja2, templates in ``templates/``, a little JavaScript in
 ``static/console.js`` for the live overview and the schedule preview). Every page reads the same
-functions the CLI calls (:mod:`crawlherd.service.overview`, ``.jobs``, ``.explain``, ``.run_now`` ...);
-every change goes through :mod:`crawlherd.service.editing`, ``.run_now`` or ``.dead_letters`` and is
+functions the CLI calls (:mod:`crawlherd.console.overview`, ``.jobs``, ``.explain``, ``.run_now`` ...);
+every change goes through :mod:`crawlherd.console.editing`, ``.run_now`` or ``.dead_letters`` and is
 written to the audit trail. Secrets in URLs are redacted before anything is rendered.
 """
 
@@ -34,14 +34,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from crawlherd._redact import redact_url
-from crawlherd.db.engine import db_now
-from crawlherd.db.heartbeat import ProcessInfo
-from crawlherd.duration import format_duration
-from crawlherd.errors import CrawlherdError, TargetsFileError
-from crawlherd.frontier.base import HostState
-from crawlherd.service import editing
-from crawlherd.service.audit import list_audit
-from crawlherd.service.browse import (
+from crawlherd.console import editing
+from crawlherd.console.audit import list_audit
+from crawlherd.console.browse import (
     WebsiteUsage,
     browse_items,
     browse_targets,
@@ -49,15 +44,20 @@ from crawlherd.service.browse import (
     list_websites,
     website_names,
 )
-from crawlherd.service.dead_letters import discard, list_dead_letters, retry_dead
-from crawlherd.service.explain import explain, lineage
-from crawlherd.service.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
-from crawlherd.service.overview import overview
-from crawlherd.service.run_now import run_now
-from crawlherd.service.schedule import make_schedule, upcoming
-from crawlherd.service.targets import get_target, preview_target
-from crawlherd.service.targets_file import TargetSpec
-from crawlherd.service.users import authenticate
+from crawlherd.console.dead_letters import discard, list_dead_letters, retry_dead
+from crawlherd.console.explain import explain, lineage
+from crawlherd.console.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
+from crawlherd.console.overview import overview
+from crawlherd.console.run_now import run_now
+from crawlherd.console.users import authenticate
+from crawlherd.db.engine import db_now
+from crawlherd.db.heartbeat import ProcessInfo
+from crawlherd.dispatch.schedule import make_schedule, upcoming
+from crawlherd.dispatch.targets import get_target, preview_target
+from crawlherd.dispatch.targets_file import TargetSpec
+from crawlherd.duration import format_duration
+from crawlherd.errors import CrawlherdError, TargetsFileError
+from crawlherd.frontier.base import HostState
 from crawlherd.sinks.export import FORMATS, export_items
 from crawlherd.sitespec import SiteSpec
 from crawlherd.web.auth import LoginRequired, actor, checked_form, csrf_token

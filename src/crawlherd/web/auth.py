@@ -20,8 +20,8 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from crawlherd.console.users import count_users
 from crawlherd.errors import ConfigurationError
-from crawlherd.service.users import count_users
 
 __all__ = ["LOCAL_ACTOR", "LoginRequired", "actor", "check_bind", "checked_form", "csrf_token", "is_loopback"]
 

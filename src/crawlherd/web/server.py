@@ -12,8 +12,8 @@ import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._outage import OutageLog
+from crawlherd.console.users import count_users
 from crawlherd.db.heartbeat import Heartbeat
-from crawlherd.service.users import count_users
 from crawlherd.web.app import create_app
 from crawlherd.web.auth import check_bind
 

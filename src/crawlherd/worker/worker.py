@@ -63,10 +63,10 @@ from crawlherd._options import Count, Delay, Seconds, check_options
 from crawlherd._outage import OutageLog, backoff_delay
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler, CrawlerRunConfig
+from crawlherd.crawler.concurrency import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
+from crawlherd.crawler.concurrency.base import Dispatcher
 from crawlherd.db.errors import is_db_unavailable
 from crawlherd.db.heartbeat import Heartbeat
-from crawlherd.dispatch import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
-from crawlherd.dispatch.base import Dispatcher
 from crawlherd.errors import (
     BackendUnavailableError,
     BrokerError,

@@ -21,11 +21,11 @@ import pytest
 
 from crawlherd import DemoSite
 from crawlherd.brokers import open_broker
+from crawlherd.console.users import add_user
 from crawlherd.db import create_engine, upgrade
+from crawlherd.dispatch.embedded import run_embedded
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.fetch.browser import CHROMIUM_ARGS
-from crawlherd.service.embedded import run_embedded
-from crawlherd.service.users import add_user
 from crawlherd.web.server import serve_console
 from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.support.console import CARD_RULES

@@ -10,10 +10,10 @@ from click.testing import CliRunner, Result
 from sqlalchemy import select
 
 from crawlherd.cli import main
+from crawlherd.console.users import authenticate
 from crawlherd.db import create_engine, upgrade
 from crawlherd.db.models import DispatchOutbox
 from crawlherd.messages import decode_job
-from crawlherd.service.users import authenticate
 from crawlherd.worker.runs import RunStore
 from tests.support.console import add_site, add_target
 

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd.console.users import add_user
 from crawlherd.db.models import AuditEntry, DispatchOutbox, JobRun, ManualRun, ScrapeTarget, Website
 from crawlherd.errors import ConfigurationError
-from crawlherd.service.users import add_user
 from crawlherd.web.auth import check_bind
 from tests.integration.console.conftest import Browser
 from tests.support.console import add_site, add_target
@@ -223,8 +223,8 @@ async def test_import_is_all_or_nothing_with_errors_by_line(engine: AsyncEngine,
 
 
 async def test_dead_letters_retry_through_the_outbox_and_discard(engine: AsyncEngine, browser: Browser) -> None:
+    from crawlherd.dispatch.outbox import tick
     from crawlherd.messages import decode_job
-    from crawlherd.service.outbox import tick
     from crawlherd.worker.runs import RunStore
 
     await add_site(engine, "site", "https://jobs.example.com")

@@ -18,19 +18,19 @@ from crawlherd import DemoSite
 from crawlherd.brokers import open_broker
 from crawlherd.brokers.memory import MemoryBroker
 from crawlherd.cli import main
+from crawlherd.console.dead_letters import retry_dead
+from crawlherd.console.editing import set_target_active
+from crawlherd.console.explain import VERDICTS, Explanation, explain
+from crawlherd.console.run_now import run_now
 from crawlherd.db import create_engine, upgrade
 from crawlherd.db.engine import db_now
 from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.db.models import DispatchOutbox, ProcessHeartbeat, ScrapeTarget
+from crawlherd.dispatch.embedded import run_embedded
+from crawlherd.dispatch.outbox import tick
+from crawlherd.dispatch.relay import Relay, RelayOptions
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.messages import decode_job
-from crawlherd.service.dead_letters import retry_dead
-from crawlherd.service.editing import set_target_active
-from crawlherd.service.embedded import run_embedded
-from crawlherd.service.explain import VERDICTS, Explanation, explain
-from crawlherd.service.outbox import tick
-from crawlherd.service.relay import Relay, RelayOptions
-from crawlherd.service.run_now import run_now
 from crawlherd.web.app import create_app
 from crawlherd.worker.runs import RunStore
 from crawlherd.worker.worker import Worker, WorkerOptions

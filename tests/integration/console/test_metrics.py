@@ -18,12 +18,12 @@ from sqlalchemy import func, select
 
 from crawlherd import DemoSite
 from crawlherd.brokers import open_broker
+from crawlherd.console.run_now import run_now
 from crawlherd.db import create_engine, upgrade
 from crawlherd.db.models import DispatchOutbox, JobAttempt, JobRun, StoredItem
+from crawlherd.dispatch.embedded import run_embedded
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.metrics import serve_metrics
-from crawlherd.service.embedded import run_embedded
-from crawlherd.service.run_now import run_now
 from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.support.console import add_site, add_target
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from sqlalchemy import event, insert, text
 
+from crawlherd.console.browse import browse_targets
+from crawlherd.console.jobs import JobFilter, list_jobs
+from crawlherd.console.overview import overview
 from crawlherd.db import create_engine, upgrade
 from crawlherd.db.models import JobRun, ScrapeTarget, StoredItem
-from crawlherd.service.browse import browse_targets
-from crawlherd.service.jobs import JobFilter, list_jobs
-from crawlherd.service.overview import overview
 from tests.support.console import add_site
 from tests.support.db import fresh_postgres_database
 

@@ -13,8 +13,8 @@ from crawlherd.cli._signals import stop_on_signals
 from crawlherd.contrib.cycle import run_dispatch_cycle
 from crawlherd.contrib.django.settings import crawlherd_settings
 from crawlherd.db import create_engine
+from crawlherd.dispatch.dispatch_service import DispatchOptions, DispatchService, RelayResult, TickResult
 from crawlherd.errors import CrawlherdError
-from crawlherd.service.dispatch_service import DispatchOptions, DispatchService, RelayResult, TickResult
 
 
 class Command(BaseCommand):  # type: ignore[misc]

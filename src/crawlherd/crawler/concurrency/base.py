@@ -1,0 +1,249 @@
+"""The dispatcher protocol: run the frontier's requests with bounded concurrency and hand back exactly
+one :class:`~crawlherd.result.CrawlResult` per request, in completion order.
+
+A dispatcher pulls leases from a :class:`~crawlherd.frontier.Frontier`, calls the crawler's
+``process(request)`` (which never raises for a failed fetch: it returns a failed result) and settles
+each lease: ``ack`` for a success, ``fail`` for a failure, ``retry`` when the URL must be fetched again
+(rate limited, or pulled back under memory pressure) -- so everything goes back *through the
+frontier*, and nothing is returned twice or dropped. With a :class:`RateLimiter` attached, a
+rate-limited answer is re-fetched up to ``max_retries`` times (the frontier holds the URL back and
+blocks the host for the back-off); with a :class:`CrawlerMonitor` attached, every step is counted.
+
+Closing the iterator :meth:`Dispatcher.run` returns cancels the work in flight; the leases of that
+work are put back into the frontier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+
+from crawlherd._aio import cancel_and_wait
+from crawlherd.clock import Clock, SystemClock
+from crawlherd.crawler.concurrency.memory_usage import ProcessMemory
+from crawlherd.crawler.concurrency.rate_limiter import parse_retry_after
+from crawlherd.errors import LeaseError
+from crawlherd.frontier.base import Frontier, Lease
+from crawlherd.request import Request
+from crawlherd.result import CrawlResult, DispatchInfo
+
+if TYPE_CHECKING:
+    from crawlherd.crawler.concurrency.monitor import CrawlerMonitor
+    from crawlherd.crawler.concurrency.rate_limiter import RateLimiter
+
+__all__ = ["BaseDispatcher", "Dispatcher", "ProcessFn"]
+
+#: The crawler's work for one request. Must not raise for a failed fetch (return a failed result).
+ProcessFn = Callable[[Request], Awaitable[CrawlResult]]
+
+_DONE = object()
+log = logging.getLogger("crawlherd.crawler.concurrency")
+
+
+@runtime_checkable
+class Dispatcher(Protocol):
+    """Runs the requests of a frontier under some concurrency policy."""
+
+    rate_limiter: RateLimiter | None
+    monitor: CrawlerMonitor | None
+
+    def run(
+        self, frontier: Frontier, process: ProcessFn, *, clock: Clock | None = None, rate_limit_at_send: bool = False
+    ) -> AsyncIterator[CrawlResult]:
+        """Results as they complete, until the frontier is idle. Closing the iterator early cancels
+        the work in flight (its leases go back to the frontier). A fatal condition (memory pressure
+        past its timeout, a frontier backend that went away) ends the iteration with its error.
+
+        ``rate_limit_at_send``: the caller takes the rate limiter's slot itself at the moment each
+        request is written (the Crawler does, through the fetcher's send gate), so the dispatcher
+        does not wait for it before calling ``process``; back-off and re-fetches stay here."""
+        ...
+
+
+class _RunState:
+    __slots__ = ("clock", "frontier", "process", "reserve", "requeues", "retries", "task_ids")
+
+    def __init__(self, frontier: Frontier, process: ProcessFn, clock: Clock, reserve: bool = True) -> None:
+        self.reserve = reserve
+        self.frontier = frontier
+        self.process = process
+        self.clock = clock
+        self.retries: dict[bytes, int] = {}
+        self.requeues: dict[bytes, int] = {}
+        self.task_ids = itertools.count(1)
+
+
+class _Channel:
+    """The results of a run on their way to its consumer: a deque, and the one future the consumer
+    waits on when it is empty (an ``asyncio.Queue`` without what a single consumer does not need)."""
+
+    __slots__ = ("items", "waiter")
+
+    def __init__(self) -> None:
+        self.items: deque[object] = deque()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: object) -> None:
+        self.items.append(item)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():  # done: the consumer was cancelled while it waited
+                waiter.set_result(None)
+
+
+class BaseDispatcher:
+    """What every dispatcher shares: running one lease (rate limiting, re-fetches, settling,
+    monitoring) and the result channel. crawlherd's dispatchers implement :meth:`_drive`.
+
+    It is also the base class of a dispatcher written as crawl4ai documents one: subclass it, call
+    ``super().__init__(rate_limiter)``, and implement ``run_urls(urls, crawler, config)`` (and whatever
+    ``crawl_url`` it uses, calling ``self.crawler.arun(url, config=config)``); the
+    :class:`~crawlherd.crawler.Crawler` then hands it the URLs and sets ``self.crawler``.
+    """
+
+    def __init__(self, rate_limiter: RateLimiter | None = None, monitor: CrawlerMonitor | None = None) -> None:
+        self.rate_limiter = rate_limiter
+        self.monitor = monitor
+        #: The crawler running this dispatcher (set by ``arun_many`` for crawl4ai-style dispatchers).
+        self.crawler: Any = None
+        self._memory = monitor.memory if monitor is not None else ProcessMemory()
+
+    async def run_urls(self, urls: Iterable[str], crawler: Any, config: Any = None) -> list[CrawlResult]:
+        """crawl4ai's entry point: ``crawler.arun_many(urls, dispatcher=self, config=config)``, as a
+        list. A crawl4ai-style subclass overrides it to run the URLs itself."""
+        return cast(
+            "list[CrawlResult]", await crawler.arun_many(list(urls), dispatcher=self, config=config, stream=False)
+        )
+
+    async def run(
+        self, frontier: Frontier, process: ProcessFn, *, clock: Clock | None = None, rate_limit_at_send: bool = False
+    ) -> AsyncIterator[CrawlResult]:
+        state = _RunState(frontier, process, clock or SystemClock(), not rate_limit_at_send)
+        channel = _Channel()
+        monitor = self.monitor
+        if monitor is not None:
+            monitor.start()
+        loop = asyncio.get_running_loop()
+        driver = loop.create_task(self._drive_then_done(state, channel.put), name="crawlherd-dispatch")
+        items = channel.items
+        try:
+            while True:
+                if not items:
+                    channel.waiter = waiter = loop.create_future()
+                    await waiter
+                    continue
+                item = items.popleft()
+                if item is _DONE:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
+            await driver
+        finally:
+            await cancel_and_wait(driver)
+            if monitor is not None:
+                await monitor.stop()
+
+    async def _drive_then_done(self, state: _RunState, emit: Callable[[object], None]) -> None:
+        try:
+            await self._drive(state, emit)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, who re-raises it
+            while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]
+            emit(exc)
+            return
+        emit(_DONE)
+
+    async def _drive(self, state: _RunState, emit: Callable[[object], None]) -> None:
+        raise NotImplementedError
+
+    async def _give_back(self, state: _RunState, lease: Lease) -> None:
+        """Put a lease whose work was cancelled back into the frontier (best effort, bounded)."""
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(state.frontier.retry(lease), 5.0)
+
+    async def _handle(self, state: _RunState, lease: Lease) -> CrawlResult | None:
+        """Run one lease; the result to emit, or None when the URL went back to the frontier."""
+        request = lease.request
+        host = request.host
+        clock = state.clock
+        rl = self.rate_limiter
+        monitor = self.monitor
+        if rl is not None and state.reserve:
+            await rl.take_slot(host, clock)
+        memory = self._memory
+        mem_start = memory.rss()
+        info = DispatchInfo(next(state.task_ids), clock.now(), 0.0, mem_start)
+        if monitor is not None:
+            monitor.task_started()
+        try:
+            result = await state.process(request)
+        except asyncio.CancelledError:
+            if monitor is not None:
+                monitor.in_flight -= 1
+                monitor.queued += 1
+            raise
+        except Exception as exc:  # noqa: BLE001 - one URL never aborts the batch
+            result = CrawlResult(
+                url=request.url,
+                success=False,
+                error_message=f"{type(exc).__name__}: {exc}",
+                error_type=type(exc).__name__,
+                request=request,
+                depth=request.depth,
+            )
+        frontier = state.frontier
+        status = result.status_code
+        if status is not None and status >= 400:
+            headers = result.headers
+            if rl is not None and status in rl.rate_limit_codes:
+                fp = request.fingerprint
+                attempt = state.retries.get(fp, 0)
+                now = clock.now()
+                retry_after = parse_retry_after(headers.get("retry-after"), now)
+                decision = rl.on_rate_limited(host, status, retry_after, attempt)
+                if decision.retry:
+                    state.retries[fp] = attempt + 1
+                    await frontier.block_host(host, now + decision.delay)
+                    await frontier.retry(lease, decision.delay)
+                    if monitor is not None:
+                        monitor.task_retried()
+                    return None
+                result.success = False
+                result.error_type = "RateLimitedError"
+                result.error_message = decision.reason
+            elif status in (429, 503) and "retry-after" in headers:
+                now = clock.now()
+                retry_after = parse_retry_after(headers["retry-after"], now)
+                if retry_after:
+                    await frontier.block_host(host, now + retry_after)
+        elif rl is not None:
+            rl.on_success(host)
+        info.end_time = clock.now()
+        info.memory_at_end = mem_end = memory.rss()
+        info.peak_memory = mem_end if mem_end > mem_start else mem_start
+        if state.retries:
+            info.retries = state.retries.pop(request.fingerprint, 0)
+        if state.requeues:
+            info.requeues = state.requeues.pop(request.fingerprint, 0)
+        result.dispatch = info
+        try:
+            if result.success:
+                await frontier.ack(lease)
+            else:
+                await frontier.fail(lease, result.error_message or f"HTTP {status}")
+        except LeaseError:
+            # The lease expired while the page was being fetched: the frontier has already put the URL
+            # back. The result is still reported; the frontier's lease_timeout is too short for this site.
+            log.warning("lease of %s expired before it was settled; raise the frontier's lease_timeout", request.url)
+        if monitor is not None:
+            monitor.task_finished(result)
+        return result
