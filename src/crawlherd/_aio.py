@@ -6,13 +6,11 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Self, TypeVar
 
-__all__ = ["AsyncClosing", "Batched", "cancel_and_wait", "until_done", "wait_while_progressing"]
+__all__ = ["AsyncClosing", "cancel_and_wait", "until_done", "wait_while_progressing"]
 
 T = TypeVar("T")
-A = TypeVar("A")
-R = TypeVar("R")
 
 
 class AsyncClosing:
@@ -94,91 +92,3 @@ async def until_done(source: AsyncIterator[T], stop: asyncio.Future[Any]) -> Asy
         if step is not None and not step.done():
             step.cancel()
             await asyncio.wait({step})
-
-
-class Batched(Generic[A, R]):
-    """Group commit for a round trip: ``await batched(arg)`` returns ``arg``'s result, got by one call
-    of ``run(args)`` for every call made while the round trip before it was out (at most ``max_batch``
-    a round trip). The first call goes out at once; under load, one round trip serves many callers.
-
-    ``run(args)`` returns one result per arg, in order: a value, or an exception raised to that arg's
-    caller alone; an exception ``run`` raises goes to every caller of the batch. A caller cancelled
-    while it waits does not stop the round trip it is part of; ``orphan(result)``, when given, is
-    awaited for a result whose caller has gone (a lease to give back, say). :meth:`close` cancels the
-    round trip running and every caller still waiting."""
-
-    def __init__(
-        self,
-        run: Callable[[list[A]], Awaitable[list[R | BaseException]]],
-        *,
-        max_batch: int = 500,
-        orphan: Callable[[R], Awaitable[object]] | None = None,
-        name: str = "crawlherd-batched",
-    ) -> None:
-        if max_batch < 1:
-            raise ValueError(f"max_batch={max_batch!r}: must be >= 1")
-        self._run = run
-        self._max = max_batch
-        self._orphan = orphan
-        self._name = name
-        self._pending: list[tuple[A, asyncio.Future[R]]] = []
-        self._running: list[tuple[A, asyncio.Future[R]]] = []
-        self._task: asyncio.Task[None] | None = None
-        #: Round trips made, and the calls they served.
-        self.batches = 0
-        self.calls = 0
-
-    async def __call__(self, arg: A) -> R:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[R] = loop.create_future()
-        self._pending.append((arg, done))
-        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
-            self._task = loop.create_task(self._drain(), name=self._name)
-        try:
-            return await done
-        except asyncio.CancelledError:
-            # cancelled after its result was set: nobody else will use it
-            if self._orphan is not None and done.done() and not done.cancelled() and done.exception() is None:
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await asyncio.shield(self._orphan(done.result()))
-            raise
-
-    async def _drain(self) -> None:
-        try:
-            while self._pending:
-                batch, self._pending = self._pending[: self._max], self._pending[self._max :]
-                self._running = [(a, f) for a, f in batch if not f.done()]
-                if self._running:
-                    await self._one(self._running)
-                self._running = []
-        finally:  # cancelled (close): no caller is left hanging
-            for _, f in (*self._running, *self._pending):
-                f.cancel()
-            self._running, self._pending = [], []
-
-    async def _one(self, entries: list[tuple[A, asyncio.Future[R]]]) -> None:
-        try:
-            results = await self._run([a for a, _ in entries])
-        except Exception as exc:  # noqa: BLE001 - handed to every caller of the round trip
-            for _, f in entries:
-                if not f.done():
-                    f.set_exception(exc)
-            return
-        self.batches += 1
-        self.calls += len(entries)
-        for (_, f), result in zip(entries, results, strict=True):
-            if not f.done():
-                if isinstance(result, BaseException):
-                    f.set_exception(result)
-                else:
-                    f.set_result(result)
-            elif self._orphan is not None and not isinstance(result, BaseException):
-                with contextlib.suppress(Exception):
-                    await self._orphan(result)
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
-        for _, f in (*self._running, *self._pending):  # a round trip cancelled before it began
-            f.cancel()
-        self._running, self._pending = [], []

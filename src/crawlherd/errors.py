@@ -57,11 +57,16 @@ class InvalidURLError(CrawlherdError, ValueError):
 
 
 class BackendUnavailableError(CrawlherdError):
-    """A service the backend talks to could not be reached or went away mid-operation."""
+    """A service the backend talks to could not be reached or went away mid-operation: a temporary
+    outage. ``backend`` names the kind of service (``"redis"``, ``"amqp"``, ``"database"`` ...);
+    ``role`` what it is to the caller (``"frontier"``, ``"broker"``, ``"database"``, ``"sink"``,
+    ``"fetch"``), set where the backend maps its driver's errors, so that a caller knows what failed
+    without reading the message (see :mod:`crawlherd._resilience`)."""
 
-    def __init__(self, message: str, *, backend: str | None = None) -> None:
+    def __init__(self, message: str, *, backend: str | None = None, role: str | None = None) -> None:
         super().__init__(message)
         self.backend = backend
+        self.role = role
 
 
 class FrontierError(CrawlherdError):

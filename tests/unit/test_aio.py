@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from crawlherd._aio import Batched, cancel_and_wait, wait_while_progressing
+from crawlherd._aio import cancel_and_wait, wait_while_progressing
+from crawlherd._resilience import Batcher
 
 
 async def test_cancel_and_wait_in_cleanup_after_a_cancellation_lets_the_cleanup_finish() -> None:
@@ -73,7 +74,7 @@ async def test_wait_while_progressing_gives_up_on_a_stall_and_cancels() -> None:
 
 
 async def test_batched_serves_the_calls_made_meanwhile_in_one_round_trip() -> None:
-    from crawlherd._aio import Batched
+    from crawlherd._resilience import Batcher
 
     rounds: list[list[int]] = []
     gate = asyncio.Event()
@@ -83,7 +84,7 @@ async def test_batched_serves_the_calls_made_meanwhile_in_one_round_trip() -> No
         await gate.wait()
         return [ValueError(f"odd {a}") if a % 2 else a * 10 for a in args]
 
-    batched: Batched[int, int] = Batched(run)
+    batched: Batcher[int, int] = Batcher(run)
     calls = [asyncio.ensure_future(batched(i)) for i in range(5)]
     await asyncio.sleep(0)
     await asyncio.sleep(0)
@@ -96,7 +97,7 @@ async def test_batched_serves_the_calls_made_meanwhile_in_one_round_trip() -> No
 
 
 async def test_batched_hands_the_result_of_a_cancelled_caller_to_orphan() -> None:
-    from crawlherd._aio import Batched
+    from crawlherd._resilience import Batcher
 
     gate = asyncio.Event()
     orphans: list[str] = []
@@ -108,7 +109,7 @@ async def test_batched_hands_the_result_of_a_cancelled_caller_to_orphan() -> Non
     async def orphan(result: str) -> None:
         orphans.append(result)
 
-    batched: Batched[str, str] = Batched(run, orphan=orphan)
+    batched: Batcher[str, str] = Batcher(run, orphan=orphan)
     kept, gone = asyncio.ensure_future(batched("a")), asyncio.ensure_future(batched("b"))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
@@ -118,7 +119,7 @@ async def test_batched_hands_the_result_of_a_cancelled_caller_to_orphan() -> Non
     with pytest.raises(asyncio.CancelledError):
         await gone
     assert orphans == ["B"]
-    failing: Batched[str, str] = Batched(run)
+    failing: Batcher[str, str] = Batcher(run)
     gate.clear()
     waiting = asyncio.ensure_future(failing("c"))
     await asyncio.sleep(0)

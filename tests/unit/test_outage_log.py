@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from crawlherd._outage import OutageLog, backoff_delay
+from crawlherd._resilience import OutageLog, backoff_delay
 
 
 def test_one_warning_and_one_info_per_outage(caplog: pytest.LogCaptureFixture) -> None:

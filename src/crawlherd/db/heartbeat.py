@@ -3,7 +3,7 @@
 when it has not beaten for :data:`GONE_AFTER` intervals, or as **stopped** when it said goodbye.
 
 A failing beat (database down) is logged and tried again at the next interval: a heartbeat never
-stops the process it reports on. Given the process's :class:`~crawlherd._outage.OutageLog`, a failing
+stops the process it reports on. Given the process's :class:`~crawlherd._resilience.OutageLog`, a failing
 beat is part of its "config DB" outage (said once, with the process's other steps), not a warning per beat.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd._outage import OutageLog
+from crawlherd._resilience import OutageLog
 from crawlherd.db.engine import db_now
 from crawlherd.db.models import PROCESS_KINDS, ProcessHeartbeat
 from crawlherd.errors import ConfigurationError, summarize

@@ -22,7 +22,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._options import Count, Seconds
-from crawlherd._outage import OutageLog
+from crawlherd._resilience import OutageLog
 from crawlherd.brokers.base import Broker
 from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.dispatch import outbox

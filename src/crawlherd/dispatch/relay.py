@@ -54,7 +54,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd import metrics
 from crawlherd._aio import wait_while_progressing
 from crawlherd._options import Count, Delay, Seconds, check_options
-from crawlherd._outage import OutageLog
+from crawlherd._resilience import OutageLog
 from crawlherd.brokers.base import Broker
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, OutboxTrail, UTCDateTime

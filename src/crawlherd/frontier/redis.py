@@ -8,7 +8,7 @@ fingerprint is recorded exactly when its request is queued. The scripts are ``fr
 - **Politeness shared by all workers**: host ready times and in-flight counts live in Redis.
 - **Round trips shared by concurrent callers**: the ``next_request``, ``ack``/``fail`` and
   ``stamp_send`` calls (and the waiters' peeks) made while one of their kind is out go together in
-  the next script call (:class:`~crawlherd._aio.Batched`); each caller gets its own answer.
+  the next script call (:class:`~crawlherd._aio.Batcher`); each caller gets its own answer.
 - **Leases** expire (``lease_timeout``); the next lease call of any worker returns an expired lease's
   request to its queue, so a worker that died loses nothing.
 - **Duplicate filter**: ``exact`` stores each 64-bit fingerprint in one of ``2**bits`` small sets
@@ -83,10 +83,10 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from crawlherd._aio import Batched
 from crawlherd._lua import lua_script
 from crawlherd._redact import redact_url
 from crawlherd._rediscluster import cluster_address
+from crawlherd._resilience import Batcher
 from crawlherd.errors import (
     BackendUnavailableError,
     ConfigurationError,
@@ -236,13 +236,13 @@ class RedisFrontier(WaitingMixin):
         self._room: asyncio.Future[None] | None = None
         # Many slots lease, ack and peek at once (a page loop): the calls made while one round trip is
         # out share the next one -- one LEASE for n leases, one ACK for n settles, one PEEK for all.
-        self._leases: Batched[None, Lease | None] = Batched(
+        self._leases: Batcher[None, Lease | None] = Batcher(
             self._lease_for, max_batch=_BATCH, orphan=self._give_back, name="crawlherd-redis-lease"
         )
-        self._settles: Batched[tuple[str, Lease], None] = Batched(
+        self._settles: Batcher[tuple[str, Lease], None] = Batcher(
             self._settle_for, max_batch=_BATCH, name="crawlherd-redis-settle"
         )
-        self._sends: Batched[tuple[str, float], float] = Batched(
+        self._sends: Batcher[tuple[str, float], float] = Batcher(
             self._send_for, max_batch=_BATCH, name="crawlherd-redis-send"
         )
         self._peeking: asyncio.Future[tuple[int, int, float | None]] | None = None

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd._outage import OutageLog
+from crawlherd._resilience import OutageLog
 from crawlherd.console.users import count_users
 from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.web.app import create_app

@@ -60,7 +60,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd import metrics
 from crawlherd._aio import until_done
 from crawlherd._options import Count, Delay, Seconds, check_options
-from crawlherd._outage import OutageLog, backoff_delay
+from crawlherd._resilience import OutageLog, backoff_delay
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler, CrawlerRunConfig
 from crawlherd.crawler.concurrency import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
