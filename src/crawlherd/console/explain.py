@@ -324,25 +324,15 @@ def _politeness_hold(hosts: set[str], worker: ProcessInfo, processes: list[Proce
 def _explain_slot(
     s: SlotTrail, processes: list[ProcessInfo], failing_since: datetime | None, answer: _Answer, hosts: set[str]
 ) -> Explanation:
+    """What became of slot ``s``, by the last hand it reached: the outbox, the broker, a worker."""
     head = f"slot {_ts(s.slot_at)}" + (f" (run now by {s.manual_by})" if s.manual_by else "")
-    claimed = f"claimed by {s.claimed_by or 'a dispatcher'} at {_ts(s.claimed_at)}"
     if s.run_status == "queued":
         where = "waits in the outbox for the relay" if s.outbox_status == "pending" else "no worker has taken it yet"
         return answer("requeued", f"{head} was dead and has been sent again; it {where}", s)
     if s.outbox_status == "pending":
-        if s.last_error:
-            since = f" since {_ts(failing_since)}" if failing_since else ""
-            return answer(
-                "stuck_in_outbox",
-                f"{head} was {claimed} but is stuck in the outbox: the broker has been failing{since} "
-                f"({s.publish_attempts} publish attempt(s); last error: {s.last_error})",
-                s,
-            )
-        relays = _alive(processes, "dispatcher")
-        extra = "" if relays else f"; no dispatcher (relay) is alive{_last_seen(processes, 'dispatcher')}"
-        return answer("stuck_in_outbox", f"{head} was {claimed} and waits in the outbox for the relay{extra}", s)
-    published = f"published at {_ts(s.published_at)}" + (f" to {s.broker}" if s.broker else "")
+        return _explain_outbox(s, head, processes, failing_since, answer)
     if s.run_status is None:
+        published = f"published at {_ts(s.published_at)}" + (f" to {s.broker}" if s.broker else "")
         workers = _alive(processes, "worker")
         extra = (
             f"; {len(workers)} worker(s) alive"
@@ -351,19 +341,7 @@ def _explain_slot(
         )
         return answer("waiting_for_worker", f"{head} was {published}, not taken by a worker yet{extra}", s)
     if s.run_status == "running":
-        beat = next((p for p in processes if p.id == s.worker), None)
-        if beat is not None and beat.state != "alive":
-            return answer(
-                "worker_lost",
-                f"{head} was taken by worker {s.worker} at {_ts(s.started_at)}, which stopped beating at "
-                f"{_ts(beat.last_seen)}: the broker redelivers the job when its delivery times out",
-                s,
-            )
-        running = f"{head} is running on worker {s.worker} since {_ts(s.started_at)}"
-        held = _politeness_hold(hosts, beat, processes) if beat is not None else None
-        if held:
-            return answer("politeness", f"{running}, its pages held by the website's politeness: {held}", s)
-        return answer("running", running, s)
+        return _explain_running(s, head, processes, answer, hosts)
     if s.run_status == "failed":
         return answer(
             "retrying", f"{head}: attempt {s.run_attempts} failed at {_ts(s.finished_at)} ({s.error}); a retry is "
@@ -377,3 +355,41 @@ def _explain_slot(
         f"{s.items_updated} updated item(s))",
         s,
     )
+
+
+def _explain_outbox(
+    s: SlotTrail, head: str, processes: list[ProcessInfo], failing_since: datetime | None, answer: _Answer
+) -> Explanation:
+    """A slot claimed but not yet confirmed by the broker: the broker failing, or the relay not there."""
+    claimed = f"claimed by {s.claimed_by or 'a dispatcher'} at {_ts(s.claimed_at)}"
+    if s.last_error:
+        since = f" since {_ts(failing_since)}" if failing_since else ""
+        return answer(
+            "stuck_in_outbox",
+            f"{head} was {claimed} but is stuck in the outbox: the broker has been failing{since} "
+            f"({s.publish_attempts} publish attempt(s); last error: {s.last_error})",
+            s,
+        )
+    relays = _alive(processes, "dispatcher")
+    extra = "" if relays else f"; no dispatcher (relay) is alive{_last_seen(processes, 'dispatcher')}"
+    return answer("stuck_in_outbox", f"{head} was {claimed} and waits in the outbox for the relay{extra}", s)
+
+
+def _explain_running(
+    s: SlotTrail, head: str, processes: list[ProcessInfo], answer: _Answer, hosts: set[str]
+) -> Explanation:
+    """A slot a worker took and has not finished: the worker lost, the website's politeness holding its
+    pages, or simply running."""
+    beat = next((p for p in processes if p.id == s.worker), None)
+    if beat is not None and beat.state != "alive":
+        return answer(
+            "worker_lost",
+            f"{head} was taken by worker {s.worker} at {_ts(s.started_at)}, which stopped beating at "
+            f"{_ts(beat.last_seen)}: the broker redelivers the job when its delivery times out",
+            s,
+        )
+    running = f"{head} is running on worker {s.worker} since {_ts(s.started_at)}"
+    held = _politeness_hold(hosts, beat, processes) if beat is not None else None
+    if held:
+        return answer("politeness", f"{running}, its pages held by the website's politeness: {held}", s)
+    return answer("running", running, s)

@@ -1,0 +1,16 @@
+"""``/healthz``: answers ``ok`` while the console serves (outside the login wall, for load balancers)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+__all__ = ["healthz", "routes"]
+
+
+async def healthz(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+routes = [Route("/healthz", healthz, methods=["GET"])]
