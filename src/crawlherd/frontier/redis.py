@@ -107,7 +107,10 @@ LAYOUT_VERSION = "2"
 _PRIO_LIMIT = (1 << 18) - 1  # scores are -prio * 2**34 + seq: exact in a double for |prio| < 2**18
 _BATCH = 500
 _DEFAULT_SHARDS = 12  # spreads evenly over 1, 2, 3, 4, 6 or 12 masters
-_UNAVAILABLE_REPLIES = ("OOM", "LOADING", "READONLY", "MASTERDOWN", "BUSY", "NOREPLICAS", "CLUSTERDOWN")
+# Replies that say the server cannot serve now (redis-py's classes; MasterDownError is a ClusterDownError,
+# MovedError an AskError), and the error codes of such replies redis-py has no class for.
+_REFUSALS = (rexc.OutOfMemoryError, rexc.ReadOnlyError, rexc.ClusterDownError, rexc.TryAgainError, rexc.AskError)
+_REFUSAL_CODES = ("BUSY", "NOREPLICAS")
 _T = TypeVar("_T")
 _READ_ONLY = ("PEEK", "STATS", "HOSTS")  # scripts that write nothing: no WAIT after them
 
@@ -320,14 +323,17 @@ class RedisFrontier(WaitingMixin):
             if self._cluster is not None:
                 self._cluster.forget()  # the next call asks the cluster where the slots are now
             raise BackendUnavailableError(
-                f"redis frontier at {self._url} is unavailable: {exc}", backend="redis"
+                f"redis frontier at {self._url} is unavailable: {exc}", backend="redis", role="frontier"
             ) from exc
         except rexc.ResponseError as exc:
             text = str(exc)
-            if isinstance(exc, rexc.AskError) or text.startswith(_UNAVAILABLE_REPLIES):
+            if isinstance(exc, _REFUSALS) or text.split(" ", 1)[0] in _REFUSAL_CODES:
                 if self._cluster is not None:
                     self._cluster.forget()
-                raise BackendUnavailableError(f"redis at {self._url} refused: {text}", backend="redis") from exc
+                raise BackendUnavailableError(
+                    f"redis at {self._url} refused: {exc.status_code or ''} {text}".replace("  ", " "),
+                    backend="redis", role="frontier",
+                ) from exc
             raise FrontierError(f"redis frontier script failed: {text}") from exc
 
     async def _run(self, shard: _Shard, name: str, *args: Any) -> Any:
@@ -352,6 +358,7 @@ class RedisFrontier(WaitingMixin):
                     f"{self._wait} replica(s) wait_replicas asks for within {self._wait_ms} ms; it may be lost "
                     "in a failover (an enqueue may be repeated: duplicates are filtered)",
                     backend="redis",
+                    role="frontier",
                 )
             return reply
 
@@ -499,6 +506,7 @@ class RedisFrontier(WaitingMixin):
                     f"the duplicate filter under prefix {self.prefix!r} cannot be used ({_text(message)}); "
                     "nothing more was queued (dupefilter_unavailable='allow' would queue unfiltered)",
                     backend="redis",
+                    role="frontier",
                 )
             full = full or status == "full"
         if error is not None:
@@ -966,7 +974,6 @@ class _ClusterMap:
         self._nodes: list[tuple[str, int]] = list(address.nodes)
         self._ranges: list[tuple[int, int, tuple[str, int]]] | None = None
         self._clients: dict[tuple[str, int], aioredis.Redis] = {}
-        self._stale: list[aioredis.Redis] = []  # clients of an older map, closed with the frontier
         self._lock = asyncio.Lock()
 
     def _connect(self, host: str, port: int) -> aioredis.Redis:
@@ -990,7 +997,11 @@ class _ClusterMap:
     async def _map(self) -> list[tuple[int, int, tuple[str, int]]]:
         async with self._lock:
             if self._ranges is None:
-                self._ranges = await self._find()
+                self._ranges = ranges = await self._find()
+                # a node that serves no slot now (a failed-over master) is not talked to again
+                masters = {addr for _, _, addr in ranges}
+                for addr in [a for a in self._clients if a not in masters]:
+                    await _close_quietly(self._clients.pop(addr))
             return self._ranges
 
     async def client(self, slot: int) -> aioredis.Redis:
@@ -1004,14 +1015,15 @@ class _ClusterMap:
         return [self._client(addr) for addr in dict.fromkeys(addr for _, _, addr in await self._map())]
 
     def forget(self) -> None:
-        """Ask the cluster again on the next call (after an error: a failover may have moved a slot)."""
+        """Ask the cluster again on the next call (after an error: a failover may have moved a slot).
+        The clients are kept: a node still serving slots is talked to over the same pool (redis-py drops
+        a connection that failed), and those of nodes the new map leaves out are closed then -- so
+        through an outage of any length there is at most one client per master."""
         self._ranges = None
-        self._stale.extend(self._clients.values())
-        self._clients = {}
 
     async def aclose(self) -> None:
-        self.forget()
-        clients, self._stale = self._stale, []
+        self._ranges = None
+        clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
 
@@ -1037,6 +1049,14 @@ class _ClusterMap:
                 return out
             errors.append(f"{host}:{port}: no slots assigned")
         raise rexc.ConnectionError("; ".join(errors) or "no cluster node given")
+
+
+async def _close_quietly(client: aioredis.Redis) -> None:
+    """Close a client of a node that is gone from the map (its errors say nothing new)."""
+    try:
+        await client.aclose()
+    except (rexc.RedisError, OSError):
+        log.debug("closing a client of a former cluster master failed", exc_info=True)
 
 
 def _glob(prefix: str) -> str:
