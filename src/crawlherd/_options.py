@@ -1,5 +1,5 @@
 """Options declared once: a component's options are dataclass fields whose types carry their bounds
-(:data:`Count`, :data:`Seconds`, :data:`Delay`, :data:`AtLeast0`) or their choices (``Literal[...]``),
+(:data:`Count`, :data:`Seconds`, :data:`Delay`, :data:`AtLeast0`, :data:`Fraction`) or their choices (``Literal[...]``),
 and :func:`check_options` checks them all, with one wording for every component::
 
     @dataclass(frozen=True)
@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from functools import cache
 from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
-from annotated_types import Ge, Gt, Le, MaxLen, MinLen
+from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
 
 from crawlherd.errors import ConfigurationError
 
-__all__ = ["AtLeast0", "Count", "Delay", "NonEmpty", "Seconds", "check_options"]
+__all__ = ["AtLeast0", "Count", "Delay", "Fraction", "NonEmpty", "Seconds", "check_options"]
 
 #: An integer >= 1 (a batch, a concurrency, a number of attempts).
 Count = Annotated[int, Ge(1)]
@@ -35,6 +36,8 @@ AtLeast0 = Annotated[int, Ge(0)]
 Seconds = Annotated[float, Gt(0)]
 #: A finite number of seconds >= 0 (a delay, a back-off).
 Delay = Annotated[float, Ge(0)]
+#: A number strictly between 0 and 1 (a probability, an error rate): no unit.
+Fraction = Annotated[float, Gt(0), Lt(1), "no unit"]
 #: A string that is not empty (a name).
 NonEmpty = Annotated[str, MinLen(1)]
 
@@ -42,7 +45,8 @@ NonEmpty = Annotated[str, MinLen(1)]
 @cache
 def _rules(cls: type) -> tuple[tuple[str, Any, tuple[Any, ...]], ...]:
     """(field, kind, arguments) of every checked field of the dataclass ``cls``: ``Literal`` with its
-    values, ``Annotated`` with (integer?, its ``Gt`` / ``Ge`` / ``Le`` bounds), or ``len`` with the
+    values, ``Annotated`` with (integer?, its ``Gt`` / ``Ge`` / ``Le`` / ``Lt`` bounds, the unit of a
+    number: seconds unless marked ``"no unit"``), or ``len`` with the
     (``MinLen``, ``MaxLen``) of a string."""
     hints = get_type_hints(cls, include_extras=True)
     out: list[tuple[str, Any, tuple[Any, ...]]] = []
@@ -53,9 +57,10 @@ def _rules(cls: type) -> tuple[tuple[str, Any, tuple[Any, ...]], ...]:
                 out.append((f.name, Literal, get_args(arg)))
             elif get_origin(arg) is Annotated:
                 base, *meta = get_args(arg)
-                bounds = tuple(_bound(m) for m in meta if isinstance(m, Gt | Ge | Le))
+                bounds = tuple(_bound(m) for m in meta if isinstance(m, Gt | Ge | Le | Lt))
                 if bounds:
-                    out.append((f.name, Annotated, (base is int, bounds)))
+                    unit = "" if "no unit" in meta else " seconds"
+                    out.append((f.name, Annotated, (base is int, bounds, unit)))
                 lengths = [m for m in meta if isinstance(m, MinLen | MaxLen)]
                 if lengths:
                     low = max((m.min_length for m in lengths if isinstance(m, MinLen)), default=0)
@@ -64,12 +69,14 @@ def _rules(cls: type) -> tuple[tuple[str, Any, tuple[Any, ...]], ...]:
     return tuple(out)
 
 
-def _bound(m: Gt | Ge | Le) -> tuple[str, float]:
-    """(">", ">=" or "<=", limit) of an ``annotated_types`` bound."""
+def _bound(m: Gt | Ge | Le | Lt) -> tuple[str, float]:
+    """(">", ">=", "<=" or "<", limit) of an ``annotated_types`` bound."""
     if isinstance(m, Gt):
         return ">", float(m.gt)  # type: ignore[arg-type]
     if isinstance(m, Ge):
         return ">=", float(m.ge)  # type: ignore[arg-type]
+    if isinstance(m, Lt):
+        return "<", float(m.lt)  # type: ignore[arg-type]
     return "<=", float(m.le)  # type: ignore[arg-type]
 
 
@@ -82,13 +89,16 @@ def _wrong(value: Any, kind: Any, args: tuple[Any, ...]) -> str | None:
         if isinstance(value, str) and low <= len(value) and (high is None or len(value) <= high):
             return None
         return f"must be {low} to {high} characters" if high is not None else "must not be empty"
-    integer, bounds = args
+    integer, bounds, unit = args
     words = " and ".join(f"{op} {limit:g}" for op, limit in bounds)
-    wanted = f"must be an integer {words}" if integer else f"must be {words} seconds"
+    wanted = f"must be an integer {words}" if integer else f"must be {words}{unit}"
     if isinstance(value, bool) or not isinstance(value, int if integer else int | float) or not math.isfinite(value):
         return wanted
-    ok = all(value > limit if op == ">" else value >= limit if op == ">=" else value <= limit for op, limit in bounds)
+    ok = all(_OPS[op](value, limit) for op, limit in bounds)
     return None if ok else wanted
+
+
+_OPS = {">": operator.gt, ">=": operator.ge, "<=": operator.le, "<": operator.lt}
 
 
 def check_options(options: Any, label: str) -> None:

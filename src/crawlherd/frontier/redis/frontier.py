@@ -1,0 +1,499 @@
+"""The ``redis://`` frontier: enqueue, lease, settle and politeness, on the shards of :mod:`._shards`
+through the scripts of :mod:`._scripts`; the package docstring says what it guarantees."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+
+from crawlherd._redact import redact_url
+from crawlherd._resilience import Batcher
+from crawlherd._urloptions import option_types
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, FrontierError, LeaseError
+from crawlherd.frontier._waiting import WaitingMixin
+from crawlherd.frontier.base import FrontierStats, Lease
+from crawlherd.frontier.options import FrontierOptions, HostPolicy
+from crawlherd.frontier.redis import _admin
+from crawlherd.frontier.redis._cluster import ClusterMap, no_retry
+from crawlherd.frontier.redis._codec import decode, encode_body, enqueue_arg, priority, raw, text
+from crawlherd.frontier.redis._scripts import RedisCalls, raise_first, unavailable
+from crawlherd.frontier.redis._shards import ClusterShards, OneRedis, Shard, Shards
+from crawlherd.frontier.redis.options import RedisOptions
+from crawlherd.request import Request
+
+__all__ = ["RedisFrontier"]
+
+log = logging.getLogger("crawlherd.frontier.redis")
+
+LAYOUT_VERSION = "2"
+_BATCH = 500
+
+
+class _Buried(NamedTuple):
+    """A leased entry that could not be decoded: moved aside (BURY) by the caller."""
+
+    shard: Shard
+    token: str
+    payload: bytes
+    reason: str
+
+
+class RedisFrontier(WaitingMixin):
+    """A frontier in Redis; see :mod:`crawlherd.frontier.redis`. Create it with :func:`open_scheduler` or
+    :meth:`from_url`, or pass a live client: ``RedisFrontier(client, redis_options=RedisOptions(prefix=
+    "crawl"))`` (not closed by the frontier)."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis | None,
+        options: FrontierOptions | None = None,
+        redis_options: RedisOptions | None = None,
+        *,
+        owns_client: bool = False,
+        url: str = "redis://",
+        cluster: ClusterMap | None = None,
+    ) -> None:
+        self.options = opts = options or FrontierOptions()
+        own = redis_options or RedisOptions()
+        self.prefix = own.prefix
+        self._shards: Shards
+        if cluster is not None:
+            self._shards = ClusterShards(cluster, own.prefix, want=own.shards)
+        elif client is None:
+            raise ConfigurationError("a redis frontier needs a client (or a redis+cluster:// URL)")
+        elif own.shards not in (None, 1):
+            raise ConfigurationError(
+                f"shards={own.shards!r}: a redis:// frontier has one shard; shards are for redis+cluster://"
+            )
+        else:
+            self._shards = OneRedis(client, own.prefix, owns_client=owns_client)
+        self._url = redact_url(url)
+        self._calls = RedisCalls(self._shards, opts, self._url, wait=own.wait_replicas, wait_timeout=own.wait_timeout)
+        self._clock = opts.clock
+        self._poll = own.poll_interval
+        bits = own.dupefilter_bits
+        self._bits = bits if bits is not None else min(24, max(4, math.ceil(math.log2(max(opts.capacity, 16) / 200))))
+        self._kind = opts.dupefilter
+        self._ready = False
+        self._closed = False
+        self._changed: asyncio.Future[None] | None = None
+        self._room: asyncio.Future[None] | None = None
+        # Many slots lease, ack and peek at once (a page loop): the calls made while one round trip is
+        # out share the next one -- one LEASE for n leases, one ACK for n settles, one PEEK for all.
+        self._leases: Batcher[None, Lease | None] = Batcher(
+            self._lease_for, max_batch=_BATCH, orphan=self._give_back, name="crawlherd-redis-lease"
+        )
+        self._settles: Batcher[tuple[str, Lease], None] = Batcher(
+            self._settle_for, max_batch=_BATCH, name="crawlherd-redis-settle"
+        )
+        self._sends: Batcher[tuple[str, float], float] = Batcher(
+            self._send_for, max_batch=_BATCH, name="crawlherd-redis-send"
+        )
+        self._peeking: asyncio.Future[tuple[int, int, float | None]] | None = None
+
+    @classmethod
+    def from_url(cls, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> RedisFrontier:
+        opts, own = FrontierOptions.build(url, options, extra={**option_types(RedisOptions), "client": aioredis.Redis})
+        client = own.pop("client", None)
+        redis_options = RedisOptions(**own)
+        parts = urlsplit(url)
+        timeout = redis_options.socket_timeout
+        if parts.scheme == "redis+cluster":
+            if client is not None:
+                raise ConfigurationError("a redis+cluster:// frontier makes its own connections: drop client=")
+            try:
+                cluster = ClusterMap(parts.netloc, timeout)
+            except ValueError as exc:
+                raise ConfigurationError(f"bad redis+cluster URL {redact_url(url)!r}: {exc}") from None
+            return cls(None, opts, redis_options, url=url, cluster=cluster)
+        if client is not None:
+            return cls(client, opts, redis_options, url=url)
+        try:
+            client = aioredis.Redis.from_url(
+                urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), **no_retry(timeout)
+            )
+        except ValueError as exc:
+            raise ConfigurationError(f"bad redis URL {redact_url(url)!r}: {exc}") from None
+        return cls(client, opts, redis_options, owns_client=True, url=url)
+
+    async def __aenter__(self) -> RedisFrontier:
+        try:
+            await self._init()
+        except BaseException:
+            await self.close()  # a failed open keeps nothing open
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<RedisFrontier {self._url} prefix={self.prefix!r} shards={len(self._shards.all)}>"
+
+    async def _init(self) -> None:
+        if self._ready:
+            return
+        await self._calls.guard(self._shards.open)
+        opts = self.options
+        replies = await self._calls.on_all(
+            "INIT", LAYOUT_VERSION, self._kind, self._bits, opts.capacity, repr(opts.error_rate)
+        )
+        for reply in replies:
+            if text(reply[0]) == "layout":
+                raise ConfigurationError(
+                    f"the keys under prefix {self.prefix!r} use frontier layout {text(reply[1])}, "
+                    f"this version reads layout {LAYOUT_VERSION}; use another prefix or purge it"
+                )
+            if (kind := text(reply[1])) != self._kind:
+                raise ConfigurationError(
+                    f"the frontier under prefix {self.prefix!r} was created with dupefilter={kind!r}, "
+                    f"not {self._kind!r}; open it with dupefilter={kind!r} or purge it"
+                )
+        self._bits = int(replies[0][2])
+        for host, policy in opts.host_policies.items():
+            await self._policy(host, policy)
+        self._ready = True
+
+    # -- enqueue -----------------------------------------------------------------------------------
+
+    async def enqueue_request(self, request: Request) -> bool:
+        return await self.enqueue_requests([request]) == 1
+
+    async def enqueue_requests(self, requests: Iterable[Request]) -> int:
+        await self._init()
+        pending = list(requests)
+        queued = 0
+        while pending:
+            chunk, rest = pending[:_BATCH], pending[_BATCH:]
+            n_new, processed, full = await self._enqueue_chunk(chunk)
+            queued += n_new
+            if n_new:
+                self._notify()
+            pending = [r for r, done in zip(chunk, processed, strict=True) if not done] + rest
+            if full and not any(processed):
+                await self._when_full(pending[0].url, len(pending) - 1)
+        return queued
+
+    async def _enqueue_chunk(self, chunk: list[Request]) -> tuple[int, list[bool], bool]:
+        """ENQUEUE a chunk on its shards: (queued, which requests were processed, did a shard say full)."""
+        shards = self._shards
+        groups: dict[int, list[int]] = {}
+        for i, request in enumerate(chunk):
+            groups.setdefault(shards.of(request.host).number, []).append(i)
+        first = await self._calls.guard(lambda: shards.numbers(len(chunk)))
+        limits = await self._limits(chunk)
+        calls = []
+        for k, positions in groups.items():
+            args: list[Any] = [limits.get(k, -1), self._kind, self.options.dupefilter_unavailable]
+            args.append("" if first is None else "seq")
+            args.extend(
+                enqueue_arg(chunk[i], self._kind, self._bits, "-" if first is None else first + i) for i in positions
+            )
+            calls.append((shards.all[k], "ENQUEUE", args))
+        replies = await self._calls.fan(calls)
+        processed = [False] * len(chunk)
+        n_new, full, error = 0, False, None
+        for k, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, BaseException):
+                error = error or reply
+                continue
+            status, new, done, message = reply
+            n_new += int(new)
+            for i in groups[k][: int(done)]:
+                processed[i] = True
+            if text(status) == "dferr":
+                error = error or unavailable(
+                    f"the duplicate filter under prefix {self.prefix!r} cannot be used ({text(message)}); "
+                    "nothing more was queued (dupefilter_unavailable='allow' would queue unfiltered)"
+                )
+            full = full or text(status) == "full"
+        if error is not None:
+            raise error
+        return n_new, processed, full
+
+    async def _limits(self, chunk: list[Request]) -> dict[int, int]:
+        """Each shard's ``max_size`` for this chunk (none: -1)."""
+        if not self.options.max_size:
+            return {}
+
+        async def counts() -> list[int]:
+            return [int(p[0]) for p in await self._calls.on_all("PEEK")]
+
+        return await self._shards.limits(self.options.max_size, counts, [r.host for r in chunk])
+
+    async def enqueue_robots(self, request: Request) -> bool:
+        await self._init()
+        shard = self._shards.of(request.host)
+        added = int(await self._calls.run(shard, "ROBOTS", request.host, priority(request), encode_body(request)))
+        if added:
+            self._notify()
+        return added == 1
+
+    # -- lease -------------------------------------------------------------------------------------
+
+    async def next_request(self) -> Lease | None:
+        """One lease, or None; the calls made while a LEASE is out are served by the next one."""
+        return await self._leases(None)
+
+    async def _lease_for(self, callers: list[None]) -> list[Lease | None | BaseException]:
+        leases: list[Lease | None | BaseException] = [*await self.next_requests(len(callers))]
+        return leases + [None] * (len(callers) - len(leases))
+
+    async def _give_back(self, lease: Lease | None) -> None:
+        """A lease leased for a caller that has gone: back to the queue, as a cancelled page's."""
+        if lease is not None:
+            await self.retry(lease)
+
+    async def next_requests(self, limit: int) -> list[Lease]:
+        """Up to ``limit`` leases at once, best first (one LEASE per shard that has some)."""
+        await self._init()
+        if limit < 1:
+            return []
+        out: list[tuple[float, Lease]] = []
+        while len(out) < limit:
+            buried = await self._lease_round(limit - len(out), out)
+            for entry in buried:
+                await self._bury(entry)
+            if not buried:
+                break
+        if out:
+            self._room_made()
+        out.sort(key=lambda x: x[0])
+        return [lease for _, lease in out]
+
+    async def _lease_round(self, limit: int, out: list[tuple[float, Lease]]) -> list[_Buried]:
+        """Lease up to ``limit`` into ``out`` (with their queue scores); returns the entries that could not
+        be decoded (to be moved aside)."""
+        lt = repr(float(self.options.lease_timeout))
+        shards = self._shards.all
+
+        async def top() -> list[Any]:
+            return await self._calls.fan([(shard, "TOP", (limit,)) for shard in shards])
+
+        plan = await self._shards.lease_plan(limit, top)
+        if plan.in_turn:
+            return await self._lease_in_turn(limit, plan.in_turn, out)
+        calls = [(shards[k], "LEASE", (n, lt)) for k, n in plan.quota.items()]
+        return self._take(calls, await self._calls.fan(calls), out) if calls else []
+
+    async def _lease_in_turn(self, limit: int, order: list[int], out: list[tuple[float, Lease]]) -> list[_Buried]:
+        """The shards one after the other, best head first, each for what is still missing."""
+        lt = repr(float(self.options.lease_timeout))
+        buried: list[_Buried] = []
+        start = len(out)
+        for k in order:
+            if len(out) - start >= limit:
+                break
+            call = (self._shards.all[k], "LEASE", (limit - (len(out) - start), lt))
+            try:
+                buried += self._take([call], await self._calls.fan([call]), out)
+            except BackendUnavailableError:
+                if len(out) == start:
+                    raise  # nothing leased: say why; else the leases made are handed out
+        return buried
+
+    def _take(
+        self, calls: Sequence[tuple[Shard, str, Sequence[Any]]], replies: list[Any], out: list[tuple[float, Lease]]
+    ) -> list[_Buried]:
+        """The leases in LEASE ``replies`` into ``out``; returns the entries that could not be decoded."""
+        buried: list[_Buried] = []
+        got = False
+        for (shard, _, _), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, BaseException):
+                continue
+            got = True
+            expires = float(text(reply[0])) + self.options.lease_timeout
+            for i in range(1, len(reply), 5):
+                token, payload, attempt = text(reply[i]), raw(reply[i + 1]), int(reply[i + 2])
+                try:
+                    request = decode(payload.split(b"\t", 2)[2], text(reply[i + 4]))
+                except (ValueError, KeyError, TypeError, IndexError) as exc:
+                    buried.append(_Buried(shard, token, payload, f"undecodable request record: {exc}"))
+                    continue
+                out.append((float(reply[i + 3]), Lease(self._shards.token(shard, token), request, expires, attempt)))
+        if not got:
+            raise_first(replies)  # every shard failed: say why (leases made by some are kept)
+        return buried
+
+    async def _bury(self, entry: _Buried) -> None:
+        shard, token, payload, reason = entry
+        log.warning(
+            "redis frontier %s: moved entry %s aside to %s:bad: %s (%r)",
+            self.prefix, token.split(":", 1)[0], shard.kp, reason, payload[:200],
+        )
+        await self._calls.run(shard, "BURY", token, reason)
+        self._notify()
+
+    async def _pending_and_wakeup(self) -> tuple[bool, float | None]:
+        # the waiters that find nothing to lease look together: one PEEK while it is out
+        if self._peeking is None or self._peeking.done():
+            self._peeking = asyncio.ensure_future(self._peek())
+            self._peeking.add_done_callback(_retrieved)
+        queued, inflight, wake = await asyncio.shield(self._peeking)
+        return bool(queued or inflight), wake
+
+    async def _peek(self) -> tuple[int, int, float | None]:
+        await self._init()
+        queued = inflight = 0
+        wake: float | None = None
+        for q, f, w in await self._calls.on_all("PEEK"):
+            queued += int(q)
+            inflight += int(f)
+            if w := text(w):
+                wake = float(w) if wake is None else min(wake, float(w))
+        return queued, inflight, wake
+
+    # -- settle ------------------------------------------------------------------------------------
+
+    async def ack(self, lease: Lease) -> None:
+        """Settle ``lease`` as done; the settles made while an ACK is out go together in the next one."""
+        await self._settles(("ack", lease))
+
+    async def ack_many(self, leases: Iterable[Lease]) -> None:
+        """Settle ``leases`` as done, one ACK per shard and 500 leases."""
+        batch = list(leases)
+        for start in range(0, len(batch), _BATCH):
+            part = batch[start : start + _BATCH]
+            bad = await self._settle_some("ack", part)
+            if bad:
+                urls = [lease.request.url for lease in part if lease.token in bad]
+                raise LeaseError(f"lease(s) for {', '.join(urls)} unknown, expired or settled")
+
+    async def fail(self, lease: Lease, reason: str) -> None:
+        await self._settles(("fail", lease))
+
+    async def _settle_for(self, calls: list[tuple[str, Lease]]) -> list[None | BaseException]:
+        by_mode: dict[str, list[Lease]] = {}
+        for mode, lease in calls:
+            by_mode.setdefault(mode, []).append(lease)
+        mode_failed: dict[str, BaseException] = {}
+        bad: set[str] = set()
+        for mode, leases in by_mode.items():
+            try:
+                bad |= await self._settle_some(mode, leases)
+            except (BackendUnavailableError, FrontierError) as exc:
+                mode_failed[mode] = exc
+        return [
+            mode_failed.get(mode)
+            or (LeaseError(f"lease for {lease.request.url} unknown, expired or settled") if lease.token in bad
+                else None)
+            for mode, lease in calls
+        ]
+
+    async def _settle_some(self, mode: str, leases: Sequence[Lease]) -> set[str]:
+        """Settle ``leases``; the tokens of those that were not valid leases."""
+        if not leases:
+            return set()
+        await self._init()
+        shards = self._shards
+        groups: dict[int, list[str]] = {}
+        for lease in leases:
+            shard, inner = shards.split(lease.token)
+            groups.setdefault(shard.number, []).append(inner)
+        replies = await self._calls.fan([(shards.all[k], "ACK", (mode, *tokens)) for k, tokens in groups.items()])
+        self._notify()
+        raise_first(replies)
+        return {shards.token(shards.all[k], text(t)) for k, reply in zip(groups, replies, strict=True) for t in reply}
+
+    async def retry(self, lease: Lease, delay: float = 0.0) -> None:
+        await self._init()
+        shard, inner = self._shards.split(lease.token)
+        ok = await self._calls.run(shard, "RETRY", inner, repr(float(max(0.0, delay))), lease.attempt)
+        self._notify()
+        if not ok:
+            raise LeaseError(f"lease {lease.token} for {lease.request.url} is unknown, expired or settled")
+
+    # -- politeness --------------------------------------------------------------------------------
+
+    async def block_host(self, host: str, until: float) -> None:
+        await self._init()
+        await self._calls.run(self._shards.of(host), "BLOCK_HOST", host, repr(float(until)))
+        self._notify()
+
+    async def stamp_send(self, host: str, margin: float = 0.0) -> float:
+        """The fleet's send gate (:class:`~crawlherd.fetch.gate.SendStamps`): 0.0 when a request to
+        ``host`` may leave now -- its delay plus ``margin`` has passed since the last request any
+        process sharing this frontier sent there, and no Retry-After hold is on -- and the send is
+        stamped, atomically; else the seconds to wait before asking again."""
+        return await self._sends((host, float(margin)))
+
+    async def _send_for(self, calls: list[tuple[str, float]]) -> list[float | BaseException]:
+        """The sends asked while a SEND was out: one SEND per shard and margin, in the order asked."""
+        await self._init()
+        groups: dict[tuple[int, float], list[int]] = {}
+        for i, (host, margin) in enumerate(calls):
+            groups.setdefault((self._shards.of(host).number, margin), []).append(i)
+        keys = list(groups)
+        replies = await self._calls.fan(
+            [(self._shards.all[k], "SEND", (repr(m), *(calls[i][0] for i in groups[k, m]))) for k, m in keys]
+        )
+        out: list[float | BaseException] = [0.0] * len(calls)
+        for key, reply in zip(keys, replies, strict=True):
+            for n, i in enumerate(groups[key]):
+                out[i] = reply if isinstance(reply, BaseException) else float(text(reply[n]))
+        return out
+
+    async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
+        policy = HostPolicy().updated(host, delay=delay, max_in_flight=max_in_flight)
+        await self._init()
+        await self._policy(host, policy)
+        self._notify()
+
+    async def _policy(self, host: str, policy: HostPolicy) -> None:
+        delay = "" if policy.delay is None else repr(float(policy.delay))
+        cap = "" if policy.max_in_flight is None else policy.max_in_flight
+        await self._calls.run(self._shards.of(host), "POLICY", host, delay, cap)
+
+    # -- introspection -----------------------------------------------------------------------------
+
+    async def has_pending_requests(self) -> bool:
+        queued, inflight, _ = await self._peek()
+        return bool(queued or inflight)
+
+    async def idle(self) -> bool:
+        return not await self.has_pending_requests()
+
+    async def size(self) -> int:
+        return (await self._peek())[0]
+
+    async def stats(self) -> FrontierStats:
+        await self._init()
+        return await _admin.stats(self._calls, self._clock)
+
+    async def bad_entries(self) -> dict[str, str]:
+        """Entries moved aside (``KP:bad`` of each shard): id (``"<shard>/<id>"`` when sharded) ->
+        ``"<reason>\\t<payload>"``."""
+        await self._init()
+        return await _admin.bad_entries(self._calls)
+
+    async def memory_usage(self) -> dict[str, int]:
+        """Bytes Redis uses (``MEMORY USAGE``) per kind of key under the prefix: ``dupefilter``,
+        ``queue`` (requests, queues, indexes) and ``other``. Scans the keys: an operator's tool."""
+        return await _admin.memory_usage(self._calls)
+
+    async def purge(self) -> int:
+        """Delete every key under the prefix (queue, leases, duplicate filter, counters); returns how
+        many keys were deleted. Workers using the prefix must be stopped first."""
+        deleted = await _admin.purge(self._calls)
+        self._ready = False
+        return deleted
+
+    async def close(self) -> None:
+        if self._begin_close():
+            self._calls.closed = True
+            await self._leases.close()
+            await self._settles.close()
+            await self._sends.close()
+            await self._shards.aclose()
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark a shared future's exception seen (its waiters may all have gone)."""
+    if not fut.cancelled():
+        fut.exception()
