@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import itertools
 import json
 import logging
 import os
@@ -43,59 +41,29 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
-from crawlherd.errors import BackendUnavailableError, ConfigurationError, FrontierError, LeaseError
+from crawlherd.errors import ConfigurationError, FrontierError, LeaseError
 from crawlherd.frontier._index import Held, HostIndex, HostSlot
+from crawlherd.frontier._sqlite_file import (
+    COUNTERS,
+    SQLiteOptions,
+    load,
+    open_file,
+    queued_by_host,
+    save_counters,
+    save_policy,
+    signed,
+    snapshot,
+    sqlite_errors,
+)
 from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
-from crawlherd.frontier.dupefilter import BloomFilter, ExactFilter, fp_to_int, make_dupefilter
+from crawlherd.frontier.dupefilter import fp_to_int
 from crawlherd.frontier.options import FrontierOptions, HostPolicy
 from crawlherd.request import Request
 
 __all__ = ["SQLiteFrontier"]
 
 log = logging.getLogger(__name__)
-
-LAYOUT_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS requests (
-    id INTEGER PRIMARY KEY,
-    host TEXT NOT NULL,
-    priority INTEGER NOT NULL,
-    seq INTEGER NOT NULL,            -- FIFO order among equal priorities
-    not_before REAL,                 -- not handed out before (enqueue's not_before, retry's delay)
-    enqueued_at REAL NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    record TEXT NOT NULL             -- JSON of Request.to_record() (versioned)
-);
--- Leases out. Apart from requests so that leasing appends to a small table instead of rewriting
--- request rows scattered over the file.
-CREATE TABLE IF NOT EXISTS leases (id INTEGER PRIMARY KEY, token TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS hosts (
-    host TEXT PRIMARY KEY,
-    ready_at REAL NOT NULL DEFAULT 0,
-    delay REAL,                      -- policy overrides, NULL: the frontier's default
-    max_in_flight INTEGER
-);
-CREATE TABLE IF NOT EXISTS dupefilter (id INTEGER PRIMARY KEY CHECK (id = 1), kind TEXT NOT NULL, data BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS seen_log (fp INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS bad (id INTEGER PRIMARY KEY, reason TEXT NOT NULL, record TEXT NOT NULL);
--- Hosts whose robots request was queued (enqueue_robots, once per host); id: that request while the
--- host is robots-pending (queued or leased), NULL once its lease was settled.
-CREATE TABLE IF NOT EXISTS robots (host TEXT PRIMARY KEY, id INTEGER);
-"""
-
-_COUNTERS = ("enqueued", "duplicates", "acked", "retries", "failures", "expired", "bad")
-
-
-def _signed(fp: int) -> int:
-    return fp - (1 << 64) if fp >= 1 << 63 else fp
-
-
-def _unsigned(fp: int) -> int:
-    return fp + (1 << 64) if fp < 0 else fp
-
 
 _Host = HostSlot[int]
 
@@ -111,14 +79,11 @@ class SQLiteFrontier(WaitingMixin):
         synchronous: str = "normal",
         snapshot_every: int = 100_000,
     ) -> None:
-        if str(synchronous).lower() not in ("normal", "full"):
-            raise ConfigurationError(f"synchronous={synchronous!r}: use 'normal' or 'full'")
-        if snapshot_every < 1:
-            raise ConfigurationError(f"snapshot_every={snapshot_every!r} must be >= 1")
+        own = SQLiteOptions(synchronous=str(synchronous).lower(), snapshot_every=snapshot_every)  # type: ignore[arg-type]
         self.options = options or FrontierOptions()
         self.path = Path(path)
-        self._synchronous = str(synchronous).upper()
-        self._snapshot_every = snapshot_every
+        self._synchronous = own.synchronous.upper()
+        self._snapshot_every = own.snapshot_every
         self._clock = self.options.clock
         self._db: sqlite3.Connection | None = None
         self._lock_file: IO[bytes] | None = None
@@ -155,151 +120,45 @@ class SQLiteFrontier(WaitingMixin):
             return self._db
         if self._closed:
             raise FrontierError(f"the sqlite frontier {self.path} is closed")
+        db, lock = open_file(self.path, self._synchronous)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            lock = open(f"{self.path}.lock", "ab")  # noqa: SIM115 - held for the frontier's lifetime
-        except OSError as exc:
-            raise BackendUnavailableError(f"cannot open sqlite frontier {self.path}: {exc}", backend="sqlite") from exc
-        try:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.close()
-            raise BackendUnavailableError(
-                f"sqlite frontier {self.path} is open in another process (or another frontier object)",
-                backend="sqlite",
-            ) from None
-        try:
-            with contextlib.suppress(FileExistsError):  # owner only; -wal and -shm files take its mode
-                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(f"PRAGMA synchronous={self._synchronous}")
-            db.executescript(_SCHEMA)
-            self._db = db
-            self._lock_file = lock
-            self._load(db)
-        except sqlite3.Error as exc:
-            lock.close()
-            self._db = None
-            raise BackendUnavailableError(f"cannot open sqlite frontier {self.path}: {exc}", backend="sqlite") from exc
+            with sqlite_errors(self.path):
+                self._load(db)
         except BaseException:
+            db.close()
             lock.close()
-            self._db = None
             raise
+        self._db, self._lock_file = db, lock
         return db
 
     def _load(self, db: sqlite3.Connection) -> None:
-        opts = self.options
-        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
-        layout = int(meta.get("layout", LAYOUT_VERSION))
-        if layout != LAYOUT_VERSION:
-            raise ConfigurationError(f"{self.path} uses frontier layout {layout}; this version reads {LAYOUT_VERSION}")
-        kind = meta.get("dupefilter", opts.dupefilter)
-        if kind != opts.dupefilter:
-            raise ConfigurationError(
-                f"{self.path} was created with dupefilter={kind!r}, not {opts.dupefilter!r}; open it with "
-                f"dupefilter={kind!r}"
-            )
-        counters = json.loads(meta.get("counters", "{}"))
-        self._counts = {name: int(counters.get(name, 0)) for name in _COUNTERS}
-
-        # duplicate filter: snapshot + log
-        row = db.execute("SELECT kind, data FROM dupefilter WHERE id = 1").fetchone()
-        self._seen: ExactFilter | BloomFilter
-        if row is None:
-            self._seen = make_dupefilter(opts.dupefilter, capacity=opts.capacity, error_rate=opts.error_rate)
-        elif row[0] == "exact":
-            self._seen = ExactFilter.from_bytes(row[1])
-        else:
-            self._seen = BloomFilter.from_bytes(row[1])
-        self._logged = 0
-        for (fp,) in db.execute("SELECT fp FROM seen_log"):
-            self._seen.add(_unsigned(fp))
-            self._logged += 1
-
-        # hosts and policies
-        policies: dict[str, HostPolicy] = {}
-        ready_at: dict[str, float] = {}
-        for host, at, delay, cap in db.execute("SELECT host, ready_at, delay, max_in_flight FROM hosts"):
-            if delay is not None or cap is not None:
-                policies[host] = HostPolicy(delay=delay, max_in_flight=cap)
-            ready_at[host] = at
-        policies.update(opts.host_policies)
-        self._tokens = itertools.count(1)
-
-        now = self._clock.now()
-        top = db.execute("SELECT MAX(COALESCE(MAX(seq), 0), COALESCE(MAX(id), 0)) FROM requests").fetchone()[0]
-        index: HostIndex[int] = HostIndex(opts, policies, first_seq=top + 1, ready_at=ready_at)
-        self._token_base = f"{os.getpid()}.{int(now * 1000)}"
-
-        # Leases in the file belong to a process that is gone (the lock says so): they come back now.
-        reclaimed = db.execute("SELECT r.id FROM leases l JOIN requests r ON r.id = l.id ORDER BY r.seq").fetchall()
-        db.execute("BEGIN IMMEDIATE")
-        if reclaimed:
-            db.executemany(
-                "UPDATE requests SET seq = ?, enqueued_at = ? WHERE id = ?",
-                [(index.next_seq(now), now, rid) for (rid,) in reclaimed],
-            )
-        db.execute("DELETE FROM leases")
-        if reclaimed:
-            self._counts["expired"] += len(reclaimed)
-            log.info(
-                "sqlite frontier %s: %d lease(s) of a previous process returned to the queue", self.path, len(reclaimed)
-            )
-        for host, policy in opts.host_policies.items():
-            self._save_policy(db, host, policy)
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('layout', ?), ('dupefilter', ?)", (LAYOUT_VERSION, kind))
-        self._save_counters(db)
-        db.execute("COMMIT")
-
-        pending: dict[int, str] = {}
-        self._robots_hosts: set[str] = set()
-        for host, rid in db.execute("SELECT host, id FROM robots"):
-            self._robots_hosts.add(host)
-            if rid is not None:
-                pending[rid] = host
-        for rid, host, prio, seq, nb in db.execute("SELECT id, host, priority, seq, not_before FROM requests"):
-            if rid in pending:
-                index.add_robots(rid, host, prio, seq, now)
-                if nb is not None:
-                    index.block(host, nb, now)  # a robots request retried with a delay
-            else:
-                index.load(rid, host, prio, seq, nb, now)
-        index.sort(now)
-        self._index = index
+        loaded = load(db, self.path, self.options, self._clock)
+        self._counts = loaded.counts
+        self._seen = loaded.seen
+        self._logged = loaded.logged
+        self._index = loaded.index
+        self._robots_hosts = loaded.robots_hosts
+        self._tokens = loaded.tokens
+        self._token_base = loaded.token_base
 
     # -- transactions ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         db = self._open()
-        try:
+        with sqlite_errors(self.path):
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
-                self._save_counters(db)
+                save_counters(db, self._counts)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
-        except sqlite3.Error as exc:
-            raise BackendUnavailableError(f"sqlite frontier {self.path}: {exc}", backend="sqlite") from exc
-
-    def _save_counters(self, db: sqlite3.Connection) -> None:
-        db.execute("INSERT OR REPLACE INTO meta VALUES ('counters', ?)", (json.dumps(self._counts),))
-
-    def _save_policy(self, db: sqlite3.Connection, host: str, policy: HostPolicy) -> None:
-        db.execute(
-            "INSERT INTO hosts (host, delay, max_in_flight) VALUES (?, ?, ?) "
-            "ON CONFLICT (host) DO UPDATE SET delay = excluded.delay, max_in_flight = excluded.max_in_flight",
-            (host, policy.delay, policy.max_in_flight),
-        )
 
     def _snapshot(self, db: sqlite3.Connection) -> None:
-        kind = "exact" if isinstance(self._seen, ExactFilter) else "bloom"
-        db.execute("INSERT OR REPLACE INTO dupefilter VALUES (1, ?, ?)", (kind, self._seen.to_bytes()))
-        db.execute("DELETE FROM seen_log")
+        snapshot(db, self._seen)
         self._logged = 0
 
     # -- enqueue -----------------------------------------------------------------------------------
@@ -345,7 +204,7 @@ class SQLiteFrontier(WaitingMixin):
             record = json.dumps(request.to_record(), separators=(",", ":"), ensure_ascii=False)
             # the id is the first sequence number: unique, and above every id ever used in the file
             rows.append((seq, request.host, request.priority, seq, request.not_before, now, record))
-            fps.append((_signed(fp),))
+            fps.append((signed(fp),))
             added.append((request, seq, fp))
         with self._tx() as db:
             db.executemany(
@@ -446,39 +305,51 @@ class SQLiteFrontier(WaitingMixin):
                     "ON CONFLICT (host) DO UPDATE SET ready_at = excluded.ready_at",
                     host_rows,
                 )
-            records: dict[int, tuple[str, int]] = {}
-            ids = [rid for rid, _, _, _, _ in picked]
-            for start in range(0, len(ids), 500):
-                part = ids[start : start + 500]
-                marks = ",".join("?" * len(part))
-                for rid, record, attempts in db.execute(
-                    f"SELECT id, record, attempts FROM requests WHERE id IN ({marks})", part
-                ):
-                    records[rid] = (record, attempts)
-            out: list[Lease] = []
-            buried = 0
-            for rid, h, prio, token, robots in picked:
-                record, attempts = records.get(rid, ("", 0))
-                try:
-                    if not record:
-                        raise ValueError("the request's row is missing")
-                    request = Request.from_record(json.loads(record))
-                except (ValueError, KeyError, TypeError) as exc:
-                    reason = f"undecodable request record: {exc}"
-                    log.warning("sqlite frontier %s: moved request %d aside to table bad: %s", self.path, rid, reason)
-                    db.execute("INSERT OR REPLACE INTO bad VALUES (?, ?, ?)", (rid, reason, record))
-                    db.execute("DELETE FROM requests WHERE id = ?", (rid,))
-                    db.execute("DELETE FROM leases WHERE id = ?", (rid,))
-                    self._counts["bad"] += 1
-                    if robots:
-                        db.execute("UPDATE robots SET id = NULL WHERE host = ?", (h.name,))
-                    index.release(h, now, robots)
-                    self._notify()
-                    buried += 1
-                    continue
-                index.hold(token, Held(rid, h, prio, expires, robots))
-                out.append(Lease(token, request, expires, attempts + 1))
-            return out, buried
+            return self._hand_out(db, picked, now, expires)
+
+    def _hand_out(
+        self, db: sqlite3.Connection, picked: list[tuple[int, _Host, int, str, bool]], now: float, expires: float
+    ) -> tuple[list[Lease], int]:
+        """The leases of the ``picked`` requests (read from their rows), and how many could not be read
+        (moved to table ``bad``)."""
+        index = self._index
+        records: dict[int, tuple[str, int]] = {}
+        ids = [rid for rid, _, _, _, _ in picked]
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for rid, record, attempts in db.execute(
+                f"SELECT id, record, attempts FROM requests WHERE id IN ({marks})", part
+            ):
+                records[rid] = (record, attempts)
+        out: list[Lease] = []
+        buried = 0
+        for rid, h, prio, token, robots in picked:
+            record, attempts = records.get(rid, ("", 0))
+            try:
+                if not record:
+                    raise ValueError("the request's row is missing")
+                request = Request.from_record(json.loads(record))
+            except (ValueError, KeyError, TypeError) as exc:
+                self._bury(db, rid, h, robots, record, f"undecodable request record: {exc}", now)
+                buried += 1
+                continue
+            index.hold(token, Held(rid, h, prio, expires, robots))
+            out.append(Lease(token, request, expires, attempts + 1))
+        return out, buried
+
+    def _bury(self, db: sqlite3.Connection, rid: int, h: _Host, robots: bool, record: str, reason: str, now: float
+              ) -> None:
+        """Move a request whose record cannot be read to table ``bad``."""
+        log.warning("sqlite frontier %s: moved request %d aside to table bad: %s", self.path, rid, reason)
+        db.execute("INSERT OR REPLACE INTO bad VALUES (?, ?, ?)", (rid, reason, record))
+        db.execute("DELETE FROM requests WHERE id = ?", (rid,))
+        db.execute("DELETE FROM leases WHERE id = ?", (rid,))
+        self._counts["bad"] += 1
+        if robots:
+            db.execute("UPDATE robots SET id = NULL WHERE host = ?", (h.name,))
+        self._index.release(h, now, robots)
+        self._notify()
 
     async def _pending_and_wakeup(self) -> tuple[bool, float | None]:
         self._open()
@@ -558,7 +429,7 @@ class SQLiteFrontier(WaitingMixin):
         index = self._index
         policy = index.policies.get(host, HostPolicy()).updated(host, delay=delay, max_in_flight=max_in_flight)
         with self._tx() as db:
-            self._save_policy(db, host, policy)
+            save_policy(db, host, policy)
         index.set_policy(host, policy, self._clock.now())
         self._notify()
 
@@ -578,17 +449,8 @@ class SQLiteFrontier(WaitingMixin):
     async def stats(self) -> FrontierStats:
         db = self._open()
         now = self._clock.now()
-        try:
-            depth = dict(
-                db.execute(
-                    "SELECT host, COUNT(*) FROM requests WHERE id NOT IN (SELECT id FROM leases) GROUP BY host"
-                ).fetchall()
-            )
-            oldest = db.execute(
-                "SELECT MIN(enqueued_at) FROM requests WHERE id NOT IN (SELECT id FROM leases)"
-            ).fetchone()[0]
-        except sqlite3.Error as exc:
-            raise BackendUnavailableError(f"sqlite frontier {self.path}: {exc}", backend="sqlite") from exc
+        with sqlite_errors(self.path):
+            depth, oldest = queued_by_host(db)
         return FrontierStats.from_counters(
             self._counts,
             queued=self._index.queued,
@@ -601,7 +463,8 @@ class SQLiteFrontier(WaitingMixin):
     async def bad_entries(self) -> dict[str, str]:
         """Entries moved aside: id -> ``"<reason>\\t<record>"``."""
         db = self._open()
-        return {str(rid): f"{reason}\t{record}" for rid, reason, record in db.execute("SELECT * FROM bad")}
+        with sqlite_errors(self.path):
+            return {str(rid): f"{reason}\t{record}" for rid, reason, record in db.execute("SELECT * FROM bad")}
 
     async def purge(self) -> int:
         """Delete every request, lease, host state, counter and the duplicate filter; returns how many
@@ -611,9 +474,10 @@ class SQLiteFrontier(WaitingMixin):
             n = int(tx.execute("DELETE FROM requests").rowcount)
             for table in ("leases", "hosts", "dupefilter", "seen_log", "bad", "robots"):
                 tx.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
-            self._counts = dict.fromkeys(_COUNTERS, 0)
+            self._counts = dict.fromkeys(COUNTERS, 0)
         # reload the (now empty) in-memory index
-        self._load(db)
+        with sqlite_errors(self.path):
+            self._load(db)
         self._notify()
         return n
 
