@@ -12,7 +12,7 @@ import click
 from crawlherd._redact import redact_url
 from crawlherd.cli._common import Output, output_options
 from crawlherd.errors import ConfigurationError
-from crawlherd.frontier import open_scheduler
+from crawlherd.frontier import FrontierAdmin, open_scheduler
 
 __all__ = ["frontier"]
 
@@ -84,11 +84,9 @@ def purge(url: str, dupefilter: str | None, yes: bool, quiet: bool, as_json: boo
         f = open_scheduler(url, **_options(dupefilter))
         try:
             # not entered: a purge must work on a frontier this version cannot otherwise open
-            wipe = getattr(f, "purge", None)
-            if wipe is None:
+            if not isinstance(f, FrontierAdmin):
                 raise ConfigurationError(f"the frontier at {redact_url(url)} keeps nothing to purge")
-            n: int = await wipe()
-            return n
+            return await f.purge()
         finally:
             await f.close()
 

@@ -323,9 +323,6 @@ class _Delegate(AsyncClosing):
     async def next_request(self) -> Lease | None:
         return await self.inner.next_request()
 
-    async def next_requests(self, limit: int) -> list[Lease]:
-        return await self.inner.next_requests(limit)
-
     async def wait_next(self, timeout: float | None = None) -> Lease | None:
         return await self.inner.wait_next(timeout)
 
@@ -335,9 +332,6 @@ class _Delegate(AsyncClosing):
 
     async def ack(self, lease: Lease) -> None:
         await self.inner.ack(lease)
-
-    async def ack_many(self, leases: Iterable[Lease]) -> None:
-        await self.inner.ack_many(leases)
 
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
         await self.inner.retry(lease, delay)

@@ -12,9 +12,18 @@ from __future__ import annotations
 from typing import Any
 
 from crawlherd._registry import open_backend
-from crawlherd.frontier.base import Frontier, FrontierStats, FullPolicy, HostState, Lease
+from crawlherd.frontier.base import Frontier, FrontierAdmin, FrontierStats, FullPolicy, HostState, Lease
 
-__all__ = ["BACKEND_ALIASES", "FrontierStats", "FullPolicy", "HostState", "Lease", "Frontier", "open_scheduler"]
+__all__ = [
+    "BACKEND_ALIASES",
+    "Frontier",
+    "FrontierAdmin",
+    "FrontierStats",
+    "FullPolicy",
+    "HostState",
+    "Lease",
+    "open_scheduler",
+]
 
 BACKEND_ALIASES: dict[str, str] = {
     "memory": "crawlherd.frontier.memory:MemoryFrontier",

@@ -23,6 +23,21 @@ Semantics every backend keeps:
   is settled with ``ack`` or ``fail``. ``retry`` and an expired lease put it back, still first.
 - **Bounded size**: ``max_size`` counts queued requests; when full, the policy ``block`` waits for room
   and ``raise`` raises :class:`~crawlherd.errors.QueueFullError`. Nothing is ever dropped silently.
+
+What is in the Protocol is what its users call (the engine, the worker, the Crawlo scheduler, the
+``crawlherd frontier`` command): the seed's calls (``enqueue_request``, ``next_request``,
+``ack``/``retry``/``fail``, ``has_pending_requests``, ``idle``, ``size``, ``stats``, ``close``), the
+batch enqueue the engine and the worker use for a page's links, ``enqueue_robots``, ``wait_next`` and
+``async for`` (the README's loop), and the politeness calls. Two calls left it in 0.1.0, being
+redundant pairs of calls that stay:
+
+- ``next_requests(n)``: ``next_request()`` called concurrently is already one round trip for all the
+  callers on Redis (the lease batcher), and an in-process call elsewhere; no user leased in bulk.
+- ``ack_many(leases)``: the same for ``ack()``.
+
+The bundled backends keep both as bulk calls of their own (benchmarks and bulk tools use them; the
+contract suite checks them on every backend). :class:`FrontierAdmin` is what a persistent backend
+offers its operators (``crawlherd frontier``).
 """
 
 from __future__ import annotations
@@ -33,7 +48,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from crawlherd.request import Request
 
-__all__ = ["FrontierStats", "FullPolicy", "HostState", "Lease", "Frontier"]
+__all__ = ["Frontier", "FrontierAdmin", "FrontierStats", "FullPolicy", "HostState", "Lease"]
 
 FullPolicy = Literal["block", "raise"]
 
@@ -172,10 +187,6 @@ class Frontier(Protocol):
         """Lease the best request that may be fetched now, or None when nothing is ready."""
         ...
 
-    async def next_requests(self, limit: int) -> list[Lease]:
-        """Lease up to ``limit`` ready requests at once, best first."""
-        ...
-
     async def wait_next(self, timeout: float | None = None) -> Lease | None:
         """Wait until a request is ready and lease it. None when the frontier is idle (nothing queued
         nor in flight) or ``timeout`` passed."""
@@ -187,10 +198,6 @@ class Frontier(Protocol):
 
     async def ack(self, lease: Lease) -> None:
         """The request is done."""
-        ...
-
-    async def ack_many(self, leases: Iterable[Lease]) -> None:
-        """Several requests are done (one round trip where the backend allows)."""
         ...
 
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
@@ -227,4 +234,18 @@ class Frontier(Protocol):
 
     async def close(self) -> None:
         """Release what the backend opened (connections it created, files). Idempotent."""
+        ...
+
+
+@runtime_checkable
+class FrontierAdmin(Protocol):
+    """What a persistent frontier (``sqlite://``, ``redis://``) offers its operators."""
+
+    async def bad_entries(self) -> dict[str, str]:
+        """Entries that could not be read and were moved aside: id -> ``"<reason>\t<entry>"``."""
+        ...
+
+    async def purge(self) -> int:
+        """Delete everything the frontier keeps (queue, leases, duplicate filter, counters); how many
+        requests or keys were deleted. Works on a frontier not entered; stop its workers first."""
         ...
