@@ -11,21 +11,36 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Protocol, TypeVar
 
 import aio_pika
 import aio_pika.exceptions as pika_exc
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
 
-from crawlherd.brokers._amqp_wire import DEAD_AT, DEAD_ID, KEY_HEADER, REASON, header, str_headers
+from crawlherd.brokers._amqp_wire import DEAD_AT, DEAD_ID, KEY_HEADER, REASON, AMQPBrokerOptions, header, str_headers
 from crawlherd.brokers._common import log
 from crawlherd.brokers.base import DeadLetter
 from crawlherd.errors import MessageRejectedError
 
-if TYPE_CHECKING:
-    from crawlherd.brokers.amqp import AMQPBroker
-
 __all__ = ["DeadLetterQueue", "dead_letter_of"]
+
+T = TypeVar("T")
+
+
+class _Broker(Protocol):
+    """What :class:`DeadLetterQueue` uses of its :class:`~crawlherd.brokers.amqp.AMQPBroker`."""
+
+    options: AMQPBrokerOptions
+    queue: str
+    dead_queue: str
+    _connection: AbstractConnection | None
+
+    async def _channel(self) -> AbstractChannel: ...
+
+    def _live(self, resource: T | None) -> T: ...
+
+    def _driver_errors(self, doing: str) -> AbstractContextManager[None]: ...
 
 
 def dead_letter_of(m: AbstractIncomingMessage) -> DeadLetter:
@@ -50,7 +65,7 @@ def dead_letter_of(m: AbstractIncomingMessage) -> DeadLetter:
 class DeadLetterQueue:
     """``dead_letters`` and ``requeue_dead`` of one :class:`~crawlherd.brokers.amqp.AMQPBroker`."""
 
-    def __init__(self, broker: AMQPBroker) -> None:
+    def __init__(self, broker: _Broker) -> None:
         self.broker = broker
 
     async def _scratch_channel(self, confirms: bool) -> tuple[AbstractChannel, AbstractQueue, int]:
