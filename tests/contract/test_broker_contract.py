@@ -68,6 +68,13 @@ class Harness:
         if self.clock is not None:
             self.clock.advance(seconds)
 
+    async def wait(self, seconds: float) -> None:
+        """Let ``seconds`` pass: on the fake clock for the brokers that run on it, else really."""
+        if self.clock is not None:
+            self.clock.advance(seconds)
+        else:
+            await asyncio.sleep(seconds)
+
     async def expire_leases(self) -> None:
         """Make the leases of a consumer that died run out."""
         if self.clock is not None:
@@ -411,6 +418,81 @@ async def test_closing_the_consume_loop_gives_back_what_it_did_not_hand_out(harn
     assert sorted(got) == [b"1", b"2"]
     await broker.ack(held)
     assert await broker.pending() == 0
+
+
+# -- leases ------------------------------------------------------------------------------------------
+
+
+async def test_lease_says_how_long_a_claim_lasts_untouched(harness: Harness) -> None:
+    """``lease`` is the broker's claim length (None where nothing runs out on the client's side: RabbitMQ
+    holds a delivery for its channel's life, the SQS broker extends what it holds itself)."""
+    broker = await harness.open()
+    assert isinstance(broker, Broker)
+    expected = {"memory": 30.0, "sqlite": 30.0, "redis": 0.3}.get(harness.kind)
+    assert broker.lease == expected
+
+
+async def test_touch_keeps_a_delivery_past_its_lease(harness: Harness) -> None:
+    """A consumer that touches its delivery every half lease keeps it for twice the lease: another
+    consumer gets the next message, never this one; the touched delivery still settles."""
+    options = {"claim_idle": 1.0} if harness.kind == "redis" else {}  # the claimer's claim_idle counts
+    holder = await harness.open(**options)
+    await holder.publish(b"long job", key="long")
+    held = holder.consume(prefetch=1)  # RabbitMQ pushes no more to a consumer at its prefetch
+    d = await take(held)
+    await holder.publish(b"next", key="next")
+    other = await harness.open(**options)
+    lease = holder.lease
+    assert lease is None or lease == options.get("claim_idle", lease)
+    for _ in range(4 if lease is not None else 1):
+        if lease is not None:
+            await harness.wait(lease / 2)
+        await holder.touch(d)
+    got = await take(other.consume())
+    assert (got.body, got.key, got.redelivered) == (b"next", "next", False)
+    await other.ack(got)
+    await holder.ack(d)
+    await held.aclose()
+    assert await other.pending() == 0
+
+
+async def test_touch_refuses_a_delivery_this_broker_does_not_hold(harness: Harness) -> None:
+    broker = await harness.open()
+    await broker.publish(b"x", key="k1")
+    await broker.publish(b"y", key="k2")
+    it = broker.consume(prefetch=5)
+    d1, d2 = await take(it), await take(it)
+    other = await harness.open()
+    with pytest.raises(BrokerError):
+        await other.touch(d1)  # delivered by another broker object
+    await broker.touch(d1)  # held: extended (or checked), nothing else changes
+    await broker.ack(d1)
+    with pytest.raises(BrokerError):
+        await broker.touch(d1)  # settled
+    await broker.close()
+    with pytest.raises(BrokerError):
+        await broker.touch(d2)  # given back when the broker closed
+    again = await take(other.consume())
+    assert (again.key, again.redelivered) == ("k2", True)
+    await other.ack(again)
+
+
+async def test_touch_after_the_claim_was_lost_raises(harness: Harness) -> None:
+    """A consumer that stopped extending (it hung, or lost its connection) has lost the claim once
+    another consumer got the message: its touch raises instead of taking the message back."""
+    publisher = await harness.open()
+    await publisher.publish(b"job", key="k")
+    doomed = await harness.open_doomed()
+    d = await take(doomed.consume())
+    await harness.crash(doomed)
+    await harness.expire_leases()
+    survivor = await harness.open()
+    again = await take(survivor.consume())
+    assert (again.key, again.redelivered) == ("k", True)
+    with pytest.raises((BrokerError, BackendUnavailableError)):
+        await doomed.touch(d)
+    await survivor.ack(again)
+    assert await survivor.pending() == 0
 
 
 # -- prefetch ----------------------------------------------------------------------------------------

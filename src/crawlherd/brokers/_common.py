@@ -26,7 +26,7 @@ from crawlherd._urloptions import options_from_url
 from crawlherd.brokers.base import Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError
 
-__all__ = ["BrokerBase", "BrokerOptions", "build_options", "check_publish", "new_id"]
+__all__ = ["BrokerBase", "BrokerOptions", "build_options", "check_publish", "new_id", "unavailable"]
 
 log = logging.getLogger("crawlherd.brokers")
 
@@ -34,6 +34,13 @@ T = TypeVar("T")
 
 # Header names the brokers use for their own bookkeeping; publishers may not set them.
 RESERVED_HEADER_PREFIX = "x-crawlherd-"
+
+
+def unavailable(message: str, *, backend: str) -> BackendUnavailableError:
+    """The outage error of a broker: ``backend`` its kind, ``role`` always ``"broker"`` (what the service
+    is to the caller; see :mod:`crawlherd._resilience`). Each backend raises it from its one mapping of
+    its driver's errors."""
+    return BackendUnavailableError(message, backend=backend, role="broker")
 
 
 def new_id() -> str:

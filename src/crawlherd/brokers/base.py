@@ -23,13 +23,22 @@ Guarantees every broker keeps:
   Deliveries stay settle-able after their ``consume()`` loop ended, until the broker is closed;
   ``close()`` gives every unsettled delivery back to the queue at once (best effort: when the broker
   cannot be reached they come back after their lease, as for a consumer that died).
-- Optional (every broker of this package has them, through ``BrokerBase``; the worker uses them when
-  present): ``touch(delivery)`` extends the consumer's claim on an unsettled delivery by another
-  lease (the worker calls it while it works on a job longer than the lease: its heartbeat);
-  ``lease`` says how long a claim lasts unrenewed (``None``: no time limit on the client's side).
-  A message delivered ``max_deliveries`` times (default 10, every broker) without being settled is
+- Leases: ``lease`` says how many seconds an unsettled delivery stays this consumer's without
+  ``touch`` (SQLite and memory: ``visibility_timeout``; Redis: ``claim_idle``), or None when nothing on
+  the client's side runs out: RabbitMQ holds a delivery for its channel's life, the SQS broker extends
+  the visibility of what it holds itself, a Celery task broker delivers nothing. ``touch(delivery)``
+  extends the claim by another ``lease`` (a consumer that works on a delivery longer than that calls it
+  every fraction of the lease: its heartbeat); where ``lease`` is None it only checks that the delivery
+  is still held (SQS: and extends its visibility at once). Touching a delivery that this broker does not
+  hold -- settled, delivered by another broker object, or its claim lost to another consumer -- raises
+  :class:`~crawlherd.errors.BrokerError`; an unreachable broker raises
+  :class:`~crawlherd.errors.BackendUnavailableError` and the claim stands until its lease runs out.
+- A message delivered ``max_deliveries`` times (default 10, every broker) without being settled is
   dead-lettered with that reason instead of being delivered again: a message that kills its consumer
   cannot loop forever.
+- Outages: every broker maps its driver's errors at one place (its ``_driver_errors``); a service that
+  cannot be reached is :class:`~crawlherd.errors.BackendUnavailableError` with ``role="broker"`` and
+  ``backend`` the broker's kind, so that a caller knows what failed from the error's type.
 - ``consume()`` never holds more than ``prefetch`` unsettled deliveries of its own, stops (ends the
   iteration) when the broker is closed, and raises :class:`~crawlherd.errors.BackendUnavailableError`
   when the connection is lost; start it again to go on.
@@ -108,6 +117,17 @@ class Broker(Protocol):
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         """Move the message to the dead-letter store with ``reason``."""
+        ...
+
+    @property
+    def lease(self) -> float | None:
+        """Seconds an unsettled delivery stays claimed without :meth:`touch`; None when nothing on the
+        client's side runs out (see the module docstring)."""
+        ...
+
+    async def touch(self, delivery: Delivery) -> None:
+        """Extend the claim on the unsettled ``delivery`` by another :attr:`lease` (where ``lease`` is
+        None: check it is still held). BrokerError when this broker does not hold it any more."""
         ...
 
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:

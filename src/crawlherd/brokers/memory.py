@@ -34,10 +34,18 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from crawlherd._options import Seconds
-from crawlherd.brokers._common import BrokerBase, BrokerOptions, build_options, check_delay, check_publish, new_id
+from crawlherd.brokers._common import (
+    BrokerBase,
+    BrokerOptions,
+    build_options,
+    check_delay,
+    check_publish,
+    new_id,
+    unavailable,
+)
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.clock import Clock, SystemClock
-from crawlherd.errors import BackendUnavailableError, BrokerError
+from crawlherd.errors import BrokerError
 
 __all__ = ["MemoryBroker", "MemoryBrokerOptions", "MemoryStore"]
 
@@ -86,7 +94,7 @@ class MemoryStore:
     def check_up(self, backend: str) -> None:
         """Raise BackendUnavailableError while the queue is down (see MemoryBroker.set_down)."""
         if self.down:
-            raise BackendUnavailableError(f"{backend} is down (set_down)", backend="memory")
+            raise unavailable(f"{backend} is down (set_down)", backend="memory")
 
     def count_publish(self) -> None:
         """One publish goes through; the queue goes down when ``down_after`` runs out."""

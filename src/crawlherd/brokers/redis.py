@@ -42,7 +42,8 @@ import os
 import re
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -59,7 +60,16 @@ from crawlherd._lua import lua_script
 from crawlherd._options import Delay, NonEmpty, Seconds
 from crawlherd._redact import redact_url
 from crawlherd._rediscluster import ClusterAddress, cluster_address
-from crawlherd.brokers._common import BrokerBase, BrokerOptions, build_options, check_delay, check_publish, log, new_id
+from crawlherd.brokers._common import (
+    BrokerBase,
+    BrokerOptions,
+    build_options,
+    check_delay,
+    check_publish,
+    log,
+    new_id,
+    unavailable,
+)
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
 
@@ -82,6 +92,38 @@ _SCRIPTS: dict[str, tuple[str, ...]] = {
 }
 
 _STREAM_ID = re.compile(r"^\d+-\d+$")
+
+# Redis could not be reached or cannot serve the keys now: the cluster ones are no node reachable and
+# slots not served (a failover under way).
+_UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException, ClusterDownError,
+                TryAgainError)
+
+
+def reply_code(exc: BaseException) -> str:
+    """The error code of a Redis error reply (``NOGROUP``, ``BUSYGROUP``, ``WRONGTYPE``...): its first word.
+    Redis's protocol puts the code there; redis-py maps a few codes to exception classes
+    (``NOSCRIPT``, ``READONLY``...) but not the Streams ones, whose replies it raises as a plain
+    ``ResponseError`` keeping the code in the message."""
+    return str(exc).split(" ", 1)[0] if isinstance(exc, ResponseError) else ""
+
+
+class GroupMissingError(BrokerError):
+    """The stream's consumer group is gone (``NOGROUP``: the stream was deleted under the broker)."""
+
+
+@contextmanager
+def _driver_errors(broker: RedisBroker, *, publishing: bool = False) -> Iterator[None]:
+    """redis-py's errors as crawlherd's: the one place the Redis broker decides what is an outage."""
+    try:
+        yield
+    except _UNREACHABLE as exc:
+        raise unavailable(f"{broker!r}: Redis cannot be reached: {redact_url(str(exc))}", backend="redis") from exc
+    except ResponseError as exc:
+        if reply_code(exc) == "NOGROUP":
+            raise GroupMissingError(f"{broker!r}: {exc}") from exc
+        raise (PublishError if publishing else BrokerError)(f"{broker!r}: {exc}") from exc
+    except RedisError as exc:
+        raise (PublishError if publishing else BrokerError)(f"{broker!r}: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -175,24 +217,18 @@ class RedisBroker(BrokerBase):
         if not self._opened:
             await self._ensure_open()
         try:
-            return await fn(self.client)
-        except (RedisConnectionError, RedisTimeoutError, OSError, RedisClusterException, ClusterDownError,
-                TryAgainError) as exc:  # the cluster ones: no node reachable, slots not served (a failover)
-            why = redact_url(str(exc))
-            raise BackendUnavailableError(f"{self!r}: Redis cannot be reached: {why}", backend="redis") from exc
-        except ResponseError as exc:
-            if "NOGROUP" in str(exc):
-                await self._create_group()
-            cls = PublishError if publishing else BrokerError
-            raise cls(f"{self!r}: {exc}") from exc
-        except RedisError as exc:
-            raise (PublishError if publishing else BrokerError)(f"{self!r}: {exc}") from exc
+            with _driver_errors(self, publishing=publishing):
+                return await fn(self.client)
+        except GroupMissingError:
+            await self._create_group()  # for the next call
+            raise
 
     async def _create_group(self) -> None:
         try:
-            await self.client.xgroup_create(self.stream, self.group, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
+            with _driver_errors(self):
+                await self.client.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except BrokerError as exc:
+            if reply_code(exc.__cause__ or exc) != "BUSYGROUP":  # BUSYGROUP: it exists already
                 raise
 
     async def _open(self) -> None:
@@ -218,10 +254,9 @@ class RedisBroker(BrokerBase):
                          for name, parts in _SCRIPTS.items()}
         try:
             await self._create_group()
-        except (RedisError, RedisClusterException, OSError) as exc:
+        except BaseException:
             await self._shutdown()
-            why = redact_url(str(exc))
-            raise BackendUnavailableError(f"{self!r}: cannot set up the stream: {why}", backend="redis") from exc
+            raise
 
     async def _shutdown(self) -> None:
         client, self._client = self._client, None
@@ -229,10 +264,12 @@ class RedisBroker(BrokerBase):
             return
         if self._opened:
             try:  # forget our consumer in the group when it holds nothing (we read no more)
-                info = await client.xpending_range(self.stream, self.group, "-", "+", 1, consumername=self.consumer)
-                if not info:
-                    await client.xgroup_delconsumer(self.stream, self.group, self.consumer)
-            except (RedisError, RedisClusterException, OSError) as exc:
+                with _driver_errors(self):
+                    info = await client.xpending_range(self.stream, self.group, "-", "+", 1,
+                                                       consumername=self.consumer)
+                    if not info:
+                        await client.xgroup_delconsumer(self.stream, self.group, self.consumer)
+            except (BrokerError, BackendUnavailableError) as exc:
                 log.debug("%r: could not remove consumer %s: %s", self, self.consumer, exc)
         if client is not self._given_client:
             await client.aclose()
@@ -313,10 +350,8 @@ class RedisBroker(BrokerBase):
         try:
             read: Any = await self._call(lambda c: c.xreadgroup(
                 self.group, self.consumer, {self.stream: ">"}, count=n, block=block_ms))
-        except BrokerError as exc:
-            if "NOGROUP" in str(exc):
-                return []  # the stream was deleted under us; the group is created again
-            raise
+        except GroupMissingError:
+            return []  # the stream was deleted under us; the group was created again
         if not read:
             return []
         entries = read[0][1] if isinstance(read, list) else next(iter(read.values()))[0]

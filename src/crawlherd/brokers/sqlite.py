@@ -24,18 +24,27 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from crawlherd._options import Delay, NonEmpty, Seconds
-from crawlherd.brokers._common import BrokerBase, BrokerOptions, build_options, check_delay, check_publish, new_id
+from crawlherd.brokers._common import (
+    BrokerBase,
+    BrokerOptions,
+    build_options,
+    check_delay,
+    check_publish,
+    new_id,
+    unavailable,
+)
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.clock import Clock, SystemClock
-from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
+from crawlherd.errors import BrokerError, ConfigurationError, PublishError
 
 __all__ = ["SQLiteBroker", "SQLiteBrokerOptions"]
 
@@ -97,6 +106,21 @@ def sqlite_path(url: str) -> str:
     return path
 
 
+
+@contextmanager
+def _driver_errors(broker: SQLiteBroker, *, publishing: bool = False, doing: str = "") -> Iterator[None]:
+    """sqlite3's errors as crawlherd's, the one place the SQLite broker decides what is an outage: an
+    ``OperationalError`` (the file cannot be opened, its lock was not had within ``busy_timeout``, the
+    disk is full) is one -- except for a publish, which says the message was not published."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if publishing:
+            raise PublishError(f"{broker!r}: not published: {exc}") from exc
+        raise unavailable(f"{broker!r}: {doing}{exc}", backend="sqlite") from exc
+    except sqlite3.Error as exc:
+        raise (PublishError if publishing else BrokerError)(f"{broker!r}: {doing}{exc}") from exc
+
 class SQLiteBroker(BrokerBase):
     """A broker in a SQLite file; see the module docstring."""
 
@@ -131,18 +155,8 @@ class SQLiteBroker(BrokerBase):
         conn, executor = self._conn, self._executor
         if conn is None or executor is None:
             raise BrokerError(f"{self!r} is closed")
-        try:
+        with _driver_errors(self, publishing=publishing):
             return await asyncio.get_running_loop().run_in_executor(executor, fn, conn)
-        except sqlite3.OperationalError as exc:
-            raise self._unavailable(exc, publishing) from exc
-        except sqlite3.Error as exc:
-            cls = PublishError if publishing else BrokerError
-            raise cls(f"{self!r}: {exc}") from exc
-
-    def _unavailable(self, exc: Exception, publishing: bool) -> Exception:
-        if publishing:
-            return PublishError(f"{self!r}: not published: {exc}")
-        return BackendUnavailableError(f"{self!r}: {exc}", backend="sqlite")
 
     async def _open(self) -> None:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlherd-sqlite-broker")
@@ -165,10 +179,8 @@ class SQLiteBroker(BrokerBase):
             return conn
 
         try:
-            self._conn = await asyncio.get_running_loop().run_in_executor(executor, connect)
-        except sqlite3.Error as exc:
-            executor.shutdown(wait=False)
-            raise BackendUnavailableError(f"{self!r}: cannot open the database file: {exc}", backend="sqlite") from exc
+            with _driver_errors(self, doing="cannot open the database file: "):
+                self._conn = await asyncio.get_running_loop().run_in_executor(executor, connect)
         except BaseException:
             executor.shutdown(wait=False)
             raise

@@ -28,10 +28,10 @@ from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
 from crawlherd._redact import redact_url
-from crawlherd.brokers._common import check_delay, check_publish
+from crawlherd.brokers._common import check_delay, check_publish, unavailable
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.contrib.cycle import run_dispatch_cycle
-from crawlherd.errors import BackendUnavailableError, BrokerError, ConfigurationError, PublishError
+from crawlherd.errors import BrokerError, ConfigurationError, PublishError
 
 __all__ = ["TASK_DISPATCH", "TASK_RUN_JOB", "CeleryTaskBroker", "beat_schedule", "dispatch", "run_job"]
 
@@ -78,6 +78,11 @@ class _NoDeadLetterQueue:
 
     async def pending(self) -> int:
         return 0
+
+    @property
+    def lease(self) -> float | None:
+        """None: nothing here runs out (a Celery task's message is Celery's to hold, ``acks_late``)."""
+        return None
 
 
 class CeleryTaskBroker(_NoDeadLetterQueue):
@@ -171,8 +176,7 @@ class CeleryTaskBroker(_NoDeadLetterQueue):
         try:
             await asyncio.wait_for(asyncio.to_thread(send), timeout=self.publish_timeout * 3)
         except (OperationalError, OSError, TimeoutError) as exc:
-            raise BackendUnavailableError(f"{self!r}: the Celery broker cannot be reached: {exc}",
-                                          backend="celery") from exc
+            raise unavailable(f"{self!r}: the Celery broker cannot be reached: {exc}", backend="celery") from exc
         except Exception as exc:
             raise PublishError(f"{self!r}: the task was not sent: {exc}") from exc
 
@@ -191,6 +195,9 @@ class CeleryTaskBroker(_NoDeadLetterQueue):
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         raise BrokerError(f"{self!r} delivers nothing to settle")
+
+    async def touch(self, delivery: Delivery) -> None:
+        raise BrokerError(f"{self!r} delivers nothing to extend")
 
     async def close(self) -> None:
         if self._closed:
@@ -248,6 +255,12 @@ class _TaskBroker(_NoDeadLetterQueue):
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         self._settle("dead", reason)
+
+    async def touch(self, delivery: Delivery) -> None:
+        """Nothing to extend (Celery holds the task's message until the task returns); BrokerError once
+        the delivery was settled."""
+        if self.outcome:
+            raise BrokerError(f"the task's delivery was settled already ({self.outcome})")
 
     async def close(self) -> None:
         return None
