@@ -28,7 +28,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
@@ -45,6 +45,8 @@ __all__ = [
     "Stopped",
     "backoff_delay",
     "role_of",
+    "service_name",
+    "with_role",
 ]
 
 T = TypeVar("T")
@@ -85,11 +87,36 @@ def role_of(exc: BaseException, default: str) -> str:
     return default
 
 
+#: The name an outage of a role is said under, where it is not the role itself (the config DB is
+#: what operators call the database the processes share).
+_SHOWN = {"database": "config DB"}
+
+
+def service_name(service: str) -> str:
+    """The name ``service`` (a :data:`Role`, or a name already) is logged under: ``database`` is said
+    ``config DB``, any other name as it is."""
+    return _SHOWN.get(service, service)
+
+
+@contextlib.contextmanager
+def with_role(role: str) -> Iterator[None]:
+    """Give a :class:`~crawlherd.errors.BackendUnavailableError` raised in the block ``role`` when its
+    backend did not set one (the role of the thing called there); any other error passes unchanged."""
+    try:
+        yield
+    except BackendUnavailableError as exc:
+        if exc.role is None:
+            exc.role = role
+        raise
+
+
 class OutageLog:
     """Tracks which services are down; logs the first failure and the recovery of each, once.
 
     A failure within ``grace`` seconds of a recovery is the same outage's tail (a client's pooled
-    connections to a restarted server each fail once) and is logged at debug level only.
+    connections to a restarted server each fail once) and is logged at debug level only. A service is
+    named by its role or by the name it is said under (:func:`service_name`): ``down("database")`` and
+    ``up("config DB")`` are one outage.
     """
 
     def __init__(self, logger: logging.Logger, who: str, *, grace: float = 10.0) -> None:
@@ -107,6 +134,7 @@ class OutageLog:
 
     def down(self, service: str, error: object) -> bool:
         """``service`` failed: a warning if it was up (the outage starts). True when it was up."""
+        service = service_name(service)
         now = time.monotonic()
         if service in self._since:
             self._log.debug("%s: %s still unavailable: %s", self._who, service, error)
@@ -121,6 +149,7 @@ class OutageLog:
 
     def up(self, service: str) -> bool:
         """``service`` answered: an info line if it was down (the outage ends). True when it was down."""
+        service = service_name(service)
         since = self._since.pop(service, None)
         if since is None:
             return False
@@ -153,7 +182,7 @@ class Attempts:
     async def failed(self, exc: BaseException) -> None:
         """Count a temporary failure: log it, then wait. Raises ``exc`` once the policy's deadline has
         passed, :class:`Stopped` when ``stop`` was set during the wait."""
-        now = time.monotonic()
+        now = self.retrier.clock()
         if self._first is None:
             self._first = now
         self.failures += 1
@@ -161,9 +190,13 @@ class Attempts:
         self._down.add(service)
         self.retrier.outages.down(service, exc)
         policy = self.retrier.policy
-        if policy.deadline is not None and now - self._first >= policy.deadline:
-            raise exc
-        await self.retrier.wait(policy.delay(self.failures), self.stop)
+        delay = policy.delay(self.failures)
+        if policy.deadline is not None:
+            left = self._first + policy.deadline - now
+            if left <= 0:
+                raise exc
+            delay = min(delay, left)  # the last try comes at the deadline, not a back-off after it
+        await self.retrier.wait(delay, self.stop)
 
     def succeeded(self) -> None:
         """A round worked: every service this loop saw down is back."""
@@ -178,7 +211,8 @@ class Attempts:
 class Retrier:
     """The one retry runner. ``Retrier(outages, temporary=(BackendUnavailableError,), policy=...)``;
     ``await retrier.call(fn, role="broker")`` calls ``fn()`` until it returns, waiting the back-off after
-    each temporary error (any other error goes straight up). ``sleep`` is injectable for tests."""
+    each temporary error (any other error goes straight up). ``sleep`` and ``clock`` (the deadline's)
+    are injectable for tests."""
 
     def __init__(
         self,
@@ -187,11 +221,13 @@ class Retrier:
         temporary: tuple[type[BaseException], ...] = (BackendUnavailableError,),
         policy: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.outages = outages
         self.temporary = temporary
         self.policy = policy or RetryPolicy()
         self._sleep = sleep
+        self.clock = clock
 
     def is_temporary(self, exc: BaseException) -> bool:
         return isinstance(exc, self.temporary)
@@ -206,8 +242,13 @@ class Retrier:
             return
         if stop.is_set():
             raise Stopped
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), seconds)
+        sleeping = asyncio.ensure_future(self._sleep(seconds))
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait((sleeping, stopping), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (sleeping, stopping):
+                await cancel_and_wait(waiter)
         if stop.is_set():
             raise Stopped
 
