@@ -11,7 +11,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 
 from crawlherd._redact import redact_url
 from crawlherd.errors import BackendUnavailableError, CrawlherdError, summarize
@@ -21,7 +21,10 @@ __all__ = ["describe_db_error", "is_db_unavailable", "translate_db_errors"]
 
 def is_db_unavailable(exc: BaseException) -> bool:
     """True for the failures that mean "the database cannot be used right now" (connection refused
-    or lost, server shutting down, locked past the busy timeout), as opposed to a bug."""
+    or lost, server shutting down, locked past the busy timeout), as opposed to a bug -- or to a
+    constraint the statement broke (an :class:`~sqlalchemy.exc.IntegrityError`: no retry can help)."""
+    if isinstance(exc, IntegrityError):
+        return False
     return isinstance(exc, OperationalError | InterfaceError | DBAPIError | OSError | ConnectionError)
 
 
@@ -52,8 +55,8 @@ def describe_db_error(exc: BaseException) -> str:
 @contextmanager
 def translate_db_errors(doing: str, *, url: str | None = None) -> Iterator[None]:
     """Re-raise a database outage inside the block as ``BackendUnavailableError("config DB [<url>]
-    failed <doing>: <what went wrong>", backend="database")`` (``url`` redacted); crawlherd's own
-    errors and bugs pass unchanged."""
+    failed <doing>: <what went wrong>", backend="database", role="database")`` (``url`` redacted);
+    crawlherd's own errors, bugs and broken constraints pass unchanged."""
     try:
         yield
     except CrawlherdError:
@@ -62,5 +65,5 @@ def translate_db_errors(doing: str, *, url: str | None = None) -> Iterator[None]
         if is_db_unavailable(exc):
             where = f"config DB {redact_url(url)}" if url else "config DB"
             message = f"{where} failed {doing}: {describe_db_error(exc)}"
-            raise BackendUnavailableError(message, backend="database") from exc
+            raise BackendUnavailableError(message, backend="database", role="database") from exc
         raise

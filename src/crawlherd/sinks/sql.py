@@ -8,6 +8,13 @@ and never lose each other's fields.
 
 The table is the config DB's (``crawlherd db upgrade`` creates it); items reference their website
 (``website_id``) and target, which must exist.
+
+Errors: the database unreachable (connection refused or lost, locked past the busy timeout) is a
+:class:`~crawlherd.errors.BackendUnavailableError` with ``role="database"``, mapped where the config
+DB's errors always are (:func:`~crawlherd.db.errors.translate_db_errors`): this sink *is* the config
+DB, so its outage is the process's one "config DB" outage, said once with the heartbeat's and the job
+runs', not a second "sink" outage of the same server. Anything else (a value that is not JSON, a
+website that does not exist) passes unchanged: no retry can help it.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd.db.engine import create_engine
+from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import StoredItem
 from crawlherd.item import Item
 from crawlherd.sinks.base import Sink, SinkBase, SinkRecord, UpsertCounts
@@ -73,10 +81,11 @@ class SQLSink(SinkBase):
             await self.engine.dispose()
 
     async def get(self, fingerprint: bytes) -> SinkRecord | None:
-        async with self.engine.connect() as conn:
-            row = (
-                await conn.execute(select(StoredItem).where(StoredItem.fingerprint == fingerprint.hex()))
-            ).one_or_none()
+        with translate_db_errors("reading an item"):
+            async with self.engine.connect() as conn:
+                row = (
+                    await conn.execute(select(StoredItem).where(StoredItem.fingerprint == fingerprint.hex()))
+                ).one_or_none()
         if row is None:
             return None
         return SinkRecord(
@@ -90,8 +99,9 @@ class SQLSink(SinkBase):
         )
 
     async def count(self) -> int:
-        async with self.engine.connect() as conn:
-            return int((await conn.execute(select(func.count()).select_from(StoredItem))).scalar_one())
+        with translate_db_errors("counting the items"):
+            async with self.engine.connect() as conn:
+                return int((await conn.execute(select(func.count()).select_from(StoredItem))).scalar_one())
 
     async def _stored(self, conn: AsyncConnection, fingerprints: list[str]) -> dict[str, dict[str, Any]]:
         """The stored fields of these items (for the new/updated counts only)."""
@@ -122,33 +132,39 @@ class SQLSink(SinkBase):
         new = [0] * len(groups)
         updated = [0] * len(groups)
         for start in range(0, len(rows), _BATCH):
-            batch = rows[start : start + _BATCH]
-            async with self.engine.begin() as conn:
-                stored = await self._stored(conn, list({r[1] for r in batch}))
-                values = []
-                for g, fp, item, website_id, target_id in batch:
-                    old = stored.get(fp)
-                    if old is None:
-                        new[g] += 1
-                        stored[fp] = dict(item.fields)
-                    else:
-                        merged = {**old, **item.fields}
-                        if merged != old:
-                            updated[g] += 1
-                            stored[fp] = merged
-                    values.append(
-                        {
-                            "fingerprint": fp,
-                            "website_id": website_id,
-                            "target_id": target_id,
-                            "url": item.url,
-                            "data": dict(item.fields),  # only what we saw: merged over the row in SQL
-                            "first_seen": seen_at,
-                            "last_seen": seen_at,
-                        }
-                    )
-                await conn.execute(self._upsert_rows, values)
+            with translate_db_errors(f"storing {len(rows)} item(s)"):
+                await self._write(rows[start : start + _BATCH], new, updated, seen_at)
         return [UpsertCounts(new=n, updated=u) for n, u in zip(new, updated, strict=True)]
+
+    async def _write(
+        self, batch: list[tuple[int, str, Item, int, int | None]], new: list[int], updated: list[int], seen_at: datetime
+    ) -> None:
+        """One transaction: ``batch``'s rows upserted, their counts added to ``new`` and ``updated``."""
+        async with self.engine.begin() as conn:
+            stored = await self._stored(conn, list({r[1] for r in batch}))
+            values = []
+            for g, fp, item, website_id, target_id in batch:
+                old = stored.get(fp)
+                if old is None:
+                    new[g] += 1
+                    stored[fp] = dict(item.fields)
+                else:
+                    merged = {**old, **item.fields}
+                    if merged != old:
+                        updated[g] += 1
+                        stored[fp] = merged
+                values.append(
+                    {
+                        "fingerprint": fp,
+                        "website_id": website_id,
+                        "target_id": target_id,
+                        "url": item.url,
+                        "data": dict(item.fields),  # only what we saw: merged over the row in SQL
+                        "first_seen": seen_at,
+                        "last_seen": seen_at,
+                    }
+                )
+            await conn.execute(self._upsert_rows, values)
 
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, JobAttempt, JobRun
 from crawlherd.errors import PermanentJobError, summarize
 from crawlherd.messages import JobMessage
@@ -45,7 +46,8 @@ class DeadRun:
 
 
 class RunStore:
-    """Reads and writes ``job_runs``. ``engine`` is owned by the caller."""
+    """Reads and writes ``job_runs``. ``engine`` is owned by the caller. The config DB unreachable:
+    :class:`~crawlherd.errors.BackendUnavailableError` with ``role="database"`` (the worker's calls)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -55,11 +57,12 @@ class RunStore:
 
     async def status(self, job: JobMessage) -> str | None:
         """The recorded status of ``job``'s run, or None when it never started."""
-        async with self.engine.connect() as conn:
-            row = await conn.execute(
-                select(JobRun.status).where(JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at)
-            )
-            return row.scalar_one_or_none()
+        with translate_db_errors("reading a job run"):
+            async with self.engine.connect() as conn:
+                row = await conn.execute(
+                    select(JobRun.status).where(JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at)
+                )
+                return row.scalar_one_or_none()
 
     async def start(self, job: JobMessage, *, worker: str) -> str | None:
         """Record ``job``'s run as ``running`` (taken by ``worker``) and its attempt; None then. A run
@@ -84,17 +87,18 @@ class RunStore:
             "status": "running", "started_at": now, "pages": 0, "items_new": 0, "items_updated": 0,
         }
         start_run, start_attempt = self._start_statements()
-        try:
-            async with self.engine.begin() as conn:
-                if (await conn.execute(start_run, values)).first() is None:  # finished already: nothing written
-                    return (await conn.execute(select(JobRun.status).where(
-                        JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at))).scalar_one_or_none()
-                await conn.execute(start_attempt, attempt)
-        except IntegrityError as exc:  # the target was deleted after the job was published
-            raise PermanentJobError(
-                f"target {job.target_id} no longer exists: its run cannot be recorded ({summarize(exc)})"
-            ) from None
-        return None
+        with translate_db_errors("starting a job run"):
+            try:
+                async with self.engine.begin() as conn:
+                    if (await conn.execute(start_run, values)).first() is None:  # finished already: nothing written
+                        return (await conn.execute(select(JobRun.status).where(
+                            JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at))).scalar_one_or_none()
+                    await conn.execute(start_attempt, attempt)
+            except IntegrityError as exc:  # the target was deleted after the job was published
+                raise PermanentJobError(
+                    f"target {job.target_id} no longer exists: its run cannot be recorded ({summarize(exc)})"
+                ) from None
+            return None
 
     async def finish(
         self,
@@ -111,9 +115,10 @@ class RunStore:
                   "b_status": status, "b_error": error, "b_pages": pages, "b_new": items_new,
                   "b_updated": items_updated, "b_now": now}
         finish_run, finish_attempt = self._finish_statements()
-        async with self.engine.begin() as conn:
-            await conn.execute(finish_run, params)
-            await conn.execute(finish_attempt, params)  # console: the attempt's outcome
+        with translate_db_errors(f"recording a job run as {status}"):
+            async with self.engine.begin() as conn:
+                await conn.execute(finish_run, params)
+                await conn.execute(finish_attempt, params)  # console: the attempt's outcome
 
     def _finish_statements(self) -> tuple[Any, Any]:
         """The two updates of :meth:`finish`, built once (the values are bound parameters)."""
@@ -168,41 +173,43 @@ class RunStore:
         owner's running attempt (a run given up and taken again meanwhile is left alone)."""
         status = "succeeded" if outcome.error is None else ("dead" if outcome.permanent else "failed")
         now = datetime.now(UTC)
-        async with self.engine.begin() as conn:
-            await conn.execute(
-                update(JobRun)
-                .where(self._owned(job, worker), JobRun.status == "running")
-                .values(
-                    status=status,
-                    error=outcome.error,
-                    pages=outcome.pages,
-                    items_new=outcome.items_new,
-                    items_updated=outcome.items_updated,
-                    finished_at=now,
-                    updated_at=now,
+        with translate_db_errors("reporting a listing's end"):
+            async with self.engine.begin() as conn:
+                await conn.execute(
+                    update(JobRun)
+                    .where(self._owned(job, worker), JobRun.status == "running")
+                    .values(
+                        status=status,
+                        error=outcome.error,
+                        pages=outcome.pages,
+                        items_new=outcome.items_new,
+                        items_updated=outcome.items_updated,
+                        finished_at=now,
+                        updated_at=now,
+                    )
                 )
-            )
 
     async def reported(self, job: JobMessage, *, worker: str) -> ListingOutcome | None:
         """The outcome another worker recorded for ``worker``'s running attempt of ``job``, or None
         while there is none."""
-        async with self.engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(JobRun.status, JobRun.error, JobRun.pages, JobRun.items_new, JobRun.items_updated).where(
-                        self._owned(job, worker)
+        with translate_db_errors("reading a job run"):
+            async with self.engine.connect() as conn:
+                row = (
+                    await conn.execute(
+                        select(JobRun.status, JobRun.error, JobRun.pages, JobRun.items_new, JobRun.items_updated).where(
+                            self._owned(job, worker)
+                        )
                     )
-                )
-            ).first()
-        if row is None or row.status not in ("succeeded", "failed", "dead"):
-            return None
-        return ListingOutcome(
-            pages=row.pages or 0,
-            items_new=row.items_new or 0,
-            items_updated=row.items_updated or 0,
-            error=None if row.status == "succeeded" else (row.error or row.status),
-            permanent=row.status == "dead",
-        )
+                ).first()
+            if row is None or row.status not in ("succeeded", "failed", "dead"):
+                return None
+            return ListingOutcome(
+                pages=row.pages or 0,
+                items_new=row.items_new or 0,
+                items_updated=row.items_updated or 0,
+                error=None if row.status == "succeeded" else (row.error or row.status),
+                permanent=row.status == "dead",
+            )
 
     async def dead(self, limit: int = 100) -> list[DeadRun]:
         async with self.engine.connect() as conn:

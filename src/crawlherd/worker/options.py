@@ -1,0 +1,72 @@
+"""A worker's options (:class:`WorkerOptions`) and counters (:class:`WorkerStats`), shared by its
+lifecycle (:mod:`crawlherd.worker.worker`) and its page pipeline (:mod:`crawlherd.worker.pages`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from crawlherd._options import Count, Delay, Seconds, check_options
+from crawlherd.errors import ConfigurationError
+from crawlherd.fetch.base import FetchLimits
+
+__all__ = ["PAGE_DISPATCHERS", "PageDispatcher", "WorkerOptions", "WorkerStats"]
+
+#: The engine dispatchers a worker can run its pages with.
+PageDispatcher = Literal["semaphore", "memory-adaptive"]
+PAGE_DISPATCHERS: tuple[str, ...] = get_args(PageDispatcher)
+
+
+@dataclass
+class WorkerStats:
+    """Counters since the worker started."""
+
+    received: int = 0
+    succeeded: int = 0
+    skipped: int = 0
+    retried: int = 0
+    dead: int = 0
+    invalid: int = 0
+    requeued: int = 0
+    pages: int = 0
+    detail_pages: int = 0
+    detail_failures: int = 0
+    items_new: int = 0
+    items_updated: int = 0
+    in_flight: int = 0
+    last_errors: list[str] = field(default_factory=list)
+
+    def remember(self, message: str) -> None:
+        """Keep ``message`` among the last ten errors."""
+        self.last_errors = [*self.last_errors[-9:], message]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    """A worker's options. ``concurrency`` jobs at once (also the broker prefetch); ``page_dispatcher``
+    -- the engine dispatcher that runs every page, listing and detail (``semaphore`` or
+    ``memory-adaptive``) -- with ``page_concurrency`` pages in flight; ``frontier_url`` the frontier of
+    those pages (``memory://``, ``sqlite:///file``, ``redis://...`` shared by all workers);
+    ``lease_timeout`` of the frontier's leases (None: the frontier URL's ``?lease_timeout=``, else the
+    frontier's default); ``max_attempts`` before a job is dead; ``backoff`` and ``max_backoff`` seconds
+    (doubling per attempt, with jitter); ``limits`` for the fetchers; ``shutdown_timeout`` for jobs in
+    flight at shutdown; ``name`` of the process (default: host and pid); ``poll_interval`` seconds
+    between two looks at ``job_runs`` while a job's listing is read by another worker."""
+
+    concurrency: Count = 4
+    page_dispatcher: PageDispatcher = "semaphore"
+    page_concurrency: Count = 8
+    frontier_url: str = "memory://"
+    lease_timeout: Seconds | None = None
+    max_attempts: Count = 3
+    backoff: Delay = 5.0
+    max_backoff: Delay = 600.0
+    limits: FetchLimits = field(default_factory=FetchLimits)
+    shutdown_timeout: Delay = 30.0
+    name: str | None = None
+    poll_interval: Seconds = 1.0
+
+    def __post_init__(self) -> None:
+        check_options(self, "worker")
+        if self.max_backoff < self.backoff:
+            raise ConfigurationError(f"need backoff <= max_backoff, got {self.backoff!r} and {self.max_backoff!r}")

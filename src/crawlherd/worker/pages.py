@@ -1,0 +1,379 @@
+"""The worker's page pipeline: every page of the worker's frontier, listing and detail, of any job.
+
+One frontier and one page loop (the engine's dispatcher) per worker: the website's politeness
+(``min_delay``, ``max_concurrency``) is the frontier's host policy and holds for every page, across
+workers when the frontier is shared (Redis). Whoever leases a listing page (this worker or another one
+sharing the frontier) fetches it, stores its new items, queues their detail pages and the next listing
+page; the end of the chain is reported to the job's owner -- in process when the owner is this worker
+(:attr:`PagePipeline.chains`), else in ``job_runs`` (the owner polls its run's row). A detail page's
+fields are merged over its listing's item. See :mod:`crawlherd.worker.jobcrawl` and ``docs/worker.md``.
+
+A website's ``robots = "obey"`` is honoured for listing and detail pages: a page robots.txt disallows
+is not fetched (a disallowed listing page makes the job dead at once: no attempt can do better), and
+its Crawl-delay raises the host's delay in the frontier.
+
+Outages: the frontier gone, the page loop says so once and tries again with back-off
+(:class:`~crawlherd._resilience.Attempts`); the config DB gone while a chain's end is reported, the
+report is retried in place (:meth:`~crawlherd._resilience.Retrier.call`): the owner waits for it.
+A page whose items cannot be stored fails (its lease goes back), as any page that cannot be done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from crawlherd import metrics
+from crawlherd._aio import until_done
+from crawlherd._resilience import Retrier, Stopped
+from crawlherd.crawler import Crawler, CrawlerRunConfig
+from crawlherd.crawler.concurrency import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
+from crawlherd.crawler.concurrency.base import Dispatcher
+from crawlherd.errors import BackendUnavailableError, JobError
+from crawlherd.extract.handlers import run_extractor
+from crawlherd.extract.rules import Page
+from crawlherd.extract.selectors import call_for_page
+from crawlherd.fetch.base import FetchLimits
+from crawlherd.fetch.gate import SendStamps
+from crawlherd.frontier import Frontier, open_scheduler
+from crawlherd.item import Item
+from crawlherd.request import Request
+from crawlherd.result import CrawlResult
+from crawlherd.sinks import DETAIL_AT, Sink
+from crawlherd.sinks.base import UpsertCounts
+from crawlherd.sitespec import SiteSpec
+from crawlherd.worker.grouped import GroupedWrites
+from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
+from crawlherd.worker.options import WorkerOptions, WorkerStats
+from crawlherd.worker.runs import RunStore
+
+__all__ = ["PagePipeline", "default_browser"]
+
+log = logging.getLogger(__name__)
+
+
+def default_browser(limits: FetchLimits) -> Crawler:
+    """The browser crawler of a website that needs one: Playwright with the system Chromium."""
+    from crawlherd.fetch.browser import BrowserFetcher
+
+    return Crawler(fetcher=BrowserFetcher(limits=limits))
+
+
+class PagePipeline:
+    """The pages of worker ``name``: :meth:`open` the frontier and the HTTP crawler, :meth:`run` the
+    page loop until told to stop, :meth:`queue_listing` a job's first page. ``chains`` holds the
+    listing chains of the jobs the worker owns, by run (where their outcome is reported); ``stats``,
+    ``runs``, ``sink`` and ``retrier`` are the worker's."""
+
+    #: The pages' items, stored together (group commit; made on first use, see _store).
+    _writes: GroupedWrites | None = None
+    #: Each crawler's run config with the robots setting flipped, by crawler (see _run_config).
+    _flipped: dict[int, tuple[CrawlerRunConfig, CrawlerRunConfig]] | None = None
+
+    def __init__(
+        self,
+        options: WorkerOptions,
+        *,
+        name: str,
+        stats: WorkerStats,
+        runs: RunStore,
+        sink: Sink,
+        retrier: Retrier,
+        browser_factory: Callable[[FetchLimits], Crawler] | None = None,
+    ) -> None:
+        self.options = options
+        self.name = name
+        self.stats = stats
+        self.runs = runs
+        self.sink = sink
+        self.retrier = retrier
+        self._browser_factory = browser_factory or default_browser
+        self._http: Crawler | None = None
+        self._browser: Crawler | None = None
+        self._browser_lock = asyncio.Lock()
+        self.frontier: Frontier | None = None
+        self.chains: dict[str, asyncio.Future[ListingOutcome]] = {}
+        self._new_pages = asyncio.Event()
+        self._stop: asyncio.Event | None = None  # the page loop's, while it runs
+
+    @property
+    def opened(self) -> bool:
+        return self._http is not None
+
+    async def open(self) -> None:
+        lease = {} if self.options.lease_timeout is None else {"lease_timeout": self.options.lease_timeout}
+        self.frontier = await open_scheduler(self.options.frontier_url, **lease).__aenter__()
+        self._http = self._share_gate(await Crawler(limits=self.options.limits).__aenter__())
+
+    def _share_gate(self, crawler: Crawler) -> Crawler:
+        """A frontier shared by processes (Redis) keeps each host's delay at the moment of sending,
+        across the fleet: the crawler's send gate asks it (:meth:`HostGate.share`)."""
+        crawler.gate.share(self.frontier if isinstance(self.frontier, SendStamps) else None)
+        return crawler
+
+    async def close(self) -> None:
+        if self._writes is not None:
+            await self._writes.close()
+            self._writes = None
+        for crawler in (self._http, self._browser):
+            if crawler is not None:
+                await crawler.close()
+        self._http = self._browser = None
+        if self.frontier is not None:
+            await self.frontier.close()
+            self.frontier = None
+
+    async def idle(self) -> bool:
+        """No page queued or in flight in the frontier."""
+        return self.frontier is None or await self.frontier.idle()
+
+    async def queue_listing(self, site: SiteSpec, request: Request) -> None:
+        """Queue a job's first listing page (the website's politeness set first) and wake the loop."""
+        assert self.frontier is not None
+        await self._politeness(site, request.host)
+        if not await self.frontier.enqueue_request(request):
+            raise JobError(f"the frontier refused listing page {request.url}")
+        self._new_pages.set()
+
+    async def frontier_counts(self) -> dict[str, Any]:
+        """The frontier's counts, for the heartbeat (and the console's Frontier page)."""
+        if self.frontier is None:
+            return {}
+        st = await self.frontier.stats()
+        metrics.FRONTIER.labels(state="queued").set(st.queued)
+        metrics.FRONTIER.labels(state="in_flight").set(st.in_flight)
+        return {"frontier": st.summary()}  # with each host's politeness state
+
+    # -- the page loop ----------------------------------------------------------------------------
+
+    def _dispatcher(self, limiter: RateLimiter) -> Dispatcher:
+        if self.options.page_dispatcher == "memory-adaptive":
+            return MemoryAdaptiveDispatcher(max_session_permit=self.options.page_concurrency, rate_limiter=limiter)
+        return SemaphoreDispatcher(self.options.page_concurrency, rate_limiter=limiter)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fetch the frontier's pages, listing and detail, until ``stop``; between bursts, wait for
+        new ones (or poll: other workers sharing the frontier queue some too, and expired leases
+        come back). The frontier gone: said once, tried again with back-off."""
+        assert self.frontier is not None
+        frontier = self.frontier
+        limiter = RateLimiter(base_delay=(0.0, 0.0), decay=0.5)  # 429 back-off; spacing is the frontier's
+        attempts = self.retrier.attempts("frontier", stop=stop)
+        stopping = asyncio.ensure_future(stop.wait())
+        self._stop = stop
+        try:
+            while not stop.is_set():
+                try:
+                    if attempts.failures:  # still down? (the frontier answers, or this raises the same)
+                        await frontier.idle()
+                        attempts.succeeded()
+                    await self._run_pages(frontier, limiter, stopping)
+                except Stopped:
+                    return
+                except Exception as exc:  # the frontier went away: wait, go on
+                    unavailable = _unavailable_in(exc)
+                    if unavailable is None:
+                        raise
+                    try:
+                        await attempts.failed(unavailable)
+                    except Stopped:
+                        return
+                    continue
+                self._new_pages.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(_first(stop.wait(), self._new_pages.wait()), 1.0)
+        finally:
+            self._stop = None
+            stopping.cancel()
+
+    async def _run_pages(self, frontier: Frontier, limiter: RateLimiter, stopping: asyncio.Future[Any]) -> None:
+        """One run of the engine's dispatcher over the frontier, until it has nothing more or ``stopping``
+        is done (then what is in flight is cancelled and its leases go back)."""
+        results = self._dispatcher(limiter).run(frontier, self._page)
+        try:
+            async for result in until_done(results, stopping):
+                if not result.success:
+                    await self._page_failed(result)
+        finally:
+            await results.aclose()  # type: ignore[attr-defined]
+
+    # -- one page ---------------------------------------------------------------------------------
+
+    async def _page(self, request: Request) -> CrawlResult:
+        """The dispatcher's work for one page: fetch it *and* store what it holds, so that the lease is
+        acked only once that is done (a worker stopped or killed in between loses nothing: the lease
+        comes back, and storing again is idempotent)."""
+        listing = ListingState.of(request)
+        if listing is not None:
+            return await self._listing_page(request, listing)
+        detail = DetailPage.of(request)
+        crawler = await self._crawler_for(detail is not None and detail.site.requires_playwright)
+        site = detail.site if detail is not None else None
+        result = await crawler.arun(request, self._run_config(crawler, site))
+        metrics.observe_fetch(result)
+        if result.success and detail is not None:
+            await self._store_detail(result, detail)
+        return result
+
+    def _run_config(self, crawler: Crawler, site: SiteSpec | None) -> CrawlerRunConfig:
+        obey = site is None or site.politeness.robots == "obey"
+        config = crawler.config
+        if config.check_robots_txt == obey:
+            return config
+        # the other robots setting: cloned once per crawler config, not once per page (it is frozen)
+        if self._flipped is None:
+            self._flipped = {}
+        kept = self._flipped.get(id(crawler))
+        if kept is None or kept[0] is not config:
+            kept = self._flipped[id(crawler)] = (config, config.clone(check_robots_txt=obey))
+        return kept[1]
+
+    async def _politeness(self, site: SiteSpec, host: str, url: str | None = None) -> None:
+        """The website's politeness as the frontier's policy for ``host`` (robots.txt's Crawl-delay,
+        once known, raises the delay when the website obeys robots.txt)."""
+        assert self.frontier is not None
+        delay = site.politeness.min_delay
+        if url is not None and site.politeness.robots == "obey":
+            crawler = await self._crawler_for(site.requires_playwright)
+            robots_delay = crawler.robots.crawl_delay(url)
+            if not robots_delay or robots_delay <= delay:
+                return
+            delay = robots_delay
+        await self.frontier.set_host_policy(host, delay=delay, max_in_flight=site.politeness.max_concurrency)
+
+    async def _listing_page(self, request: Request, state: ListingState) -> CrawlResult:
+        """One listing page of a chain: fetch, extract, store the new items, queue their detail pages
+        and the next listing page -- or, on the last page, report the chain's outcome."""
+        assert self.frontier is not None
+        if state.owner == self.name and state.run not in self.chains:
+            # This worker owned the job and gave it up (failed, or stopped): the page is not wanted.
+            return CrawlResult(url=request.url, success=False, error_message="its job run has ended", request=request)
+        job = state.job
+        site = job.site
+        crawler = await self._crawler_for(site.requires_playwright)
+        result = await crawler.arun(request, self._run_config(crawler, site))
+        metrics.observe_fetch(result)
+        if not result.success:
+            return result  # reported by _page_failed once the dispatcher settled it (a 429 is re-fetched first)
+        await self._politeness(site, request.host, request.url)
+        page = Page(
+            url=result.final_url or request.url, html=result.text, website=site.name, status=result.status_code or 0
+        )
+        extraction = await run_extractor(site.extractor(), page)
+        seen = set(state.seen)
+        new: dict[bytes, Item] = {}
+        for item in extraction.items:
+            if item.fingerprint.hex() not in seen:
+                new.setdefault(item.fingerprint, item)
+        counts = await self._store(list(new.values()), website_id=job.website_id, target_id=job.target_id)
+        details = detail_requests(job, new.values())
+        for host in {r.host for r in details}:
+            await self._politeness(site, host)
+        queued = await self.frontier.enqueue_requests(details) if details else 0
+        after = state.next(new=new.values(), items_new=counts.new, items_updated=counts.updated, details_queued=queued)
+        paginator = site.paginator
+        url = request.url
+        nxt = await call_for_page(
+            result.text, paginator.next_url, url, pages_fetched=state.page, html=result.text, new_items=len(new)
+        )
+        if nxt is None and paginator.type == "next_link" and state.page < paginator.max_pages:
+            nxt = extraction.next_url
+        if nxt is not None and nxt != url and await self.frontier.enqueue_request(after.request(nxt)):
+            self._new_pages.set()
+            return result
+        outcome = ListingOutcome(
+            pages=state.page,
+            items_new=after.items_new,
+            items_updated=after.items_updated,
+            details_queued=after.details_queued,
+        )
+        await self._report(state, outcome)  # cancelled at shutdown: the lease goes back
+        return result
+
+    async def _page_failed(self, result: CrawlResult) -> None:
+        """A page the dispatcher gave up on: a listing page fails its job; a detail page is counted
+        (the listing's fields are kept; the revisit period brings it back)."""
+        request = result.request
+        state = ListingState.of(request) if request is not None else None
+        if state is None:
+            self.stats.detail_failures += 1
+            self.stats.remember(f"detail page {result.url}: {result.error_message}")
+            return
+        if state.owner == self.name and state.run not in self.chains:
+            return  # its job run has ended
+        robots = result.error_type == "RobotsDisallowedError"
+        reason = f"listing page {result.url} failed: {result.error_message or result.status_code}"
+        outcome = ListingOutcome(pages=state.page - 1, error=reason, permanent=robots)
+        await self._report(state, outcome, stop=self._stop)  # Stopped at shutdown: the loop ends
+
+    async def _report(self, state: ListingState, outcome: ListingOutcome, *, stop: asyncio.Event | None = None) -> None:
+        """Tell the job's owner how its listing chain ended: in process, or through ``job_runs`` (the
+        config DB down: retried until it is back, or until ``stop``)."""
+        chain = self.chains.get(state.run)
+        if chain is not None:
+            if not chain.done():
+                chain.set_result(outcome)
+            return
+        if state.owner != self.name:
+            report = self.runs.report
+            await self.retrier.call(lambda: report(state.job, worker=state.owner, outcome=outcome),
+                                    role="database", stop=stop)
+
+    async def _store_detail(self, result: CrawlResult, detail: DetailPage) -> None:
+        rules = detail.site.detail_rules
+        found: dict[str, object] = {}
+        if rules is not None:
+            found = await call_for_page(result.text, rules.extract_detail, result.text, result.final_url or result.url)
+        fields = {**detail.fields, **{k: v for k, v in found.items() if v not in (None, "", [])}}
+        now = datetime.now(UTC)
+        fields[DETAIL_AT] = now.isoformat()
+        item = Item(website=detail.site.name, url=result.url, fingerprint=bytes.fromhex(detail.item), fields=fields)
+        counts = await self._store([item], website_id=detail.website_id, target_id=detail.target_id)
+        metrics.items_stored(new=counts.new, updated=counts.updated)  # a listing's count with its job's
+        self.stats.detail_pages += 1
+
+    async def _store(self, items: list[Item], *, website_id: int, target_id: int | None) -> UpsertCounts:
+        """Store a page's items, with those of the other pages that finished meanwhile (one write for
+        all of them, see :mod:`crawlherd.worker.grouped`); returns once they are stored, so the page's
+        lease is acked only after that."""
+        if self._writes is None:
+            self._writes = GroupedWrites(self.sink)
+        counts = await self._writes.store(items, website_id=website_id, target_id=target_id)
+        self.stats.items_new += counts.new
+        self.stats.items_updated += counts.updated
+        return counts
+
+    async def _crawler_for(self, browser: bool) -> Crawler:
+        if not browser:
+            assert self._http is not None
+            return self._http
+        async with self._browser_lock:
+            if self._browser is None:  # started on first need; BrowserUnavailableError fails the job
+                self._browser = self._share_gate(await self._browser_factory(self.options.limits).__aenter__())
+            return self._browser
+
+
+async def _first(*aws: Awaitable[object]) -> None:
+    """Wait for the first of ``aws``; cancel the others."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def _unavailable_in(exc: BaseException) -> BackendUnavailableError | None:
+    """``exc`` itself, or the first leaf of an exception group (the dispatcher's task group), when it is
+    a :class:`BackendUnavailableError` and the group holds nothing but those (and cancellations)."""
+    if isinstance(exc, BackendUnavailableError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [_unavailable_in(e) for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        if leaves and all(leaf is not None for leaf in leaves):
+            return leaves[0]
+    return None
