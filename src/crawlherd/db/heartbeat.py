@@ -2,9 +2,14 @@
 ``process_heartbeats`` and beats every ``interval`` seconds; the console shows a process as **gone**
 when it has not beaten for :data:`GONE_AFTER` intervals, or as **stopped** when it said goodbye.
 
-A failing beat (database down) is logged and tried again at the next interval: a heartbeat never
-stops the process it reports on. Given the process's :class:`~crawlherd._resilience.OutageLog`, a failing
-beat is part of its "config DB" outage (said once, with the process's other steps), not a warning per beat.
+A failing beat (database down) is tried again at the next interval: a heartbeat never stops the
+process it reports on. Its temporary errors are the config DB's outages
+(:class:`~crawlherd.errors.BackendUnavailableError`, ``role="database"``, mapped by
+:func:`~crawlherd.db.errors.translate_db_errors`), retried on the resilience kernel's
+:class:`~crawlherd._resilience.Attempts` and said once per outage in an
+:class:`~crawlherd._resilience.OutageLog` -- the process's own when given (the outage is then said once
+with the process's other steps), not a warning per beat. Anything else (a bug) is a warning, and the
+next beat comes as usual.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd._resilience import OutageLog
+from crawlherd._resilience import Attempts, OutageLog, Retrier, RetryPolicy, Stopped
 from crawlherd.db.engine import db_now
+from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import PROCESS_KINDS, ProcessHeartbeat
-from crawlherd.errors import ConfigurationError, summarize
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, summarize
 
 __all__ = ["GONE_AFTER", "Heartbeat", "ProcessInfo", "list_processes", "process_id"]
 
@@ -54,7 +60,8 @@ class Heartbeat:
     ``interval`` seconds while its :meth:`run` task lives; ``jobs_in_hand`` (a callable) is read at
     each beat; ``info`` is stored with it (never put a secret in it), merged at each beat with what
     ``details`` (an async callable, e.g. the worker's frontier counts) returns; ``outages``: the
-    process's outage log (a failed beat is then its "config DB" outage). ``engine`` is the caller's.
+    process's outage log (a failed beat is then its "config DB" outage; default: the heartbeat's own).
+    ``engine`` is the caller's.
 
     Use as an async context manager (``async with Heartbeat(...):``) or run :meth:`run` as a task.
     """
@@ -82,12 +89,19 @@ class Heartbeat:
         self.jobs_in_hand = jobs_in_hand or (lambda: 0)
         self.info = dict(info or {})
         self.details = details
-        self.outages = outages
+        self.outages = outages or OutageLog(log, f"heartbeat {self.id}")
+        # A failed beat waits for the next one: the back-off is the interval.
+        policy = RetryPolicy(base=interval, cap=interval, jitter=0.0)
+        self._retrier = Retrier(self.outages, temporary=(BackendUnavailableError,), policy=policy)
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
 
     async def register(self) -> None:
         """Insert (or refresh) this process's row."""
+        with translate_db_errors("registering a process"):
+            await self._register()
+
+    async def _register(self) -> None:
         async with self.engine.begin() as conn:
             now = await db_now(conn)
             exists = (await conn.execute(select(ProcessHeartbeat.id).where(ProcessHeartbeat.id == self.id))).first()
@@ -116,56 +130,71 @@ class Heartbeat:
                 values["info"] = {**self.info, **await self.details()}
             except Exception as exc:  # noqa: BLE001 - the frontier down is not the config DB down: beat anyway
                 log.debug("heartbeat %s: no details this beat: %s", self.id, summarize(exc))
-        async with self.engine.begin() as conn:
-            now = await db_now(conn)
-            values["last_seen"] = now
-            if stopped:
-                values["stopped_at"] = now
-            await conn.execute(update(ProcessHeartbeat).where(ProcessHeartbeat.id == self.id).values(**values))
+        with translate_db_errors("beating"):
+            async with self.engine.begin() as conn:
+                now = await db_now(conn)
+                values["last_seen"] = now
+                if stopped:
+                    values["stopped_at"] = now
+                await conn.execute(update(ProcessHeartbeat).where(ProcessHeartbeat.id == self.id).values(**values))
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Register, then beat every ``interval`` seconds until ``stop`` is set (or the task is
         cancelled); on the way out, mark the process stopped."""
         stop = stop or self._stop
-        await self._safely(self.register)
         try:
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.interval)
-                if not stop.is_set():
-                    await self._safely(self.beat)
+            await self._beats(stop, registered=False)
         finally:
-            await asyncio.shield(self._safely(lambda: self.beat(stopped=True)))
+            await asyncio.shield(self._once(lambda: self.beat(stopped=True)))
 
-    async def _safely(self, step: Callable[[], Any]) -> None:
+    async def _beats(self, stop: asyncio.Event, *, registered: bool) -> None:
+        """Register (until it worked), then beat every ``interval`` until ``stop``."""
+        attempts = self._retrier.attempts("database", stop=stop)
+        with contextlib.suppress(Stopped):
+            if registered:
+                await self._retrier.wait(self.interval, stop)
+            while True:
+                if not await self._step(self.beat if registered else self.register, attempts):
+                    continue  # a temporary failure: Attempts waited the interval
+                registered = True
+                await self._retrier.wait(self.interval, stop)
+
+    async def _step(self, step: Callable[[], Awaitable[None]], attempts: Attempts) -> bool:
+        """``step()``; False after a temporary failure (logged and waited by ``attempts``)."""
         try:
             await step()
+        except BackendUnavailableError as exc:  # temporary: the config DB's outage, said once
+            await attempts.failed(exc)
+            return False
         except Exception as exc:  # noqa: BLE001 - a heartbeat never kills the process it reports on
-            if self.outages is None:
-                log.warning("heartbeat %s: %s", self.id, summarize(exc))
-            else:
-                self.outages.down("config DB", summarize(exc))
-        else:
-            if self.outages is not None:
-                self.outages.up("config DB")
+            log.warning("heartbeat %s: %s", self.id, summarize(exc))
+            return True
+        attempts.succeeded()
+        return True
+
+    async def _once(self, step: Callable[[], Awaitable[None]]) -> bool:
+        """``step()`` tried once (the first registration, the last beat); True when it worked."""
+        try:
+            await step()
+        except BackendUnavailableError as exc:
+            self.outages.down("database", summarize(exc))
+            return False
+        except Exception as exc:  # noqa: BLE001 - a heartbeat never kills the process it reports on
+            log.warning("heartbeat %s: %s", self.id, summarize(exc))
+            return False
+        self.outages.up("database")
+        return True
 
     async def __aenter__(self) -> Heartbeat:
-        await self._safely(self.register)
-        self._task = asyncio.create_task(self._loop(), name=f"heartbeat:{self.id}")
+        registered = await self._once(self.register)
+        self._task = asyncio.create_task(self._beats(self._stop, registered=registered), name=f"heartbeat:{self.id}")
         return self
-
-    async def _loop(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.interval)
-            if not self._stop.is_set():
-                await self._safely(self.beat)
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._stop.set()
         if self._task is not None:
             await self._task
-        await self._safely(lambda: self.beat(stopped=True))
+        await self._once(lambda: self.beat(stopped=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,79 +16,53 @@ again later is idempotent).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from crawlherd._aio import cancel_and_wait
+from crawlherd._resilience import Batcher
 from crawlherd.item import Item
 from crawlherd.sinks.base import Sink, SinkBase, UpsertCounts, upsert_each
 
 __all__ = ["GroupedWrites"]
 
-_Entry = tuple[Sequence[Item], int, int | None, "asyncio.Future[UpsertCounts]"]
+_Group = tuple[Sequence[Item], int, "int | None"]
 
 
 class GroupedWrites:
     """``GroupedWrites(sink, *, max_pages=200)``: ``await store(items, website_id=..., target_id=...)``
     returns the counts of ``items`` once they are stored in ``sink``, in one write with the items of
-    the other calls waiting (at most ``max_pages`` calls a write). :meth:`close` stops the write running."""
+    the other calls waiting (at most ``max_pages`` calls a write). :meth:`close` stops the write running.
+    The grouping is the resilience kernel's :class:`~crawlherd._resilience.Batcher`."""
 
     def __init__(self, sink: Sink, *, max_pages: int = 200) -> None:
         if max_pages < 1:
             raise ValueError(f"max_pages={max_pages!r}: must be >= 1")
         self.sink = sink
-        self._max = max_pages
-        self._pending: list[_Entry] = []
-        self._task: asyncio.Task[None] | None = None
-        #: Writes made, and the calls they served.
-        self.writes = 0
-        self.calls = 0
+        self._batcher: Batcher[_Group, UpsertCounts] = Batcher(
+            self._write, max_batch=max_pages, name="crawlherd-grouped-writes"
+        )
+
+    @property
+    def writes(self) -> int:
+        """Writes made."""
+        return self._batcher.batches
+
+    @property
+    def calls(self) -> int:
+        """The calls the writes served."""
+        return self._batcher.calls
 
     async def store(self, items: Sequence[Item], *, website_id: int, target_id: int | None) -> UpsertCounts:
         if not items:
             return UpsertCounts()
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[UpsertCounts] = loop.create_future()
-        self._pending.append((items, website_id, target_id, done))
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._drain(), name="crawlherd-grouped-writes")
-        return await done
+        return await self._batcher((items, website_id, target_id))
 
-    async def _drain(self) -> None:
-        try:
-            while self._pending:
-                batch, self._pending = self._pending[: self._max], self._pending[self._max :]
-                await self._write(batch)
-        finally:  # cancelled (close): the calls still waiting are cancelled too, never left hanging
-            for *_, done in self._pending:
-                done.cancel()
-            self._pending = []
-
-    async def _write(self, entries: list[_Entry]) -> None:
-        groups = [(items, website_id, target_id) for items, website_id, target_id, _ in entries]
+    async def _write(self, groups: list[_Group]) -> list[UpsertCounts | BaseException]:
         seen_at = datetime.now(UTC)
-        try:
-            if isinstance(self.sink, SinkBase):
-                counts = await self.sink.upsert_groups(groups, seen_at=seen_at)
-            else:
-                counts = await upsert_each(self.sink, groups, seen_at=seen_at)
-        except asyncio.CancelledError:
-            for *_, done in entries:
-                done.cancel()
-            raise
-        except Exception as exc:  # noqa: BLE001 - handed to every caller of the write
-            for *_, done in entries:
-                if not done.done():
-                    done.set_exception(exc)
-            return
-        self.writes += 1
-        self.calls += len(entries)
-        for (*_, done), own in zip(entries, counts, strict=True):
-            if not done.done():
-                done.set_result(own)
+        if isinstance(self.sink, SinkBase):
+            return list(await self.sink.upsert_groups(groups, seen_at=seen_at))
+        return list(await upsert_each(self.sink, groups, seen_at=seen_at))
 
     async def close(self) -> None:
         """Stop: the write running is cancelled (its callers' pages go back to the frontier)."""
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._batcher.close()
