@@ -1,6 +1,6 @@
 """crawlherd in a Celery stack (``pip install 'crawlherd[celery]'``; see docs/integrations.md#celery).
 
-- Task ``crawlherd.crawler.concurrency``: one dispatch cycle (what ``crawlherd dispatch --once`` does), for Celery
+- Task ``crawlherd.dispatch``: one dispatch cycle (what ``crawlherd dispatch --once`` does), for Celery
   beat; :func:`beat_schedule` is the entry to put in ``app.conf.beat_schedule``.
 - Jobs as Celery tasks: the broker URL ``celery+<Celery broker URL>[?queue=celery]`` makes the dispatcher
   publish every job message as a task ``crawlherd.run_job`` (Celery's message protocol, sent by Celery
@@ -37,7 +37,7 @@ __all__ = ["TASK_DISPATCH", "TASK_RUN_JOB", "CeleryTaskBroker", "beat_schedule",
 
 log = logging.getLogger("crawlherd.contrib.celery")
 
-TASK_DISPATCH = "crawlherd.crawler.concurrency"
+TASK_DISPATCH = "crawlherd.dispatch"
 TASK_RUN_JOB = "crawlherd.run_job"
 _JOB_NAMESPACE = uuid.UUID("5b0f4a8e-2f7c-4d1e-9a43-6f1c2d3e4b5a")
 

@@ -1,5 +1,5 @@
 """crawlherd.contrib.celery with a real Celery beat and a real Celery worker on the local RabbitMQ and
-PostgreSQL: beat sends ``crawlherd.crawler.concurrency`` every second, the cycle publishes each due (target, slot)
+PostgreSQL: beat sends ``crawlherd.dispatch`` every second, the cycle publishes each due (target, slot)
 as a ``crawlherd.run_job`` Celery task (broker ``celery+amqp://``), the worker runs it and stores items.
 Exactly once per slot: one run per outbox row, and each job's task received once by the worker.
 
