@@ -376,6 +376,12 @@ class Batcher(Generic[A, R]):
                 with contextlib.suppress(Exception):
                     await self._orphan(result)
 
+    async def flush(self) -> None:
+        """Wait until every call made so far has its answer (nothing is cancelled; bound it with a
+        timeout of your own: a timeout cancels only this wait)."""
+        while alive := [t for t in self._tasks if not t.done()]:
+            await asyncio.wait(alive)
+
     async def close(self) -> None:
         tasks, self._tasks = self._tasks, set()
         for task in tasks:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from crawlherd._options import Delay, NonEmpty, Seconds
+from crawlherd._resilience import Batcher
 from crawlherd.brokers._common import (
     BrokerBase,
     BrokerOptions,
@@ -135,9 +136,10 @@ class SQLiteBroker(BrokerBase):
         self._clock = opts.clock
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
-        # group commit: publishes waiting for the next transaction, and the task that writes them
-        self._queued: list[tuple[tuple[Any, ...], asyncio.Future[None]]] = []
-        self._writer: asyncio.Task[None] | None = None
+        # group commit: every publish made while a transaction runs goes into the next one, in order
+        self._publishes: Batcher[tuple[Any, ...], None] = Batcher(
+            self._insert_rows, max_batch=5000, name=f"sqlite-broker-publish:{self.path}"
+        )
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteBroker:
@@ -171,7 +173,7 @@ class SQLiteBroker(BrokerBase):
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout * 1000)}")
                 conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = NORMAL")  # FULL for publishes, see _write_queued
+                conn.execute("PRAGMA synchronous = NORMAL")  # FULL for publishes, see _insert_rows
                 conn.executescript(SCHEMA)
             except BaseException:
                 conn.close()
@@ -187,10 +189,8 @@ class SQLiteBroker(BrokerBase):
         self._executor = executor
 
     async def _shutdown(self) -> None:
-        writer = self._writer
-        if writer is not None and not writer.done():
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(writer), 10)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._publishes.flush(), 10)
         conn, executor = self._conn, self._executor
         self._conn = self._executor = None
         if executor is None:
@@ -211,47 +211,34 @@ class SQLiteBroker(BrokerBase):
             await self._ensure_open()
         if self._closed:
             raise BrokerError(f"{self!r} is closed")
-        confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queued.append((row, confirmed))
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._write_queued(), name=f"sqlite-broker-publish:{self.path}")
-        await confirmed
+        await self._publishes(row)
 
-    async def _write_queued(self) -> None:
-        """Group commit: every publish queued while the previous transaction ran goes into the next one
-        (in order); each publisher is told only after the COMMIT."""
-        while self._queued:
-            batch, self._queued = self._queued, []
-            rows = [row for row, _ in batch]
+    async def _insert_rows(self, rows: list[tuple[Any, ...]]) -> list[None | BaseException]:
+        """One transaction for the publishes of a batch; each publisher is told only after the COMMIT."""
 
-            def insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]] = rows) -> None:
-                # a confirmed publish must survive a power cut: this commit syncs the WAL (and with it
-                # every earlier commit of this file)
-                conn.execute("PRAGMA synchronous = FULL")
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        conn.executemany("INSERT INTO broker_messages (queue, msg_key, body, headers, available_at, "
-                                         "published_at) VALUES (?, ?, ?, ?, ?, ?)", rows)
-                        conn.execute("COMMIT")
-                    except BaseException:
-                        conn.execute("ROLLBACK")
-                        raise
-                finally:
-                    conn.execute("PRAGMA synchronous = NORMAL")
-
+        def insert(conn: sqlite3.Connection) -> None:
+            # a confirmed publish must survive a power cut: this commit syncs the WAL (and with it
+            # every earlier commit of this file)
+            conn.execute("PRAGMA synchronous = FULL")
             try:
-                await self._run(insert, publishing=True)
-            except Exception as exc:  # noqa: BLE001 - handed to every publisher of the batch
-                for _, fut in batch:
-                    if not fut.done():
-                        err = PublishError(str(exc)) if not isinstance(exc, BrokerError) else type(exc)(str(exc))
-                        err.__cause__ = exc
-                        fut.set_exception(err)
-            else:
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_result(None)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany("INSERT INTO broker_messages (queue, msg_key, body, headers, available_at, "
+                                     "published_at) VALUES (?, ?, ?, ?, ?, ?)", rows)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            finally:
+                conn.execute("PRAGMA synchronous = NORMAL")
+
+        try:
+            await self._run(insert, publishing=True)
+        except BrokerError:
+            raise
+        except Exception as exc:
+            raise PublishError(str(exc)) from exc
+        return [None] * len(rows)
 
     async def _fetch(self, state: Any, n: int) -> Sequence[Delivery]:
         now = self._clock.now()
