@@ -66,6 +66,55 @@ async def test_cache_refresh_updates_and_enabled_reads() -> None:
     assert len(f.requests) == 2 and hit.success and hit.body == PAGE
 
 
+REFRESH, ENABLED = CrawlerRunConfig(cache_mode="refresh"), CrawlerRunConfig(cache_mode="enabled")
+
+
+async def test_the_cache_is_bounded_by_default() -> None:
+    """Without options the cache keeps a bounded number of pages: the oldest goes first."""
+    f = link_fetcher()
+    async with Crawler(fetcher=f) as crawler:
+        for n in range(1001):
+            await crawler.arun(f"http://site.example/{n}", REFRESH)
+        fetched = len(f.requests)
+        await crawler.arun("http://site.example/1000", ENABLED)  # the newest: still kept
+        assert len(f.requests) == fetched
+        await crawler.arun("http://site.example/0", ENABLED)  # the oldest: forgotten, fetched again
+        assert len(f.requests) == fetched + 1
+
+
+async def test_the_cache_is_bounded_in_entries_and_bytes() -> None:
+    body = b"<html>" + b"x" * 94  # 100 bytes
+    f = MockFetcher(lambda request: MockResponse(200, body, content_type="text/html"))
+    urls = [f"http://site.example/{n}" for n in range(4)]
+    async with Crawler(fetcher=f, cache_max_entries=3, cache_max_bytes=10_000) as crawler:
+        for url in urls:
+            await crawler.arun(url, REFRESH)
+        await crawler.arun(urls[3], ENABLED)
+        await crawler.arun(urls[1], ENABLED)  # read: now the most recently used
+        assert len(f.requests) == 4
+        await crawler.arun(urls[0], ENABLED)  # the fourth page pushed the first out
+        assert len(f.requests) == 5
+        await crawler.arun(urls[1], ENABLED)
+        assert len(f.requests) == 5
+    f = MockFetcher(lambda request: MockResponse(200, body, content_type="text/html"))
+    async with Crawler(fetcher=f, cache_max_entries=100, cache_max_bytes=250) as crawler:
+        for url in urls[:3]:
+            await crawler.arun(url, REFRESH)
+        await crawler.arun(urls[0], ENABLED)  # 300 bytes do not fit in 250: the oldest went
+        assert len(f.requests) == 4
+        await crawler.arun(urls[2], ENABLED)
+        assert len(f.requests) == 4
+    big = MockFetcher(lambda request: MockResponse(200, body * 3, content_type="text/html"))
+    async with Crawler(fetcher=big, cache_max_bytes=250) as crawler:
+        await crawler.arun(urls[0], REFRESH)
+        await crawler.arun(urls[0], ENABLED)  # a page over the whole budget is not kept
+        assert len(big.requests) == 2
+    with pytest.raises(ConfigurationError, match="cache_max_entries"):
+        Crawler(fetcher=link_fetcher(), cache_max_entries=0)
+    with pytest.raises(ConfigurationError, match="cache_max_bytes"):
+        Crawler(fetcher=link_fetcher(), cache_max_bytes=-1)
+
+
 async def test_requests_keep_their_own_headers_over_the_run_config() -> None:
     f = link_fetcher()
     async with Crawler(fetcher=f) as crawler:

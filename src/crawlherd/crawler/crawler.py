@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.compat.crawl4ai import RunUrlsAdapter, RunUrlsDispatcher
+from crawlherd.crawler.cache import DEFAULT_CACHE_MAX_BYTES, DEFAULT_CACHE_MAX_ENTRIES, ResultCache
 from crawlherd.crawler.concurrency.base import BaseDispatcher, Dispatcher
 from crawlherd.crawler.concurrency.rate_limiter import RateLimiter
 from crawlherd.crawler.concurrency.semaphore import SemaphoreDispatcher
@@ -77,13 +78,17 @@ class _CrawlOptions(TypedDict, total=False):
 
 class Crawler:
     """The crawl engine. ``Crawler(*, fetcher=None, limits=None, allow_private_addresses=None,
-    config=None, clock=None, max_connections=100)``; use it as ``async with Crawler() as crawler``.
+    config=None, clock=None, max_connections=100, cache_max_entries=1000, cache_max_bytes=64 MiB)``;
+    use it as ``async with Crawler() as crawler``.
 
     Without ``fetcher`` an :class:`~crawlherd.fetch.http.HttpFetcher` is made from ``limits`` (and
     ``allow_private_addresses``). A fetcher passed in (``BrowserFetcher``, a ``MockFetcher``...) is
     taken over: the crawler enters it and closes it, as httpx does with a transport, and sets its
     ``send_gate`` to the crawler's :class:`~crawlherd.fetch.gate.HostGate` (:attr:`gate`), which keeps
     per-host spacing at the moment requests leave.
+
+    ``cache_mode="enabled"`` / ``"refresh"`` runs keep results in a :class:`~crawlherd.crawler.cache.ResultCache`
+    of at most ``cache_max_entries`` results and ``cache_max_bytes`` of bodies (least recently used out first).
     """
 
     def __init__(
@@ -95,6 +100,8 @@ class Crawler:
         config: CrawlerRunConfig | None = None,
         clock: Clock | None = None,
         max_connections: int = 100,
+        cache_max_entries: int = DEFAULT_CACHE_MAX_ENTRIES,
+        cache_max_bytes: int = DEFAULT_CACHE_MAX_BYTES,
     ) -> None:
         if fetcher is not None and (limits is not None or allow_private_addresses is not None):
             raise ConfigurationError("pass either fetcher= or limits=/allow_private_addresses=, not both")
@@ -118,14 +125,12 @@ class Crawler:
         #: Per-host spacing at send time: the running crawls' delay, robots.txt's, the rate limiters'.
         self.gate = HostGate(clock=self.clock)
         fetcher.send_gate = self.gate
-        self._cache: dict[bytes, CrawlResult] = {}
+        self._cache = ResultCache(cache_max_entries, cache_max_bytes)
         self._streams: set[CrawlStream] = set()
-        self._entered = False
         self._warned_screenshot: set[str] = set()
 
     async def __aenter__(self) -> Crawler:
         await self.fetcher.__aenter__()
-        self._entered = True
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -135,7 +140,6 @@ class Crawler:
         """Stop every open stream and close the fetcher. Idempotent."""
         for stream in list(self._streams):
             await stream.aclose()
-        self._entered = False
         await self.fetcher.close()
 
     # -- one URL ------------------------------------------------------------------------------------
@@ -197,7 +201,7 @@ class Crawler:
             return _failed(request.url, exc, request)
         self.gate.answered(request.host)
         if cache_mode != "bypass" and result.success:
-            self._cache[request.fingerprint] = result
+            self._cache.put(request.fingerprint, result)
         if run.max_depth >= 0 and result.success:
             await self._follow(result, request, run)
         return result

@@ -68,9 +68,6 @@ class HandlerRegistry:
             )
         self._handlers[name] = handler
 
-    def unregister(self, name: str) -> None:
-        self._handlers.pop(name, None)
-
     def _discover(self) -> dict[str, Any]:
         if self._entry_points is None:
             self._entry_points = {ep.name: ep for ep in entry_points(group=self.group)}
