@@ -3,112 +3,42 @@
 The browser never touches the network by itself: every request the page makes goes through a route
 handler that runs the address guard on its URL and fetches it through Playwright's request context
 with redirects turned off, so each redirect hop is checked too. The main document must pass the
-content-type allow-list and the body-size limit before the browser sees it; its redirects are
-followed (and counted against ``max_redirects``) by this fetcher, one navigation per hop, each after
-the send gate. The whole fetch runs under ``total_timeout`` (or the request's
-``meta["crawlherd.timeouts"]["total"]``); the rendered HTML is held to ``max_body_size`` as well.
+content-type allow-list and the body-size limit before the browser sees it. Redirects -- of the main
+document and of the page's own requests -- are followed by :func:`crawlherd.fetch.hops.follow`, the
+loop every fetcher shares: for the main document this fetcher makes one navigation per hop, each
+after the address guard and the send gate. The whole fetch runs under ``total_timeout`` (or the
+request's ``meta["crawlherd.timeouts"]["total"]``); the rendered HTML is held to ``max_body_size`` as well.
 
-Which Chromium: the ``executable_path`` option, else ``$CRAWLHERD_CHROMIUM``, else ``/usr/bin/chromium``,
-else ``chromium`` / ``chromium-browser`` on ``PATH``. crawlherd never downloads a browser
-(``apt-get install chromium`` on Debian/Ubuntu). Without Playwright (``pip install 'crawlherd[browser]'``)
-or without a browser, :class:`~crawlherd.errors.BrowserUnavailableError` says which is missing.
+Which Chromium, and the options: :mod:`crawlherd.fetch.chromium`. Without Playwright
+(``pip install 'crawlherd[browser]'``) or without a browser,
+:class:`~crawlherd.errors.BrowserUnavailableError` says which is missing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
+import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
-from urllib.parse import urljoin, urlsplit
+from typing import Any
+from urllib.parse import urlsplit
 
-from crawlherd._options import Count, Seconds, check_options
 from crawlherd.content_type import charset_of, media_type
-from crawlherd.errors import (
-    AddressNotAllowedError,
-    BodyTooLargeError,
-    BrowserUnavailableError,
-    ConfigurationError,
-    ContentTypeError,
-    FetchError,
-    FetchTimeoutError,
-    TooManyRedirectsError,
-)
+from crawlherd.errors import AddressNotAllowedError, BrowserUnavailableError, FetchError, FetchTimeoutError
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts
-from crawlherd.fetch.gate import SendGate, hop_host, pass_gate
+from crawlherd.fetch.chromium import CHROMIUM_ARGS, LOCAL_NETWORK_ARGS, BrowserOptions, find_chromium
+from crawlherd.fetch.gate import SendGate, pass_gate
 from crawlherd.fetch.guard import check_address, parse_networks
+from crawlherd.fetch.hops import AcceptedTypes, Hop, check_length, check_size, follow, redirect_location, response_of
 from crawlherd.request import Request
 
 __all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "AddressCheck", "BrowserFetcher", "BrowserOptions", "find_chromium"]
 
-#: Command-line switches Chromium is launched with: no sandbox (containers), no GPU, and none of the
-#: background traffic (QUIC, updates, sync) that would bypass the route handler.
-CHROMIUM_ARGS: tuple[str, ...] = (
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-)
-#: Added when private addresses are allowed: Chromium's own local-network-access checks would block a
-#: page (whose document the route fulfilled, so it has no address of its own) from reaching loopback
-#: or private hosts that the address guard let through. The guard stays the authority.
-LOCAL_NETWORK_ARGS: tuple[str, ...] = (
-    "--disable-features=BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights,"
-    "PrivateNetworkAccessRespectPreflightResults,LocalNetworkAccessChecks",
-)
-_RESOURCE_TYPES = frozenset(
-    {
-        "document",
-        "stylesheet",
-        "image",
-        "media",
-        "font",
-        "script",
-        "texttrack",
-        "xhr",
-        "fetch",
-        "eventsource",
-        "websocket",
-        "manifest",
-        "other",
-    }
-)
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-_INSTALL_HINT = (
-    "install it with `apt-get install chromium` (Debian/Ubuntu) or point CRAWLHERD_CHROMIUM (or the "
-    "executable_path option) at a Chromium/Chrome binary; crawlherd never downloads a browser"
-)
-
 #: ``check(host, port, url)``: raise AddressNotAllowedError to refuse a request.
 AddressCheck = Callable[[str, int, str], Awaitable[None]]
-
-
-def find_chromium(executable_path: str | None = None) -> str:
-    """The Chromium to launch: ``executable_path``, ``$CRAWLHERD_CHROMIUM``, ``/usr/bin/chromium``,
-    then ``chromium`` / ``chromium-browser`` on PATH. An explicit path that is not an executable, or
-    no browser at all, raises BrowserUnavailableError."""
-    for source, explicit in (
-        ("executable_path", executable_path),
-        ("CRAWLHERD_CHROMIUM", os.environ.get("CRAWLHERD_CHROMIUM")),
-    ):
-        if explicit:
-            if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
-                return explicit
-            raise BrowserUnavailableError(f"{source}={explicit!r} is not an executable file; {_INSTALL_HINT}")
-    if os.access("/usr/bin/chromium", os.X_OK):
-        return "/usr/bin/chromium"
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise BrowserUnavailableError(f"no Chromium found; {_INSTALL_HINT}")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -128,7 +58,7 @@ class _PageState:
 
     deadline: float
     error: FetchError | None = None
-    redirect_to: str | None = None
+    redirect: tuple[int, str] | None = None  # the main document's answer was a redirect: (status, location)
     main_status: int = 0
     main_headers: dict[str, str] = field(default_factory=dict)
     main_body: bytes = b""
@@ -140,43 +70,6 @@ class _PageState:
     def timeout_ms(self) -> float:
         # A little under the total deadline, so Playwright's own (more specific) timeout fires first.
         return max(1.0, (self.deadline - time.monotonic()) * 1000 - 250)
-
-
-WaitUntil = Literal["commit", "domcontentloaded", "load", "networkidle"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class BrowserOptions:
-    """How :class:`BrowserFetcher` drives Chromium. ``executable_path`` of the browser (default: see
-    :func:`find_chromium`); ``max_pages`` open at once; ``wait_until`` a page is ``load``-ed (or
-    ``domcontentloaded``, ``networkidle``, ``commit``) and then, if given, until the CSS selector
-    ``wait_for`` is on it; ``screenshot`` of every page (a PNG); ``block_resource_types`` the page may
-    not load (e.g. ``image``, ``font``; never ``document``); ``extra_args`` for Chromium;
-    ``launch_timeout`` seconds for the browser to start."""
-
-    executable_path: str | None = None
-    max_pages: Count = 4
-    wait_until: WaitUntil = "networkidle"
-    wait_for: str | None = None
-    screenshot: bool = False
-    block_resource_types: Iterable[str] = ()
-    extra_args: Iterable[str] = ()
-    launch_timeout: Seconds = 30.0
-
-    def __post_init__(self) -> None:
-        check_options(self, "BrowserFetcher")
-        if self.wait_for is not None and (not isinstance(self.wait_for, str) or not self.wait_for.strip()):
-            raise ConfigurationError(f"BrowserFetcher wait_for must be a non-empty selector, got {self.wait_for!r}")
-        blocked = frozenset(self.block_resource_types)
-        if blocked - _RESOURCE_TYPES:
-            raise ConfigurationError(
-                f"BrowserFetcher block_resource_types: unknown {sorted(blocked - _RESOURCE_TYPES)}; "
-                f"known: {sorted(_RESOURCE_TYPES)}"
-            )
-        if "document" in blocked:
-            raise ConfigurationError("BrowserFetcher block_resource_types cannot block 'document'")
-        object.__setattr__(self, "block_resource_types", blocked)
-        object.__setattr__(self, "extra_args", tuple(self.extra_args))
 
 
 class BrowserFetcher:
@@ -216,6 +109,7 @@ class BrowserFetcher:
         self.options = options = options or BrowserOptions()
         self._networks = parse_networks(self.limits.allowed_networks)
         self._address_check: AddressCheck = address_check or self._default_check
+        self._types = AcceptedTypes()
         self._semaphore = asyncio.Semaphore(options.max_pages)
         self._start_lock = asyncio.Lock()
         self._playwright: Any = None
@@ -313,7 +207,7 @@ class BrowserFetcher:
             raise FetchError(f"{url}: BrowserFetcher fetches GET only, not {request.method}", url=url, request=request)
         host, port = _host_port(request.canonical_url)
         try:
-            await self._address_check(host, port, url)
+            await self._address_check(host, port, url)  # before a browser is even needed
         except AddressNotAllowedError as exc:
             exc.request = request
             raise
@@ -321,11 +215,10 @@ class BrowserFetcher:
             await self.start()
         total = Timeouts.of(request, self.limits).total
         async with self._semaphore:
-            started = time.monotonic()
-            state = _PageState(deadline=started + total)
+            state = _PageState(deadline=time.monotonic() + total)
             try:
                 async with asyncio.timeout(total):
-                    return await self._render(request, state, started)
+                    return await self._render(request, state)
             except TimeoutError:
                 raise FetchTimeoutError(
                     f"{url}: the page was not ready within total_timeout={total:g}s "
@@ -333,6 +226,11 @@ class BrowserFetcher:
                     url=url,
                     request=request,
                 ) from None
+
+    def _guard(self, url: str) -> Awaitable[None]:
+        """The address check of ``url``'s host (a hop of the main document)."""
+        host, port = _host_port(url)
+        return self._address_check(host, port, url)
 
     async def _acquire_page(self, request: Request) -> Any:
         """An idle page of the pool, or a new one with the guard's routes installed."""
@@ -379,70 +277,67 @@ class BrowserFetcher:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(page.close(), timeout=10)
 
-    async def _render(self, request: Request, state: _PageState, started: float) -> Response:
-        pw = self._errors
+    async def _render(self, request: Request, state: _PageState) -> Response:
         page = await self._acquire_page(request)
         self._page_states[page] = state
         self.pages_open += 1
         reuse = False
         try:
             page.set_default_timeout(state.timeout_ms())
-            url = request.url
-            hops: list[str] = []
-            response: Any = None
-            while True:
-                state.redirect_to = None
-                if self.send_gate is not None:
-                    state.stage = "waiting for the send gate"
-                    await pass_gate(self.send_gate, hop_host(url) if hops else request.host)
-                state.stage = f"loading {url}"
-                try:
-                    response = await page.goto(url, wait_until=self.options.wait_until, timeout=state.timeout_ms())
-                except pw.TimeoutError:
-                    if state.error is not None:
-                        raise self._with_request(state.error, request) from None
-                    raise FetchTimeoutError(
-                        f"{url}: navigation did not reach {self.options.wait_until!r} in time", url=url, request=request
-                    ) from None
-                except pw.Error as exc:
-                    if state.error is not None:
-                        raise self._with_request(state.error, request) from None
-                    if state.redirect_to is None:
-                        raise self._translate(exc, url, request) from None
-                if state.error is not None:
-                    raise self._with_request(state.error, request)
-                if state.redirect_to is None:
-                    break
-                hops.append(url)
-                if len(hops) > self.limits.max_redirects:
-                    raise TooManyRedirectsError(
-                        f"{request.url}: more than max_redirects={self.limits.max_redirects} redirects "
-                        f"({' -> '.join([*hops, state.redirect_to])})",
-                        url=request.url,
-                        request=request,
-                    )
-                url = state.redirect_to
-            if response is None:
-                raise FetchError(f"{url}: the browser got no response", url=url, request=request)
-            wait_for = request.meta.get("wait_for", self.options.wait_for)
-            if wait_for:
-                state.stage = f"waiting for selector {wait_for!r}"
-                try:
-                    await page.wait_for_selector(str(wait_for), state="attached", timeout=state.timeout_ms())
-                except pw.TimeoutError:
-                    raise FetchTimeoutError(
-                        f"{url}: selector {wait_for!r} did not appear in time", url=url, request=request
-                    ) from None
-            response_out = await self._response(page, request, state, started, tuple(hops))
+            navigate = functools.partial(self._navigate, page, state, request)
+            hop = await follow(navigate, request, self.limits, guard=self._guard, guard_first=False)
             reuse = True
-            return response_out
+            return response_of(request, hop)
         finally:
             self.pages_open -= 1
             await asyncio.shield(self._release_page(page, reuse=reuse))
 
-    async def _response(
-        self, page: Any, request: Request, state: _PageState, started: float, hops: tuple[str, ...]
-    ) -> Response:
+    async def _navigate(
+        self, page: Any, state: _PageState, request: Request, url: str, method: str, body: bytes | None, host: str
+    ) -> Hop:
+        """One hop of the main document: a navigation to ``url``, whose answer the route handler holds
+        to the limits (:meth:`_route_main`); a redirect comes back as one, a page rendered whole."""
+        pw = self._errors
+        state.redirect = None
+        if self.send_gate is not None:
+            state.stage = "waiting for the send gate"
+            await pass_gate(self.send_gate, host)
+        state.stage = f"loading {url}"
+        try:
+            response = await page.goto(url, wait_until=self.options.wait_until, timeout=state.timeout_ms())
+        except pw.TimeoutError:
+            if state.error is not None:
+                raise state.error from None
+            raise FetchTimeoutError(
+                f"{url}: navigation did not reach {self.options.wait_until!r} in time", url=url, request=request
+            ) from None
+        except pw.Error as exc:
+            if state.error is not None:
+                raise state.error from None
+            if state.redirect is None:
+                raise self._translate(exc, url, request) from None
+            response = None
+        if state.error is not None:
+            raise state.error
+        if state.redirect is not None:
+            return Hop(*state.redirect)
+        if response is None:
+            raise FetchError(f"{url}: the browser got no response", url=url, request=request)
+        await self._wait_for(page, state, request, url)
+        return await self._rendered(page, request, state)
+
+    async def _wait_for(self, page: Any, state: _PageState, request: Request, url: str) -> None:
+        wait_for = request.meta.get("wait_for", self.options.wait_for)
+        if wait_for:
+            state.stage = f"waiting for selector {wait_for!r}"
+            try:
+                await page.wait_for_selector(str(wait_for), state="attached", timeout=state.timeout_ms())
+            except self._errors.TimeoutError:
+                raise FetchTimeoutError(
+                    f"{url}: selector {wait_for!r} did not appear in time", url=url, request=request
+                ) from None
+
+    async def _rendered(self, page: Any, request: Request, state: _PageState) -> Hop:
         headers = dict(state.main_headers)
         content_type = headers.get("content-type", "")
         mime = media_type(content_type)
@@ -456,27 +351,12 @@ class BrowserFetcher:
         else:
             body = state.main_body
             encoding = charset_of(content_type)
-        if len(body) > self.limits.max_body_size:
-            raise BodyTooLargeError(
-                f"{page.url}: rendered page is {len(body)} bytes, over max_body_size={self.limits.max_body_size}",
-                url=page.url,
-                request=request,
-            )
+        check_size(self.limits, len(body), page.url, request, what="rendered page")
         shot = None
         state.stage = "taking the screenshot"
         if request.meta.get("crawlherd.screenshot", request.meta.get("screenshot", self.options.screenshot)):
             shot = await page.screenshot(full_page=True, type="png", timeout=state.timeout_ms())
-        return Response(
-            url=page.url,
-            status=state.main_status,
-            headers=headers,
-            body=body,
-            request=request,
-            elapsed=time.monotonic() - started,
-            redirects=hops,
-            screenshot=shot,
-            encoding=encoding,
-        )
+        return Hop(state.main_status, None, page.url, headers, body, encoding, shot)
 
     # -- the route handler: every request the page makes --------------------------------------------
 
@@ -532,6 +412,8 @@ class BrowserFetcher:
         return True
 
     async def _route_main(self, state: _PageState, route: Any, routed: Any) -> None:
+        """The main document's hop: fetched here, held to the limits before the browser sees it. A
+        redirect is not followed: the navigation is aborted and :func:`follow` makes the next hop."""
         url = routed.url
         try:
             fetched = await route.fetch(max_redirects=0, timeout=state.timeout_ms())
@@ -539,31 +421,21 @@ class BrowserFetcher:
             state.error = self._translate(exc, url, None)
             await route.abort("failed")
             return
-        location = fetched.headers.get("location")
-        if 300 <= fetched.status < 400 and location:
-            state.redirect_to = urljoin(url, location)
+        location = redirect_location(fetched.status, fetched.headers.get("location"))
+        if location is not None:
+            state.redirect = (fetched.status, location)
             await fetched.dispose()
-            await route.abort("aborted")  # the fetch loop navigates to the next hop itself
+            await route.abort("aborted")
             return
         headers = {k.lower(): v for k, v in fetched.headers.items()}
-        if fetched.status < 400:
-            try:
-                self.limits.check_content_type(headers.get("content-type", ""), url=url)
-            except ContentTypeError as exc:
-                state.error = exc
-                await fetched.dispose()
-                await route.abort("blockedbyclient")
-                return
-        declared = headers.get("content-length", "")
-        size = int(declared) if declared.isdigit() else 0
-        body = b""
-        if size <= self.limits.max_body_size:
+        try:
+            self._types.charset(self.limits, headers.get("content-type", ""), fetched.status, url, None)
+            declared = headers.get("content-length", "")
+            check_length(self.limits, int(declared) if declared.isdigit() else None, url, None)
             body = await fetched.body()
-            size = len(body)
-        if size > self.limits.max_body_size:
-            state.error = BodyTooLargeError(
-                f"{url}: body is {size} bytes, over max_body_size={self.limits.max_body_size}", url=url
-            )
+            check_size(self.limits, len(body), url, None)
+        except FetchError as exc:
+            state.error = exc
             await fetched.dispose()
             await route.abort("blockedbyclient")
             return
@@ -571,42 +443,44 @@ class BrowserFetcher:
         await route.fulfill(response=fetched, body=body)
 
     async def _route_sub(self, state: _PageState, route: Any, routed: Any) -> None:
-        current = routed.url
-        method = routed.method
-        changed_method = False
-        for _ in range(self.limits.max_redirects + 1):
-            if changed_method:
-                fetched = await route.fetch(
-                    url=current, method="GET", post_data=b"", max_redirects=0, timeout=state.timeout_ms()
-                )
+        """A request of the page's own: its redirects followed by :func:`follow` too, each hop guarded."""
+
+        async def hop(url: str, method: str, body: bytes | None, host: str) -> Hop:
+            if method != routed.method:  # a 303, or a 301/302 of a POST: now a GET
+                fetched = await route.fetch(url=url, method=method, post_data=b"", max_redirects=0,
+                                            timeout=state.timeout_ms())
             else:
-                fetched = await route.fetch(url=current, max_redirects=0, timeout=state.timeout_ms())
-            location = fetched.headers.get("location")
-            if not (300 <= fetched.status < 400 and location):
-                body = await fetched.body()
-                if len(body) > self.limits.max_body_size:
-                    state.problems.append(f"{current}: {len(body)} bytes, over max_body_size")
-                    await fetched.dispose()
-                    await route.abort("failed")
-                    return
-                await route.fulfill(response=fetched, body=body)
-                return
-            await fetched.dispose()
-            current = urljoin(current, location)
-            if fetched.status in (301, 302, 303) and method not in ("GET", "HEAD"):
-                method, changed_method = "GET", True
-            if urlsplit(current).scheme not in ("http", "https") or not await self._allowed(current, state, main=False):
-                await route.abort("blockedbyclient")
-                return
-        state.problems.append(f"{routed.url}: more than max_redirects={self.limits.max_redirects} redirects")
-        await route.abort("failed")
+                fetched = await route.fetch(url=url, max_redirects=0, timeout=state.timeout_ms())
+            location = redirect_location(fetched.status, fetched.headers.get("location"))
+            if location is not None:
+                await fetched.dispose()
+                return Hop(fetched.status, location)
+            content = await fetched.body()
+            if len(content) > self.limits.max_body_size:
+                await fetched.dispose()
+                check_size(self.limits, len(content), url, None)
+            return Hop(fetched.status, None, url, body=content, raw=fetched)
+
+        async def guard(url: str) -> None:
+            host, port = _host_port(url)
+            try:
+                await self._address_check(host, port, url)
+            except AddressNotAllowedError:
+                state.refused.append(url)
+                raise
+
+        try:
+            final = await follow(hop, None, self.limits, url=routed.url, method=routed.method, guard=guard,
+                                 guard_first=False)
+        except AddressNotAllowedError:
+            await route.abort("blockedbyclient")
+        except FetchError as exc:
+            state.problems.append(str(exc))
+            await route.abort("failed")
+        else:
+            await route.fulfill(response=final.raw, body=final.body)
 
     # -- errors ----------------------------------------------------------------------------------
-
-    @staticmethod
-    def _with_request(error: FetchError, request: Request) -> FetchError:
-        error.request = request
-        return error
 
     def _translate(self, exc: BaseException, url: str, request: Request | None) -> FetchError:
         message = _first_line(exc)

@@ -11,6 +11,9 @@ Every fetch keeps to :class:`~crawlherd.fetch.base.FetchLimits`:
 - redirects are followed by hand, at most ``max_redirects``, and the address guard runs on every hop;
 - the content type of a final non-error response must be in ``allowed_content_types``.
 
+The redirect loop and the limits on the answer are :mod:`crawlherd.fetch.hops`'s, shared by every
+fetcher; this module makes one hop (``_hop_sender``) on aiohttp.
+
 aiohttp and OS errors come out as :class:`~crawlherd.errors.FetchError` subclasses.
 """
 
@@ -21,35 +24,33 @@ import contextvars
 import errno
 import socket
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
-from urllib.parse import urljoin
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from crawlherd._aio import cancel_and_wait
-from crawlherd.content_type import charset_of
-from crawlherd.errors import (
-    AddressNotAllowedError,
-    BodyTooLargeError,
-    FetchError,
-    FetchTimeoutError,
-    TooManyRedirectsError,
-)
+from crawlherd.errors import AddressNotAllowedError, FetchError, FetchTimeoutError
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts
-from crawlherd.fetch.gate import SendGate, hop_host
+from crawlherd.fetch.gate import SendGate
 from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
+from crawlherd.fetch.hops import (
+    AcceptedTypes,
+    Hop,
+    SendHop,
+    check_length,
+    follow,
+    read_body,
+    redirect_location,
+)
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
 __all__ = ["HttpFetcher", "ResponseHeaders"]
 
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _IPV4_CHARS = frozenset("0123456789.")
-_ACCEPTED_TYPES = 256  # distinct accepted Content-Type values remembered (then forgotten all at once)
 _T = TypeVar("_T")
 
 
@@ -187,9 +188,7 @@ class HttpFetcher:
         self._stalled: set[asyncio.Task[Any]] = set()
         self._watchdog: asyncio.Task[None] | None = None
         self._tick = min(1.0, max(0.05, self.limits.read_timeout / 10))
-        #: Content-Type values that passed the content-type check of ``_accepted_by`` -> their charset.
-        self._accepted: dict[str, str] = {}
-        self._accepted_by = self.limits
+        self._types = AcceptedTypes()  # the allow-list, with the charsets of the values it let through
         #: Consulted with the host (``host[:port]``, the frontier's key) right before each request --
         #: every redirect hop too -- is written to its connection (see SendGate). The Crawler uses it
         #: to space requests to a host at the moment they leave.
@@ -292,102 +291,11 @@ class HttpFetcher:
         progress = [time.monotonic(), read_timeout]
         self._watch[task] = progress
         try:
-            url = request.url
-            method = request.method
-            body = request.body
-            headers = request._headers or None  # noqa: SLF001 - as meta above
-            redirects: list[str] = []
-            gated = self.send_gate is not None
-            started = time.perf_counter()
-            try:
-                while True:
-                    if not limits.allow_private_addresses:
-                        self._guard_literal(url)
-                    progress[0] = time.monotonic()
-                    if gated:
-                        _HOP_HOST.set(request.host if not redirects else hop_host(url))
-                    async with session.request(
-                        method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
-                    ) as resp:
-                        status = resp.status
-                        if status in _REDIRECTS and "Location" in resp.headers:
-                            if len(redirects) >= limits.max_redirects:
-                                raise TooManyRedirectsError(
-                                    f"{url}: more than max_redirects={limits.max_redirects} redirects "
-                                    f"(started at {request.url})",
-                                    url=request.url,
-                                    request=request,
-                                )
-                            redirects.append(url)
-                            url = self._next_hop(url, resp.headers["Location"], request)
-                            if status == 303 or (status in (301, 302) and method == "POST"):
-                                method, body = "GET", None
-                            continue
-                        raw_headers = resp.headers
-                        ctype = raw_headers.get("Content-Type", "")
-                        charset = self._accepted.get(ctype) if status < 400 and self._accepted_by is limits else None
-                        if charset is None:
-                            charset = self._check_type(ctype, status, url, request)
-                        # The plain body is read here, not in a helper coroutine: one frame less
-                        # to resume per chunk.
-                        limit = limits.max_body_size
-                        length = resp.content_length
-                        if length is not None and length > limit:
-                            raise BodyTooLargeError(
-                                f"{url}: Content-Length {length} is over max_body_size={limit}", url=url,
-                                request=request,
-                            )
-                        encoding = raw_headers.get("Content-Encoding")
-                        if not encoding or encoding == "identity":
-                            content = resp.content
-                            chunks: list[bytes] = []
-                            size = 0
-                            while chunk := await content.readany():
-                                progress[0] = time.monotonic()
-                                size += len(chunk)
-                                if size > limit:
-                                    raise BodyTooLargeError(
-                                        f"{url}: body is over max_body_size={limit} bytes; aborted", url=url,
-                                        request=request,
-                                    )
-                                chunks.append(chunk)
-                                if content.at_eof():
-                                    break  # all in: no readany() just to be told so
-                            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                        else:
-                            data = await self._read_decoded(
-                                resp.content, encoding.strip().lower(), limit, url, request, progress
-                            )
-                        return build(
-                            request, url, status, ResponseHeaders(raw_headers), data, charset,
-                            time.perf_counter() - started, tuple(redirects),
-                        )
-            except FetchError as exc:
-                if exc.request is None:
-                    exc.request = request
-                if exc.url is None or (isinstance(exc, AddressNotAllowedError) and exc.url != url):
-                    exc.url = url
-                raise
-            except TimeoutError as exc:
-                raise self._timeout_error(exc, url, request, timeout) from None
-            except aiohttp.ClientConnectorError as exc:
-                inner = exc.__cause__ or exc.os_error
-                if isinstance(inner, AddressNotAllowedError):
-                    inner.url, inner.request = url, request
-                    raise inner from None
-                raise FetchError(f"{url}: {_connect_reason(exc)}", url=url, request=request) from None
-            except aiohttp.ServerDisconnectedError:
-                raise FetchError(f"{url}: the server closed the connection without a response", url=url,
-                                 request=request) from None
-            except (aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError) as exc:
-                raise FetchError(f"{url}: connection broken mid-response ({_reason(exc)})", url=url,
-                                 request=request) from None
-            except aiohttp.InvalidURL as exc:
-                raise FetchError(f"{url}: invalid URL ({exc})", url=url, request=request) from None
-            except aiohttp.ClientError as exc:
-                raise FetchError(f"{url}: {type(exc).__name__}: {exc}", url=url, request=request) from None
-            except OSError as exc:
-                raise FetchError(f"{url}: {_reason(exc)}", url=url, request=request) from None
+            hop = await follow(
+                self._hop_sender(session, request, timeout, progress), request, limits,
+                guard=None if limits.allow_private_addresses else self._guard_literal,
+            )
+            return build(request, hop.url, hop.status, hop.headers, hop.body, hop.encoding, hop.elapsed, hop.redirects)
         except asyncio.CancelledError:
             if task in self._stalled:
                 self._stalled.discard(task)
@@ -401,30 +309,37 @@ class HttpFetcher:
             if self._stalled:
                 self._stalled.discard(task)
 
-    def _timeout_error(
-        self, exc: BaseException, url: str, request: Request, t: aiohttp.ClientTimeout
-    ) -> FetchTimeoutError:
-        if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            what = f"connect timeout ({t.connect} s)"
-        else:
-            what = f"total timeout ({t.total} s)"
-        return FetchTimeoutError(f"{url}: {what}", url=url, request=request)
-
-    def _check_type(self, content_type: str, status: int, url: str, request: Request) -> str:
-        """The charset of ``content_type``, after the limits' content-type check for a final response
-        below 400 (which raises ContentTypeError); a type that passed is remembered (``_accepted``): a
-        site sends a handful of distinct Content-Type values, parsed once each."""
-        if status >= 400:
-            return charset_of(content_type)
+    def _hop_sender(
+        self, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout, progress: list[float]
+    ) -> SendHop:
+        """One hop of ``request``'s fetch: sent without following its redirect, its answer read within
+        the limits (:mod:`crawlherd.fetch.hops`), aiohttp's and the OS's errors translated."""
+        headers = request._headers or None  # noqa: SLF001 - not request.headers, which makes a dict
+        gated = self.send_gate is not None
         limits = self.limits
-        limits.check_content_type(content_type, url=url, request=request)
-        charset = charset_of(content_type)
-        accepted = self._accepted
-        if len(accepted) >= _ACCEPTED_TYPES or self._accepted_by is not limits:  # full, or other limits now
-            accepted.clear()
-            self._accepted_by = limits
-        accepted[content_type] = charset
-        return charset
+        types = self._types
+
+        async def hop(url: str, method: str, body: bytes | None, host: str) -> Hop:
+            progress[0] = time.monotonic()
+            if gated:
+                _HOP_HOST.set(host)
+            try:
+                async with session.request(
+                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
+                ) as resp:
+                    status = resp.status
+                    raw = resp.headers
+                    location = redirect_location(status, raw.get("Location"))
+                    if location is not None:
+                        return Hop(status, location)
+                    charset = types.charset(limits, raw.get("Content-Type", ""), status, url, request)
+                    check_length(limits, resp.content_length, url, request)
+                    data = await read_body(limits, resp.content, raw.get("Content-Encoding"), url, request, progress)
+                    return Hop(status, None, url, ResponseHeaders(raw), data, charset)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise _translate(exc, url, request, timeout) from None
+
+        return hop
 
     def _guard_literal(self, url: str) -> None:
         """Check an IP-literal host before connecting (names are checked by the resolver)."""
@@ -443,48 +358,28 @@ class HttpFetcher:
         if not ok:
             raise refusal(url, host, host)
 
-    def _next_hop(self, url: str, location: str, request: Request) -> str:
-        target = urljoin(url, location.strip())
-        if not target.startswith(("http://", "https://")):
-            raise FetchError(f"{url}: redirect to a non-HTTP URL {target[:200]!r}", url=url, request=request)
-        return target
 
-    async def _read_decoded(
-        self,
-        content: aiohttp.StreamReader,
-        encoding: str,
-        limit: int,
-        url: str,
-        request: Request,
-        progress: list[float],
-    ) -> bytes:
-        if encoding in ("gzip", "x-gzip"):
-            decoder: Any = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
-            decoder = zlib.decompressobj(32 + zlib.MAX_WBITS)  # zlib or gzip header, auto-detected
-        else:
-            raise FetchError(f"{url}: unsupported Content-Encoding {encoding!r}", url=url, request=request)
-        out: list[bytes] = []
-        size = 0
-        try:
-            while chunk := await content.readany():
-                progress[0] = time.monotonic()
-                while chunk:
-                    data = decoder.decompress(chunk, limit - size + 1)
-                    size += len(data)
-                    if size > limit:
-                        raise BodyTooLargeError(
-                            f"{url}: decompressed body is over max_body_size={limit} bytes "
-                            "(decompression bomb?); aborted",
-                            url=url,
-                            request=request,
-                        )
-                    out.append(data)
-                    chunk = decoder.unconsumed_tail
-            out.append(decoder.flush())
-        except zlib.error as exc:
-            raise FetchError(f"{url}: corrupt {encoding} body ({exc})", url=url, request=request) from None
-        return b"".join(out)
+def _translate(exc: BaseException, url: str, request: Request, timeout: aiohttp.ClientTimeout) -> FetchError:
+    """aiohttp's and the OS's errors of one hop as crawlherd's, in the words an operator searches for."""
+    if isinstance(exc, TimeoutError):
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return FetchTimeoutError(f"{url}: connect timeout ({timeout.connect} s)", url=url, request=request)
+        return FetchTimeoutError(f"{url}: total timeout ({timeout.total} s)", url=url, request=request)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        inner = exc.__cause__ or exc.os_error
+        if isinstance(inner, AddressNotAllowedError):
+            inner.url, inner.request = url, request
+            return inner
+        return FetchError(f"{url}: {_connect_reason(exc)}", url=url, request=request)
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return FetchError(f"{url}: the server closed the connection without a response", url=url, request=request)
+    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError)):
+        return FetchError(f"{url}: connection broken mid-response ({_reason(exc)})", url=url, request=request)
+    if isinstance(exc, aiohttp.InvalidURL):
+        return FetchError(f"{url}: invalid URL ({exc})", url=url, request=request)
+    if isinstance(exc, aiohttp.ClientError):
+        return FetchError(f"{url}: {type(exc).__name__}: {exc}", url=url, request=request)
+    return FetchError(f"{url}: {_reason(exc)}", url=url, request=request)
 
 
 def _connect_reason(exc: aiohttp.ClientConnectorError) -> str:

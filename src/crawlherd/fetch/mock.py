@@ -19,27 +19,28 @@ guard on IP-literal hosts (it resolves no names: a host name counts as public), 
 ``total_timeout`` (per request via ``meta["crawlherd.timeouts"]``) around an async handler, the body
 cap, the content-type allow-list (below 400) and the charset of the ``content-type`` header. It
 awaits the send gate before every hop. ``requests`` records every request the handler saw, in order.
+The redirect loop and the limits are :mod:`crawlherd.fetch.hops`'s, as for the real fetchers: this
+fetcher makes one hop, asking its handler.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 from crawlherd.content_type import charset_of
-from crawlherd.errors import BodyTooLargeError, FetchError, FetchTimeoutError, TooManyRedirectsError
+from crawlherd.errors import FetchError, FetchTimeoutError
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts
-from crawlherd.fetch.gate import SendGate, hop_host, pass_gate
+from crawlherd.fetch.gate import SendGate, pass_gate
 from crawlherd.fetch.guard import address_allowed, parse_networks, refusal
+from crawlherd.fetch.hops import AcceptedTypes, Hop, check_size, follow, redirect_location, response_of
 from crawlherd.request import Request
 
 __all__ = ["MockFetcher", "MockHandler", "MockResponse"]
-
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ class MockFetcher:
         self.handler = handler
         self.limits = limits or FetchLimits()
         self._networks = parse_networks(self.limits.allowed_networks)
+        self._types = AcceptedTypes()
         self.send_gate: SendGate | None = None
         self.requests: list[Request] = []
         self.entered = False
@@ -114,55 +116,28 @@ class MockFetcher:
                                     request=request) from None
 
     async def _fetch(self, request: Request) -> Response:
-        limits = self.limits
-        started = time.perf_counter()
-        hop = request
-        redirects: list[str] = []
-        while True:
-            self._guard(hop.url, request)
-            await pass_gate(self.send_gate, request.host if not redirects else hop_host(hop.url))
-            self.requests.append(hop)
-            answer = self.handler(hop)
-            if inspect.isawaitable(answer):
-                answer = await answer
-            status, headers, body = _unpack(answer)
-            url = hop.url
-            location = headers.get("location")
-            if status in _REDIRECTS and location:
-                if len(redirects) >= limits.max_redirects:
-                    raise TooManyRedirectsError(
-                        f"{url}: more than max_redirects={limits.max_redirects} redirects (started at {request.url})",
-                        url=request.url,
-                        request=request,
-                    )
-                redirects.append(url)
-                target = urljoin(url, location.strip())
-                if not target.startswith(("http://", "https://")):
-                    raise FetchError(f"{url}: redirect to a non-HTTP URL {target[:200]!r}", url=url, request=request)
-                if status == 303 or (status in (301, 302) and hop.method == "POST"):
-                    hop = hop.replace(url=target, method="GET", body=None)
-                else:
-                    hop = hop.replace(url=target)
-                continue
-            ctype = headers.get("content-type", "")
-            if status < 400:
-                limits.check_content_type(ctype, url=url, request=request)
-            if len(body) > limits.max_body_size:
-                raise BodyTooLargeError(
-                    f"{url}: body is over max_body_size={limits.max_body_size} bytes; aborted", url=url, request=request
-                )
-            return Response(
-                url=url,
-                status=status,
-                headers=headers,
-                body=body,
-                request=request,
-                elapsed=time.perf_counter() - started,
-                redirects=tuple(redirects),
-                encoding=charset_of(ctype),
-            )
+        hop = await follow(functools.partial(self._hop, request), request, self.limits, guard=self._guard)
+        return response_of(request, hop)
 
-    def _guard(self, url: str, request: Request) -> None:
+    async def _hop(self, request: Request, url: str, method: str, body: bytes | None, host: str) -> Hop:
+        """One hop: the handler asked, its answer held to the limits (:mod:`crawlherd.fetch.hops`)."""
+        await pass_gate(self.send_gate, host)
+        if url != request.url or method != request.method:
+            request = request.replace(url=url, method=method, body=body)
+        self.requests.append(request)
+        answer = self.handler(request)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        status, headers, content = _unpack(answer)
+        location = redirect_location(status, headers.get("location"))
+        if location is not None:
+            return Hop(status, location)
+        limits = self.limits
+        charset = self._types.charset(limits, headers.get("content-type", ""), status, url, request)
+        check_size(limits, len(content), url, request)
+        return Hop(status, None, url, headers, content, charset)
+
+    def _guard(self, url: str) -> None:
         if self.limits.allow_private_addresses:
             return
         host = urlsplit(url).hostname or ""
@@ -171,9 +146,7 @@ class MockFetcher:
         except ValueError:
             return  # a name, not an address: the mock resolves nothing
         if not allowed:
-            error = refusal(url, host, host)
-            error.request = request
-            raise error
+            raise refusal(url, host, host)
 
 
 def _unpack(answer: MockResponse | Response) -> tuple[int, dict[str, str], bytes]:

@@ -1,0 +1,117 @@
+"""Which Chromium, launched how: :func:`find_chromium`, the switches it is launched with, and
+:class:`BrowserOptions` (how :class:`~crawlherd.fetch.browser.BrowserFetcher` drives it).
+
+Which Chromium: the ``executable_path`` option, else ``$CRAWLHERD_CHROMIUM``, else ``/usr/bin/chromium``,
+else ``chromium`` / ``chromium-browser`` on ``PATH``. crawlherd never downloads a browser
+(``apt-get install chromium`` on Debian/Ubuntu).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from crawlherd._options import Count, Seconds, check_options
+from crawlherd.errors import BrowserUnavailableError, ConfigurationError
+
+__all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "BrowserOptions", "WaitUntil", "find_chromium"]
+
+#: Command-line switches Chromium is launched with: no sandbox (containers), no GPU, and none of the
+#: background traffic (QUIC, updates, sync) that would bypass the route handler.
+CHROMIUM_ARGS: tuple[str, ...] = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+#: Added when private addresses are allowed: Chromium's own local-network-access checks would block a
+#: page (whose document the route fulfilled, so it has no address of its own) from reaching loopback
+#: or private hosts that the address guard let through. The guard stays the authority.
+LOCAL_NETWORK_ARGS: tuple[str, ...] = (
+    "--disable-features=BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights,"
+    "PrivateNetworkAccessRespectPreflightResults,LocalNetworkAccessChecks",
+)
+_RESOURCE_TYPES = frozenset(
+    {
+        "document",
+        "stylesheet",
+        "image",
+        "media",
+        "font",
+        "script",
+        "texttrack",
+        "xhr",
+        "fetch",
+        "eventsource",
+        "websocket",
+        "manifest",
+        "other",
+    }
+)
+_INSTALL_HINT = (
+    "install it with `apt-get install chromium` (Debian/Ubuntu) or point CRAWLHERD_CHROMIUM (or the "
+    "executable_path option) at a Chromium/Chrome binary; crawlherd never downloads a browser"
+)
+
+def find_chromium(executable_path: str | None = None) -> str:
+    """The Chromium to launch: ``executable_path``, ``$CRAWLHERD_CHROMIUM``, ``/usr/bin/chromium``,
+    then ``chromium`` / ``chromium-browser`` on PATH. An explicit path that is not an executable, or
+    no browser at all, raises BrowserUnavailableError."""
+    for source, explicit in (
+        ("executable_path", executable_path),
+        ("CRAWLHERD_CHROMIUM", os.environ.get("CRAWLHERD_CHROMIUM")),
+    ):
+        if explicit:
+            if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
+                return explicit
+            raise BrowserUnavailableError(f"{source}={explicit!r} is not an executable file; {_INSTALL_HINT}")
+    if os.access("/usr/bin/chromium", os.X_OK):
+        return "/usr/bin/chromium"
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise BrowserUnavailableError(f"no Chromium found; {_INSTALL_HINT}")
+
+
+WaitUntil = Literal["commit", "domcontentloaded", "load", "networkidle"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrowserOptions:
+    """How :class:`BrowserFetcher` drives Chromium. ``executable_path`` of the browser (default: see
+    :func:`find_chromium`); ``max_pages`` open at once; ``wait_until`` a page is ``load``-ed (or
+    ``domcontentloaded``, ``networkidle``, ``commit``) and then, if given, until the CSS selector
+    ``wait_for`` is on it; ``screenshot`` of every page (a PNG); ``block_resource_types`` the page may
+    not load (e.g. ``image``, ``font``; never ``document``); ``extra_args`` for Chromium;
+    ``launch_timeout`` seconds for the browser to start."""
+
+    executable_path: str | None = None
+    max_pages: Count = 4
+    wait_until: WaitUntil = "networkidle"
+    wait_for: str | None = None
+    screenshot: bool = False
+    block_resource_types: Iterable[str] = ()
+    extra_args: Iterable[str] = ()
+    launch_timeout: Seconds = 30.0
+
+    def __post_init__(self) -> None:
+        check_options(self, "BrowserFetcher")
+        if self.wait_for is not None and (not isinstance(self.wait_for, str) or not self.wait_for.strip()):
+            raise ConfigurationError(f"BrowserFetcher wait_for must be a non-empty selector, got {self.wait_for!r}")
+        blocked = frozenset(self.block_resource_types)
+        if blocked - _RESOURCE_TYPES:
+            raise ConfigurationError(
+                f"BrowserFetcher block_resource_types: unknown {sorted(blocked - _RESOURCE_TYPES)}; "
+                f"known: {sorted(_RESOURCE_TYPES)}"
+            )
+        if "document" in blocked:
+            raise ConfigurationError("BrowserFetcher block_resource_types cannot block 'document'")
+        object.__setattr__(self, "block_resource_types", blocked)
+        object.__setattr__(self, "extra_args", tuple(self.extra_args))
