@@ -237,3 +237,34 @@ async def test_the_send_gate_is_passed_before_each_hop(make_fetcher: MakeFetcher
     await fetcher.fetch(Request(site.url("/redirect/1")))
     host = site.base.split("//", 1)[1]
     assert passed == [host, host]
+
+
+async def test_the_fetcher_has_every_member_of_the_protocol(make_fetcher: MakeFetcher) -> None:
+    fetcher = await make_fetcher()
+    assert isinstance(fetcher, Fetcher)
+    assert fetcher.send_gate is None
+    assert isinstance(fetcher.takes_screenshots, bool)
+
+
+async def test_fetch_result_answers_as_fetch_does(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    for path in ("/redirect/1", "/missing", "/latin1"):
+        response = await fetcher.fetch(Request(site.url(path)))
+        result = await fetcher.fetch_result(Request(site.url(path)))
+        assert result.url == site.url(path) and result.final_url == response.url
+        assert (result.status_code, result.success) == (response.status, response.status < 400)
+        assert (result.body, result.text, result.encoding) == (response.body, response.text, response.encoding)
+        assert result.redirects == response.redirects and result.content_type == response.content_type
+    with pytest.raises(ContentTypeError, match="image/png"):
+        await fetcher.fetch_result(Request(site.url("/png")))
+    with pytest.raises(TooManyRedirectsError):
+        await fetcher.fetch_result(Request(site.url(f"/redirect/{MAX_REDIRECTS + 2}")))
+
+
+async def test_takes_screenshots_says_whether_a_screenshot_comes_back(make_fetcher: MakeFetcher, site: Site) -> None:
+    fetcher = await make_fetcher()
+    response = await fetcher.fetch(Request(site.url("/ok"), meta={"crawlherd.screenshot": True}))
+    if fetcher.takes_screenshots:
+        assert response.screenshot is not None and response.screenshot.startswith(b"\x89PNG")
+    else:
+        assert response.screenshot is None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Literal, TypedDict, Unpack, cast, overload
 from urllib.parse import urlsplit
 
@@ -55,6 +55,8 @@ __all__ = ["AsyncWebCrawler", "Crawler", "RunUrlsDispatcher", "runs_urls_itself"
 log = logging.getLogger(__name__)
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
+#: What a fetcher must have (the Fetcher protocol's members): checked once, when the crawler takes it.
+_FETCHER_MEMBERS = ("send_gate", "takes_screenshots", "limits", "fetch", "fetch_result", "close", "__aenter__")
 
 
 class _ManyOptions(TypedDict, total=False):
@@ -112,13 +114,13 @@ class Crawler:
             if allow_private_addresses is not None:
                 limits = dataclasses.replace(limits, allow_private_addresses=allow_private_addresses)
             fetcher = HttpFetcher(limits, max_connections=max_connections)
-        if not hasattr(fetcher, "send_gate"):
+        missing = [name for name in _FETCHER_MEMBERS if not hasattr(fetcher, name)]
+        if missing:
             raise ConfigurationError(
-                f"{type(fetcher).__name__} has no send_gate attribute: a fetcher must implement the Fetcher "
+                f"{type(fetcher).__name__} has no {', '.join(missing)}: a fetcher must implement the Fetcher "
                 "protocol (crawlherd.fetch.base), send gate included"
             )
         self.fetcher: Fetcher = fetcher
-        self._fetch_result = _result_fetcher(fetcher) or self._result_of_response
         self.config = config or CrawlerRunConfig()
         self.clock: Clock = clock or SystemClock()
         self.robots = RobotsCache(fetcher, clock=self.clock)
@@ -168,7 +170,7 @@ class Crawler:
 
     def _check_screenshot(self, config: CrawlerRunConfig) -> None:
         """Say once per fetcher that a screenshot was asked of a fetcher that cannot take one."""
-        if not config.screenshot or getattr(self.fetcher, "takes_screenshots", False):
+        if not config.screenshot or self.fetcher.takes_screenshots:
             return
         name = type(self.fetcher).__name__
         if name not in self._warned_screenshot:
@@ -195,7 +197,7 @@ class Crawler:
         except FetchError as exc:
             return _failed(request.url, exc, request)
         try:
-            result = await self._fetch_result(request)
+            result = await self.fetcher.fetch_result(request)
         except FetchError as exc:
             self.gate.answered(request.host)
             return _failed(request.url, exc, request)
@@ -205,12 +207,6 @@ class Crawler:
         if run.max_depth >= 0 and result.success:
             await self._follow(result, request, run)
         return result
-
-    async def _result_of_response(self, request: Request) -> CrawlResult:
-        r = await self.fetcher.fetch(request)
-        return CrawlResult.fetched(
-            request, r.url, r.status, r.headers, r.body, r.encoding, r.elapsed, r.redirects, r.screenshot
-        )
 
     async def _robots(self, request: Request, run: CrawlRun) -> None:
         await self.robots.check(request.url, request)
@@ -524,19 +520,6 @@ class Crawler:
                     monitor_n += 1
         if monitor_n and run.monitor is not None:
             run.monitor.add_queued(monitor_n)
-
-
-def _result_fetcher(fetcher: Fetcher) -> Callable[[Request], Awaitable[CrawlResult]] | None:
-    """The fetcher's ``fetch_result`` (see :class:`~crawlherd.fetch.base.Fetcher`) when it answers for
-    the ``fetch`` in effect: not when a subclass, or the instance, replaced ``fetch`` alone."""
-    method = getattr(fetcher, "fetch_result", None)
-    if method is None or "fetch" in getattr(fetcher, "__dict__", ()):
-        return None
-    cls = type(fetcher)
-    owner = next(c for c in cls.__mro__ if "fetch_result" in vars(c))
-    if cls.fetch is not vars(owner).get("fetch"):
-        return None
-    return cast("Callable[[Request], Awaitable[CrawlResult]]", method)
 
 
 def _in_domains(host: str, domains: frozenset[str]) -> bool:

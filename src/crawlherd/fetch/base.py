@@ -8,14 +8,14 @@ Every fetcher also honours a per-host send gate (``send_gate``, :mod:`crawlherd.
 
 Per-request overrides travel in ``Request.meta`` (JSON-safe, so they survive a persistent frontier):
 ``"crawlherd.timeouts": {"connect": s, "read": s, "total": s}`` (read with :meth:`Timeouts.of`) and
-``"crawlherd.screenshot": True`` (browser fetchers: those with a ``takes_screenshots = True`` attribute;
-the Crawler warns when a run asks a fetcher without it for screenshots). ``Request.headers`` are sent on
-top of the fetcher's own.
+``"crawlherd.screenshot": True`` (fetchers whose ``takes_screenshots`` is True, the browser's; the
+Crawler warns when a run asks another for screenshots). ``Request.headers`` are sent on top of the
+fetcher's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -23,8 +23,9 @@ from crawlherd.content_type import HasBody, media_type
 from crawlherd.errors import ConfigurationError, ContentTypeError
 from crawlherd.fetch.gate import SendGate
 from crawlherd.request import Request
+from crawlherd.result import CrawlResult
 
-__all__ = ["DEFAULT_CONTENT_TYPES", "FetchLimits", "Fetcher", "Response", "Timeouts"]
+__all__ = ["DEFAULT_CONTENT_TYPES", "FetchLimits", "Fetcher", "Response", "Timeouts", "result_of_fetch"]
 
 #: What fetchers accept by default: HTML and XHTML, plain text, JSON and XML.
 DEFAULT_CONTENT_TYPES: tuple[str, ...] = (
@@ -122,14 +123,20 @@ class Fetcher(Protocol):
     request -- every redirect hop too -- is sent. The :class:`~crawlherd.crawler.Crawler` sets it
     before the first fetch.
 
-    A fetcher may also offer ``fetch_result(request)``, awaitable: the same fetch, answered as the
-    :class:`~crawlherd.result.CrawlResult` the crawler reports (``HttpFetcher`` builds it straight from
-    the aiohttp response). The crawler uses it when it comes from the class that defines the ``fetch``
-    in effect, so a subclass that overrides ``fetch`` alone is still called through ``fetch``.
+    ``takes_screenshots``: True when the fetcher renders pages and honours
+    ``meta["crawlherd.screenshot"]`` (``Response.screenshot`` a PNG); the crawler warns when a run
+    asks for screenshots of a fetcher that cannot take them.
+
+    ``fetch_result(request)``, awaitable: the same fetch, answered as the
+    :class:`~crawlherd.result.CrawlResult` the crawler reports -- what the crawler calls.
+    :func:`result_of_fetch` is the plain implementation (``fetch``, then the result of its Response);
+    ``HttpFetcher`` builds the result straight from the aiohttp response, unless a subclass (or the
+    instance) replaced ``fetch`` alone, which is then honoured.
     """
 
     limits: FetchLimits
     send_gate: SendGate | None
+    takes_screenshots: bool
 
     async def __aenter__(self) -> Fetcher: ...
 
@@ -140,6 +147,21 @@ class Fetcher(Protocol):
         what 429 or 404 mean); transport problems and broken limits raise a FetchError subclass."""
         ...
 
+    def fetch_result(self, request: Request) -> Awaitable[CrawlResult]:
+        """:meth:`fetch`, answered as the :class:`~crawlherd.result.CrawlResult` of its Response (the
+        same status, final URL, headers, body, encoding, timing, redirects and screenshot; the same
+        errors raised)."""
+        ...
+
     async def close(self) -> None:
         """Release the connection pool or browser. Idempotent."""
         ...
+
+
+async def result_of_fetch(fetcher: Fetcher, request: Request) -> CrawlResult:
+    """``fetcher.fetch(request)`` as the :class:`~crawlherd.result.CrawlResult` the crawler reports:
+    the plain ``fetch_result`` of a fetcher."""
+    r = await fetcher.fetch(request)
+    return CrawlResult.fetched(
+        request, r.url, r.status, r.headers, r.body, r.encoding, r.elapsed, r.redirects, r.screenshot
+    )

@@ -27,12 +27,13 @@ from urllib.parse import urlsplit
 
 from crawlherd.content_type import charset_of, media_type
 from crawlherd.errors import AddressNotAllowedError, BrowserUnavailableError, FetchError, FetchTimeoutError
-from crawlherd.fetch.base import FetchLimits, Response, Timeouts
+from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
 from crawlherd.fetch.chromium import CHROMIUM_ARGS, LOCAL_NETWORK_ARGS, BrowserOptions, find_chromium
 from crawlherd.fetch.gate import SendGate, pass_gate
 from crawlherd.fetch.guard import check_address, parse_networks
 from crawlherd.fetch.hops import AcceptedTypes, Hop, check_length, check_size, follow, redirect_location, response_of
 from crawlherd.request import Request
+from crawlherd.result import CrawlResult
 
 __all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "AddressCheck", "BrowserFetcher", "BrowserOptions", "find_chromium"]
 
@@ -95,7 +96,7 @@ class BrowserFetcher:
     raw body for other allowed types (JSON, text).
     """
 
-    #: It renders pages, so ``CrawlerRunConfig(screenshot=True)`` gets a PNG (the Crawler checks this).
+    #: It renders pages, so ``CrawlerRunConfig(screenshot=True)`` gets a PNG (see the Fetcher protocol).
     takes_screenshots = True
 
     def __init__(
@@ -199,6 +200,10 @@ class BrowserFetcher:
             await self._shutdown()
 
     # -- fetching --------------------------------------------------------------------------------
+
+    def fetch_result(self, request: Request) -> Awaitable[CrawlResult]:
+        """:meth:`fetch`, answered as a :class:`~crawlherd.result.CrawlResult`."""
+        return result_of_fetch(self, request)
 
     async def fetch(self, request: Request) -> Response:
         """Render ``request.url`` in a page of its own and return the resulting HTML."""

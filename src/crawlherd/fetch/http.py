@@ -33,7 +33,7 @@ from aiohttp.resolver import DefaultResolver
 
 from crawlherd._aio import cancel_and_wait
 from crawlherd.errors import AddressNotAllowedError, FetchError, FetchTimeoutError
-from crawlherd.fetch.base import FetchLimits, Response, Timeouts
+from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
 from crawlherd.fetch.gate import SendGate
 from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
 from crawlherd.fetch.hops import (
@@ -162,6 +162,9 @@ class HttpFetcher:
     headers=None)``; use it as an async context manager (or call :meth:`close`). One
     ``ClientSession`` and one connector serve every request, so connections are reused."""
 
+    #: It renders nothing: no screenshots.
+    takes_screenshots = False
+
     def __init__(
         self,
         limits: FetchLimits | None = None,
@@ -270,7 +273,10 @@ class HttpFetcher:
     def fetch_result(self, request: Request) -> Coroutine[Any, Any, CrawlResult]:
         """Like :meth:`fetch`, but the :class:`~crawlherd.result.CrawlResult` the crawler reports, built
         straight from the aiohttp response (no :class:`Response` in between; the headers are copied
-        when first read). Not a coroutine function itself: the crawler awaits the fetch directly."""
+        when first read). Not a coroutine function itself: the crawler awaits the fetch directly.
+        When a subclass (or the instance) replaced :meth:`fetch` alone, that ``fetch`` is called."""
+        if type(self).fetch is not HttpFetcher.fetch or "fetch" in self.__dict__:
+            return result_of_fetch(self, request)
         return self._fetch(request, CrawlResult.fetched)
 
     async def _fetch(self, request: Request, build: Callable[..., _T]) -> _T:

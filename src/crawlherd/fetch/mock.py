@@ -34,11 +34,12 @@ from urllib.parse import urlsplit
 
 from crawlherd.content_type import charset_of
 from crawlherd.errors import FetchError, FetchTimeoutError
-from crawlherd.fetch.base import FetchLimits, Response, Timeouts
+from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
 from crawlherd.fetch.gate import SendGate, pass_gate
 from crawlherd.fetch.guard import address_allowed, parse_networks, refusal
 from crawlherd.fetch.hops import AcceptedTypes, Hop, check_size, follow, redirect_location, response_of
 from crawlherd.request import Request
+from crawlherd.result import CrawlResult
 
 __all__ = ["MockFetcher", "MockHandler", "MockResponse"]
 
@@ -72,6 +73,9 @@ class MockFetcher:
     hops included); ``entered`` / ``closed``: its lifecycle, as the owner drove it.
     """
 
+    #: It renders nothing: no screenshots.
+    takes_screenshots = False
+
     def __init__(self, handler: MockHandler, limits: FetchLimits | None = None) -> None:
         if not callable(handler):
             raise TypeError(f"MockFetcher handler must be callable, got {handler!r}")
@@ -103,6 +107,10 @@ class MockFetcher:
 
     async def close(self) -> None:
         self.closed = True
+
+    def fetch_result(self, request: Request) -> Awaitable[CrawlResult]:
+        """:meth:`fetch`, answered as a :class:`~crawlherd.result.CrawlResult`."""
+        return result_of_fetch(self, request)
 
     async def fetch(self, request: Request) -> Response:
         if self.closed:
