@@ -92,6 +92,31 @@ def _settings_of(source: Mapping[str, Any] | ModuleType | object) -> dict[str, A
     return {name: getattr(source, name) for name in dir(source) if name.isupper()}
 
 
+def _refuse_unknown(given: Mapping[str, Any]) -> None:
+    """A setting in the scheduler's families that is not one of :data:`DEFAULTS` is a typo: refused
+    with the closest known name."""
+    for name in given:
+        if name.startswith(_FAMILIES) and name not in DEFAULTS:
+            close = difflib.get_close_matches(name, list(DEFAULTS), n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(DEFAULTS))}"
+            raise ConfigurationError(f"unknown scheduler setting {name}{hint}")
+
+
+def _redis_url(s: Mapping[str, Any]) -> str:
+    """``REDIS_URL``, checked, or the URL made of ``REDIS_HOST``, ``REDIS_PORT``, ``REDIS_PASSWORD``, ``REDIS_DB``."""
+    url = s["REDIS_URL"]
+    if url is not None:
+        if urlsplit(str(url)).scheme not in ("redis", "rediss"):
+            raise ConfigurationError(f"REDIS_URL={redact_url(str(url))!r}: must be a redis:// or rediss:// URL")
+        return str(url)
+    port = s["REDIS_PORT"]
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ConfigurationError(f"REDIS_PORT={port!r}: must be a port number")
+    password = s["REDIS_PASSWORD"]
+    auth = f":{quote(str(password), safe='')}@" if password else ""
+    return f"redis://{auth}{s['REDIS_HOST']}:{port}/{int(s['REDIS_DB'])}"
+
+
 @dataclass(frozen=True)
 class CrawloSettings:
     """Crawlo's scheduler settings, checked: ``CrawloSettings.from_settings(settings_module_or_mapping)``.
@@ -114,11 +139,7 @@ class CrawloSettings:
     @classmethod
     def from_settings(cls, source: Mapping[str, Any] | ModuleType | object) -> CrawloSettings:
         given = _settings_of(source)
-        for name in given:
-            if name.startswith(_FAMILIES) and name not in DEFAULTS:
-                close = difflib.get_close_matches(name, list(DEFAULTS), n=1)
-                hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(DEFAULTS))}"
-                raise ConfigurationError(f"unknown scheduler setting {name}{hint}")
+        _refuse_unknown(given)
         s = {**DEFAULTS, **{k: v for k, v in given.items() if k in DEFAULTS}}
         for name in ("QUEUE_TYPE", "FILTER_TYPE"):
             value = str(s[name]).lower()
@@ -131,20 +152,11 @@ class CrawloSettings:
         delay = s["DOWNLOAD_DELAY"]
         if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
             raise ConfigurationError(f"DOWNLOAD_DELAY={delay!r}: must be a number of seconds >= 0")
-        url = s["REDIS_URL"]
-        if url is None:
-            port = s["REDIS_PORT"]
-            if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-                raise ConfigurationError(f"REDIS_PORT={port!r}: must be a port number")
-            password = s["REDIS_PASSWORD"]
-            auth = f":{quote(str(password), safe='')}@" if password else ""
-            url = f"redis://{auth}{s['REDIS_HOST']}:{port}/{int(s['REDIS_DB'])}"
-        elif urlsplit(str(url)).scheme not in ("redis", "rediss"):
-            raise ConfigurationError(f"REDIS_URL={redact_url(str(url))!r}: must be a redis:// or rediss:// URL")
+        url = _redis_url(s)
         project = str(s["PROJECT_NAME"])
         if not project or any(c in project for c in " ?&#/"):
             raise ConfigurationError(f"PROJECT_NAME={project!r}: a Redis key prefix without spaces or ?&#/")
-        return cls(s["QUEUE_TYPE"], s["FILTER_TYPE"], size, str(url), project, float(delay))
+        return cls(s["QUEUE_TYPE"], s["FILTER_TYPE"], size, url, project, float(delay))
 
     def __repr__(self) -> str:
         return (

@@ -184,47 +184,11 @@ class BaseDispatcher:
         info = DispatchInfo(next(state.task_ids), clock.now(), 0.0, mem_start)
         if monitor is not None:
             monitor.task_started()
-        try:
-            result = await state.process(request)
-        except asyncio.CancelledError:
-            if monitor is not None:
-                monitor.in_flight -= 1
-                monitor.queued += 1
-            raise
-        except Exception as exc:  # noqa: BLE001 - one URL never aborts the batch
-            result = CrawlResult(
-                url=request.url,
-                success=False,
-                error_message=f"{type(exc).__name__}: {exc}",
-                error_type=type(exc).__name__,
-                request=request,
-                depth=request.depth,
-            )
-        frontier = state.frontier
+        result = await self._run_one(state, request)
         status = result.status_code
         if status is not None and status >= 400:
-            headers = result.headers
-            if rl is not None and status in rl.rate_limit_codes:
-                fp = request.fingerprint
-                attempt = state.retries.get(fp, 0)
-                now = clock.now()
-                retry_after = parse_retry_after(headers.get("retry-after"), now)
-                decision = rl.on_rate_limited(host, status, retry_after, attempt)
-                if decision.retry:
-                    state.retries[fp] = attempt + 1
-                    await frontier.block_host(host, now + decision.delay)
-                    await frontier.retry(lease, decision.delay)
-                    if monitor is not None:
-                        monitor.task_retried()
-                    return None
-                result.success = False
-                result.error_type = "RateLimitedError"
-                result.error_message = decision.reason
-            elif status in (429, 503) and "retry-after" in headers:
-                now = clock.now()
-                retry_after = parse_retry_after(headers["retry-after"], now)
-                if retry_after:
-                    await frontier.block_host(host, now + retry_after)
+            if await self._error_status(state, lease, result, status):
+                return None
         elif rl is not None:
             rl.on_success(host)
         info.end_time = clock.now()
@@ -235,15 +199,72 @@ class BaseDispatcher:
         if state.requeues:
             info.requeues = state.requeues.pop(request.fingerprint, 0)
         result.dispatch = info
-        try:
-            if result.success:
-                await frontier.ack(lease)
-            else:
-                await frontier.fail(lease, result.error_message or f"HTTP {status}")
-        except LeaseError:
-            # The lease expired while the page was being fetched: the frontier has already put the URL
-            # back. The result is still reported; the frontier's lease_timeout is too short for this site.
-            log.warning("lease of %s expired before it was settled; raise the frontier's lease_timeout", request.url)
+        await self._settle(state, lease, result)
         if monitor is not None:
             monitor.task_finished(result)
         return result
+
+    async def _run_one(self, state: _RunState, request: Request) -> CrawlResult:
+        """The crawler's result for ``request``; an exception of its own is a failed result (one URL
+        never aborts the batch), a cancellation puts the request back in the monitor's queue."""
+        try:
+            return await state.process(request)
+        except asyncio.CancelledError:
+            monitor = self.monitor
+            if monitor is not None:
+                monitor.in_flight -= 1
+                monitor.queued += 1
+            raise
+        except Exception as exc:  # noqa: BLE001 - one URL never aborts the batch
+            return CrawlResult(
+                url=request.url,
+                success=False,
+                error_message=f"{type(exc).__name__}: {exc}",
+                error_type=type(exc).__name__,
+                request=request,
+                depth=request.depth,
+            )
+
+    async def _error_status(self, state: _RunState, lease: Lease, result: CrawlResult, status: int) -> bool:
+        """An answer of ``status`` >= 400: with a rate limiter, a rate-limit code is re-fetched after its
+        back-off (True: the lease went back to the frontier) or, past ``max_retries``, a
+        RateLimitedError; without one, a 429/503's Retry-After still holds the host."""
+        request = lease.request
+        host = request.host
+        headers = result.headers
+        frontier = state.frontier
+        rl = self.rate_limiter
+        if rl is not None and status in rl.rate_limit_codes:
+            fp = request.fingerprint
+            attempt = state.retries.get(fp, 0)
+            now = state.clock.now()
+            decision = rl.on_rate_limited(host, status, parse_retry_after(headers.get("retry-after"), now), attempt)
+            if decision.retry:
+                state.retries[fp] = attempt + 1
+                await frontier.block_host(host, now + decision.delay)
+                await frontier.retry(lease, decision.delay)
+                if self.monitor is not None:
+                    self.monitor.task_retried()
+                return True
+            result.success = False
+            result.error_type = "RateLimitedError"
+            result.error_message = decision.reason
+        elif status in (429, 503) and "retry-after" in headers:
+            now = state.clock.now()
+            retry_after = parse_retry_after(headers["retry-after"], now)
+            if retry_after:
+                await frontier.block_host(host, now + retry_after)
+        return False
+
+    async def _settle(self, state: _RunState, lease: Lease, result: CrawlResult) -> None:
+        try:
+            if result.success:
+                await state.frontier.ack(lease)
+            else:
+                await state.frontier.fail(lease, result.error_message or f"HTTP {result.status_code}")
+        except LeaseError:
+            # The lease expired while the page was being fetched: the frontier has already put the URL
+            # back. The result is still reported; the frontier's lease_timeout is too short for this site.
+            log.warning(
+                "lease of %s expired before it was settled; raise the frontier's lease_timeout", lease.request.url
+            )
