@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Iterable
-from typing import Any, Literal, TypedDict, Unpack, cast, overload
+from typing import Literal, TypedDict, Unpack, cast, overload
 from urllib.parse import urlsplit
 
 from crawlherd.clock import Clock, SystemClock
@@ -32,10 +32,11 @@ from crawlherd.crawler.concurrency.base import BaseDispatcher, Dispatcher
 from crawlherd.crawler.concurrency.rate_limiter import RateLimiter
 from crawlherd.crawler.concurrency.semaphore import SemaphoreDispatcher
 from crawlherd.crawler.config import CrawlerRunConfig
+from crawlherd.crawler.plan import failed, in_domains, plan_many, run_request
+from crawlherd.crawler.robots_work import RobotsWork
 from crawlherd.crawler.stream import CrawlRun, CrawlStream
 from crawlherd.errors import (
     ConfigurationError,
-    CrawlherdError,
     FetchError,
     InvalidURLError,
     PageTooComplexError,
@@ -43,11 +44,11 @@ from crawlherd.errors import (
 from crawlherd.extract.links import extract_links_async
 from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.gate import HostGate
-from crawlherd.fetch.robots import RobotsCache, is_robots_request, robots_request
+from crawlherd.fetch.robots import RobotsCache, is_robots_request
 from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.frontier.memory import MemoryFrontier
 from crawlherd.frontier.options import FrontierOptions
-from crawlherd.request import Request, plain_get
+from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
 __all__ = ["AsyncWebCrawler", "Crawler", "RunUrlsDispatcher", "runs_urls_itself"]
@@ -126,6 +127,7 @@ class Crawler:
         self.robots = RobotsCache(fetcher, clock=self.clock)
         #: Per-host spacing at send time: the running crawls' delay, robots.txt's, the rate limiters'.
         self.gate = HostGate(clock=self.clock)
+        self.robots_work = RobotsWork(self.robots, self.gate, self.clock)
         fetcher.send_gate = self.gate
         self._cache = ResultCache(cache_max_entries, cache_max_bytes)
         self._streams: set[CrawlStream] = set()
@@ -152,21 +154,10 @@ class Crawler:
         self._check_screenshot(config)
         run = CrawlRun(cast(Frontier, _NoFrontier()), config)
         try:
-            request = self._request(url_or_request, run)
+            request = run_request(url_or_request, run)
         except InvalidURLError as exc:
-            return _failed(str(url_or_request), exc)
+            return failed(str(url_or_request), exc)
         return await self._process(request, run)
-
-    def _request(self, item: str | Request, run: CrawlRun, **kw: Any) -> Request:
-        meta = run.meta
-        headers = run.config.headers
-        if isinstance(item, Request):
-            if meta or headers:
-                return item.replace(meta={**item.meta, **meta}, headers={**headers, **item.headers})
-            return item
-        if not isinstance(item, str):
-            raise InvalidURLError(f"expected a URL string or a Request, got {type(item).__name__}: {item!r:.100}")
-        return Request(item, meta=meta or None, headers=headers or None, **kw)
 
     def _check_screenshot(self, config: CrawlerRunConfig) -> None:
         """Say once per fetcher that a screenshot was asked of a fetcher that cannot take one."""
@@ -186,90 +177,27 @@ class Crawler:
         config = run.config
         cache_mode = config.cache_mode
         if is_robots_request(request):
-            return await self._robots_work(request, run)
+            return await self.robots_work.fetch(request, run)
         try:
             if config.check_robots_txt:
-                await self._robots(request, run)
+                await self.robots_work.check(request, run)
             if cache_mode == "enabled":
                 hit = self._cache.get(request.fingerprint)
                 if hit is not None:
                     return dataclasses.replace(hit, url=request.url, request=request, dispatch=None)
         except FetchError as exc:
-            return _failed(request.url, exc, request)
+            return failed(request.url, exc, request)
         try:
             result = await self.fetcher.fetch_result(request)
         except FetchError as exc:
             self.gate.answered(request.host)
-            return _failed(request.url, exc, request)
+            return failed(request.url, exc, request)
         self.gate.answered(request.host)
         if cache_mode != "bypass" and result.success:
             self._cache.put(request.fingerprint, result)
         if run.max_depth >= 0 and result.success:
             await self._follow(result, request, run)
         return result
-
-    async def _robots(self, request: Request, run: CrawlRun) -> None:
-        await self.robots.check(request.url, request)
-        await self._crawl_delay(request, run)
-
-    async def _robots_work(self, request: Request, run: CrawlRun) -> CrawlResult:
-        """A host's robots.txt, scheduled by the frontier before its pages (:meth:`_queue_robots`):
-        fetched into the robots cache, its Crawl-delay given to the frontier before the lease is
-        settled (which lets the pages go). The result is the run's, not a page: the stream drops it.
-        A robots.txt that cannot be read is no failure here -- each page reports why, from the cache."""
-        try:
-            status, problem = await self.robots.load(request.url)
-        except FetchError as exc:  # the host itself may not be fetched: its pages will say so
-            self.gate.answered(request.host)
-            return _failed(request.url, exc, request)
-        await self._crawl_delay(request, run)  # first: the host's next request is spaced by it already
-        self.gate.answered(request.host)
-        # Its status is shown (the monitor counts this work), but not a 429/503: the robots cache has
-        # the answer already (RFC 9309), the dispatcher must not re-fetch it as a rate-limited page.
-        shown = None if status in (429, 503) else status
-        return CrawlResult(
-            url=request.url, success=problem is None, status_code=shown, error_message=problem,
-            error_type=None if problem is None else "RobotsUnavailableError", request=request, depth=request.depth,
-        )
-
-    async def _queue_robots(self, run: CrawlRun, request: Request) -> int:
-        """Before the first request of a host is queued: its robots.txt, as work of the host that the
-        frontier hands out first. 1 when it was queued (the frontier queues one per host), else 0."""
-        host = request.host
-        if not run.config.check_robots_txt or host in run.robots_hosts:
-            return 0
-        run.robots_hosts.add(host)
-        return int(await run.frontier.enqueue_robots(robots_request(request.url, priority=request.priority)))
-
-    def _report_disallowed(self, child: Request, run: CrawlRun) -> bool:
-        """A link of the page just fetched that its host's robots.txt (known: the page was fetched after
-        it) disallows is reported at once, without the frontier: handing it out would cost the host a
-        delay with nothing sent. True when it was (or was already) reported; False for the frontier."""
-        error = self.robots.known_disallowed(child.url, child)
-        if error is None:
-            return False
-        fp = child.fingerprint
-        if fp in run.queued_elsewhere:  # queued before robots.txt was known: the frontier reports it
-            return False
-        if fp not in run.reported_fps:
-            run.reported_fps.add(fp)
-            run.enqueued += 1
-            run.reported.append(_failed(child.url, error, child))
-        return True
-
-    async def _crawl_delay(self, request: Request, run: CrawlRun) -> None:
-        """Once per host and run: robots.txt's Crawl-delay, when longer than the run's, to the send gate
-        and the frontier."""
-        host = request.host
-        if host not in run.delayed_hosts:
-            run.delayed_hosts.add(host)
-            delay = self.robots.crawl_delay(request.url)
-            if delay and delay > run.base_delay:
-                self.gate.set_host_delay(host, delay)
-                await run.frontier.set_host_policy(host, delay=delay)
-                # the request that brought it (robots.txt) went out under the run's delay: the next one
-                # waits for this one from now
-                await run.frontier.block_host(host, self.clock.now() + delay)
 
     # -- many URLs ------------------------------------------------------------------------------------
 
@@ -311,71 +239,37 @@ class Crawler:
         ``self.crawler.arun(url, config=config)`` -- plugs in too: it is handed the URLs and this
         crawler (``run_urls_stream`` is used when streaming, if it has one)."""
         config = config or self.config
-        if urls is not None:
-            if urls_or_requests is not None:
-                raise ConfigurationError("arun_many: pass the URLs once, positionally or as urls=, not both")
-            urls_or_requests = urls
-        if urls_or_requests is None:
-            raise ConfigurationError("arun_many needs the URLs: arun_many([...]) or arun_many(urls=[...])")
-        if isinstance(urls_or_requests, (str, Request)):
-            raise ConfigurationError("arun_many takes a list of URLs or Requests; for one URL use arun()")
+        items = _the_urls(urls_or_requests, urls)
         self._check_screenshot(config)
         use_stream = config.stream if stream is None else stream
-        chosen: Dispatcher
-        if dispatcher is None:
-            chosen = SemaphoreDispatcher(config.concurrency)
-        elif runs_urls_itself(dispatcher):
-            chosen = RunUrlsAdapter(cast(RunUrlsDispatcher, dispatcher), self, config, stream=use_stream)
-        else:
-            chosen = cast(Dispatcher, dispatcher)
+        chosen = self._dispatcher(dispatcher, config, use_stream)
         frontier = MemoryFrontier(FrontierOptions(clock=self.clock, max_in_flight=1_000_000))
         run = CrawlRun(frontier, config)
-        # Every URL is validated and deduplicated here, before the first fetch (a repeated URL is
-        # answered with its first one's result, so every repeat must be known before any result is
-        # reported); the requests are made as the dispatcher pulls them (MemoryFrontier.enqueue_lazily).
-        # Kept as three flat lists, not an object per URL: nothing for the garbage collector to visit.
-        invalid: list[CrawlResult] = []
-        plan_urls: list[str | Request] = []  # the URL as a Request keeps it, or the Request given
-        plan_hosts: list[str] = []
-        plan_fps: list[bytes] = []
-        seen: set[bytes] = set()
-        plain = True  # no priority, nothing delayed: the frontier may take them lazily
-        meta, headers = run.meta or None, config.headers or None
-        for item in urls_or_requests:
-            try:
-                if isinstance(item, str):
-                    url, host, fp = plain_get(item)
-                    entry: str | Request = url
-                else:
-                    entry = self._request(item, run)
-                    host, fp = entry.host, entry.fingerprint
-                    plain = plain and not entry.priority and entry.not_before is None
-            except InvalidURLError as exc:
-                invalid.append(_failed(str(item), exc))
-                continue
-            if fp in seen:
-                repeat = Request.of_plain_get(entry, host, fp, meta, headers) if isinstance(entry, str) else entry
-                run.dups.setdefault(fp, []).append(repeat)
-            else:
-                seen.add(fp)
-                plan_urls.append(entry)
-                plan_hosts.append(host)
-                plan_fps.append(fp)
-        requests = (
-            Request.of_plain_get(u, h, f, meta, headers) if isinstance(u, str) else u
-            for u, h, f in zip(plan_urls, plan_hosts, plan_fps, strict=True)
-        )
-        if plain:
-            await frontier.enqueue_lazily(requests, len(plan_urls))
+        # Every URL is validated and deduplicated before the first fetch; the requests are made as the
+        # dispatcher pulls them (MemoryFrontier.enqueue_lazily).
+        plan = plan_many(items, run)
+        if plan.plain:
+            await frontier.enqueue_lazily(plan.requests(run), len(plan.urls))
         else:
-            await frontier.enqueue_requests(requests)
+            await frontier.enqueue_requests(plan.requests(run))
         if chosen.monitor is not None:
-            chosen.monitor.add_queued(len(plan_urls))
-        out = self._stream(run, chosen, invalid)
+            chosen.monitor.add_queued(len(plan.urls))
+        out = self._stream(run, chosen, plan.invalid)
         if use_stream:
             return out
         async with out:
             return [r async for r in out]
+
+    def _dispatcher(
+        self, dispatcher: Dispatcher | RunUrlsDispatcher | None, config: CrawlerRunConfig, stream: bool
+    ) -> Dispatcher:
+        """The dispatcher of an ``arun_many``: the one given (a crawl4ai-style one adapted), else a
+        ``SemaphoreDispatcher(config.concurrency)``."""
+        if dispatcher is None:
+            return SemaphoreDispatcher(config.concurrency)
+        if runs_urls_itself(dispatcher):
+            return RunUrlsAdapter(cast(RunUrlsDispatcher, dispatcher), self, config, stream=stream)
+        return cast(Dispatcher, dispatcher)
 
     def _stream(self, run: CrawlRun, dispatcher: Dispatcher, first: list[CrawlResult]) -> CrawlStream:
         return CrawlStream(
@@ -422,12 +316,7 @@ class Crawler:
         ``SemaphoreDispatcher(config.concurrency)`` with a ``RateLimiter`` that adds no spacing of its
         own but re-fetches 429/503 answers after their back-off.
         """
-        if max_pages < 1:
-            raise ConfigurationError(f"max_pages={max_pages!r}: must be >= 1")
-        if max_depth < 0:
-            raise ConfigurationError(f"max_depth={max_depth!r}: must be >= 0")
-        if delay < 0:
-            raise ConfigurationError(f"delay={delay!r}: must be >= 0 seconds")
+        _check_budget(max_pages, max_depth, delay)
         config = config or self.config
         if dispatcher is None:
             dispatcher = SemaphoreDispatcher(
@@ -443,22 +332,8 @@ class Crawler:
         run.base_delay = delay
         run.max_pages = max_pages
         run.max_depth = max_depth
-        invalid: list[CrawlResult] = []
-        hosts: list[str] = []
-        robots_queued = 0
         try:
-            for seed in seeds:
-                try:
-                    request = self._request(seed, run, priority=0, depth=0)
-                except InvalidURLError as exc:
-                    invalid.append(_failed(str(seed), exc))
-                    continue
-                hosts.append(urlsplit(request.canonical_url).hostname or "")
-                if run.enqueued < max_pages:
-                    run.queued_elsewhere.add(request.fingerprint)
-                    robots_queued += await self._queue_robots(run, request)
-                    if await sched.enqueue_request(request):
-                        run.enqueued += 1
+            invalid, hosts, robots_queued = await self._seed(seeds, run)
         except BaseException:
             if owns:
                 await sched.close()
@@ -477,6 +352,26 @@ class Crawler:
         async with out:
             return [r async for r in out]
 
+    async def _seed(self, seeds: Iterable[str | Request], run: CrawlRun) -> tuple[list[CrawlResult], list[str], int]:
+        """Queue a crawl's seeds (depth 0, up to ``max_pages``; robots.txt first when obeyed): the failed
+        results of invalid ones, the seeds' host names, and the robots.txt work queued."""
+        invalid: list[CrawlResult] = []
+        hosts: list[str] = []
+        robots_queued = 0
+        for seed in seeds:
+            try:
+                request = run_request(seed, run, priority=0, depth=0)
+            except InvalidURLError as exc:
+                invalid.append(failed(str(seed), exc))
+                continue
+            hosts.append(urlsplit(request.canonical_url).hostname or "")
+            if run.enqueued < run.max_pages:
+                run.queued_elsewhere.add(request.fingerprint)
+                robots_queued += await self.robots_work.queue(run, request)
+                if await run.frontier.enqueue_request(request):
+                    run.enqueued += 1
+        return invalid, hosts, robots_queued
+
     async def _follow(self, result: CrawlResult, request: Request, run: CrawlRun) -> None:
         """Queue the links of a fetched page (before its lease is settled, so the frontier never
         looks idle while children are on their way)."""
@@ -492,58 +387,69 @@ class Crawler:
         depth = request.depth + 1
         if depth > run.max_depth or run.enqueued >= run.max_pages:
             return
-        allowed = run.allowed
-        children: list[Request] = []
-        robots = self.robots if run.config.check_robots_txt else None
-        for link in links:
-            if allowed is not None and not _in_domains((urlsplit(link).hostname or "").lower(), allowed):
-                continue
-            try:
-                children.append(self._request(link, run, priority=-depth, depth=depth))
-            except InvalidURLError:
-                continue
+        queued = await self._enqueue_children(_children(links, run, depth), request.host, run)
+        if queued and run.monitor is not None:
+            run.monitor.add_queued(queued)
+
+    async def _enqueue_children(self, children: list[Request], page_host: str, run: CrawlRun) -> int:
+        """Queue a page's links up to the run's ``max_pages`` (a link robots.txt disallows on the page's
+        own host reported at once, robots.txt queued before a new host's first link): the work queued."""
+        robots = self.robots_work if run.config.check_robots_txt else None
         frontier = run.frontier
-        page_host = request.host
-        monitor_n = 0
+        queued = 0
         async with run.enqueue_lock:
             for child in children:
                 if run.enqueued >= run.max_pages:
                     break
-                if robots is not None and child.host == page_host and self._report_disallowed(child, run):
-                    continue
-                if robots is not None and child.host != page_host:
-                    run.queued_elsewhere.add(child.fingerprint)
-                if child.host not in run.robots_hosts:
-                    monitor_n += await self._queue_robots(run, child)
+                if robots is not None:
+                    if child.host != page_host:
+                        run.queued_elsewhere.add(child.fingerprint)
+                    elif robots.report_disallowed(child, run):
+                        continue
+                    if child.host not in run.robots_hosts:
+                        queued += await robots.queue(run, child)
                 if await frontier.enqueue_request(child):
                     run.enqueued += 1
-                    monitor_n += 1
-        if monitor_n and run.monitor is not None:
-            run.monitor.add_queued(monitor_n)
+                    queued += 1
+        return queued
 
 
-def _in_domains(host: str, domains: frozenset[str]) -> bool:
-    """``host`` is one of ``domains`` or a subdomain of one: a set look-up per label, not a scan of the
-    domains (a crawl seeded with hundreds of hosts allows hundreds)."""
-    if host in domains:
-        return True
-    dot = host.find(".")
-    while dot >= 0:
-        if host[dot + 1 :] in domains:
-            return True
-        dot = host.find(".", dot + 1)
-    return False
+def _children(links: list[str], run: CrawlRun, depth: int) -> list[Request]:
+    """The requests of a page's links at ``depth`` that the run may follow (its allowed domains)."""
+    allowed = run.allowed
+    children: list[Request] = []
+    for link in links:
+        if allowed is not None and not in_domains((urlsplit(link).hostname or "").lower(), allowed):
+            continue
+        try:
+            children.append(run_request(link, run, priority=-depth, depth=depth))
+        except InvalidURLError:
+            continue
+    return children
 
 
-def _failed(url: str, exc: CrawlherdError, request: Request | None = None) -> CrawlResult:
-    return CrawlResult(
-        url=url,
-        success=False,
-        error_message=str(exc),
-        error_type=type(exc).__name__,
-        request=request,
-        depth=request.depth if request is not None else 0,
-    )
+def _check_budget(max_pages: int, max_depth: int, delay: float) -> None:
+    if max_pages < 1:
+        raise ConfigurationError(f"max_pages={max_pages!r}: must be >= 1")
+    if max_depth < 0:
+        raise ConfigurationError(f"max_depth={max_depth!r}: must be >= 0")
+    if delay < 0:
+        raise ConfigurationError(f"delay={delay!r}: must be >= 0 seconds")
+
+
+def _the_urls(
+    urls_or_requests: Iterable[str | Request] | None, urls: Iterable[str | Request] | None
+) -> Iterable[str | Request]:
+    """``arun_many``'s URLs, given positionally or as ``urls=`` (crawl4ai's spelling), once."""
+    if urls is not None:
+        if urls_or_requests is not None:
+            raise ConfigurationError("arun_many: pass the URLs once, positionally or as urls=, not both")
+        urls_or_requests = urls
+    if urls_or_requests is None:
+        raise ConfigurationError("arun_many needs the URLs: arun_many([...]) or arun_many(urls=[...])")
+    if isinstance(urls_or_requests, (str, Request)):
+        raise ConfigurationError("arun_many takes a list of URLs or Requests; for one URL use arun()")
+    return urls_or_requests
 
 
 class _NoFrontier:

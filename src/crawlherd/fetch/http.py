@@ -275,7 +275,7 @@ class HttpFetcher:
         straight from the aiohttp response (no :class:`Response` in between; the headers are copied
         when first read). Not a coroutine function itself: the crawler awaits the fetch directly.
         When a subclass (or the instance) replaced :meth:`fetch` alone, that ``fetch`` is called."""
-        if type(self).fetch is not HttpFetcher.fetch or "fetch" in self.__dict__:
+        if type(self).fetch is not _OWN_FETCH or "fetch" in self.__dict__:
             return result_of_fetch(self, request)
         return self._fetch(request, CrawlResult.fetched)
 
@@ -363,6 +363,10 @@ class HttpFetcher:
             return  # not an address after all: aiohttp reports the bad URL
         if not ok:
             raise refusal(url, host, host)
+
+
+#: HttpFetcher's own fetch, taken now: the module's name may be rebound later (a test's routing subclass).
+_OWN_FETCH = HttpFetcher.fetch
 
 
 def _translate(exc: BaseException, url: str, request: Request, timeout: aiohttp.ClientTimeout) -> FetchError:
