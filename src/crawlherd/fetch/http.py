@@ -37,6 +37,7 @@ from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetc
 from crawlherd.fetch.gate import SendGate
 from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
 from crawlherd.fetch.hops import (
+    REDIRECT_STATUSES,
     AcceptedTypes,
     Hop,
     SendHop,
@@ -335,9 +336,10 @@ class HttpFetcher:
                 ) as resp:
                     status = resp.status
                     raw = resp.headers
-                    location = redirect_location(status, raw.get("Location"))
-                    if location is not None:
-                        return Hop(status, location)
+                    if status in REDIRECT_STATUSES:  # a 200 asks no header
+                        location = redirect_location(status, raw.get("Location"))
+                        if location is not None:
+                            return Hop(status, location)
                     charset = types.charset(limits, raw.get("Content-Type", ""), status, url, request)
                     check_length(limits, resp.content_length, url, request)
                     data = await read_body(limits, resp.content, raw.get("Content-Encoding"), url, request, progress)
