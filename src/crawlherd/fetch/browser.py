@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from crawlherd.content_type import charset_of, media_type
 from crawlherd.errors import AddressNotAllowedError, BrowserUnavailableError, FetchError, FetchTimeoutError
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
-from crawlherd.fetch.chromium import CHROMIUM_ARGS, LOCAL_NETWORK_ARGS, BrowserOptions, find_chromium
+from crawlherd.fetch.chromium import CHROMIUM_ARGS, LOCAL_NETWORK_ARGS, BrowserOptions, find_chromium, launch_args
 from crawlherd.fetch.gate import SendGate, pass_gate
 from crawlherd.fetch.guard import check_address, parse_networks
 from crawlherd.fetch.hops import AcceptedTypes, Hop, check_length, check_size, follow, redirect_location, response_of
@@ -161,11 +161,7 @@ class BrowserFetcher:
                 browser = await playwright.chromium.launch(
                     executable_path=executable,
                     headless=True,
-                    args=[
-                        *CHROMIUM_ARGS,
-                        *(LOCAL_NETWORK_ARGS if self.limits.allow_private_addresses else ()),
-                        *self.options.extra_args,
-                    ],
+                    args=launch_args(self.options, allow_private=self.limits.allow_private_addresses),
                     timeout=self.options.launch_timeout * 1000,
                 )
                 context = await browser.new_context(

@@ -17,7 +17,7 @@ from typing import Literal
 from crawlherd._options import Count, Seconds, check_options
 from crawlherd.errors import BrowserUnavailableError, ConfigurationError
 
-__all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "BrowserOptions", "WaitUntil", "find_chromium"]
+__all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "BrowserOptions", "WaitUntil", "find_chromium", "launch_args"]
 
 #: Command-line switches Chromium is launched with: no sandbox (containers), no GPU, and none of the
 #: background traffic (QUIC, updates, sync) that would bypass the route handler.
@@ -115,3 +115,9 @@ class BrowserOptions:
             raise ConfigurationError("BrowserFetcher block_resource_types cannot block 'document'")
         object.__setattr__(self, "block_resource_types", blocked)
         object.__setattr__(self, "extra_args", tuple(self.extra_args))
+
+
+def launch_args(options: BrowserOptions, *, allow_private: bool) -> list[str]:
+    """Chromium's command line: :data:`CHROMIUM_ARGS`, :data:`LOCAL_NETWORK_ARGS` when private
+    addresses are allowed, then the options' ``extra_args``."""
+    return [*CHROMIUM_ARGS, *(LOCAL_NETWORK_ARGS if allow_private else ()), *options.extra_args]
