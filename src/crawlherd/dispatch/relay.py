@@ -56,6 +56,7 @@ from crawlherd._aio import wait_while_progressing
 from crawlherd._options import Count, Delay, Seconds, check_options
 from crawlherd._resilience import OutageLog
 from crawlherd.brokers.base import Broker
+from crawlherd.db.dialect import sql_capabilities
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, OutboxTrail, UTCDateTime
 from crawlherd.dispatch.outbox import LeasedRow, custom_plans
@@ -181,6 +182,8 @@ class Relay:
         self.options = options = options or RelayOptions()
         self.engine = engine
         self.broker = broker
+        #: What the config DB's SQL can do (its flags, computed once for the engine).
+        self.sql = sql_capabilities(engine)
         self.lease_time = timedelta(seconds=options.lease)
         self.round_timeout = options.lease / 2 if options.round_timeout is None else options.round_timeout
         self.owner = options.owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -244,7 +247,7 @@ class Relay:
                 lease = update(ob).values(
                     leased_until=now + self.lease_time, lease_owner=self.owner, attempts=ob.attempts + 1
                 )
-                if conn.dialect.name == "postgresql":
+                if self.sql.skip_locked:
                     # The locking SELECT as a CTE runs exactly once. As an IN (subquery) the planner
                     # may run it again (a generic plan re-scanning it), and the UPDATE then takes rows
                     # it never locked -- rows another relay leased at the same moment.
@@ -359,7 +362,7 @@ class Relay:
                     status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
                 )
                 trail = update(OutboxTrail).values(published_by=self.owner[:200], broker=self.broker_label)
-                if confirmed and conn.dialect.name == "postgresql":  # one statement, one array
+                if confirmed and self.sql.array_params:  # one statement, one array
                     ids = bindparam("ids", list(confirmed), type_=postgresql.ARRAY(BigInteger))
                     marked = mark.where(ob.id == func.any(ids), ob.status == "pending").returning(ob.id).cte("marked")
                     await conn.execute(trail.where(OutboxTrail.outbox_id == marked.c.id))
