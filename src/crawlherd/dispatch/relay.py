@@ -54,13 +54,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd import metrics
 from crawlherd._aio import wait_while_progressing
 from crawlherd._options import Count, Delay, Seconds, check_options
-from crawlherd._resilience import OutageLog
+from crawlherd._resilience import OutageLog, backoff_delay
 from crawlherd.brokers.base import Broker
 from crawlherd.db.dialect import sql_capabilities
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, OutboxTrail, UTCDateTime
 from crawlherd.dispatch.outbox import LeasedRow, custom_plans
-from crawlherd.errors import ConfigurationError, MessageRejectedError, summarize
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, MessageRejectedError, summarize
 from crawlherd.messages import SCHEMA_VERSION
 
 __all__ = ["JOB_HEADERS", "BatchPublisher", "Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
@@ -74,6 +74,11 @@ _PENDING = text("dispatch_outbox.status = 'pending'")
 _PUBLISHED = text("dispatch_outbox.status = 'published'")
 _MARK_CHUNK = 1000  # ids per UPDATE ... WHERE id IN (...) (keeps under the drivers' parameter limits)
 _ROUND_ERROR = "relay round deadline passed before the broker confirmed"
+#: The publish errors that are a broker outage: said once (:attr:`Relay.outages`), the row published
+#: again after its back-off, never counted towards ``dead_after`` -- the broker's typed outage, and a
+#: publish that timed out or stalled. A refusal (:class:`~crawlherd.errors.MessageRejectedError`) is
+#: the broker's answer, not an outage; any other error is a bug, logged as one (the row is kept).
+PUBLISH_OUTAGES: tuple[type[BaseException], ...] = (BackendUnavailableError, TimeoutError)
 #: The headers every job message is published with.
 JOB_HEADERS: Mapping[str, str] = {"schema_version": str(SCHEMA_VERSION)}
 
@@ -105,12 +110,14 @@ class RelayResult:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """A publish that failed: the row, the reason, and whether the broker refused it (a refusal
-    counts towards ``dead_after``; an outage or a timeout never does)."""
+    """A publish that failed: the row, the reason, whether the broker refused it (a refusal counts
+    towards ``dead_after``; an outage or a timeout never does) and whether it is an outage (one of
+    :data:`PUBLISH_OUTAGES`, or the round's deadline)."""
 
     row: LeasedRow
     error: str
     rejected: bool = False
+    outage: bool = True
 
 
 @dataclass(slots=True)
@@ -133,7 +140,9 @@ class _Publishes:
             self.confirmed.append(row.id)
             self.relay.confirmed_now()
         else:
-            self.relay._failed(Failure(row, summarize(error), isinstance(error, MessageRejectedError)), self.failures)
+            failure = Failure(row, summarize(error), rejected=isinstance(error, MessageRejectedError),
+                              outage=isinstance(error, PUBLISH_OUTAGES))
+            self.relay._failed(failure, self.failures)
         self.finished.add(row.id)
 
 
@@ -227,8 +236,13 @@ class Relay:
                 refused[0].row.key,
                 refused[0].error,
             )
-        if len(failures) > len(refused):
-            log.debug("%d publish(es) failed (broker unavailable), kept in the outbox", len(failures) - len(refused))
+        broken = [f for f in failures if not (f.rejected or f.outage)]
+        if broken:
+            log.error("%d publish(es) failed with an unexpected error, kept in the outbox for a retry; first: %s: %s",
+                      len(broken), broken[0].row.key, broken[0].error)
+        if len(failures) > len(refused) + len(broken):
+            log.debug("%d publish(es) failed (broker unavailable), kept in the outbox",
+                      len(failures) - len(refused) - len(broken))
         return RelayResult(leased=len(leased), published=len(confirmed), failed=len(failures))
 
     async def lease(self) -> list[LeasedRow]:
@@ -342,7 +356,7 @@ class Relay:
     def _failed(self, failure: Failure, failures: list[Failure]) -> None:
         failures.append(failure)
         metrics.RELAY_PUBLISHES.labels(outcome="failed").inc()
-        if not failure.rejected:  # an outage (or a hang): said once, when it starts
+        if failure.outage:  # said once, when it starts
             self.outages.down("broker", failure.error)
         self.last_error = failure.error
 
@@ -428,8 +442,11 @@ class Relay:
                     return deleted
 
     def backoff_for(self, attempts: int) -> float:
-        """Seconds a row waits after its ``attempts``-th failed publish: doubling, capped."""
-        return float(min(self.options.max_backoff, self.options.backoff * 2 ** max(0, min(attempts - 1, 30))))
+        """Seconds a row waits after its ``attempts``-th failed publish: :func:`~crawlherd._resilience.
+        backoff_delay` from ``backoff`` up to ``max_backoff``, without jitter -- the row's retry time is
+        its own (recorded in ``leased_until``, shown by the console) and relays lease rows in batches,
+        so spreading rows that failed together would only make more, smaller rounds."""
+        return backoff_delay(attempts, base=self.options.backoff, cap=self.options.max_backoff, jitter=0.0)
 
 
 def _observe_lag(leased: Sequence[LeasedRow], confirmed: Sequence[int]) -> None:
