@@ -228,21 +228,7 @@ class Relay:
         _observe_lag(leased, confirmed)
         if confirmed:
             self.outages.up("broker")
-        refused = [f for f in failures if f.rejected]
-        if refused:
-            log.warning(
-                "%d publish(es) refused by the broker, kept in the outbox for a retry; first: %s: %s",
-                len(refused),
-                refused[0].row.key,
-                refused[0].error,
-            )
-        broken = [f for f in failures if not (f.rejected or f.outage)]
-        if broken:
-            log.error("%d publish(es) failed with an unexpected error, kept in the outbox for a retry; first: %s: %s",
-                      len(broken), broken[0].row.key, broken[0].error)
-        if len(failures) > len(refused) + len(broken):
-            log.debug("%d publish(es) failed (broker unavailable), kept in the outbox",
-                      len(failures) - len(refused) - len(broken))
+        _log_failures(failures)
         return RelayResult(leased=len(leased), published=len(confirmed), failed=len(failures))
 
     async def lease(self) -> list[LeasedRow]:
@@ -447,6 +433,26 @@ class Relay:
         its own (recorded in ``leased_until``, shown by the console) and relays lease rows in batches,
         so spreading rows that failed together would only make more, smaller rounds."""
         return backoff_delay(attempts, base=self.options.backoff, cap=self.options.max_backoff, jitter=0.0)
+
+
+def _log_failures(failures: Sequence[Failure]) -> None:
+    """One line per kind of failure of a round: refusals (a warning), bugs (an error), outages (debug:
+    the outage itself is said once by the outage log)."""
+    refused = [f for f in failures if f.rejected]
+    if refused:
+        log.warning(
+            "%d publish(es) refused by the broker, kept in the outbox for a retry; first: %s: %s",
+            len(refused),
+            refused[0].row.key,
+            refused[0].error,
+        )
+    broken = [f for f in failures if not (f.rejected or f.outage)]
+    if broken:
+        log.error("%d publish(es) failed with an unexpected error, kept in the outbox for a retry; first: %s: %s",
+                  len(broken), broken[0].row.key, broken[0].error)
+    if len(failures) > len(refused) + len(broken):
+        log.debug("%d publish(es) failed (broker unavailable), kept in the outbox",
+                  len(failures) - len(refused) - len(broken))
 
 
 def _observe_lag(leased: Sequence[LeasedRow], confirmed: Sequence[int]) -> None:
