@@ -60,7 +60,8 @@ Role = Literal["frontier", "broker", "database", "sink", "fetch"]
 def backoff_delay(failures: int, *, base: float = 0.5, cap: float = 30.0, jitter: float = 0.2) -> float:
     """Seconds to wait after the ``failures``-th failure in a row: ``base * 2**(failures-1)``, capped at
     ``cap``, times a random factor in ``[1 - jitter, 1 + jitter]`` (never over ``cap``)."""
-    delay = min(cap, base * 2 ** max(0, failures - 1))
+    # (the exponent is bounded: a float cannot hold 2**1024, and the cap is reached long before)
+    delay = min(cap, base * 2 ** min(max(0, failures - 1), 64))
     jittered: float = delay * random.uniform(1.0 - jitter, 1.0 + jitter)
     return min(cap, jittered)
 

@@ -1,10 +1,9 @@
 """The job message: what the dispatch service publishes and the workers consume.
 
 Schema version 2 (``docs/job-message.md``): the website's configuration travels typed, as the
-:class:`~crawlherd.sitespec.SiteSpec` the targets file declared (``site``). A version-1 body (an
-untyped ``metadata`` dict, published before the upgrade and still on a broker) is decoded into the
-same :class:`JobMessage`, its ``metadata`` turned into a :class:`SiteSpec` with the one set of defaults
-(:func:`decode_job`). Both ends validate: :func:`encode_job` refuses to publish
+:class:`~crawlherd.sitespec.SiteSpec` the targets file declared (``site``). It is the only version:
+a body of any other (version 1's untyped ``metadata`` dict included, never released) is an unknown
+version, dead-lettered like any invalid message. Both ends validate: :func:`encode_job` refuses to publish
 an invalid message, :func:`decode_job` refuses (with :class:`~crawlherd.errors.MessageError`) a body
 that is not JSON, not an object, of an unknown ``schema_version`` or invalid -- the worker
 dead-letters those. Unknown fields are refused too: adding a field means a new schema version.
@@ -51,7 +50,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 2
-SUPPORTED_VERSIONS = frozenset({1, 2})
+SUPPORTED_VERSIONS = frozenset({SCHEMA_VERSION})
 #: The largest job message body decoded (a real one is a few kB: the website's whole configuration).
 MAX_BODY_BYTES = 1_000_000
 #: The deepest JSON nesting decoded (a real message nests about 6 levels).
@@ -139,50 +138,6 @@ class JobMessage(BaseModel):
             created_at=created_at,
             **fields,
         )
-
-
-class _JobMessageV1(BaseModel):
-    """Schema version 1, read only: its site settings were an untyped ``metadata`` dict."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
-
-    schema_version: Literal[1]
-    job_id: str
-    idempotency_key: str
-    target_id: int
-    slot_at: datetime
-    website_id: int
-    website_name: str = Field(min_length=1, max_length=200)
-    search_url: str = Field(min_length=1)
-    requires_playwright: bool = False
-    pagination_type: Literal["none", "next_link", "page_param"] = "none"
-    keywords_used: str
-    location_used: str | None = None
-    attempt_count: int = 0
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime
-
-    def upgraded(self) -> dict[str, Any]:
-        """The version-2 form. What version 1 left out gets :class:`SiteSpec`'s defaults; its search
-        URL (already rendered) stands for the template (braces escaped)."""
-        meta = self.metadata
-        site_meta = dict(meta.get("site") or {})
-        site: dict[str, Any] = {
-            "name": self.website_name,
-            "base_url": meta.get("base_url") or self.search_url,
-            "search_url_template": self.search_url.replace("{", "{{").replace("}", "}}"),
-            "requires_playwright": self.requires_playwright,
-            "pagination": {**(meta.get("pagination") or {}), "type": self.pagination_type},
-            "extraction": meta.get("extraction") or {},
-            "politeness": meta.get("politeness") or {},
-            "metadata": site_meta,
-        }
-        if "revisit_age_seconds" in site_meta:
-            site["revisit_age"] = site_meta.pop("revisit_age_seconds")
-        fields = self.model_dump(
-            exclude={"website_name", "requires_playwright", "pagination_type", "metadata", "slot_at"}
-        )
-        return {**fields, "schema_version": 2, "slot_at": self.slot_at, "site": site}
 
 
 def encode_job(message: JobMessage) -> bytes:
@@ -300,15 +255,13 @@ def decode_job(body: bytes | str) -> JobMessage:
             f"{', '.join(str(v) for v in sorted(SUPPORTED_VERSIONS))}"
         )
     try:
-        if version == 1:
-            data = _JobMessageV1.model_validate(data).upgraded()
         return JobMessage.model_validate(data)
     except ValidationError as exc:
         raise MessageError(f"invalid job message (schema_version {version}): {_problems(exc)}") from None
     except MessageError:
         raise
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OverflowError) as exc:
-        # a validator or the version-1 upgrade tripping over a value of the wrong type
+        # a validator tripping over a value of the wrong type
         raise MessageError(f"invalid job message (schema_version {version}): {type(exc).__name__}: {exc}") from None
 
 

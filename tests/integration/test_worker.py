@@ -200,19 +200,19 @@ async def test_ignoring_robots_the_worker_fetches_disallowed_detail_pages(
     assert sorted(f["salary"] for f in stored.values()) == [f"salary of python-{n}" for n in range(3)]
 
 
-# -- a version-1 message published before the upgrade ---------------------------------------------
+# -- a version-1 message: an unknown version (version 1 was never released) ------------------------
 
 
-async def test_a_version_1_message_on_the_broker_is_processed_after_the_upgrade(
+async def test_a_version_1_message_on_the_broker_is_dead_lettered_as_an_unknown_version(
     engine: AsyncEngine, board: Board, tmp_path: Path
 ) -> None:
     site = website(board, robots="obey")
-    await load(engine, tmp_path, site, ["rust"], due=False)  # not due: only the v1 message runs
+    await load(engine, tmp_path, site, ["rust"], due=False)  # not due: only the v1 message is delivered
     async with engine.connect() as conn:
         target_id = (await conn.execute(select(ScrapeTarget.id))).scalar_one()
         website_id = (await conn.execute(select(Website.id))).scalar_one()
     slot = datetime(2026, 11, 1, 6, 0, tzinfo=UTC)
-    v1 = {  # what crawlherd before SiteSpec published (schema_version 1, an untyped metadata dict)
+    v1 = {  # the pre-release form (schema_version 1, an untyped metadata dict)
         "schema_version": 1,
         "job_id": job_id_for(target_id, slot),
         "idempotency_key": idempotency_key(target_id, slot),
@@ -237,11 +237,12 @@ async def test_a_version_1_message_on_the_broker_is_processed_after_the_upgrade(
     }
     async with open_broker(str(engine.url)) as broker:
         await broker.publish(json.dumps(v1).encode(), key=v1["idempotency_key"])
-    # ... the upgrade: a new worker process opens the same broker.
     await run_until_idle(engine, tmp_path)
-    assert [r[0] for r in await runs(engine)] == ["succeeded"]
-    stored = await items(engine)
-    assert sorted(f["salary"] for f in stored.values()) == [f"salary of rust-{n}" for n in range(3)]
+    async with open_broker(str(engine.url)) as broker:
+        dead = await broker.dead_letters(limit=10)
+    assert [d.key for d in dead] == [v1["idempotency_key"]]
+    assert "unknown job message schema_version 1" in dead[0].reason
+    assert await runs(engine) == [] and board.fetched("/search") == []  # nothing crawled, no run recorded
 
 
 # -- politeness across jobs: listing pages go through the one frontier ----------------------------

@@ -19,7 +19,7 @@ import yaml
 from crawlherd import Crawler
 from crawlherd.brokers.sqlite import SQLiteBroker
 from crawlherd.db.engine import create_engine
-from crawlherd.dispatch import targets_file
+from crawlherd.dispatch import targets_reader
 from crawlherd.dispatch.targets_file import load_targets_file, parse_targets
 from crawlherd.errors import AddressNotAllowedError, PageTooComplexError, TargetsFileError
 from crawlherd.extract.handlers import run_extractor
@@ -109,13 +109,13 @@ def test_large_text_is_refused_before_parsing() -> None:
 def test_yaml_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The old code ran ``yaml.safe_load`` and then ``yaml.compose`` on the same text."""
     calls: list[str] = []
-    real_init = targets_file._BoundedLoader.__init__
+    real_init = targets_reader.BoundedLoader.__init__
 
     def counting_init(self: Any, stream: str) -> None:
         calls.append("load")
         real_init(self, stream)
 
-    monkeypatch.setattr(targets_file._BoundedLoader, "__init__", counting_init)
+    monkeypatch.setattr(targets_reader.BoundedLoader, "__init__", counting_init)
     monkeypatch.setattr(yaml, "safe_load", lambda *a, **k: pytest.fail("parsed a second time"))
     monkeypatch.setattr(yaml, "compose", lambda *a, **k: pytest.fail("parsed a second time"))
     message = refused(lambda: parse_targets("targets:\n  - website: nowhere\n", fmt="yaml"))

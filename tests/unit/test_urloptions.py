@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import pytest
 
-from crawlherd._urloptions import options_from_url, url_options
+from crawlherd._options import options_from_url, url_options
 from crawlherd.brokers import open_broker
 from crawlherd.clock import Clock, FakeClock
 from crawlherd.errors import ConfigurationError

@@ -21,8 +21,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from crawlherd._options import AtLeast0, check_options
-from crawlherd._urloptions import options_from_url
+from crawlherd._options import AtLeast0, check_options, options_from_url
 from crawlherd.brokers.base import Delivery
 from crawlherd.errors import BackendUnavailableError, BrokerError
 
@@ -51,7 +50,7 @@ def new_id() -> str:
 def build_options(cls: type[T], url: str, options: Mapping[str, Any], *, backend: str,
                   live: Sequence[str] = ()) -> T:
     """``cls`` (a dataclass of options) from ``url``'s query string and ``options`` (which win), by the
-    one URL-options coercer of frontiers and brokers (:mod:`crawlherd._urloptions`); messages name the
+    one URL-options coercer of frontiers and brokers (:mod:`crawlherd._options`); messages name the
     ``backend``'s broker. ``live`` names more options that may only come as keywords (an option whose
     type cannot be read from text, a clock or a client, already can only)."""
     return options_from_url(cls, url, options, what=f"{backend} broker", keyword_only=live)

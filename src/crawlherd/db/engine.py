@@ -19,6 +19,7 @@ from sqlalchemy.exc import ArgumentError, InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from crawlherd._redact import redact_url
+from crawlherd.db.dialect import sql_capabilities
 from crawlherd.errors import ConfigurationError
 
 __all__ = ["async_database_url", "count_rows", "create_engine", "db_now", "dialect_of"]
@@ -156,7 +157,7 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout: float) -> None:
 async def db_now(conn: AsyncConnection) -> datetime:
     """The database's clock (UTC, aware): ``now()`` on PostgreSQL (the transaction's start),
     ``strftime('%f')`` on SQLite. The dispatcher uses this, never the local clock."""
-    if conn.dialect.name == "sqlite":
+    if sql_capabilities(conn).is_sqlite:
         raw = (await conn.execute(text("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"))).scalar_one()
         return datetime.fromisoformat(raw).replace(tzinfo=UTC)
     value = (await conn.execute(text("SELECT now()"))).scalar_one()

@@ -28,6 +28,11 @@ def is_db_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError | InterfaceError | DBAPIError | OSError | ConnectionError)
 
 
+#: SQLSTATE codes: invalid_catalog_name; invalid_authorization_specification, invalid_password.
+_NO_SUCH_DATABASE = "3D000"
+_LOGIN_REFUSED = ("28000", "28P01")
+
+
 def describe_db_error(exc: BaseException) -> str:
     """What went wrong, in the operator's words: the database is missing, the login was refused, the
     server cannot be reached or its host name is unknown; else the driver's first line."""
@@ -37,11 +42,11 @@ def describe_db_error(exc: BaseException) -> str:
         if inner is None or inner is root:
             break
         root = inner
-    kind = type(root).__name__
-    text = str(root).strip().splitlines()[0] if str(root).strip() else kind
-    if kind == "InvalidCatalogNameError":
+    text = str(root).strip().splitlines()[0] if str(root).strip() else type(root).__name__
+    sqlstate = getattr(root, "sqlstate", None)  # the server's SQLSTATE code (asyncpg's errors carry it)
+    if sqlstate == _NO_SUCH_DATABASE:
         return f"the database does not exist ({text}); create it (createdb NAME) or fix the URL"
-    if kind in ("InvalidAuthorizationSpecificationError", "InvalidPasswordError"):
+    if sqlstate in _LOGIN_REFUSED:
         return f"the server refused the login ({text}); check the user and password in the URL"
     if isinstance(root, socket.gaierror):
         return f"unknown host ({text}); check the host name in the URL"

@@ -30,6 +30,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from crawlherd.db.dialect import sql_capabilities
+
 __all__ = [
     "AuditEntry",
     "Base",
@@ -68,7 +70,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             raise ValueError(f"naive datetime {value!r}: pass an aware (UTC) datetime")
         value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        return value.replace(tzinfo=None) if sql_capabilities(dialect).naive_datetimes else value
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:

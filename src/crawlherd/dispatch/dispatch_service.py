@@ -22,7 +22,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._options import Count, Seconds
-from crawlherd._resilience import OutageLog
+from crawlherd._resilience import OutageLog, Retrier, RetryPolicy, Stopped
 from crawlherd.brokers.base import Broker
 from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.dispatch import outbox
@@ -40,6 +40,9 @@ GAUGES_EVERY = 5.0
 
 #: Seconds between two prunings of the outbox's published rows.
 PRUNE_EVERY = 600.0
+
+#: The errors of a step that are an outage to wait out (the config DB's, typed where it is called).
+STEP_OUTAGES: tuple[type[BaseException], ...] = (BackendUnavailableError,)
 
 #: Called with what one tick or one relay round did (the other part is empty).
 ProgressFn = Callable[[TickResult, RelayResult], None]
@@ -178,6 +181,12 @@ class DispatchService:
         if not interval > 0:
             raise ConfigurationError(f"interval must be > 0 seconds, got {interval!r}")
         stop = stop or asyncio.Event()
+        # A failed step is retried with back-off from ``interval`` up to ``max_backoff``.
+        retrier = Retrier(
+            self.outages,
+            temporary=STEP_OUTAGES,
+            policy=RetryPolicy(base=min(interval, self.options.max_backoff), cap=self.options.max_backoff),
+        )
         new_rows = asyncio.Event()
         handoff = Handoff(self.options.relay_rounds)
 
@@ -217,10 +226,11 @@ class DispatchService:
                     beat = Heartbeat(self.engine, kind="dispatcher", name=self.owner,
                                      interval=self.options.heartbeat_interval, outages=self.outages)
                     group.create_task(beat.run(stop), name="dispatch-heartbeat")
-                group.create_task(self._repeat(tick, interval, stop), name="dispatch-tick")
+                group.create_task(self._repeat(tick, interval, stop, retrier), name="dispatch-tick")
                 for n in range(self.options.relay_rounds):
-                    group.create_task(self._repeat(relay, interval, stop, wake=new_rows), name=f"dispatch-relay-{n}")
-                group.create_task(self._repeat(prune, PRUNE_EVERY, stop), name="dispatch-prune")
+                    group.create_task(self._repeat(relay, interval, stop, retrier, wake=new_rows),
+                                      name=f"dispatch-relay-{n}")
+                group.create_task(self._repeat(prune, PRUNE_EVERY, stop, retrier), name="dispatch-prune")
         finally:
             await handoff.release(self.relayer)
 
@@ -229,23 +239,23 @@ class DispatchService:
         step: Callable[[], Awaitable[bool]],
         interval: float,
         stop: asyncio.Event,
+        retrier: Retrier,
         wake: asyncio.Event | None = None,
     ) -> None:
         """Run ``step`` until ``stop``: again at once when it says more is left, else after ``interval``
-        (or when ``wake`` is set); after an outage, with a growing back-off."""
-        failures = 0
+        (or when ``wake`` is set). A temporary error (``retrier.temporary``: an outage) is said once and
+        waited out with ``retrier``'s back-off; any other error is a bug and ends the service."""
+        attempts = retrier.attempts("database", stop=stop)
         while not stop.is_set():
             try:
                 more = await step()
-            except BackendUnavailableError as exc:  # the config DB (a broker outage fails publishes, not steps)
-                failures += 1
-                self.outages.down("config DB", exc)
-                wait = float(min(self.options.max_backoff, interval * 2 ** min(failures, 10)))
-                log.debug("%s; retrying in %.1fs", exc, wait)
-                await _pause(stop, wait)
+            except retrier.temporary as exc:
+                try:
+                    await attempts.failed(exc)
+                except Stopped:
+                    return
                 continue
-            failures = 0
-            self.outages.up("config DB")
+            attempts.succeeded()
             await _pause(stop, 0.0 if more else interval, wake)
 
 

@@ -51,10 +51,11 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd import metrics
+from crawlherd.db.dialect import sql_capabilities
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, OutboxTrail, ScrapeTarget, UTCDateTime, Website
@@ -222,7 +223,7 @@ async def tick(
                 lease_for is not None
                 and owner is not None
                 and len(outbox_rows) <= lease_max
-                and conn.dialect.name == "postgresql"
+                and sql_capabilities(conn).array_params
             ):
                 leased = await _insert_leased(conn, outbox_rows, now=now, owner=owner, until=now + lease_for)
                 inserted = len(leased)
@@ -241,7 +242,7 @@ async def custom_plans(conn: AsyncConnection) -> datetime:
     asyncpg prepares every statement, and after five runs PostgreSQL may switch to a *generic* plan
     cached for the connection; one made while the outbox was (nearly) empty joins the lease by nested
     loops over the whole table and stays until the next ANALYZE -- seconds per batch after a burst."""
-    if conn.dialect.name != "postgresql":
+    if not sql_capabilities(conn).plan_cache_mode:
         return await db_now(conn)
     value = (await conn.execute(_CUSTOM_PLANS_NOW)).scalar_one()
     assert isinstance(value, datetime)
@@ -377,12 +378,13 @@ async def write_outbox(
     the claimer of each inserted row is recorded in ``outbox_trail`` (the lineage)."""
     if not rows:
         return 0
-    if conn.dialect.name == "postgresql":
+    sql = sql_capabilities(conn)
+    if sql.array_params:
         result = await conn.execute(_PG_INSERT, _pg_insert_params(rows, now=now, claimed_by=claimed_by))
         return len(result.all())
     # SQLite: one executemany in the tick's BEGIN IMMEDIATE transaction; rows the unique key turned
     # away are not counted.
-    stmt = sqlite.insert(_OUTBOX).on_conflict_do_nothing(index_elements=["target_id", "slot_at"])
+    stmt = sql.insert(_OUTBOX).on_conflict_do_nothing(index_elements=["target_id", "slot_at"])
     params = [
         {**r, "status": "pending", "attempts": 0, "leased_until": now, "created_at": now} for r in rows
     ]
@@ -456,7 +458,7 @@ async def advance_targets(conn: AsyncConnection, plans: Sequence[TargetPlan], *,
     """Move each planned target's ``next_run_at`` (and ``last_scheduled`` when it emitted a slot)."""
     if not plans:
         return
-    if conn.dialect.name == "postgresql":
+    if sql_capabilities(conn).array_params:
         moves = func.unnest(
             bindparam("ids", type_=postgresql.ARRAY(BigInteger)),
             bindparam("nexts", type_=postgresql.ARRAY(_TSTZ)),

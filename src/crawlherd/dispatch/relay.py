@@ -54,12 +54,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd import metrics
 from crawlherd._aio import wait_while_progressing
 from crawlherd._options import Count, Delay, Seconds, check_options
-from crawlherd._resilience import OutageLog
+from crawlherd._resilience import OutageLog, backoff_delay
 from crawlherd.brokers.base import Broker
+from crawlherd.db.dialect import sql_capabilities
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, OutboxTrail, UTCDateTime
 from crawlherd.dispatch.outbox import LeasedRow, custom_plans
-from crawlherd.errors import ConfigurationError, MessageRejectedError, summarize
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, MessageRejectedError, summarize
 from crawlherd.messages import SCHEMA_VERSION
 
 __all__ = ["JOB_HEADERS", "BatchPublisher", "Failure", "LeasedRow", "Relay", "RelayOptions", "RelayResult"]
@@ -73,6 +74,11 @@ _PENDING = text("dispatch_outbox.status = 'pending'")
 _PUBLISHED = text("dispatch_outbox.status = 'published'")
 _MARK_CHUNK = 1000  # ids per UPDATE ... WHERE id IN (...) (keeps under the drivers' parameter limits)
 _ROUND_ERROR = "relay round deadline passed before the broker confirmed"
+#: The publish errors that are a broker outage: said once (:attr:`Relay.outages`), the row published
+#: again after its back-off, never counted towards ``dead_after`` -- the broker's typed outage, and a
+#: publish that timed out or stalled. A refusal (:class:`~crawlherd.errors.MessageRejectedError`) is
+#: the broker's answer, not an outage; any other error is a bug, logged as one (the row is kept).
+PUBLISH_OUTAGES: tuple[type[BaseException], ...] = (BackendUnavailableError, TimeoutError)
 #: The headers every job message is published with.
 JOB_HEADERS: Mapping[str, str] = {"schema_version": str(SCHEMA_VERSION)}
 
@@ -104,12 +110,14 @@ class RelayResult:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """A publish that failed: the row, the reason, and whether the broker refused it (a refusal
-    counts towards ``dead_after``; an outage or a timeout never does)."""
+    """A publish that failed: the row, the reason, whether the broker refused it (a refusal counts
+    towards ``dead_after``; an outage or a timeout never does) and whether it is an outage (one of
+    :data:`PUBLISH_OUTAGES`, or the round's deadline)."""
 
     row: LeasedRow
     error: str
     rejected: bool = False
+    outage: bool = True
 
 
 @dataclass(slots=True)
@@ -132,7 +140,9 @@ class _Publishes:
             self.confirmed.append(row.id)
             self.relay.confirmed_now()
         else:
-            self.relay._failed(Failure(row, summarize(error), isinstance(error, MessageRejectedError)), self.failures)
+            failure = Failure(row, summarize(error), rejected=isinstance(error, MessageRejectedError),
+                              outage=isinstance(error, PUBLISH_OUTAGES))
+            self.relay._failed(failure, self.failures)
         self.finished.add(row.id)
 
 
@@ -181,6 +191,8 @@ class Relay:
         self.options = options = options or RelayOptions()
         self.engine = engine
         self.broker = broker
+        #: What the config DB's SQL can do (its flags, computed once for the engine).
+        self.sql = sql_capabilities(engine)
         self.lease_time = timedelta(seconds=options.lease)
         self.round_timeout = options.lease / 2 if options.round_timeout is None else options.round_timeout
         self.owner = options.owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -216,16 +228,7 @@ class Relay:
         _observe_lag(leased, confirmed)
         if confirmed:
             self.outages.up("broker")
-        refused = [f for f in failures if f.rejected]
-        if refused:
-            log.warning(
-                "%d publish(es) refused by the broker, kept in the outbox for a retry; first: %s: %s",
-                len(refused),
-                refused[0].row.key,
-                refused[0].error,
-            )
-        if len(failures) > len(refused):
-            log.debug("%d publish(es) failed (broker unavailable), kept in the outbox", len(failures) - len(refused))
+        _log_failures(failures)
         return RelayResult(leased=len(leased), published=len(confirmed), failed=len(failures))
 
     async def lease(self) -> list[LeasedRow]:
@@ -244,7 +247,7 @@ class Relay:
                 lease = update(ob).values(
                     leased_until=now + self.lease_time, lease_owner=self.owner, attempts=ob.attempts + 1
                 )
-                if conn.dialect.name == "postgresql":
+                if self.sql.skip_locked:
                     # The locking SELECT as a CTE runs exactly once. As an IN (subquery) the planner
                     # may run it again (a generic plan re-scanning it), and the UPDATE then takes rows
                     # it never locked -- rows another relay leased at the same moment.
@@ -339,7 +342,7 @@ class Relay:
     def _failed(self, failure: Failure, failures: list[Failure]) -> None:
         failures.append(failure)
         metrics.RELAY_PUBLISHES.labels(outcome="failed").inc()
-        if not failure.rejected:  # an outage (or a hang): said once, when it starts
+        if failure.outage:  # said once, when it starts
             self.outages.down("broker", failure.error)
         self.last_error = failure.error
 
@@ -359,7 +362,7 @@ class Relay:
                     status="published", published_at=now, leased_until=None, lease_owner=None, last_error=None
                 )
                 trail = update(OutboxTrail).values(published_by=self.owner[:200], broker=self.broker_label)
-                if confirmed and conn.dialect.name == "postgresql":  # one statement, one array
+                if confirmed and self.sql.array_params:  # one statement, one array
                     ids = bindparam("ids", list(confirmed), type_=postgresql.ARRAY(BigInteger))
                     marked = mark.where(ob.id == func.any(ids), ob.status == "pending").returning(ob.id).cte("marked")
                     await conn.execute(trail.where(OutboxTrail.outbox_id == marked.c.id))
@@ -425,8 +428,31 @@ class Relay:
                     return deleted
 
     def backoff_for(self, attempts: int) -> float:
-        """Seconds a row waits after its ``attempts``-th failed publish: doubling, capped."""
-        return float(min(self.options.max_backoff, self.options.backoff * 2 ** max(0, min(attempts - 1, 30))))
+        """Seconds a row waits after its ``attempts``-th failed publish: :func:`~crawlherd._resilience.
+        backoff_delay` from ``backoff`` up to ``max_backoff``, without jitter -- the row's retry time is
+        its own (recorded in ``leased_until``, shown by the console) and relays lease rows in batches,
+        so spreading rows that failed together would only make more, smaller rounds."""
+        return backoff_delay(attempts, base=self.options.backoff, cap=self.options.max_backoff, jitter=0.0)
+
+
+def _log_failures(failures: Sequence[Failure]) -> None:
+    """One line per kind of failure of a round: refusals (a warning), bugs (an error), outages (debug:
+    the outage itself is said once by the outage log)."""
+    refused = [f for f in failures if f.rejected]
+    if refused:
+        log.warning(
+            "%d publish(es) refused by the broker, kept in the outbox for a retry; first: %s: %s",
+            len(refused),
+            refused[0].row.key,
+            refused[0].error,
+        )
+    broken = [f for f in failures if not (f.rejected or f.outage)]
+    if broken:
+        log.error("%d publish(es) failed with an unexpected error, kept in the outbox for a retry; first: %s: %s",
+                  len(broken), broken[0].row.key, broken[0].error)
+    if len(failures) > len(refused) + len(broken):
+        log.debug("%d publish(es) failed (broker unavailable), kept in the outbox",
+                  len(failures) - len(refused) - len(broken))
 
 
 def _observe_lag(leased: Sequence[LeasedRow], confirmed: Sequence[int]) -> None:

@@ -105,7 +105,7 @@ async def _import_in_transaction(
     except SQLAlchemyError as exc:
         raise TargetsFileError(str(source), [("(database)", f"nothing imported: {_short(exc)}")]) from exc
     except OSError as exc:
-        raise BackendUnavailableError(f"config DB unavailable: {exc}", backend="database") from exc
+        raise BackendUnavailableError(f"config DB unavailable: {exc}", backend="database", role="database") from exc
 
 
 async def _import(conn: AsyncConnection, spec: TargetsFile) -> ImportResult:

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from crawlherd._options import AtLeast0, Count, Delay, Fraction, Seconds, check_options
-from crawlherd._urloptions import option_types, url_options
+from crawlherd._options import AtLeast0, Count, Delay, Fraction, Seconds, check_options, option_types, url_options
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.errors import ConfigurationError
 from crawlherd.frontier.base import FullPolicy
@@ -66,7 +65,7 @@ class FrontierOptions:
         cls, url: str, options: Mapping[str, Any], *, extra: Mapping[str, Any] | None = None
     ) -> tuple[FrontierOptions, dict[str, Any]]:
         """Split the URL's query parameters and ``options`` into the common options and the backend's
-        own (``extra``: name -> type), each converted to its type (:mod:`crawlherd._urloptions`).
+        own (``extra``: name -> type), each converted to its type (:mod:`crawlherd._options`).
         Unknown names raise ConfigurationError."""
         common_types = option_types(cls)
         known = {**(extra or {}), **common_types}

@@ -24,9 +24,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, String, any_, bindparam, func, literal_column, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from crawlherd.db.dialect import sql_capabilities
 from crawlherd.db.engine import create_engine
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import StoredItem
@@ -45,15 +46,17 @@ class SQLSink(SinkBase):
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self._owns_engine = False
-        postgres = engine.dialect.name == "postgresql"
+        sql = sql_capabilities(engine)
         # The merge of the stored fields with the new ones happens in the statement, under the row's
         # lock: two workers storing one item at once (its listing, its detail page) never lose fields.
         merged: ColumnElement[Any] = literal_column(
-            "(items.data::jsonb || excluded.data::jsonb)::json" if postgres else "json_patch(items.data, excluded.data)"
+            "json_patch(items.data, excluded.data)"
+            if sql.is_sqlite
+            else "(items.data::jsonb || excluded.data::jsonb)::json"
         )
         # One statement for every upsert, executed with a list of rows (executemany): compiled once
         # and cached, where a multi-row VALUES would be compiled again for every number of rows.
-        insert = (postgresql.insert if postgres else sqlite.insert)(StoredItem)
+        insert = sql.insert(StoredItem)
         self._upsert_rows = insert.on_conflict_do_update(
             index_elements=[StoredItem.fingerprint],
             set_={"data": merged, "last_seen": insert.excluded.last_seen, "url": insert.excluded.url},
@@ -62,7 +65,7 @@ class SQLSink(SinkBase):
         # their number (an IN list is a new statement, prepared again, for every number of rows).
         self._stored_any = select(StoredItem.fingerprint, StoredItem.data).where(
             StoredItem.fingerprint == any_(bindparam("fingerprints", type_=postgresql.ARRAY(String)))
-        ) if postgres else None
+        ) if sql.array_params else None
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLSink:

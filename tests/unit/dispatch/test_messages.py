@@ -129,6 +129,7 @@ def test_the_documented_example_is_valid() -> None:
     assert message.job_id == job_id_for(message.target_id, message.slot_at)
 
 
+#: A body of the pre-release schema version 1 (an untyped ``metadata`` dict).
 V1 = {
     "schema_version": 1,
     "job_id": job_id_for(42, SLOT),
@@ -154,44 +155,11 @@ V1 = {
 }
 
 
-def test_a_version_1_body_decodes_into_a_version_2_message() -> None:
-    job = decode_job(json.dumps(V1).encode())
-    assert job.schema_version == 2
-    assert (job.target_id, job.slot_at, job.attempt_count, job.job_id) == (42, SLOT, 1, V1["job_id"])
-    site = job.site
-    assert (site.name, site.base_url, site.requires_playwright) == ("jobs-example", "https://jobs.example.com", True)
-    assert (site.pagination.type, site.pagination.param, site.pagination.start) == ("page_param", "p", 0)
-    assert site.politeness.robots == "ignore" and site.revisit_age == 60 and site.metadata == {"country": "de"}
-    assert site.rules is not None and [f.name for f in site.rules.fields] == ["title"]
-    # What version 1 left out gets SiteSpec's one set of defaults.
-    bare = decode_job(json.dumps({**V1, "metadata": {"extraction": {"item_selector": "li"}}}).encode()).site
-    assert bare.politeness == SiteSpec.model_fields["politeness"].get_default(call_default_factory=True)
-    assert bare.revisit_age == SiteSpec.model_fields["revisit_age"].default
-    assert bare.base_url == V1["search_url"]
-    # Re-published (a retry), it goes out as version 2 and comes back equal.
-    assert decode_job(encode_job(job)) == job
-
-
-def test_a_version_1_body_with_braces_in_its_url_keeps_them() -> None:
-    url = "https://jobs.example.com/search?q=%7Bpython%7D&raw={x}"
-    job = decode_job(json.dumps({**V1, "search_url": url}).encode())
-    assert job.search_url == url
-    assert job.site.search_url(keywords="ignored", location=None) == url
-
-
-@pytest.mark.parametrize(
-    ("change", "match"),
-    [
-        ({"pagination_type": "infinite"}, "pagination_type"),
-        ({"metadata": {"extraction": {"item_selector": "::"}}}, "CSS"),
-        ({"metadata": {"politeness": {"robots": "maybe"}}}, "robots"),
-        ({"website_name": ""}, "website_name"),
-        ({"surprise": 1}, "surprise"),
-    ],
-)
-def test_bad_version_1_bodies_raise_message_error(change: dict[str, Any], match: str) -> None:
-    with pytest.raises(MessageError, match=match):
-        decode_job(json.dumps({**V1, **change}).encode())
+def test_a_version_1_body_is_an_unknown_version() -> None:
+    """Version 1 was never released: its bodies are refused like any unknown version (dead-lettered)."""
+    for body in (V1, {**V1, "metadata": {}}):
+        with pytest.raises(MessageError, match=r"unknown job message schema_version 1; this crawlherd understands 2$"):
+            decode_job(json.dumps(body).encode())
 
 
 def test_slot_bodies_follow_the_model_field_for_field() -> None:

@@ -12,9 +12,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 
+from crawlherd._options import option_types
 from crawlherd._redact import redact_url
 from crawlherd._resilience import Batcher
-from crawlherd._urloptions import option_types
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, FrontierError, LeaseError
 from crawlherd.frontier._waiting import WaitingMixin
 from crawlherd.frontier.base import FrontierStats, Lease
