@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import bindparam, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd.db.dialect import sql_capabilities
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, JobAttempt, JobRun
 from crawlherd.errors import PermanentJobError, summarize
@@ -51,7 +51,7 @@ class RunStore:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
-        self._insert = postgresql.insert if engine.dialect.name == "postgresql" else sqlite.insert
+        self._insert = sql_capabilities(engine).insert
         self._starts: tuple[Any, Any] | None = None
         self._finishes: tuple[Any, Any] | None = None
 
