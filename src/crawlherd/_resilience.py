@@ -297,12 +297,11 @@ class Batcher(Generic[A, R]):
         if (max_bytes is None) != (size is None):
             raise ValueError("max_bytes and size go together")
         self._run = run
-        self._max = max_batch
-        self._max_bytes = max_bytes
-        self._size = size
         self._orphan = orphan
         self._name = name
         self._pending: list[tuple[A, asyncio.Future[R]]] = []
+        # the bounds of a round trip, and how many may be out at once
+        self._max, self._max_bytes, self._size = max_batch, max_bytes, size
         self._slots = concurrency
         self._tasks: set[asyncio.Task[None]] = set()
         self._running: list[tuple[A, asyncio.Future[R]]] = []

@@ -59,6 +59,7 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMe
 
 from crawlherd._aio import wait_while_progressing
 from crawlherd._redact import redact_url
+from crawlherd.brokers import _common
 from crawlherd.brokers._amqp_dead import DeadLetterQueue
 from crawlherd.brokers._amqp_wire import (
     CONNECTION_ERRORS,
@@ -75,16 +76,6 @@ from crawlherd.brokers._amqp_wire import (
     header,
     str_headers,
 )
-from crawlherd.brokers._common import (
-    BrokerBase,
-    Session,
-    build_options,
-    check_delay,
-    check_publish,
-    log,
-    new_id,
-    unavailable,
-)
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.errors import (
     BackendUnavailableError,
@@ -98,7 +89,7 @@ from crawlherd.errors import (
 __all__ = ["AMQPBroker", "AMQPBrokerOptions", "delay_bucket_ms"]
 
 
-class AMQPBroker(BrokerBase):
+class AMQPBroker(_common.BrokerBase):
     """A broker on RabbitMQ; see the module docstring."""
 
     backend = "amqp"
@@ -129,10 +120,8 @@ class AMQPBroker(BrokerBase):
 
     @classmethod
     def from_url(cls, url: str, *, connection: AbstractConnection | None = None, **options: Any) -> AMQPBroker:
-        return cls(url, connection=connection, options=build_options(AMQPBrokerOptions, url, options, backend="amqp"))
-
-    def _describe(self) -> str:
-        return f"{redact_url(self._url)} queue={self.queue!r}"
+        opts = _common.build_options(AMQPBrokerOptions, url, options, backend="amqp")
+        return cls(url, connection=connection, options=opts)
 
     # -- connection and topology --------------------------------------------------------------------
 
@@ -146,7 +135,7 @@ class AMQPBroker(BrokerBase):
             yield
         except (TimeoutError, *CONNECTION_ERRORS) as exc:
             self._broken = True  # the next operation reconnects
-            raise unavailable(f"{self!r}: RabbitMQ cannot be reached: {redact_url(repr(exc))}",
+            raise _common.unavailable(f"{self!r}: RabbitMQ cannot be reached: {redact_url(repr(exc))}",
                               backend="amqp") from exc
         except pika_exc.AMQPError as exc:
             raise refused(f"{self!r}: {doing}: {exc!r}") from exc
@@ -157,7 +146,7 @@ class AMQPBroker(BrokerBase):
     async def _connect(self) -> None:
         if self._given is not None:
             if self._given.is_closed:
-                raise unavailable(f"{self!r}: the given connection is closed", backend="amqp")
+                raise _common.unavailable(f"{self!r}: the given connection is closed", backend="amqp")
             self._connection = self._given
         else:
             sep = "&" if "?" in self._url else "?"
@@ -193,12 +182,12 @@ class AMQPBroker(BrokerBase):
                 try:
                     await asyncio.wait_for(ch.close(), 5)
                 except Exception as exc:  # noqa: BLE001 - it is going away anyway
-                    log.debug("%r: closing a channel: %r", self, exc)
+                    _common.log.debug("%r: closing a channel: %r", self, exc)
         if conn is not None and conn is not self._given and not conn.is_closed:
             try:
                 await asyncio.wait_for(conn.close(), 5)
             except Exception as exc:  # noqa: BLE001
-                log.debug("%r: closing the connection: %r", self, exc)
+                _common.log.debug("%r: closing the connection: %r", self, exc)
 
     async def _channel(self) -> AbstractChannel:
         """The publishing channel, connecting first when the broker was never opened (RabbitMQ was down
@@ -211,7 +200,7 @@ class AMQPBroker(BrokerBase):
         async with self._pub_lock:  # one reconnect at a time
             failed_at, error = self._reconnect_failed
             if failed_at >= asked:  # the attempt made while we waited failed: the same outage, no new attempt
-                raise unavailable(error, backend="amqp")
+                raise _common.unavailable(error, backend="amqp")
             try:
                 if not self._opened:
                     await self._ensure_open()
@@ -234,6 +223,10 @@ class AMQPBroker(BrokerBase):
                 self._pub = await self._publishing_channel(self._connection)
         assert self._pub is not None
         return self._pub
+
+
+    def _describe(self) -> str:
+        return f"{redact_url(self._url)} queue={self.queue!r}"
 
     def _alive(self) -> bool:
         conn = self._connection
@@ -297,13 +290,13 @@ class AMQPBroker(BrokerBase):
 
     async def publish(self, body: bytes, *, key: str, headers: Mapping[str, str] | None = None,
                       delay: float = 0.0) -> None:
-        hdrs = check_publish(body, key, headers, delay)
+        hdrs = _common.check_publish(body, key, headers, delay)
         routing_key = await self._delay_queue(delay) if delay > 0 else self.queue
         await self._send("", routing_key, bytes(body), key, hdrs)
 
     # -- consuming ----------------------------------------------------------------------------------
 
-    async def _start_consume(self, session: Session) -> ConsumeState:
+    async def _start_consume(self, session: _common.Session) -> ConsumeState:
         await self._channel()
         assert self._connection is not None
         with self._driver_errors(f"cannot consume from {self.queue!r}"):
@@ -346,7 +339,7 @@ class AMQPBroker(BrokerBase):
             try:
                 await asyncio.wait_for(state.queue.cancel(state.tag), 5)
             except Exception as exc:  # noqa: BLE001 - the channel close returns them anyway
-                log.debug("%r: basic.cancel: %r", self, exc)
+                _common.log.debug("%r: basic.cancel: %r", self, exc)
         leftovers = []
         while not state.inbox.empty():
             leftovers.append(self._delivery(state, state.inbox.get_nowait()))
@@ -364,7 +357,7 @@ class AMQPBroker(BrokerBase):
             if state.cancelled:
                 raise BrokerError(f"{self!r}: RabbitMQ cancelled the consumer (was queue {self.queue!r} deleted?)")
             if state.lost.is_set():
-                raise unavailable(f"{self!r}: the consuming channel closed (connection lost?)", backend="amqp")
+                raise _common.unavailable(f"{self!r}: the consuming channel closed (connection lost?)", backend="amqp")
             getter = asyncio.ensure_future(state.inbox.get())
             lost = asyncio.ensure_future(state.lost.wait())
             try:
@@ -398,8 +391,8 @@ class AMQPBroker(BrokerBase):
         try:
             if earlier >= limit:
                 reason = f"delivered {earlier} times without being settled"
-                log.warning("%r: dead-lettering %r: %s", self, key, reason)
-                dead = {**headers, REASON: reason, DEAD_AT: f"{time.time():.3f}", DEAD_ID: new_id()}
+                _common.log.warning("%r: dead-lettering %r: %s", self, key, reason)
+                dead = {**headers, REASON: reason, DEAD_AT: f"{time.time():.3f}", DEAD_ID: _common.new_id()}
                 await self._send(self.dead_exchange, self.queue, m.body, key, dead)
             else:
                 await self._send("", self.queue, m.body, key, headers)
@@ -408,7 +401,7 @@ class AMQPBroker(BrokerBase):
             try:
                 await m.nack(requeue=True)
             except Exception as exc:  # noqa: BLE001 - the channel closing returns it anyway
-                log.debug("%r: could not nack %r: %r", self, key, exc)
+                _common.log.debug("%r: could not nack %r: %r", self, key, exc)
             raise
         return False
 
@@ -460,9 +453,9 @@ class AMQPBroker(BrokerBase):
             await self._message(delivery).ack()
 
     async def retry(self, delivery: Delivery, *, delay: float, body: bytes | None = None) -> None:
-        check_delay(delay)
+        _common.check_delay(delay)
         if body is not None:
-            check_publish(body, delivery.key, None, delay)
+            _common.check_publish(body, delivery.key, None, delay)
         self._check_held(delivery)
         routing_key = await self._delay_queue(delay) if delay > 0 else self.queue
         await self._forward(delivery, "", routing_key, delivery.body if body is None else bytes(body),
@@ -470,7 +463,7 @@ class AMQPBroker(BrokerBase):
 
     async def dead_letter(self, delivery: Delivery, reason: str) -> None:
         self._check_held(delivery)
-        headers = {**delivery.headers, REASON: reason, DEAD_AT: f"{time.time():.3f}", DEAD_ID: new_id()}
+        headers = {**delivery.headers, REASON: reason, DEAD_AT: f"{time.time():.3f}", DEAD_ID: _common.new_id()}
         await self._forward(delivery, self.dead_exchange, self.queue, delivery.body, headers)
 
     async def _release(self, deliveries: Sequence[Delivery]) -> None:
@@ -478,7 +471,7 @@ class AMQPBroker(BrokerBase):
             try:
                 await self._message(d).nack(requeue=True)
             except Exception as exc:  # noqa: BLE001 - the channel closing returns it anyway
-                log.debug("%r: could not nack %s: %r", self, d.delivery_id, exc)
+                _common.log.debug("%r: could not nack %s: %r", self, d.delivery_id, exc)
 
     # -- dead letters and stats -----------------------------------------------------------------------
 

@@ -34,15 +34,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from crawlherd._options import Seconds
-from crawlherd.brokers._common import (
-    BrokerBase,
-    BrokerOptions,
-    build_options,
-    check_delay,
-    check_publish,
-    new_id,
-    unavailable,
-)
+from crawlherd.brokers import _common
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.errors import BrokerError
@@ -51,7 +43,7 @@ __all__ = ["MemoryBroker", "MemoryBrokerOptions", "MemoryStore"]
 
 
 @dataclass(frozen=True)
-class MemoryBrokerOptions(BrokerOptions):
+class MemoryBrokerOptions(_common.BrokerOptions):
     """``clock``: leases and delays run on it, so a :class:`~crawlherd.clock.FakeClock` drives them in
     tests; ``visibility_timeout``: seconds an unsettled delivery stays leased before it is delivered
     again; ``record``: keep every confirmed publish of this broker object in
@@ -94,7 +86,7 @@ class MemoryStore:
     def check_up(self, backend: str) -> None:
         """Raise BackendUnavailableError while the queue is down (see MemoryBroker.set_down)."""
         if self.down:
-            raise unavailable(f"{backend} is down (set_down)", backend="memory")
+            raise _common.unavailable(f"{backend} is down (set_down)", backend="memory")
 
     def count_publish(self) -> None:
         """One publish goes through; the queue goes down when ``down_after`` runs out."""
@@ -129,7 +121,7 @@ class MemoryStore:
             if max_deliveries and m.deliveries >= max_deliveries:
                 self._to_dead(m, f"delivered {m.deliveries} times without being settled", now)
                 continue
-            m.lease = new_id()
+            m.lease = _common.new_id()
             m.deliveries += 1
             m.available_at = now + lease_for
             self._push(m)
@@ -197,7 +189,7 @@ class MemoryStore:
 _STORES: weakref.WeakValueDictionary[str, MemoryStore] = weakref.WeakValueDictionary()
 
 
-class MemoryBroker(BrokerBase):
+class MemoryBroker(_common.BrokerBase):
     """In-process broker; see the module docstring. ``store``: share a queue explicitly."""
 
     backend = "memory"
@@ -223,7 +215,7 @@ class MemoryBroker(BrokerBase):
     def from_url(cls, url: str = "memory://", *, store: MemoryStore | None = None, **options: Any) -> MemoryBroker:
         parts = urlsplit(url)
         name = (parts.netloc + parts.path).strip("/")
-        return cls(name=name, store=store, options=build_options(MemoryBrokerOptions, url, options,
+        return cls(name=name, store=store, options=_common.build_options(MemoryBrokerOptions, url, options,
                                                                   backend="memory", live=("clock",)))
 
     def _describe(self) -> str:
@@ -268,7 +260,7 @@ class MemoryBroker(BrokerBase):
 
     async def publish(self, body: bytes, *, key: str, headers: Mapping[str, str] | None = None,
                       delay: float = 0.0) -> None:
-        hdrs = check_publish(body, key, headers, delay)
+        hdrs = _common.check_publish(body, key, headers, delay)
         await self._ensure_open()
         store = self.store
         store.count_publish()
@@ -327,9 +319,9 @@ class MemoryBroker(BrokerBase):
         self.store.requeue(*self._parse(delivery), self._clock.now(), None, False)
 
     async def retry(self, delivery: Delivery, *, delay: float, body: bytes | None = None) -> None:
-        check_delay(delay)
+        _common.check_delay(delay)
         if body is not None:
-            check_publish(body, delivery.key, None, delay)
+            _common.check_publish(body, delivery.key, None, delay)
         self._check_held(delivery)
         self._check_up()
         self._take(delivery)

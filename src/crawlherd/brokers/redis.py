@@ -204,10 +204,10 @@ class RedisBroker(BrokerBase):
     def from_url(cls, url: str, *, client: _Client | None = None, **options: Any) -> RedisBroker:
         return cls(url, client=client, options=build_options(RedisBrokerOptions, url, options, backend="redis"))
 
+    # -- plumbing ----------------------------------------------------------------------------------
+
     def _describe(self) -> str:
         return f"{redact_url(self._url)} stream={self.stream!r}"
-
-    # -- plumbing ----------------------------------------------------------------------------------
 
     @property
     def client(self) -> _Client:

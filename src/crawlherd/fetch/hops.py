@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 from urllib.parse import urljoin
@@ -53,6 +54,7 @@ _NO_HEADERS: Mapping[str, str] = MappingProxyType({})
 _ACCEPTED_TYPES = 256  # distinct accepted Content-Type values remembered (then forgotten all at once)
 
 
+@dataclass(slots=True, repr=False, eq=False)
 class Hop:
     """What one hop answered: ``Hop(status, location=None, url="", headers={}, body=b"",
     encoding="utf-8", screenshot=None, raw=None)``. A redirect has its ``location`` (as sent, maybe
@@ -61,31 +63,16 @@ class Hop:
     ``raw`` is the fetcher's own response object, when it needs it back. :func:`follow` sets
     ``elapsed`` and ``redirects``."""
 
-    __slots__ = (
-        "body", "elapsed", "encoding", "headers", "location", "raw", "redirects", "screenshot", "status", "url",
-    )
-
-    def __init__(
-        self,
-        status: int,
-        location: str | None = None,
-        url: str = "",
-        headers: Mapping[str, str] = _NO_HEADERS,
-        body: bytes = b"",
-        encoding: str = "utf-8",
-        screenshot: bytes | None = None,
-        raw: Any = None,
-    ) -> None:
-        self.status = status
-        self.location = location
-        self.url = url
-        self.headers = headers
-        self.body = body
-        self.encoding = encoding
-        self.screenshot = screenshot
-        self.raw = raw
-        self.elapsed = 0.0
-        self.redirects: tuple[str, ...] = ()
+    status: int
+    location: str | None = None
+    url: str = ""
+    headers: Mapping[str, str] = field(default_factory=lambda: _NO_HEADERS)
+    body: bytes = b""
+    encoding: str = "utf-8"
+    screenshot: bytes | None = None
+    raw: Any = None
+    elapsed: float = 0.0
+    redirects: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         if self.location is not None:

@@ -88,11 +88,11 @@ class PagePipeline:
         self.options = options
         self.name = name
         self.stats = stats
+        self._http: Crawler | None = None
+        self._browser_factory = browser_factory or default_browser
         self.runs = runs
         self.sink = sink
         self.retrier = retrier
-        self._browser_factory = browser_factory or default_browser
-        self._http: Crawler | None = None
         self._browser: Crawler | None = None
         self._browser_lock = asyncio.Lock()
         self.frontier: Frontier | None = None
