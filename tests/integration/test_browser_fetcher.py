@@ -26,6 +26,7 @@ from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.browser import BrowserFetcher, BrowserOptions, find_chromium
 from crawlherd.request import Request
 from tests.support.demo import first_search_urls
+from tests.support.httpserver import serve
 
 pytestmark = pytest.mark.browser
 
@@ -69,7 +70,6 @@ class Server:
         self.peak = 0
         self.never = asyncio.Event()
         self.url = ""
-        self.runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -179,15 +179,10 @@ async def server() -> AsyncIterator[Server]:
         raise web.HTTPFound(f"http://localhost:{port}/secret")
 
     app.router.add_get("/r-sub", r_sub)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    tcp = web.TCPSite(runner, "127.0.0.1", 0)
-    await tcp.start()
-    srv.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    srv.runner = runner
-    yield srv
-    srv.never.set()
-    await runner.cleanup()
+    async with serve(app) as served:
+        srv.url = served.url
+        yield srv
+        srv.never.set()
 
 
 def _js_rules(site: DemoSite) -> ExtractionRules:

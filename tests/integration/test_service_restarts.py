@@ -315,7 +315,7 @@ async def test_two_dispatchers_and_two_workers_carry_on_through_a_restart(
                 print(f"{seen} of {expected} due jobs succeeded")
             return seen >= expected
 
-        await wait_until(all_due_done, alive=procs, every=0.5)  # bounded by the timeout
+        await wait_until(all_due_done, alive=procs, every=0.5, deadline=180)
         for proc in procs:
             await proc.stop()
         for proc in procs:

@@ -25,9 +25,9 @@ from aiohttp import web
 from sqlalchemy import select
 
 from crawlherd.db import DispatchOutbox, JobRun, StoredItem, create_engine, upgrade
-from tests._netutil import free_port
 from tests.support.db import add_targets, add_website, database_now, fresh_postgres_database
 from tests.support.docblocks import doc_block
+from tests.support.httpserver import serve
 
 pytest.importorskip("celery")
 pytestmark = [pytest.mark.postgres, pytest.mark.rabbitmq, pytest.mark.slow]
@@ -55,14 +55,8 @@ async def _listing(request: web.Request) -> web.Response:
 async def site() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/search", _listing)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serve(app) as served:
+        yield served.url
 
 
 @pytest.fixture
