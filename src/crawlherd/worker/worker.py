@@ -133,7 +133,8 @@ class WorkerOptions:
     frontier's default); ``max_attempts`` before a job is dead; ``backoff`` and ``max_backoff`` seconds
     (doubling per attempt, with jitter); ``limits`` for the fetchers; ``shutdown_timeout`` for jobs in
     flight at shutdown; ``name`` of the process (default: host and pid); ``poll_interval`` seconds
-    between two looks at ``job_runs`` while a job's listing is read by another worker."""
+    between two looks at ``job_runs`` while a job's listing is read by another worker;
+    ``heartbeat_interval`` seconds between the process's heartbeats."""
 
     concurrency: Count = 4
     page_dispatcher: PageDispatcher = "semaphore"
@@ -147,6 +148,7 @@ class WorkerOptions:
     shutdown_timeout: Delay = 30.0
     name: str | None = None
     poll_interval: Seconds = 1.0
+    heartbeat_interval: Seconds = 10.0
 
     def __post_init__(self) -> None:
         check_options(self, "worker")
@@ -262,7 +264,8 @@ class Worker:
         pages = asyncio.create_task(self._page_loop(pages_stop), name="worker-pages")
         stopper = asyncio.create_task(stop.wait(), name="worker-stop")
         beat = Heartbeat(
-            self.engine, kind="worker", name=self.name, jobs_in_hand=lambda: self.stats.in_flight,
+            self.engine, kind="worker", name=self.name, interval=self.options.heartbeat_interval,
+            jobs_in_hand=lambda: self.stats.in_flight,
             details=self._frontier_counts, outages=self.outages,  # a failed beat: the "config DB" outage, said once
         )
         beating = asyncio.create_task(beat.run(stop), name="worker-heartbeat")
