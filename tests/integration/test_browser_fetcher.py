@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from crawlherd.fetch.browser import BrowserFetcher, BrowserOptions, find_chromiu
 from crawlherd.request import Request
 from tests.support.demo import first_search_urls
 from tests.support.httpserver import serve
+from tests.support.services import missing
 
 pytestmark = pytest.mark.browser
 
@@ -42,9 +42,7 @@ def chromium() -> str:
 
         return find_chromium()
     except (BrowserUnavailableError, ImportError) as exc:
-        if os.environ.get("CRAWLHERD_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"{exc} and CRAWLHERD_REQUIRE_SERVICES=1", pytrace=False)
-        pytest.skip(f"BROWSER MISSING: {exc}")
+        missing(f"no browser: {exc}")
 
 
 @pytest.fixture

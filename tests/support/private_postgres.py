@@ -18,15 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
 from tests._netutil import free_port
+from tests.support.services import missing
 
 
 def _bin(name: str) -> str:
     found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
     if not found:
-        pytest.skip(f"PostgreSQL's {name} is not installed")
+        missing(f"PostgreSQL's {name} is not installed (for a private PostgreSQL)")
     return found[-1]
 
 
@@ -35,7 +34,7 @@ def _as_owner() -> list[str]:
     if os.geteuid() != 0:
         return []
     if shutil.which("runuser") is None:
-        pytest.skip("running as root without runuser: cannot start a private PostgreSQL")
+        missing("runuser is not installed (running as root, for a private PostgreSQL)")
     return ["runuser", "-u", "postgres", "--"]
 
 
