@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from aiohttp import web
 from sqlalchemy import select
 
 from crawlherd.db import DispatchOutbox, JobRun, StoredItem, create_engine, upgrade
-from tests.support.db import add_targets, add_website, database_now, fresh_postgres_database
+from tests.support.db import add_targets, add_website, database_now
 from tests.support.docblocks import doc_block
 from tests.support.httpserver import serve
 
@@ -60,9 +60,8 @@ async def site() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-def pg_db(postgres_url: str) -> Iterator[str]:
-    with fresh_postgres_database(postgres_url) as url:
-        yield url
+def pg_db(postgres_db_url: str) -> str:
+    return postgres_db_url
 
 
 def _celery(home: Path, env: dict[str, str], *args: str, log: Path) -> subprocess.Popen[bytes]:
