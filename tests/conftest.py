@@ -90,3 +90,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             "  Start them (see README, 'Running the tests') or set CRAWLHERD_REQUIRE_SERVICES=1 to fail."
         )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``): the tests of the private Redis Cluster (a session
+    fixture of three redis-servers) run on one worker, which starts it once. Nothing else needs a group:
+    every test isolates itself on the shared services (unique names, prefixes, databases, free ports)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        if "redis_cluster_url" in getattr(item, "fixturenames", ()) or "redis-cluster" in params:
+            item.add_marker(pytest.mark.xdist_group("redis-cluster"))
