@@ -8,54 +8,35 @@ in which case it fails.
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from tests.support.db import (  # noqa: F401 - the config DB fixtures
+    config_db_url,
+    pg_database,
+    postgres_db_url,
+    sqlite_db_url,
+)
+from tests.support.httpserver import http_server  # noqa: F401 - the test HTTP server fixture
+from tests.support.services import REQUIRE_SERVICES, missing, missing_services, require_service, require_tool
 from tests.support.sqs_server import sqs_endpoint  # noqa: F401 - the local SQS server fixture
 
-REQUIRE_SERVICES = os.environ.get("CRAWLHERD_REQUIRE_SERVICES") == "1"
+__all__ = ["REQUIRE_SERVICES", "require_service"]
 
 POSTGRES_URL = os.environ.get("CRAWLHERD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("CRAWLHERD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AMQP_URL = os.environ.get("CRAWLHERD_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-
-_skipped_services: dict[str, str] = {}
-
-
-def _reachable(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-def require_service(name: str, host: str, port: int) -> None:
-    """Skip (or, with CRAWLHERD_REQUIRE_SERVICES=1, fail) when ``name`` is not listening."""
-    if _reachable(host, port):
-        return
-    message = f"{name} is not reachable at {host}:{port}"
-    if REQUIRE_SERVICES:
-        pytest.fail(f"{message} and CRAWLHERD_REQUIRE_SERVICES=1", pytrace=False)
-    _skipped_services[name] = message
-    pytest.skip(f"SERVICE MISSING: {message} (set CRAWLHERD_REQUIRE_SERVICES=1 to fail instead)")
 
 
 @pytest.fixture(scope="session")
 def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A private Redis Cluster of three masters for this test session (started on free ports, ended by
     PID at the end of the session)."""
-    import shutil
-
     from tests.support.rediscluster import LocalCluster
 
-    if shutil.which("redis-server") is None:
-        if REQUIRE_SERVICES:
-            pytest.fail("redis-server is not installed and CRAWLHERD_REQUIRE_SERVICES=1", pytrace=False)
-        pytest.skip("SERVICE MISSING: redis-server is not installed (for the Redis Cluster tests)")
+    require_tool("redis-server", "for the Redis Cluster tests")
     cluster = LocalCluster(tmp_path_factory.mktemp("rediscluster"))
     try:
         yield cluster.start().url
@@ -90,11 +71,7 @@ def chromium() -> str:
     try:
         return find_chromium()
     except (CrawlherdError, ImportError) as exc:
-        message = f"no browser: {exc}"
-        if REQUIRE_SERVICES:
-            pytest.fail(f"{message} and CRAWLHERD_REQUIRE_SERVICES=1", pytrace=False)
-        _skipped_services["Chromium"] = message
-        pytest.skip(f"SERVICE MISSING: {message}")
+        missing(f"no browser: {exc}")
 
 
 @pytest.fixture
@@ -104,10 +81,23 @@ def unique_name() -> str:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _skipped_services:
+    """The services missing, loudly: from the skip reports, which reach the xdist controller too."""
+    messages = missing_services(terminalreporter.stats.get("skipped", []))
+    if messages:
         terminalreporter.section("SERVICES MISSING: tests skipped", sep="!", red=True, bold=True)
-        for message in _skipped_services.values():
+        for message in messages:
             terminalreporter.write_line(f"  {message}", red=True)
         terminalreporter.write_line(
             "  Start them (see README, 'Running the tests') or set CRAWLHERD_REQUIRE_SERVICES=1 to fail."
         )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``): the tests of the private Redis Cluster (a session
+    fixture of three redis-servers) run on one worker, which starts it once. Nothing else needs a group:
+    every test isolates itself on the shared services (unique names, prefixes, databases, free ports)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        if "redis_cluster_url" in getattr(item, "fixturenames", ()) or "redis-cluster" in params:
+            item.add_marker(pytest.mark.xdist_group("redis-cluster"))

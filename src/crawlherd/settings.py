@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     status_interval: float = Field(
         10.0, ge=0.1, description="run/worker: seconds between status lines when not on a terminal."
     )
+    heartbeat_interval: float = Field(
+        10.0, ge=0.1, description="worker/run: seconds between the worker's heartbeats in the config DB."
+    )
     log_format: Literal["text", "json"] = Field("text", description="Log lines as text or one JSON object each.")
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
         "auto",

@@ -27,6 +27,7 @@ from crawlherd.errors import (
 )
 from crawlherd.fetch import Fetcher, FetchLimits, MockFetcher, MockResponse
 from crawlherd.request import Request
+from tests.support.httpserver import serve
 
 BODY_LIMIT = 10_000
 MAX_REDIRECTS = 3
@@ -84,15 +85,10 @@ async def site() -> AsyncIterator[Site]:
 
     app = web.Application()
     app.router.add_route("GET", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    server = web.TCPSite(runner, "127.0.0.1", 0)
-    await server.start()
-    port = runner.addresses[0][1]
-    site.base = f"http://127.0.0.1:{port}"
-    yield site
-    site.release.set()
-    await runner.cleanup()
+    async with serve(app) as served:
+        site.base = served.url
+        yield site
+        site.release.set()
 
 
 async def _mock_answer(site: Site, request: Request) -> MockResponse:

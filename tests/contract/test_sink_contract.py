@@ -17,7 +17,7 @@ import pytest
 from crawlherd.db import create_engine, upgrade
 from crawlherd.item import Item, make_item
 from crawlherd.sinks import Sink, open_sink
-from tests.support.db import add_targets, add_website, fresh_postgres_database
+from tests.support.db import add_targets, add_website
 
 BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -38,8 +38,7 @@ def sink_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     elif request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'items.db'}"
     else:
-        with fresh_postgres_database(request.getfixturevalue("postgres_url")) as url:
-            yield url
+        yield request.getfixturevalue("postgres_db_url")
 
 
 @pytest.fixture

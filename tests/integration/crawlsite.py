@@ -12,9 +12,10 @@ import asyncio
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
+
+from tests.support.httpserver import Served, start_app
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class CrawlSite:
     latency: float = 0.0  # seconds each response takes, so that requests are in flight
     hits: list[Hit] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
-    _runner: web.AppRunner | None = None
+    _served: Served | None = None
 
     def url(self, page: int) -> str:
         return f"http://127.0.0.1:{self.ports[page % len(self.ports)]}/p/{page}"
@@ -59,18 +60,13 @@ class CrawlSite:
     async def __aenter__(self) -> CrawlSite:
         app = web.Application()
         app.router.add_get("/p/{n}", self._page)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        for _ in range(self.hosts):
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            await site.start()
-            server: Any = site._server  # the port the OS chose
-            self.ports.append(server.sockets[0].getsockname()[1])
+        self._served = await start_app(app, sites=self.hosts)
+        self.ports.extend(self._served.ports)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._served is not None:
+            await self._served.close()
 
     # -- what the server saw -----------------------------------------------------------------------
 

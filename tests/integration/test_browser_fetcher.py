@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,6 +25,8 @@ from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.browser import BrowserFetcher, BrowserOptions, find_chromium
 from crawlherd.request import Request
 from tests.support.demo import first_search_urls
+from tests.support.httpserver import serve
+from tests.support.services import missing
 
 pytestmark = pytest.mark.browser
 
@@ -41,9 +42,7 @@ def chromium() -> str:
 
         return find_chromium()
     except (BrowserUnavailableError, ImportError) as exc:
-        if os.environ.get("CRAWLHERD_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"{exc} and CRAWLHERD_REQUIRE_SERVICES=1", pytrace=False)
-        pytest.skip(f"BROWSER MISSING: {exc}")
+        missing(f"no browser: {exc}")
 
 
 @pytest.fixture
@@ -69,7 +68,6 @@ class Server:
         self.peak = 0
         self.never = asyncio.Event()
         self.url = ""
-        self.runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -179,15 +177,10 @@ async def server() -> AsyncIterator[Server]:
         raise web.HTTPFound(f"http://localhost:{port}/secret")
 
     app.router.add_get("/r-sub", r_sub)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    tcp = web.TCPSite(runner, "127.0.0.1", 0)
-    await tcp.start()
-    srv.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    srv.runner = runner
-    yield srv
-    srv.never.set()
-    await runner.cleanup()
+    async with serve(app) as served:
+        srv.url = served.url
+        yield srv
+        srv.never.set()
 
 
 def _js_rules(site: DemoSite) -> ExtractionRules:

@@ -87,7 +87,7 @@ async def test_deliveries_given_back_at_shutdown_go_to_another_worker(
         async def done_by_b() -> bool:
             return await job_statuses(engine) == ["succeeded"] * len(KEYWORDS)
 
-        await wait_until(done_by_b, alive=[b])  # bounded by the timeout, far below RECLAIM
+        await wait_until(done_by_b, alive=[b])  # the deadline is far below RECLAIM
         assert await b.stop() == 0, b.log
         b.assert_clean()
         for bad in ("Traceback", "could not give back"):

@@ -6,7 +6,7 @@ IMMEDIATE``, so this interleaving cannot happen there.)"""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,28 +14,20 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from crawlherd.db import StoredItem, create_engine, upgrade
+from crawlherd.db import StoredItem
 from crawlherd.item import make_item
 from crawlherd.sinks import SQLSink
-from tests.support.db import add_website, fresh_postgres_database
+from tests.support.db import add_website, open_engine
 
 pytestmark = pytest.mark.postgres
 WEBSITE_ID = 1
 
 
 @pytest.fixture
-def database_url(postgres_url: str) -> Iterator[str]:
-    with fresh_postgres_database(postgres_url) as url:
-        yield url
-
-
-@pytest.fixture
-async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(database_url)
-    await upgrade(engine)
-    assert await add_website(engine, "shop") == WEBSITE_ID  # a fresh database
-    yield engine
-    await engine.dispose()
+async def engine(postgres_db_url: str) -> AsyncIterator[AsyncEngine]:
+    async for engine in open_engine(postgres_db_url):
+        assert await add_website(engine, "shop") == WEBSITE_ID  # an empty database
+        yield engine
 
 
 class _StaleReader(SQLSink):

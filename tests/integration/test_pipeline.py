@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,6 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.sinks import DETAIL_AT, MemorySink
 from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.conftest import REDIS_URL
-from tests.support.db import fresh_postgres_database
 from tests.support.demo import failing_targets
 from tests.support.real_brokers import delete_queues
 
@@ -162,12 +161,6 @@ def test_demo_command_runs_and_reports(tmp_path: Path) -> None:
 # -- 2. scaled out: PostgreSQL + a real broker + three worker processes -----------------------------
 
 
-@pytest.fixture
-def pg_database(postgres_url: str) -> Iterator[str]:
-    with fresh_postgres_database(postgres_url) as url:
-        yield url
-
-
 @pytest.fixture(params=["amqp", "redis"])
 def broker_url(request: pytest.FixtureRequest, unique_name: str) -> str:
     if request.param == "amqp":
@@ -222,12 +215,12 @@ def frontier_url(redis_url: str, unique_name: str) -> str:
 
 @pytest.fixture
 async def scaled(
-    pg_database: str, broker_url: str, frontier_url: str
+    postgres_db_url: str, broker_url: str, frontier_url: str
 ) -> AsyncIterator[tuple[AsyncEngine, str, str, str]]:
-    engine = create_engine(pg_database)
+    engine = create_engine(postgres_db_url)
     await upgrade(engine)
     try:
-        yield engine, pg_database, broker_url, frontier_url
+        yield engine, postgres_db_url, broker_url, frontier_url
     finally:
         # Leave nothing behind on the shared services: the broker's queues or keys, the frontier's keys.
         async with open_broker(broker_url) as broker:

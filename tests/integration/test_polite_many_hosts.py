@@ -19,6 +19,7 @@ from crawlherd import Crawler, CrawlerRunConfig
 from crawlherd.clock import SystemClock
 from tests._netutil import free_port
 from tests.integration.test_durable_frontier import delete_prefix
+from tests.support.httpserver import serve
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -69,16 +70,10 @@ async def site() -> AsyncIterator[ManyHosts]:
     app.router.add_get("/robots.txt", site.robots)
     app.router.add_get("/p{k:\\d+}", site.page)
     app.router.add_get("/private", site.private)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
     site.port = free_port()
     site.slow_host = f"{addresses()[SLOW]}:{site.port}"
-    for addr in addresses():
-        await web.TCPSite(runner, addr, site.port).start()
-    try:
+    async with serve(app, hosts=addresses(), port=site.port):
         yield site
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])

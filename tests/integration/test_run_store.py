@@ -5,9 +5,7 @@ one ``job_attempts`` row per attempt. On SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -18,16 +16,12 @@ from crawlherd.errors import PermanentJobError
 from crawlherd.messages import JobMessage, idempotency_key
 from crawlherd.sitespec import SiteSpec
 from crawlherd.worker.runs import RunStore
-from tests.support.db import add_targets, add_website, fresh_postgres_database
+from tests.support.db import add_targets, add_website
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'runs.db'}"
-    else:
-        with fresh_postgres_database(request.getfixturevalue("postgres_url")) as url:
-            yield url
+@pytest.fixture
+def db_url(config_db_url: str) -> str:
+    return config_db_url
 
 
 def _job(target_id: int, slot_at: datetime, attempt: int = 0) -> JobMessage:

@@ -10,7 +10,6 @@ import ast
 import asyncio
 import importlib
 import logging
-import shutil
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from crawlherd.compat.crawlo import (
     SplitFrontier,
 )
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, QueueFullError
-from tests.conftest import REQUIRE_SERVICES
+from tests.support.services import require_tool
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -234,11 +233,7 @@ async def test_split_frontier_batches(redis_url: str, unique_name: str) -> None:
 @pytest.fixture
 async def redis_with_password(tmp_path: Path) -> AsyncIterator[int]:
     """A redis-server of this test's own with ``requirepass password`` (the page's REDIS_PASSWORD)."""
-    exe = shutil.which("redis-server")
-    if exe is None:
-        if REQUIRE_SERVICES:
-            pytest.fail("redis-server is not installed and CRAWLHERD_REQUIRE_SERVICES=1")
-        pytest.skip("SERVICE MISSING: redis-server binary not installed")
+    exe = require_tool("redis-server", "a Redis with a password of the test's own")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])

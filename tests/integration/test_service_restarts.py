@@ -27,6 +27,7 @@ from crawlherd.db import JobRun, create_engine, upgrade
 from crawlherd.dispatch.targets import import_targets
 from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.private_redis import PrivateRedis
+from tests.support.services import require_tool
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
@@ -167,8 +168,7 @@ async def test_rabbitmq_connection_closed_under_a_worker(
     from tests.support.dispatch import dispatch_due, relay_all
     from tests.support.real_brokers import remove
 
-    if not shutil_which("rabbitmqctl"):
-        pytest.skip("rabbitmqctl is not installed")
+    require_tool("rabbitmqctl", "to close the worker's RabbitMQ connection")
     board.slow = 0.5
     await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
     url = f"{amqp_url}?queue={unique_name}"
@@ -210,12 +210,6 @@ async def test_rabbitmq_connection_closed_under_a_worker(
     said = [r.getMessage() for r in caplog.records if r.name == "crawlherd.worker.worker"]
     assert len([m for m in said if "broker unavailable" in m]) == 1, said  # once per outage
     assert not [r for r in caplog.records if r.exc_info and r.name.startswith("crawlherd")], said  # no traceback
-
-
-def shutil_which(name: str) -> str | None:
-    import shutil
-
-    return shutil.which(name)
 
 
 # -- the fleet: two dispatchers and two workers through a restart ----------------------------------------
@@ -315,7 +309,7 @@ async def test_two_dispatchers_and_two_workers_carry_on_through_a_restart(
                 print(f"{seen} of {expected} due jobs succeeded")
             return seen >= expected
 
-        await wait_until(all_due_done, alive=procs, every=0.5)  # bounded by the timeout
+        await wait_until(all_due_done, alive=procs, every=0.5, deadline=180)
         for proc in procs:
             await proc.stop()
         for proc in procs:

@@ -25,6 +25,7 @@ from crawlherd.dispatch.targets import import_targets
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.messages import idempotency_key, job_id_for
 from crawlherd.worker.worker import Worker, WorkerOptions
+from tests.support.httpserver import serve
 
 ROBOTS = "User-agent: *\nDisallow: /private/\n"
 
@@ -83,16 +84,9 @@ class Board:
 @pytest.fixture
 async def board() -> AsyncIterator[Board]:
     site = Board()
-    runner = web.AppRunner(site.app())
-    await runner.setup()
-    tcp = web.TCPSite(runner, "127.0.0.1", 0)
-    await tcp.start()
-    port = runner.addresses[0][1]
-    site.url = f"http://127.0.0.1:{port}"
-    try:
+    async with serve(site.app()) as served:
+        site.url = served.url
         yield site
-    finally:
-        await runner.cleanup()
 
 
 def website(board: Board, *, robots: str, search: str = "search", jobs: str = "", **extra: Any) -> dict[str, Any]:

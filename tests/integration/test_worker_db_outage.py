@@ -2,7 +2,8 @@
 
 A PRIVATE PostgreSQL cluster (``pg_ctl`` on its own data directory and port, killed by its
 postmaster's PID and started again) is the worker's config DB; the broker is the shared Redis (a
-queue of the test's own). The worker beats every 10 s; the outage lasts about three beats. Its log
+queue of the test's own). The worker beats every second (``heartbeat_interval``, shortened from its
+10 s for the test); the outage lasts about three beats. Its log
 must hold exactly one "config DB unavailable" warning and one "config DB is back after" line -- not a
 warning per failed beat -- and no traceback; after the outage, the beats land again.
 """
@@ -24,6 +25,8 @@ from tests.support.real_brokers import remove
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
+BEAT = 1.0  # seconds between the worker's heartbeats
+
 
 @pytest.mark.timeout(150)
 async def test_worker_heartbeat_says_a_config_db_outage_once(
@@ -34,7 +37,7 @@ async def test_worker_heartbeat_says_a_config_db_outage_once(
     engine = create_engine(pg.url)
     broker_url = f"{redis_url}?prefix={unique_name}"
     worker = CliProcess(["worker", "--database-url", pg.url, "--broker-url", broker_url, "--frontier-url", "memory://"],
-                        tmp_path / "worker.log")
+                        tmp_path / "worker.log", env={"CRAWLHERD_HEARTBEAT_INTERVAL": str(BEAT)})
 
     async def beats() -> list[tuple[object, object]]:
         async with engine.connect() as conn:
@@ -52,7 +55,7 @@ async def test_worker_heartbeat_says_a_config_db_outage_once(
         ((seen_before, _),) = await beats()
         await engine.dispose()
         await asyncio.to_thread(pg.kill)
-        await asyncio.sleep(25)  # about three beats fail meanwhile
+        await asyncio.sleep(3.5 * BEAT)  # about three beats fail meanwhile
         await asyncio.to_thread(pg.start)
 
         async def beat_again() -> bool:

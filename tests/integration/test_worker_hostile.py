@@ -11,6 +11,7 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.test_worker import items, load, run_until_idle, runs  # noqa: F401
+from tests.support.httpserver import serve
 
 HOSTILE = "<html><body>" + "<div>" * 150_000 + "</div>" * 150_000 + "</body></html>"
 
@@ -33,14 +34,8 @@ async def hostile_board() -> AsyncIterator[str]:
     app.router.add_get("/search", search)
     app.router.add_get("/jobs/{n}", job)
     app.router.add_get("/robots.txt", robots)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serve(app) as served:
+        yield served.url
 
 
 @pytest.mark.timeout(120)

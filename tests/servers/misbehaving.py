@@ -35,6 +35,8 @@ from email.utils import formatdate
 
 from aiohttp import web
 
+from tests.support.httpserver import Served, start_app
+
 __all__ = ["Hit", "MisbehavingServer"]
 
 
@@ -56,7 +58,7 @@ class MisbehavingServer:
         self.hits: list[Hit] = []
         self.ports: list[int] = []
         self._counters: dict[str, int] = {}
-        self._runner: web.AppRunner | None = None
+        self._served: Served | None = None
         self._bombs: dict[int, bytes] = {}
 
     @property
@@ -89,20 +91,14 @@ class MisbehavingServer:
         r.add_get("/reset", self._reset)
         r.add_get("/binary", self._binary)
         r.add_get("/robots.txt", self._robots)
-        self._runner = runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await runner.setup()
-        for _ in range(self.nports):
-            site = web.TCPSite(runner, self.host, 0)
-            await site.start()
-            server = site._server
-            assert server is not None
-            self.ports.append(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        self._served = await start_app(app, sites=self.nports, host=self.host)
+        self.ports.extend(self._served.ports)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._served is not None:
+            await self._served.close()
+            self._served = None
 
     @web.middleware
     async def _record(self, request: web.Request, handler: web.RequestHandler) -> web.StreamResponse:  # type: ignore[name-defined]

@@ -30,6 +30,7 @@ from aiohttp import web
 from crawlherd.fetch.base import FetchLimits, Response
 from crawlherd.fetch.http import HttpFetcher
 from crawlherd.request import Request
+from tests.support.httpserver import Served, start_app
 
 __all__ = ["SeedHit", "SeedSite", "routed_fetcher_class"]
 
@@ -58,7 +59,7 @@ class SeedSite:
     max_in_flight: int = 0
 
     def __post_init__(self) -> None:
-        self._runner: web.AppRunner | None = None
+        self._served: Served | None = None
         self._host_of_port: dict[int, str] = {}
         self._counts: dict[str, int] = {}
         self._waiting: list[asyncio.Event] = []
@@ -67,22 +68,16 @@ class SeedSite:
     async def __aenter__(self) -> SeedSite:
         app = web.Application()
         app.router.add_get("/{tail:.*}", self._serve)
-        self._runner = runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await runner.setup()
-        for host in self.hosts:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            server = site._server
-            assert server is not None
-            port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        self._served = await start_app(app, sites=len(self.hosts))
+        for host, port in zip(self.hosts, self._served.ports, strict=True):
             self.ports[host] = port
             self._host_of_port[port] = host
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._served is not None:
+            await self._served.close()
+            self._served = None
 
     def hits_of(self, host: str | None = None, path: str | None = None) -> list[SeedHit]:
         return [h for h in self.hits if (host is None or h.host == host) and (path is None or h.path == path)]

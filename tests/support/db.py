@@ -1,20 +1,38 @@
-"""Test helpers for the config DB: fresh databases and bulk-made targets."""
+"""The config DB of tests -- the one set of DB fixtures -- and helpers for fresh databases and
+bulk-made targets.
+
+Fixtures (offered by ``tests/conftest.py`` to every test):
+
+- ``sqlite_db_url``: a migrated SQLite file of the test's own;
+- ``pg_database``: a fresh, migrated PostgreSQL database for the test module (dropped after it);
+- ``postgres_db_url``: that database, emptied for the test (every table of crawlherd's schema
+  truncated, any other table dropped);
+- ``config_db_url``: parametrized over both (``sqlite``, ``postgresql``);
+- :func:`open_engine` for an engine fixture on one of them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
-from sqlalchemy import insert
+import pytest
+from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.db import ScrapeTarget, Website, db_now
+from crawlherd.db import ScrapeTarget, Website, create_engine, db_now, upgrade
+from crawlherd.db.migrate import VERSION_TABLE
+from crawlherd.db.models import Base
 from crawlherd.sitespec import SiteSpec
+
+__all__ = ["DB_KINDS", "add_targets", "add_website", "config_db_url", "database_now", "fresh_postgres_database",
+           "migrated_db_url", "open_engine", "pg_database", "postgres_db_url", "sqlite_db_url"]
 
 
 @contextmanager
@@ -35,6 +53,68 @@ def fresh_postgres_database(server_url: str) -> Iterator[str]:
         yield server_url.rsplit("/", 1)[0] + "/" + name
     finally:
         asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def sqlite_db_url(tmp_path: Path) -> str:
+    """A migrated config DB in a SQLite file of the test's own."""
+    url = f"sqlite:///{tmp_path / 'config.db'}"
+    asyncio.run(upgrade(url))
+    return url
+
+
+@pytest.fixture(scope="module")
+def pg_database(postgres_url: str) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for this test module."""
+    with fresh_postgres_database(postgres_url) as url:
+        asyncio.run(upgrade(url))
+        yield url
+
+
+@pytest.fixture
+def postgres_db_url(pg_database: str) -> str:
+    """The module's PostgreSQL database, empty: crawlherd's tables truncated, any other table dropped."""
+
+    async def empty() -> None:
+        engine = create_engine(pg_database)
+        try:
+            async with engine.begin() as conn:
+                ours = set(Base.metadata.tables)
+                present = (await conn.execute(text(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"))).scalars().all()
+                others = [t for t in present if t not in ours and t != VERSION_TABLE]
+                await conn.execute(text(f"TRUNCATE {', '.join(sorted(ours))} RESTART IDENTITY CASCADE"))
+                for table in others:
+                    await conn.execute(text(f'DROP TABLE IF EXISTS "{table}" CASCADE'))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(empty())
+    return pg_database
+
+
+#: The parameters of a fixture over both config DBs (see :func:`migrated_db_url`).
+DB_KINDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+def migrated_db_url(request: pytest.FixtureRequest) -> str:
+    """The body of a fixture parametrized by ``DB_KINDS``: ``sqlite_db_url`` or ``postgres_db_url``."""
+    return str(request.getfixturevalue("sqlite_db_url" if request.param == "sqlite" else "postgres_db_url"))
+
+
+@pytest.fixture(params=DB_KINDS)
+def config_db_url(request: pytest.FixtureRequest) -> str:
+    """A migrated, empty config DB: ``sqlite_db_url`` or ``postgres_db_url``."""
+    return migrated_db_url(request)
+
+
+async def open_engine(url: str) -> AsyncIterator[AsyncEngine]:
+    """The body of an engine fixture on ``url``: disposed of after the test."""
+    engine = create_engine(url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
 
 
 async def add_website(engine: AsyncEngine, name: str = "site", **overrides: Any) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.db import create_engine, upgrade
+from tests.support.db import open_engine
 from tests.support.real_brokers import remove, scratch_url
 
 __all__ = ["BROKERS", "broker_url", "engine", "scratch_broker"]
@@ -26,14 +26,10 @@ BROKERS = [
 
 
 @pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+async def engine(sqlite_db_url: str) -> AsyncIterator[AsyncEngine]:
     """A migrated config DB in a SQLite file of the test's own."""
-    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
-    await upgrade(engine)
-    try:
+    async for engine in open_engine(sqlite_db_url):
         yield engine
-    finally:
-        await engine.dispose()
 
 
 async def scratch_broker(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str,

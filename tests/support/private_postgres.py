@@ -2,10 +2,13 @@
 directory (never the machine's shared server), killed by its postmaster's PID and started again.
 
 As root, the cluster runs as the ``postgres`` user (``runuser``), in a directory that user owns.
+``initdb`` runs once per test process, into a template directory each cluster's data is copied from.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import glob
 import os
 import shutil
@@ -15,30 +18,50 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
-
 from tests._netutil import free_port
+from tests.support.services import missing
 
 
 def _bin(name: str) -> str:
     found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
     if not found:
-        pytest.skip(f"PostgreSQL's {name} is not installed")
+        missing(f"PostgreSQL's {name} is not installed (for a private PostgreSQL)")
     return found[-1]
+
+
+def _as_owner() -> list[str]:
+    """The prefix that runs a command as the cluster's owner: ``postgres`` when we are root."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("runuser") is None:
+        missing("runuser is not installed (running as root, for a private PostgreSQL)")
+    return ["runuser", "-u", "postgres", "--"]
+
+
+def _owned_dir(prefix: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.geteuid() == 0:
+        shutil.chown(path, "postgres", "postgres")
+    return path
+
+
+@functools.cache
+def _template() -> Path:
+    """A fresh ``initdb`` data directory, made once per process (removed at its exit)."""
+    root = _owned_dir("crawlherd-pg-template-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    subprocess.run([*_as_owner(), _bin("initdb"), "-D", str(root / "data"), "-A", "trust", "-U", "postgres",
+                    "--no-sync"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    return root / "data"
 
 
 class PrivatePostgres:
     def __init__(self) -> None:
         self.port = free_port()
-        self.root = Path(tempfile.mkdtemp(prefix="crawlherd-pg-"))
+        self._as = _as_owner()
+        self.root = _owned_dir("crawlherd-pg-")
         self.data = self.root / "data"
-        self._as: list[str] = []
-        if os.geteuid() == 0:
-            if shutil.which("runuser") is None:
-                pytest.skip("running as root without runuser: cannot start a private PostgreSQL")
-            self._as = ["runuser", "-u", "postgres", "--"]
-            shutil.chown(self.root, "postgres", "postgres")
-        self._run([_bin("initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync"])
+        self._run(["cp", "-a", str(_template()), str(self.data)])
 
     @property
     def url(self) -> str:

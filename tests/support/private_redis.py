@@ -4,16 +4,15 @@ PID and started again on the same port and directory. Never the machine's shared
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis
 
 from tests._netutil import free_port
+from tests.support.services import require_tool
 
 __all__ = ["PrivateRedis", "private_redis_server"]
 
@@ -30,9 +29,7 @@ class PrivateRedis:
 
     def start(self) -> None:
         """Start it (again) and wait until it answers PING (the AOF loaded)."""
-        exe = shutil.which("redis-server")
-        if exe is None:
-            pytest.skip("redis-server is not installed")
+        exe = require_tool("redis-server", "for a private Redis")
         self.proc = subprocess.Popen(
             [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
              "--appendfsync", "always", "--dir", str(self.dir), "--daemonize", "no"],

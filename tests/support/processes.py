@@ -1,6 +1,6 @@
 """Real ``crawlherd`` processes for fault tests: started as subprocesses with their output in a log
 file, stopped with SIGTERM by their own PID, and their logs checked for what an outage must (once)
-and must not (a traceback) leave there. Waits are polls bounded by the test's pytest-timeout."""
+and must not (a traceback) leave there. Waits are polls with a deadline (:func:`wait_until`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db import JobRun
 
-__all__ = ["BAD_LOG", "CliProcess", "job_statuses", "outage_lines", "wait_until"]
+__all__ = ["BAD_LOG", "WAIT_DEADLINE", "CliProcess", "job_statuses", "outage_lines", "wait_until"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,14 +69,28 @@ class CliProcess:
             assert bad not in log, log
 
 
+#: Seconds :func:`wait_until` waits by default before it fails.
+WAIT_DEADLINE = 90.0
+
+
 async def wait_until(
-    condition: Callable[[], Awaitable[bool]], *, alive: Sequence[CliProcess] = (), every: float = 0.1
+    condition: Callable[[], Awaitable[bool]],
+    *,
+    alive: Sequence[CliProcess] = (),
+    every: float = 0.1,
+    deadline: float = WAIT_DEADLINE,
 ) -> None:
-    """Poll ``condition`` until true (bounded by the test's timeout), failing at once when one of
-    ``alive`` exits."""
+    """Poll ``condition`` every ``every`` seconds until true, failing at once when one of ``alive``
+    exits, and after ``deadline`` seconds with the condition's name and the processes' logs."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + deadline
     while not await condition():
         for proc in alive:
             proc.check_alive()
+        if loop.time() >= give_up:
+            name = getattr(condition, "__qualname__", repr(condition))
+            logs = "".join(f"\n--- {' '.join(p.args)}:\n{p.log[-4000:]}" for p in alive)
+            raise AssertionError(f"wait_until: {name} still false after {deadline:g} s{logs}")
         await asyncio.sleep(every)
 
 

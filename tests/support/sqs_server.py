@@ -21,6 +21,7 @@ from urllib.parse import quote
 import pytest
 
 from .._netutil import free_port
+from .services import missing
 
 __all__ = ["delete_queues", "sqs_endpoint", "sqs_url"]
 
@@ -38,14 +39,8 @@ def sqs_url(endpoint: str, queue: str, **options: object) -> str:
 @pytest.fixture(scope="session")
 def sqs_endpoint() -> Iterator[str]:
     """``http://127.0.0.1:<port>`` of a moto server for this test session."""
-    from ..conftest import REQUIRE_SERVICES, _skipped_services
-
     if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
-        message = "moto's server mode is not installed (moto, flask, flask-cors: pip install -e '.[test]')"
-        if REQUIRE_SERVICES:
-            pytest.fail(f"{message} and CRAWLHERD_REQUIRE_SERVICES=1", pytrace=False)
-        _skipped_services["SQS (moto)"] = message
-        pytest.skip(f"SERVICE MISSING: {message}")
+        missing("moto's server mode is not installed (moto, flask, flask-cors: pip install -e '.[test]')")
     port = free_port()
     env = {**os.environ, "MOTO_PORT": str(port)}
     main = Path(__file__).with_name("_moto_main.py")

@@ -99,6 +99,7 @@ def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings) -> Work
             max_backoff=max(settings.backoff, 600.0),
             limits=limits,
             frontier_url=settings.effective_frontier_url,
+            heartbeat_interval=settings.heartbeat_interval,
         ),
     )
 

@@ -51,7 +51,8 @@ class WorkerOptions:
     frontier's default); ``max_attempts`` before a job is dead; ``backoff`` and ``max_backoff`` seconds
     (doubling per attempt, with jitter); ``limits`` for the fetchers; ``shutdown_timeout`` for jobs in
     flight at shutdown; ``name`` of the process (default: host and pid); ``poll_interval`` seconds
-    between two looks at ``job_runs`` while a job's listing is read by another worker."""
+    between two looks at ``job_runs`` while a job's listing is read by another worker;
+    ``heartbeat_interval`` seconds between the process's heartbeats."""
 
     concurrency: Count = 4
     page_dispatcher: PageDispatcher = "semaphore"
@@ -65,6 +66,7 @@ class WorkerOptions:
     shutdown_timeout: Delay = 30.0
     name: str | None = None
     poll_interval: Seconds = 1.0
+    heartbeat_interval: Seconds = 10.0
 
     def __post_init__(self) -> None:
         check_options(self, "worker")

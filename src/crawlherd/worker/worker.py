@@ -139,8 +139,9 @@ class Worker:
         pages = asyncio.create_task(self.pages.run(pages_stop), name="worker-pages")
         stopper = asyncio.create_task(stop.wait(), name="worker-stop")
         beat = Heartbeat(
-            self.engine, kind="worker", name=self.name, jobs_in_hand=lambda: self.stats.in_flight,
-            details=self.pages.frontier_counts, outages=self.outages,  # a failed beat: the config DB's outage
+            self.engine, kind="worker", name=self.name, interval=self.options.heartbeat_interval,
+            jobs_in_hand=lambda: self.stats.in_flight, details=self.pages.frontier_counts,
+            outages=self.outages,  # a failed beat: the config DB's outage
         )
         beating = asyncio.create_task(beat.run(stop), name="worker-heartbeat")
         try:

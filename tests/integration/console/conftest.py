@@ -3,33 +3,28 @@ fill in forms (with their CSRF token) as a browser does."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from crawlherd.db import create_engine, upgrade
 from crawlherd.web.app import create_app
+from tests.support.db import open_engine
 
 _CSRF = re.compile(r'name="csrf(?:-token)?" (?:value|content)="([^"]+)"')
 
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/console.db"
-    asyncio.run(upgrade(url))
-    return url
+def db_url(sqlite_db_url: str) -> str:
+    return sqlite_db_url
 
 
 @pytest.fixture
 async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    yield engine
-    await engine.dispose()
+    async for engine in open_engine(db_url):
+        yield engine
 
 
 class Browser:

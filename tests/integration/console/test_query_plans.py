@@ -6,7 +6,6 @@ as the planner allows: a big table read by a Seq Scan means no index can serve t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,10 +15,9 @@ from sqlalchemy import event, insert, text
 from crawlherd.console.browse import browse_targets
 from crawlherd.console.jobs import JobFilter, list_jobs
 from crawlherd.console.overview import overview
-from crawlherd.db import create_engine, upgrade
+from crawlherd.db import create_engine
 from crawlherd.db.models import JobRun, ScrapeTarget, StoredItem
 from tests.support.console import add_site
-from tests.support.db import fresh_postgres_database
 
 pytestmark = pytest.mark.postgres
 
@@ -27,11 +25,9 @@ BIG_TABLES = ("scrape_targets", "job_runs", "dispatch_outbox", "items")
 
 
 @pytest.fixture(scope="module")
-def pg(postgres_url: str) -> Iterator[str]:
-    with fresh_postgres_database(postgres_url) as url:
-        asyncio.run(upgrade(url))
-        asyncio.run(_fill(url))
-        yield url
+def pg(pg_database: str) -> str:
+    asyncio.run(_fill(pg_database))
+    return pg_database
 
 
 async def _fill(url: str) -> None:

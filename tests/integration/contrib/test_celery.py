@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,9 +25,9 @@ from aiohttp import web
 from sqlalchemy import select
 
 from crawlherd.db import DispatchOutbox, JobRun, StoredItem, create_engine, upgrade
-from tests._netutil import free_port
-from tests.support.db import add_targets, add_website, database_now, fresh_postgres_database
+from tests.support.db import add_targets, add_website, database_now
 from tests.support.docblocks import doc_block
+from tests.support.httpserver import serve
 
 pytest.importorskip("celery")
 pytestmark = [pytest.mark.postgres, pytest.mark.rabbitmq, pytest.mark.slow]
@@ -55,20 +55,13 @@ async def _listing(request: web.Request) -> web.Response:
 async def site() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/search", _listing)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serve(app) as served:
+        yield served.url
 
 
 @pytest.fixture
-def pg_db(postgres_url: str) -> Iterator[str]:
-    with fresh_postgres_database(postgres_url) as url:
-        yield url
+def pg_db(postgres_db_url: str) -> str:
+    return postgres_db_url
 
 
 def _celery(home: Path, env: dict[str, str], *args: str, log: Path) -> subprocess.Popen[bytes]:

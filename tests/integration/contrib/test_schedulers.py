@@ -21,9 +21,9 @@ from sqlalchemy import select
 
 from crawlherd.brokers import open_broker
 from crawlherd.db import DispatchOutbox, create_engine, upgrade
-from tests.conftest import _skipped_services
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.docblocks import doc_block
+from tests.support.services import MISSING
 
 DOC_BIN = "/opt/crawlherd/.venv/bin/crawlherd"
 CRAWLHERD = str(Path(sys.executable).with_name("crawlherd"))
@@ -32,9 +32,7 @@ CRAWLHERD = str(Path(sys.executable).with_name("crawlherd"))
 def test_systemd_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        _skipped_services["systemd-analyze"] = "systemd-analyze is not installed: the systemd units were not verified"
-        pytest.skip("SYSTEMD MISSING: systemd-analyze is not installed; the units in docs/integrations.md "
-                    "were not verified")
+        pytest.skip(f"{MISSING}systemd-analyze is not installed: the units in docs/integrations.md were not verified")
     service, timer = tmp_path / "crawlherd-dispatch.service", tmp_path / "crawlherd-dispatch.timer"
     service_text = doc_block("crawlherd-dispatch.service")
     assert DOC_BIN in service_text

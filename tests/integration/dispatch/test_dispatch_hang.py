@@ -12,17 +12,17 @@ and dropped by the workers' run key).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
 
 from crawlherd.brokers import open_broker
-from crawlherd.db import DispatchOutbox, create_engine, upgrade
+from crawlherd.db import DispatchOutbox, create_engine
 from crawlherd.dispatch.dispatch_service import DispatchOptions, DispatchService
 from tests._netutil import TcpProxy
-from tests.support.db import add_targets, add_website, database_now, fresh_postgres_database
+from tests.support.db import add_targets, add_website, database_now
 from tests.support.real_brokers import drain, remove
 
 EVERY = timedelta(seconds=5)
@@ -30,10 +30,8 @@ HANG = 75.0
 
 
 @pytest.fixture
-def pg_url(postgres_url: str) -> Iterator[str]:
-    with fresh_postgres_database(postgres_url) as url:
-        asyncio.run(upgrade(url))
-        yield url
+def pg_url(postgres_db_url: str) -> str:
+    return postgres_db_url
 
 
 @pytest.fixture
