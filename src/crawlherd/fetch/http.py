@@ -405,6 +405,6 @@ def _connect_reason(exc: aiohttp.ClientConnectorError) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, ConnectionResetError) or "reset" in str(exc).lower():
+    if isinstance(exc, ConnectionResetError) or (isinstance(exc, OSError) and exc.errno == errno.ECONNRESET):
         return "connection reset by peer"
     return str(exc) or type(exc).__name__
