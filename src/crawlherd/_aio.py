@@ -45,6 +45,11 @@ async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
             raise
 
 
+#: Event-loop turns given, when a stall deadline has passed, to answers already received but not yet
+#: read (the socket's callback, the client's reader task, the waiter it wakes).
+_CATCH_UP_TURNS = 5
+
+
 async def wait_while_progressing(aw: Awaitable[T], timeout: float, progress: Callable[[], float]) -> T:
     """Await ``aw``, giving up (``TimeoutError``, ``aw`` cancelled) only once ``timeout`` seconds passed
     both since the wait began and since ``progress()`` (the ``time.monotonic()`` of the last sign of
@@ -58,6 +63,12 @@ async def wait_while_progressing(aw: Awaitable[T], timeout: float, progress: Cal
     try:
         while True:
             left = max(began, progress()) + timeout - time.monotonic()
+            if left <= 0:
+                # Our own process may have been the one stalled (a busy machine): let the answers that
+                # piled up meanwhile be read before calling the peer silent.
+                for _ in range(_CATCH_UP_TURNS):
+                    await asyncio.sleep(0)
+                left = max(began, progress()) + timeout - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"nothing moved for {timeout:g}s")
             done, _ = await asyncio.wait({task}, timeout=left)

@@ -129,8 +129,8 @@ async def test_confirms_slower_than_publish_timeout_are_waited_for_while_they_co
     after their publish started, but confirms keep coming, so none of them is a failure (a failure
     would be published again by the relay: a duplicate of a message RabbitMQ kept). ``publish_timeout``
     is how long RabbitMQ may confirm *nothing* before the publishes in flight fail."""
-    n = 3000
-    url = f"{amqp_url}?queue={unique_name}&publish_timeout=0.25"
+    n = 6000
+    url = f"{amqp_url}?queue={unique_name}&publish_timeout=0.5"
     async with AMQPBroker.from_url(url) as broker:
         try:
             results = await asyncio.gather(
