@@ -129,8 +129,10 @@ async def test_confirms_slower_than_publish_timeout_are_waited_for_while_they_co
     after their publish started, but confirms keep coming, so none of them is a failure (a failure
     would be published again by the relay: a duplicate of a message RabbitMQ kept). ``publish_timeout``
     is how long RabbitMQ may confirm *nothing* before the publishes in flight fail."""
-    n = 6000
-    url = f"{amqp_url}?queue={unique_name}&publish_timeout=0.5"
+    # Enough publishes that their confirms take several times publish_timeout in all (about 9 s here),
+    # with a publish_timeout long enough that a busy machine's pauses of RabbitMQ are not silences.
+    n = 15000
+    url = f"{amqp_url}?queue={unique_name}&publish_timeout=2"
     async with AMQPBroker.from_url(url) as broker:
         try:
             results = await asyncio.gather(

@@ -294,7 +294,7 @@ async def test_content_type_body_size_and_timeout_limits(
     with pytest.raises(ContentTypeError, match="image/png"):
         await fetcher.fetch(Request(f"{server.url}/image"))
     async with BrowserFetcher(
-        FetchLimits(allow_private_addresses=True, max_body_size=10_000, total_timeout=2),
+        FetchLimits(allow_private_addresses=True, max_body_size=10_000, total_timeout=6),  # a loaded CI has slow pages
         BrowserOptions(executable_path=chromium),
     ) as small:
         with pytest.raises(BodyTooLargeError, match="max_body_size=10000"):

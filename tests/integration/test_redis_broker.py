@@ -98,18 +98,18 @@ async def test_touch_extends_the_claim_only_while_it_is_ours(redis_url: str, uni
     from crawlherd.errors import BrokerError
 
     stream = f"{unique_name}.jobs"
-    url = f"{redis_url}?stream={stream}&claim_idle=0.2&block=0.05"
+    url = f"{redis_url}?stream={stream}&claim_idle=1.0&block=0.05"  # margins for a loaded machine
     async with RedisBroker.from_url(url) as first, RedisBroker.from_url(url) as second:
         await first.publish(b"long job", key="long")
         async with asyncio.timeout(GUARD):
             d = await anext(first.consume())
-        await asyncio.sleep(0.3)  # idle past claim_idle
+        await asyncio.sleep(1.2)  # idle past claim_idle
         await first.touch(d)
         (entry,) = await client.xpending_range(stream, "crawlherd", "-", "+", 1)
         assert entry["consumer"].decode() == first.consumer
-        assert entry["time_since_delivered"] < 200  # reset by the touch
+        assert entry["time_since_delivered"] < 1000  # reset by the touch
         assert entry["times_delivered"] == 1  # JUSTID: the touch is not a delivery
-        await asyncio.sleep(0.3)  # idle again, now untouched: the second consumer claims it
+        await asyncio.sleep(1.2)  # idle again, now untouched: the second consumer claims it
         async with asyncio.timeout(GUARD):
             again = await anext(second.consume())
         assert again.key == "long" and again.redelivered
