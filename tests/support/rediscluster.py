@@ -14,9 +14,11 @@ from pathlib import Path
 
 
 def free_port() -> int:
-    """A free port whose cluster bus port (+10000) is free too (so at most 55535)."""
+    """A free port whose cluster bus port (+10000) is free too, both below the kernel's ephemeral range
+    (32768 and up), so that no outgoing connection of a parallel test takes either between this check and
+    the node's bind."""
     while True:
-        port = random.randrange(20000, 55000)
+        port = random.randrange(10000, 22000)
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port))
@@ -58,12 +60,7 @@ class LocalCluster:
         exe = shutil.which("redis-server")
         if exe is None or shutil.which("redis-cli") is None:
             raise RuntimeError("redis-server and redis-cli are needed for the Redis Cluster tests")
-        ports = [free_port() for _ in range(self.masters * (1 + self.replicas))]
-        for port in ports:
-            (self.root / str(port)).mkdir(parents=True)
-            self._spawn(exe, port)
-        for port in ports:
-            self._wait(lambda p=port: _cli(p, "ping").strip() == "PONG", f"node {port} did not start")
+        ports = [self._start_node(exe) for _ in range(self.masters * (1 + self.replicas))]
         if len(ports) == 1:  # redis-cli --cluster create wants three masters: one node takes every slot
             _cli(ports[0], "cluster", "addslotsrange", "0", "16383")
         else:
@@ -82,6 +79,20 @@ class LocalCluster:
                     f"the replicas of {port} are not in sync",
                 )
         return self
+
+    def _start_node(self, exe: str) -> int:
+        """One node on a free port, answering; on a new port if it lost its port to another process."""
+        for _ in range(3):
+            port = free_port()
+            (self.root / str(port)).mkdir(parents=True)
+            self._spawn(exe, port)
+            proc = self.procs[port]
+            self._wait(lambda p=port, n=proc: n.poll() is not None or _cli(p, "ping").strip() == "PONG",
+                       f"node {port} did not start")
+            if proc.poll() is None:
+                return port
+            del self.procs[port]
+        raise RuntimeError("three Redis Cluster nodes in a row could not bind their ports")
 
     def _spawn(self, exe: str, port: int) -> None:
         self.procs[port] = subprocess.Popen(
