@@ -18,7 +18,7 @@ import pytest
 
 from crawlherd.demo import DemoSite
 from tests.servers.misbehaving import MisbehavingServer
-from tests.support.cli import WORKER_STATUS, crawlherd, dumped, running_crawlherd, worker_status_until_done
+from tests.support.cli import WORKER_STATUS, crawlherd, dumped, invoke, running_crawlherd, worker_status_until_done
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -74,8 +74,8 @@ async def test_log_format_json(server: MisbehavingServer) -> None:
 
 async def test_db_current_and_dispatch_once_speak_json(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/c.db"
-    assert (await crawlherd("db", "upgrade", "--database-url", db))[0] == 0
-    code, out, _ = await crawlherd("db", "current", "--json", "--database-url", db)
+    assert (await invoke("db", "upgrade", "--database-url", db))[0] == 0
+    code, out, _ = await invoke("db", "current", "--json", "--database-url", db)
     current = json.loads(out)
     assert code == 0 and current["up_to_date"] is True and current["current"] == current["newest"]
     code, out, err = await crawlherd("dispatch", "--once", "--json", "--database-url", db)
@@ -85,7 +85,7 @@ async def test_db_current_and_dispatch_once_speak_json(tmp_path: Path) -> None:
 
 async def test_ctrl_c_says_stopping_at_once_and_what_it_waits_for(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/c.db"
-    assert (await crawlherd("db", "upgrade", "--database-url", db))[0] == 0
+    assert (await invoke("db", "upgrade", "--database-url", db))[0] == 0
     async with running_crawlherd("worker", "--database-url", db) as proc:
         assert proc.stderr is not None and proc.stdout is not None
         banner = await asyncio.wait_for(proc.stderr.readline(), 60)
@@ -189,7 +189,7 @@ async def test_ctrl_c_says_stopping_and_what_it_waits_for(
     command: list[str], banner: str, waits_for: str, last_words: str, tmp_path: Path
 ) -> None:
     db = f"sqlite:///{tmp_path}/c.db"
-    assert (await crawlherd("db", "upgrade", "--database-url", db))[0] == 0
+    assert (await invoke("db", "upgrade", "--database-url", db))[0] == 0
     async with running_crawlherd(*command, "--database-url", db) as proc:
         assert proc.stderr is not None and proc.stdout is not None
         # run's banner is information (stderr); dispatch's lines are its output (stdout)
@@ -239,7 +239,7 @@ async def wait_for_heartbeat(db_file: Path, pid: int) -> None:
 @pytest.mark.parametrize("flag", ["-q", "--json"])
 async def test_worker_with_q_or_json_prints_only_its_stop_line_and_its_result(flag: str, tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/c.db"
-    assert (await crawlherd("db", "upgrade", "--database-url", db))[0] == 0
+    assert (await invoke("db", "upgrade", "--database-url", db))[0] == 0
     async with running_crawlherd("worker", flag, "--database-url", db) as proc:
         await asyncio.wait_for(wait_for_heartbeat(tmp_path / "c.db", proc.pid), 60)
         proc.send_signal(signal.SIGINT)

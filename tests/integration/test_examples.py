@@ -16,7 +16,7 @@ import yaml
 
 from crawlherd.demo import DemoSite
 from crawlherd.demo.targets import expected_results
-from tests.support.cli import crawlherd
+from tests.support.cli import crawlherd, invoke
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -39,12 +39,12 @@ def test_every_example_file_is_tested() -> None:
 async def test_example_crawls_the_demo_site(name: str, tmp_path: Path) -> None:
     async with DemoSite() as site:  # one /search page in four answers 429 first: the example must cope
         env = {"DEMO_URL": site.url, "CRAWLHERD_DATABASE_URL": f"sqlite:///{tmp_path}/example.db"}
-        code, out, err = await crawlherd("targets", "import", str(EXAMPLES / name), env=env, cwd=tmp_path)
+        code, out, err = await invoke("targets", "import", str(EXAMPLES / name), env=env, cwd=tmp_path)
         assert code == 0, err
-        code, out, err = await crawlherd("targets", "list", "--json", env=env, cwd=tmp_path)
+        code, out, err = await invoke("targets", "list", "--json", env=env, cwd=tmp_path)
         ids = [str(t["id"]) for t in json.loads(out)]
         assert ids, out
-        code, out, err = await crawlherd("targets", "run", *ids, env=env, cwd=tmp_path)
+        code, out, err = await invoke("targets", "run", *ids, env=env, cwd=tmp_path)
         assert code == 0 and out.count("run queued") == len(ids), out + err
         code, out, err = await crawlherd(
             "run", "--until-idle", "--no-web", "--allow-private", "--json", env=env, cwd=tmp_path, timeout=200
@@ -52,7 +52,7 @@ async def test_example_crawls_the_demo_site(name: str, tmp_path: Path) -> None:
         assert code == 0, err
         stats = json.loads(out)
         assert stats["jobs/succeeded"] == len(ids) and stats["jobs/dead"] == 0, stats
-        code, out, err = await crawlherd("items", "export", env=env, cwd=tmp_path)
+        code, out, err = await invoke("items", "export", env=env, cwd=tmp_path)
         assert code == 0, err
         stored: dict[str, dict[str, dict[str, Any]]] = {}
         for line in out.splitlines():

@@ -21,7 +21,7 @@ from crawlherd.demo import DemoSite
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, LeaseError
 from crawlherd.frontier import open_scheduler
 from crawlherd.request import Request
-from tests.support.cli import crawlherd, dumped, running_crawlherd, worker_status_until_done
+from tests.support.cli import dumped, invoke, running_crawlherd, worker_status_until_done
 from tests.support.rediscluster import LocalCluster
 
 pytestmark = pytest.mark.redis
@@ -271,7 +271,7 @@ async def test_dispatch_once_then_a_worker_through_a_cluster_broker(
     ``crawlherd worker`` on the same URL consumes them and every job succeeds."""
     _, env, items = demo_pipeline
     env = {**env, "CRAWLHERD_BROKER_URL": f"{redis_cluster_url}?prefix={unique_name}"}
-    code, out, err = await crawlherd("dispatch", "--once", "--json", env=env)
+    code, out, err = await invoke("dispatch", "--once", "--json", env=env)
     assert code == 0 and json.loads(out)["published"] == 2, err
     async with open_broker(env["CRAWLHERD_BROKER_URL"]) as broker:
         assert await broker.pending() == 2  # on the cluster, waiting for the worker

@@ -20,8 +20,8 @@ import yaml
 from crawlherd.demo import DemoSite
 from crawlherd.demo.targets import expected_results
 
-__all__ = ["WORKER_STATUS", "crawlherd", "demo_pipeline", "dumped", "running_crawlherd", "start_crawlherd",
-           "worker_status_until_done"]
+__all__ = ["WORKER_STATUS", "crawlherd", "demo_pipeline", "dumped", "invoke", "running_crawlherd",
+           "start_crawlherd", "worker_status_until_done"]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -51,6 +51,25 @@ async def crawlherd(
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+async def invoke(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str, str]:
+    """``crawlherd ARGS`` run in this process -- for the commands where a process of their own proves
+    nothing more (setting up a config DB, importing targets, a one-shot read) and its start-up would only
+    cost a second: click's ``CliRunner`` in a thread (the command runs its own event loop, the test's goes
+    on), ``env`` over the environment and ``cwd`` as the working directory for its duration. (exit code,
+    stdout, stderr); log records go to pytest's capture, not to this stderr. An exception the command
+    did not turn into an exit code is raised here."""
+    from click.testing import CliRunner
+
+    from crawlherd.cli import main
+
+    def run() -> tuple[int, str, str]:
+        with contextlib.chdir(cwd or Path.cwd()):
+            result = CliRunner(env=env).invoke(main, list(args), catch_exceptions=False)
+        return result.exit_code, result.stdout, result.stderr
+
+    return await asyncio.to_thread(run)
 
 
 @contextlib.asynccontextmanager
