@@ -38,8 +38,11 @@ def _known(label: str) -> str:
     if not label:
         return DEFAULT_CHARSET
     try:
-        codecs.lookup(label)
-    except LookupError:
+        info = codecs.lookup(label)
+    except (LookupError, ValueError):  # ValueError: a NUL in the label
+        return DEFAULT_CHARSET
+    # Not a text encoding (base64, zip, rot13...) or one that refuses every byte ("undefined"): UTF-8.
+    if not getattr(info, "_is_text_encoding", True) or info.name == "undefined":
         return DEFAULT_CHARSET
     return label
 

@@ -12,6 +12,8 @@ __all__ = ["format_duration", "parse_duration"]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.I)
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+#: The longest duration taken, in seconds (about 3,000 years; timedelta's own limit is near 10**14 s).
+_LONGEST = 10.0**11
 
 
 def format_duration(seconds: float) -> str:
@@ -35,7 +37,11 @@ def parse_duration(value: str | float | int) -> timedelta:
     if isinstance(value, int | float):
         if value < 0:
             raise ScheduleError(f"duration must be >= 0, got {value!r}")
+        if not value <= _LONGEST:  # inf and nan too
+            raise ScheduleError(f"duration too long: {value!r} seconds (at most {_LONGEST:g})")
         return timedelta(seconds=value)
+    if not isinstance(value, str):
+        raise ScheduleError(f"not a duration: {value!r} (use e.g. '90s', '15m', '1h30m', '2d' or seconds)")
     text = value.strip().replace(" ", "")
     pos, total = 0, 0.0
     for match in _DURATION.finditer(text):
@@ -45,4 +51,6 @@ def parse_duration(value: str | float | int) -> timedelta:
         pos = match.end()
     if pos != len(text) or not text:
         raise ScheduleError(f"not a duration: {value!r} (use e.g. '90s', '15m', '1h30m', '2d')")
+    if total > _LONGEST:
+        raise ScheduleError(f"duration too long: {value!r} (at most {_LONGEST:g} seconds)")
     return timedelta(seconds=total)

@@ -244,7 +244,8 @@ def _entries(
 def _targets(data: Mapping[str, Any], known_websites: Set[str], problems: _Problems) -> list[TargetSpec]:
     """The valid ``targets`` entries; each entry's problems, including a website named nowhere."""
     sites = data.get("websites", [])
-    defined = {w.get("name") for w in sites if isinstance(w, dict)} if isinstance(sites, list) else set()
+    names = [w.get("name") for w in sites if isinstance(w, dict)] if isinstance(sites, list) else []
+    defined = {name for name in names if isinstance(name, str)}  # any other name is its entry's problem
     targets: list[TargetSpec] = []
     for index, item, result in _entries(data, "targets", TargetSpec, problems):
         if isinstance(result, TargetSpec):
