@@ -112,8 +112,8 @@ async def demo_pipeline(tmp_path: Path) -> AsyncIterator[tuple[DemoSite, dict[st
     async with DemoSite(throttle_every=0) as site:
         env = {"DEMO_URL": site.url, "CRAWLHERD_DATABASE_URL": f"sqlite:///{tmp_path}/c.db",
                "CRAWLHERD_STATUS_INTERVAL": "0.1"}
-        assert (await crawlherd("targets", "import", str(EXAMPLES / "targets.yaml"), env=env))[0] == 0
-        code, out, err = await crawlherd("targets", "run", "1", "2", env=env)
+        assert (await invoke("targets", "import", str(EXAMPLES / "targets.yaml"), env=env))[0] == 0
+        code, out, err = await invoke("targets", "run", "1", "2", env=env)
         assert code == 0, err
         text = (EXAMPLES / "targets.yaml").read_text().replace("${DEMO_URL:-http://127.0.0.1:8080}", site.url)
         expected = expected_results(site, yaml.safe_load(text))

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -20,6 +20,17 @@ from crawlherd.web.auth import check_bind
 __all__ = ["Console", "serve_console"]
 
 log = logging.getLogger(__name__)
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn inside a crawlherd command: the command's own handlers take SIGINT and SIGTERM (one
+    drains, a second aborts) and stop the console when they stop the rest. uvicorn's own capture would
+    replace them while the console runs and raise the signal again after its shutdown -- one Ctrl+C on
+    ``crawlherd run`` then stopped the console, then aborted the jobs in flight as if pressed twice."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class Console:
@@ -55,7 +66,7 @@ async def serve_console(
         raise
     bound = sock.getsockname()[1]
     config = uvicorn.Config(create_app(engine), log_level="warning", access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
+    server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="console")
     url = f"http://{host}:{bound}/"
     outages = OutageLog(log, f"console {url}")  # a failed beat: a "config DB" outage, said once
