@@ -4,7 +4,6 @@ them, from real processes."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import json
@@ -43,9 +42,7 @@ async def test_crawl_off_a_terminal_prints_plain_status_lines_and_a_statistics_d
     status = [line for line in err.splitlines() if re.fullmatch(
         r"\d\d:\d\d:\d\d pages \d+ \(\d+\.\d/min\), ok \d+, failed \d+", line)]
     assert status, err
-    dump = err.split("statistics:\n", 1)[1]
-    dump = dump[: dump.index("}") + 1]
-    stats = ast.literal_eval(dump)
+    stats = dumped(err, "statistics")
     assert stats["pages/total"] == 6 and stats["pages/ok"] == 6 and stats["status/200"] == 6
     assert stats["pages/per_minute"] > 0
 
@@ -102,7 +99,7 @@ async def test_ctrl_c_says_stopping_at_once_and_what_it_waits_for(tmp_path: Path
         assert proc.returncode == 0
         text = rest.decode()
         assert text.startswith("worker stopped (")
-        stats = ast.literal_eval(text.split("statistics:\n", 1)[1])
+        stats = json.loads(text.split("statistics: ", 1)[1])
         assert stats["jobs/received"] == 0 and "pages/per_minute" in stats and "items/per_minute" in stats
 
 
@@ -179,7 +176,7 @@ async def interrupt_after(proc: asyncio.subprocess.Process, stream: asyncio.Stre
     ("command", "banner", "waits_for", "last_words"),
     [
         (["run", "--no-web"], "crawlherd run: ",
-         "0 job(s) in flight to finish (up to 30 s; the rest are requeued)", "crawlherd run stopped; statistics:\n{"),
+         "0 job(s) in flight to finish (up to 30 s; the rest are requeued)", "crawlherd run stopped; statistics: {"),
         (["dispatch"], "dispatcher ",
          "the current dispatch cycle (its claimed outbox rows are published or released)", "dispatcher stopped\n"),
     ],

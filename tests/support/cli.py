@@ -4,9 +4,9 @@ offered to every integration test by ``tests/integration/conftest.py``)."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
+import json
 import os
 import re
 import sys
@@ -88,9 +88,8 @@ async def running_crawlherd(
 
 
 def dumped(err: str, title: str) -> dict[str, Any]:
-    """The statistics block that follows ``title:`` on stderr, parsed as Python literals."""
-    block = err.split(f"{title}:\n", 1)[1]
-    stats: dict[str, Any] = ast.literal_eval(block[: block.index("}") + 1])
+    """The statistics that follow ``title:`` on stderr: off a terminal, one JSON object on that line."""
+    stats: dict[str, Any] = json.loads(err.split(f"{title}: ", 1)[1].split("\n", 1)[0])
     return stats
 
 

@@ -206,12 +206,16 @@ class Rates:
         return f"{text}; {extra}" if extra else text
 
 
-def stats_dump(title: str, stats: Mapping[str, Any]) -> str:
-    """The statistics at the end of ``run``, ``worker`` and ``crawl``, as Scrapy dumps its stats: one
-    ``'name': value`` per line, sorted, readable by a person and by ``ast.literal_eval``."""
+def stats_dump(title: str, stats: Mapping[str, Any], *, tty: bool) -> str:
+    """The statistics at the end of ``run``, ``worker`` and ``crawl``. On a terminal as Scrapy dumps
+    its stats, one ``'name': value`` per line, sorted; off a terminal (a log file, journald, a pipe)
+    ``title: {...}`` with the statistics as one JSON object on that line, for a log shipper to read."""
+    ordered = dict(sorted(stats.items()))
+    if not tty:
+        return f"{title}: {json.dumps(ordered, default=str)}"
     import pprint
 
-    return f"{title}:\n" + pprint.pformat(dict(sorted(stats.items())), width=100, sort_dicts=False)
+    return f"{title}:\n" + pprint.pformat(ordered, width=100, sort_dicts=False)
 
 
 @contextlib.asynccontextmanager

@@ -166,7 +166,7 @@ def crawl(
     from crawlherd.cli._common import stats_dump
 
     out.info("\n".join(lines))
-    out.info(stats_dump("statistics", stats))
+    out.info(stats_dump("statistics", stats, tty=out.tty))
     out.result("", {**stats, "examples": summary.examples})
     if ok == 0:
         click.echo("nothing could be crawled", err=True)

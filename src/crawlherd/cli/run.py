@@ -100,7 +100,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                     "jobs/dispatched": p.jobs, "jobs/published": p.published,
                     **worker_statistics(w, rates.elapsed),
                 }
-                out.info(stats_dump("crawlherd run stopped; statistics", stats))
+                out.info(stats_dump("crawlherd run stopped; statistics", stats, tty=out.tty))
                 out.result("", stats)
 
     with contextlib.suppress(asyncio.CancelledError):

@@ -185,7 +185,7 @@ def worker(
                 async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
                     await w.run(stop)
             stats = worker_statistics(w, rates.elapsed)
-            out.info(stats_dump(f"worker stopped ({w.name}); statistics", stats))
+            out.info(stats_dump(f"worker stopped ({w.name}); statistics", stats, tty=out.tty))
             out.result("", stats)
 
     with contextlib.suppress(asyncio.CancelledError):
