@@ -58,11 +58,17 @@ def settings_from(ctx: click.Context, **overrides: Any) -> Settings:
     return load_settings(obj.get("config_file"), **overrides)
 
 
-async def ensure_migrated(engine: AsyncEngine) -> None:
-    """Create the tables of a fresh (empty) config DB; refuse to work on one at an older migration
-    (upgrading an existing database is the operator's decision: `crawlherd db upgrade`)."""
+async def ensure_migrated(engine: AsyncEngine, *, create: bool = True) -> None:
+    """Create the tables of a fresh (empty) config DB when ``create``, else refuse it; refuse to work
+    on one at an older migration (upgrading an existing database is the operator's decision:
+    `crawlherd db upgrade`)."""
     current, head = await current_revision(engine), head_revision()
     if current is None and not await _has_tables(engine):
+        if not create:
+            raise CrawlherdError(
+                "the config DB has no tables yet: run `crawlherd db upgrade` first (with the same "
+                "--database-url), then `crawlherd targets import`"
+            )
         click.echo("new config DB: creating its tables", err=True)
         await upgrade(engine)
         return
@@ -89,14 +95,21 @@ def engine_for(settings: Settings, *, read_only: bool = False, **options: Any) -
 
 @contextlib.asynccontextmanager
 async def config_db(
-    settings: Settings, *, read_only: bool = False, migrate: bool = True, pool_size: int | None = None
+    settings: Settings,
+    *,
+    read_only: bool = False,
+    migrate: bool = True,
+    create: bool = True,
+    pool_size: int | None = None,
 ) -> AsyncIterator[AsyncEngine]:
-    """The config DB of ``settings``, its tables created when it is new (``migrate``), disposed of at
+    """The config DB of ``settings``, checked to be at the newest migration (``migrate``) -- its tables
+    created when it is new, unless ``create`` is False (the long-running services, ``worker`` and
+    ``dispatch``, refuse an empty database: its set-up is ``crawlherd db upgrade``) --, disposed of at
     the end; ``read_only`` and ``pool_size`` as :func:`engine_for`."""
     engine = engine_for(settings, read_only=read_only, **({} if pool_size is None else {"pool_size": pool_size}))
     try:
         if migrate:
-            await ensure_migrated(engine)
+            await ensure_migrated(engine, create=create)
         yield engine
     finally:
         await engine.dispose()

@@ -81,7 +81,7 @@ def dispatch(
             click.echo(line(tick, relay))
 
     async def main() -> None:
-        async with config_db(settings) as engine, broker_for_service(broker_target) as broker:
+        async with config_db(settings, create=False) as engine, broker_for_service(broker_target) as broker:
             start_metrics(metrics_port)
             dispatcher = DispatchService(
                 engine,

@@ -170,7 +170,7 @@ def worker(
 
     async def main() -> None:
         async with (
-            config_db(settings, pool_size=worker_pool_size(settings)) as engine,
+            config_db(settings, create=False, pool_size=worker_pool_size(settings)) as engine,
             broker_for_service(target) as broker,
         ):
             start_metrics(metrics_port)
@@ -182,6 +182,13 @@ def worker(
                     f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
                     f"{w.options.concurrency} job(s) at once, frontier {redact_url(w.options.frontier_url)}"
                 )
+                if not settings.frontier_url and not settings.database_url.startswith("sqlite"):
+                    click.secho(
+                        "warning: this worker's frontier is memory://, its own: the other workers of a fleet on "
+                        "this config DB share neither its seen pages nor its politeness (a site may get several "
+                        "workers' requests at once); give every worker the same --frontier-url redis://...",
+                        fg="yellow", err=True,
+                    )
                 async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
                     await w.run(stop)
             stats = worker_statistics(w, rates.elapsed)
