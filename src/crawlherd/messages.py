@@ -17,6 +17,7 @@ instead of any deeper parsing.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -241,7 +242,7 @@ def decode_job(body: bytes | str) -> JobMessage:
     if depth > MAX_DEPTH:
         raise MessageError(f"job message nests deeper than {MAX_DEPTH} levels")
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except (json.JSONDecodeError, RecursionError, ValueError) as exc:
         raise MessageError(f"job message is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -263,6 +264,19 @@ def decode_job(body: bytes | str) -> JobMessage:
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError, OverflowError) as exc:
         # a validator tripping over a value of the wrong type
         raise MessageError(f"invalid job message (schema_version {version}): {type(exc).__name__}: {exc}") from None
+
+
+def _no_constant(name: str) -> float:
+    """``NaN`` and ``Infinity`` are Python's extension, not JSON: encoded again they would not be
+    the message that came in."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is too large")
+    return value
 
 
 def _nesting(text: str) -> int:

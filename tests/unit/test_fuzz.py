@@ -8,7 +8,7 @@ accepted is well-formed.
 CI runs a bounded number of examples per target (``CRAWLHERD_FUZZ_EXAMPLES``, default 200, the whole
 file in seconds); the long run and its figures are in ``docs/security.md``::
 
-    CRAWLHERD_FUZZ_EXAMPLES=20000 .venv/bin/pytest -n 4 -p no:randomly tests/unit/test_fuzz.py
+    CRAWLHERD_FUZZ_EXAMPLES=10000 .venv/bin/pytest -n 4 --timeout 0 tests/unit/test_fuzz.py
 """
 
 from __future__ import annotations
@@ -213,6 +213,10 @@ def test_what_the_fuzzing_found_stays_fixed() -> None:
     assert decode_body(b"abc", "\x00") == "abc"  # ValueError: embedded null character
     assert decode_body(b"abc", "base64") == "abc"  # LookupError: not a text encoding
     assert decode_body(b"abc", "undefined") == "abc"  # UnicodeError on every byte
+    for number in ("Infinity", "NaN", "1e400"):  # accepted, then encoded as another message
+        body = json.dumps({**VALID_JOB, "keywords_used": None}).replace("null", number, 1)
+        with pytest.raises(MessageError, match="not valid JSON"):
+            decode_job(body)
     document = tomllib.loads(EXAMPLE_TOML)
     for change in ({"name": []}, {"politeness": {"min_delay": []}}, {"politeness": {"min_delay": float("inf")}}):
         broken = {**document, "websites": [{**document["websites"][0], **change}]}
