@@ -18,9 +18,13 @@ __all__ = ["PrivateRedis", "private_redis_server"]
 
 
 class PrivateRedis:
-    def __init__(self, directory: Path) -> None:
+    """``persistent=False``: no AOF either (``--appendonly no``), as many caches run -- a restart
+    comes back empty."""
+
+    def __init__(self, directory: Path, *, persistent: bool = True) -> None:
         self.port = free_port()
         self.dir = directory
+        self.persistent = persistent
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -31,8 +35,9 @@ class PrivateRedis:
         """Start it (again) and wait until it answers PING (the AOF loaded)."""
         exe = require_tool("redis-server", "for a private Redis")
         self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-             "--appendfsync", "always", "--dir", str(self.dir), "--daemonize", "no"],
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             *(["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else ["--appendonly", "no"]),
+             "--dir", str(self.dir), "--daemonize", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5, socket_timeout=0.5)
         try:

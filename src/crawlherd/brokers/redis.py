@@ -104,7 +104,10 @@ def reply_code(exc: BaseException) -> str:
     Redis's protocol puts the code there; redis-py maps a few codes to exception classes
     (``NOSCRIPT``, ``READONLY``...) but not the Streams ones, whose replies it raises as a plain
     ``ResponseError`` keeping the code in the message."""
-    return str(exc).split(" ", 1)[0] if isinstance(exc, ResponseError) else ""
+    if not isinstance(exc, ResponseError):
+        return ""
+    # In a pipeline, redis-py puts "Command # N (...) of pipeline caused error: " before the reply.
+    return str(exc).rpartition("of pipeline caused error: ")[2].lstrip("('\"").split(" ", 1)[0]
 
 
 class GroupMissingError(BrokerError):
@@ -331,8 +334,12 @@ class RedisBroker(BrokerBase):
         now = time.monotonic()
         if now >= state.next_claim:
             state.next_claim = now + claim_interval
-            res: Any = await self._call(lambda c: c.xautoclaim(
-                self.stream, self.group, self.consumer, int(opts.claim_idle * 1000), state.cursor, count=n))
+            try:
+                res: Any = await self._call(lambda c: c.xautoclaim(
+                    self.stream, self.group, self.consumer, int(opts.claim_idle * 1000), state.cursor, count=n))
+            except GroupMissingError:
+                state.cursor = "0-0"
+                return []  # a Redis that came back empty: the group is created again, nothing to claim
             cursor = res[0].decode() if isinstance(res[0], bytes) else str(res[0])
             state.cursor = cursor
             if cursor != "0-0":
@@ -448,7 +455,11 @@ class RedisBroker(BrokerBase):
             async with c.pipeline(transaction=True) as pipe:
                 pipe.xlen(self.stream)
                 pipe.xpending(self.stream, self.group)
-                length, summary = await pipe.execute()
+                length, summary = await pipe.execute(raise_on_error=False)
+            if isinstance(summary, ResponseError) and reply_code(summary) == "NOGROUP":
+                return int(length)  # no group (a Redis that came back empty): nothing was delivered
+            if isinstance(summary, BaseException):
+                raise summary
             return int(length) - int(summary["pending"])
 
         return await self._call(count)

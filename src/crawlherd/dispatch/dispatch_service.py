@@ -29,6 +29,7 @@ from crawlherd.dispatch import outbox
 from crawlherd.dispatch.gauges import refresh_dispatch_gauges
 from crawlherd.dispatch.outbox import LeasedRow, TickResult
 from crawlherd.dispatch.relay import Relay, RelayOptions, RelayResult
+from crawlherd.dispatch.unstarted import check_interval, republish_unstarted
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
 
 __all__ = ["PRUNE_EVERY", "DispatchOptions", "DispatchService", "Handoff", "RelayResult", "TickResult"]
@@ -55,12 +56,15 @@ class DispatchOptions(RelayOptions):
     target may emit in one tick; ``relay_rounds`` relay rounds under way at once (2: while one waits for
     the broker's confirms, the other leases and marks rows in the database); ``outbox_retention``
     seconds a published outbox row is kept (then pruned, every ``PRUNE_EVERY`` seconds);
+    ``republish_after`` seconds after which a published job that never started, while the broker holds
+    nothing, is published again (:mod:`crawlherd.dispatch.unstarted`; None: never);
     ``heartbeat_interval`` seconds between the process's heartbeats (None: no heartbeat)."""
 
     batch_size: Count = 500
     max_slots_per_target: Count = 1000
     relay_rounds: Count = 2
     outbox_retention: Seconds = 7 * 86400.0
+    republish_after: Seconds | None = 300.0
     heartbeat_interval: Seconds | None = 10.0
 
 
@@ -158,6 +162,11 @@ class DispatchService:
                         for w in waits:
                             w.cancel()
 
+        async def republish() -> bool:
+            assert self.options.republish_after is not None
+            await republish_unstarted(self.engine, self.broker, after=timedelta(seconds=self.options.republish_after))
+            return False
+
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(ticks(), name="dispatch-once-tick")
@@ -220,6 +229,11 @@ class DispatchService:
                 log.info("pruned %d published outbox row(s) older than %s", pruned, self.outbox_retention)
             return False
 
+        async def republish() -> bool:
+            assert self.options.republish_after is not None
+            await republish_unstarted(self.engine, self.broker, after=timedelta(seconds=self.options.republish_after))
+            return False
+
         try:
             async with asyncio.TaskGroup() as group:
                 if self.options.heartbeat_interval is not None:
@@ -231,6 +245,9 @@ class DispatchService:
                     group.create_task(self._repeat(relay, interval, stop, retrier, wake=new_rows),
                                       name=f"dispatch-relay-{n}")
                 group.create_task(self._repeat(prune, PRUNE_EVERY, stop, retrier), name="dispatch-prune")
+                if self.options.republish_after is not None:
+                    every = check_interval(self.options.republish_after)
+                    group.create_task(self._repeat(republish, every, stop, retrier), name="dispatch-republish")
         finally:
             await handoff.release(self.relayer)
 
