@@ -57,11 +57,13 @@ class BaseFilter:
         )
 
     def log_stats(self, request: Any) -> None:
-        """Count a duplicate and log it (DEBUG, Crawlo's words)."""
+        """Count a duplicate (``filter/duplicate_count`` in the stats); with ``FILTER_DEBUG``, log its
+        fingerprint at DEBUG (the scheduler logs the duplicate itself)."""
         self._duplicate_count += 1
         if self.stats is not None and hasattr(self.stats, "inc_value"):
             self.stats.inc_value("filter/duplicate_count")
-        self.logger.debug("Filtered duplicate request: %s", request.url)
+        if self.debug:
+            self.logger.debug("duplicate fingerprint %s: %s", self._get_fingerprint(request), request.url)
 
     def get_stats(self) -> dict[str, int]:
         return {"requests": self._request_count, "duplicates": self._duplicate_count}

@@ -15,6 +15,7 @@ import itertools
 import logging
 from typing import Any
 
+from crawlherd.compat.crawlo.queue.exceptions import QueueClosedError
 from crawlherd.frontier.memory import MemoryFrontier
 from crawlherd.frontier.options import FrontierOptions
 from crawlherd.request import Request as FrontierRequest
@@ -48,12 +49,15 @@ class SpiderPriorityQueue:
         self._items: dict[int, Any] = {}
         self._numbers = itertools.count()
         self._warned = False
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<SpiderPriorityQueue size={len(self._items)} maxsize={self.maxsize}>"
 
     async def put(self, item: Any, priority: int = 0) -> None:
-        """Queue ``item``; with a ``maxsize``, wait while the queue is full."""
+        """Queue ``item``; with a ``maxsize``, wait while the queue is full. QueueClosedError once closed."""
+        if self._closed:
+            raise QueueClosedError("the queue was closed")
         number = next(self._numbers)
         request = frontier_request(item, priority, number, {_KEY: number})
         self._items[number] = item
@@ -98,6 +102,7 @@ class SpiderPriorityQueue:
         return bool(self.maxsize) and len(self._items) >= self.maxsize
 
     async def close(self) -> None:
-        """Close the frontier: a later ``put`` raises."""
+        """Close the frontier: a later ``put`` raises QueueClosedError."""
+        self._closed = True
         await self._frontier.close()
         self._items.clear()
