@@ -147,7 +147,11 @@ class RedisPriorityQueue:
     async def put(self, request: Any, priority: int = 0) -> bool:
         """Queue ``request`` (the smallest priority is taken first): True once it is in Redis."""
         frontier = await self._ready()
-        return await frontier.enqueue_request(self._request(request, priority))
+        queued = await frontier.enqueue_request(self._request(request, priority))
+        if queued:
+            log.debug("Request enqueued with json serialization (Project: %s, Spider: %s): %s", self.project_name,
+                      self.spider_name, request.url)
+        return queued
 
     async def put_batch(self, requests: Iterable[tuple[Any, int] | Any], batch_size: int = 50) -> int:
         """Queue ``(request, priority)`` pairs (or requests, priority 0), ``batch_size`` per round trip:
