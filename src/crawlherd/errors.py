@@ -134,8 +134,9 @@ class BrowserUnavailableError(FetchError):
     """No Chromium (or no Playwright) to drive for a target that needs a browser."""
 
 
-class MemoryPressureError(CrawlherdError):
-    """Memory stayed above the threshold for longer than ``memory_wait_timeout``."""
+class MemoryPressureError(CrawlherdError, MemoryError):
+    """Memory stayed above the threshold for longer than ``memory_wait_timeout``. Also a
+    ``MemoryError``, which is what crawl4ai's dispatcher raises then."""
 
 
 class PageTooComplexError(CrawlherdError):

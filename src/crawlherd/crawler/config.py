@@ -11,8 +11,8 @@ from crawlherd.errors import ConfigurationError
 
 __all__ = ["CacheMode", "CrawlerRunConfig"]
 
-CacheMode = Literal["bypass", "enabled", "refresh"]
-_CACHE_MODES = ("bypass", "enabled", "refresh")
+CacheMode = Literal["bypass", "enabled", "refresh", "read_only"]
+_CACHE_MODES = ("bypass", "enabled", "refresh", "read_only")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class CrawlerRunConfig:
       fetcher that renders pages can (``BrowserFetcher``); with the HTTP fetcher the crawler logs a
       warning saying so, once, and results have ``screenshot=None``.
     - ``cache_mode``: ``bypass`` (always fetch, keep nothing), ``enabled`` (a URL fetched successfully
-      earlier by this crawler is answered from memory), ``refresh`` (always fetch, update the cache).
+      earlier by this crawler is answered from memory), ``refresh`` (always fetch, update the cache),
+      ``read_only`` (answered from the cache when there, never added to it).
     - ``concurrency``: requests in flight when no dispatcher is given.
     """
 

@@ -26,7 +26,6 @@ from typing import Literal, TypedDict, Unpack, cast, overload
 from urllib.parse import urlsplit
 
 from crawlherd.clock import Clock, SystemClock
-from crawlherd.compat.crawl4ai import RunUrlsAdapter, RunUrlsDispatcher
 from crawlherd.crawler.cache import DEFAULT_CACHE_MAX_BYTES, DEFAULT_CACHE_MAX_ENTRIES, ResultCache
 from crawlherd.crawler.concurrency.base import BaseDispatcher, Dispatcher
 from crawlherd.crawler.concurrency.rate_limiter import RateLimiter
@@ -34,6 +33,7 @@ from crawlherd.crawler.concurrency.semaphore import SemaphoreDispatcher
 from crawlherd.crawler.config import CrawlerRunConfig
 from crawlherd.crawler.plan import failed, in_domains, plan_many, run_request
 from crawlherd.crawler.robots_work import RobotsWork
+from crawlherd.crawler.run_urls import RunUrlsAdapter, RunUrlsDispatcher
 from crawlherd.crawler.stream import CrawlRun, CrawlStream
 from crawlherd.errors import (
     ConfigurationError,
@@ -181,7 +181,7 @@ class Crawler:
         try:
             if config.check_robots_txt:
                 await self.robots_work.check(request, run)
-            if cache_mode == "enabled":
+            if cache_mode in ("enabled", "read_only"):
                 hit = self._cache.get(request.fingerprint)
                 if hit is not None:
                     return dataclasses.replace(hit, url=request.url, request=request, dispatch=None)
@@ -193,7 +193,7 @@ class Crawler:
             self.gate.answered(request.host)
             return failed(request.url, exc, request)
         self.gate.answered(request.host)
-        if cache_mode != "bypass" and result.success:
+        if cache_mode in ("enabled", "refresh") and result.success:
             self._cache.put(request.fingerprint, result)
         if run.max_depth >= 0 and result.success:
             await self._follow(result, request, run)

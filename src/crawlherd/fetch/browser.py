@@ -124,6 +124,13 @@ class BrowserFetcher:
         #: each navigation -- every redirect hop too -- once the page is ready.
         self.send_gate: SendGate | None = None
 
+    def _viewport(self) -> dict[str, Any]:
+        """The context's ``viewport`` option when BrowserOptions sets one."""
+        width, height = self.options.viewport_width, self.options.viewport_height
+        if width is None and height is None:
+            return {}
+        return {"viewport": {"width": width or 1280, "height": height or 720}}
+
     async def _default_check(self, host: str, port: int, url: str) -> None:
         await check_address(
             host, port, url=url, allow_private=self.limits.allow_private_addresses, allowed_networks=self._networks
@@ -165,7 +172,8 @@ class BrowserFetcher:
                     timeout=self.options.launch_timeout * 1000,
                 )
                 context = await browser.new_context(
-                    user_agent=self.limits.user_agent, service_workers="block", accept_downloads=False
+                    user_agent=self.limits.user_agent, service_workers="block", accept_downloads=False,
+                    **self._viewport(),
                 )
             except pw_api.Error as exc:
                 with contextlib.suppress(Exception):

@@ -90,7 +90,8 @@ class BrowserOptions:
     ``domcontentloaded``, ``networkidle``, ``commit``) and then, if given, until the CSS selector
     ``wait_for`` is on it; ``screenshot`` of every page (a PNG); ``block_resource_types`` the page may
     not load (e.g. ``image``, ``font``; never ``document``); ``extra_args`` for Chromium;
-    ``launch_timeout`` seconds for the browser to start."""
+    ``launch_timeout`` seconds for the browser to start; ``viewport_width`` / ``viewport_height`` of
+    every page in CSS pixels (None: Playwright's 1280 x 720)."""
 
     executable_path: str | None = None
     max_pages: Count = 4
@@ -100,6 +101,8 @@ class BrowserOptions:
     block_resource_types: Iterable[str] = ()
     extra_args: Iterable[str] = ()
     launch_timeout: Seconds = 30.0
+    viewport_width: Count | None = None
+    viewport_height: Count | None = None
 
     def __post_init__(self) -> None:
         check_options(self, "BrowserFetcher")

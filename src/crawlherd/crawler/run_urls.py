@@ -1,8 +1,6 @@
 """crawl4ai's custom dispatchers: a dispatcher written as crawl4ai documents one runs the URLs itself
 (``run_urls(urls, crawler, config)``, ``run_urls_stream`` when streaming). :class:`RunUrlsAdapter` runs
-one inside the crawler's usual stream. (crawl4ai's other names -- ``AsyncWebCrawler``,
-``BaseDispatcher``, ``DisplayMode``, ``CrawlerRunConfig`` -- are the engine's own, exported by
-``crawlherd``; Crawlo's are in :mod:`crawlherd.compat.crawlo`.)"""
+one inside the crawler's usual stream. (crawl4ai's names are in :mod:`crawlherd.compat.crawl4ai`.)"""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""crawl4ai's ``crawl4ai.components``: :mod:`.crawler_monitor`."""

@@ -1,0 +1,1 @@
+"""Crawlo's ``crawlo.http``: :mod:`.request`."""

@@ -1,0 +1,1 @@
+"""Crawlo's ``crawlo.settings``: :class:`~.setting_manager.SettingManager`."""

@@ -1,0 +1,1 @@
+"""Crawlo's ``crawlo.utils``: the request fingerprint helpers (:mod:`.request`)."""

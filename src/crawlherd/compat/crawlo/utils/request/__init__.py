@@ -1,0 +1,1 @@
+"""Crawlo's ``crawlo.utils.request``: :mod:`.fingerprint`, :mod:`.request`."""
