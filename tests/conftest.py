@@ -13,13 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.chromium import shared_chromium  # noqa: F401 - one Chromium per test process
 from tests.support.db import (  # noqa: F401 - the config DB fixtures
     config_db_url,
     pg_database,
     postgres_db_url,
     sqlite_db_url,
 )
-from tests.support.chromium import shared_chromium  # noqa: F401 - one Chromium per test process
 from tests.support.httpserver import http_server  # noqa: F401 - the test HTTP server fixture
 from tests.support.services import REQUIRE_SERVICES, missing, missing_services, require_service, require_tool
 from tests.support.sqs_server import sqs_endpoint  # noqa: F401 - the local SQS server fixture

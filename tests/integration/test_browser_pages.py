@@ -118,8 +118,9 @@ async def test_a_failed_page_keeps_its_screenshot(board: tuple[JsListing, Served
     """A fetch that asked for a screenshot and failed after the page rendered carries one."""
     _, served = board
     wait = {"wait_for": "#never", "wait_timeout": 0.5}
+    meta = {"crawlherd.page": wait, "crawlherd.screenshot": True}
     with pytest.raises(FetchTimeoutError) as info:
-        await browser.fetch(Request(f"{served.url}/captcha", meta={"crawlherd.page": wait, "crawlherd.screenshot": True}))
+        await browser.fetch(Request(f"{served.url}/captcha", meta=meta))
     assert info.value.screenshot is not None and png_size(info.value.screenshot)[0] > 100
     with pytest.raises(FetchTimeoutError) as unasked:
         await browser.fetch(Request(f"{served.url}/captcha", meta={"crawlherd.page": wait}))
@@ -231,7 +232,8 @@ async def test_a_session_brings_its_cookies_headers_and_proxy_and_learns_the_sit
         seen = listing.headers[-1]
         assert seen["User-Agent"] == "BoardBrowser/1.0" and seen["Accept-Language"] == "de"
         assert response.cookies == [{"name": "seen", "value": "1", "domain": "127.0.0.1", "path": "/"}]
-        assert proxy.requests and all(line.startswith(f"CONNECT 127.0.0.1:{served.port} ") for line, _ in proxy.requests)
+        connect = f"CONNECT 127.0.0.1:{served.port} "
+        assert proxy.requests and all(line.startswith(connect) for line, _ in proxy.requests)
         assert {auth for _, auth in proxy.requests} == {"Basic " + base64.b64encode(b"alice:s3cret").decode()}
         # The same session again: its context is kept, and the site's cookie is sent back.
         session["cookies"] = [*session["cookies"], *response.cookies]  # type: ignore[list-item]
