@@ -273,3 +273,94 @@ async def test_the_guard_checks_the_target_and_the_proxy_before_any_traffic(
         finally:
             await strict.close()
         assert proxy.requests == [] and listing.visits == 0
+
+
+# -- through `crawlherd run`: the worker, the job message, the site spec -------------------------------
+
+_TARGETS = """
+[[websites]]
+name = "js-scroll"
+base_url = "{url}"
+search_url_template = "{url}/scroll?q={{keywords}}"
+requires_playwright = true
+pagination = {{ type = "scroll", max_pages = 20, settle = "3s" }}
+browser = {{ wait_for = "css:li.job", wait_timeout = "20s" }}
+politeness = {{ min_delay = 0, max_concurrency = 2, robots = "ignore" }}
+extraction = {{ item_selector = "li.job", item_url = "a.title@href", fields = {{ title = "a.title" }} }}
+
+[[websites]]
+name = "js-more"
+base_url = "{url}"
+search_url_template = "{url}/more?q={{keywords}}"
+requires_playwright = true
+pagination = {{ type = "load_more", selector = "button#more", max_pages = 20, settle = "3s" }}
+browser = {{ wait_for = "li.job" }}
+politeness = {{ min_delay = 0, max_concurrency = 2, robots = "ignore" }}
+extraction = {{ item_selector = "li.job", item_url = "a.title@href", fields = {{ title = "a.title" }} }}
+
+[[websites]]
+name = "js-blocked"
+base_url = "{url}"
+search_url_template = "{url}/blocked?q={{keywords}}"
+requires_playwright = true
+browser = {{ failure_screenshots = true }}
+politeness = {{ min_delay = 0, robots = "ignore" }}
+extraction = {{ item_selector = "li.job", item_url = "a.title@href", fields = {{ title = "a.title" }} }}
+
+[[targets]]
+website = "js-scroll"
+keywords = ["python", "data"]
+every = "1d"
+
+[[targets]]
+website = "js-more"
+keywords = ["rust"]
+every = "1d"
+
+[[targets]]
+website = "js-blocked"
+keywords = ["go"]
+every = "1d"
+"""
+
+
+async def test_crawlherd_run_collects_every_item_of_scroll_and_load_more_listings(
+    board: tuple[JsListing, Served], shared_chromium: str, tmp_path: Path
+) -> None:
+    import json
+
+    from tests.support.cli import crawlherd
+
+    listing, served = board
+    (tmp_path / "targets.toml").write_text(_TARGETS.format(url=served.url))
+    env = {"CRAWLHERD_DATABASE_URL": f"sqlite:///{tmp_path}/run.db", CDP_URL_ENV: shared_chromium,
+           "CRAWLHERD_SCREENSHOT_DIR": str(tmp_path / "shots")}
+    code, out, err = await crawlherd("targets", "import", "targets.toml", env=env, cwd=tmp_path)
+    assert code == 0, err
+    code, out, err = await crawlherd("targets", "list", "--json", env=env, cwd=tmp_path)
+    ids = [str(t["id"]) for t in json.loads(out)]
+    assert len(ids) == 4, out
+    assert (await crawlherd("targets", "run", *ids, env=env, cwd=tmp_path))[0] == 0
+    code, out, err = await crawlherd(
+        "run", "--until-idle", "--no-web", "--allow-private", "--json", "--max-attempts", "1",
+        env=env, cwd=tmp_path, timeout=150,
+    )
+    assert code == 0, err
+    stats = json.loads(out)
+    assert stats["jobs/succeeded"] == 3 and stats["jobs/dead"] == 1, stats
+    code, out, err = await crawlherd("items", "export", env=env, cwd=tmp_path)
+    assert code == 0, err
+    stored: dict[str, set[tuple[str, str]]] = {}
+    for line in out.splitlines():
+        item = json.loads(line)
+        stored.setdefault(item["website"], set()).add((item["url"], item["title"]))
+    truth = {
+        "js-scroll": {(served.url + j["url"], j["title"]) for k in ("python", "data") for j in listing.jobs(k)},
+        "js-more": {(served.url + j["url"], j["title"]) for j in listing.jobs("rust")},
+    }
+    assert stored == truth and len(truth["js-scroll"]) == 2 * listing.per_keyword
+    # The blocked page's screenshot is kept for the operator, and the job's error says where.
+    [shot] = (tmp_path / "shots" / "js-blocked").glob("*-403-*.png")
+    assert png_size(shot.read_bytes())[0] > 100
+    code, out, err = await crawlherd("jobs", "list", "--status", "dead", "--json", env=env, cwd=tmp_path)
+    assert code == 0 and str(shot) in out, out
