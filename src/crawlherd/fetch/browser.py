@@ -130,7 +130,8 @@ class BrowserFetcher(PageRoutes):
     @property
     def _context(self) -> Any:
         """The browser context of requests without a session."""
-        return self._contexts.default.context if self._contexts and self._contexts.default else None
+        pool = self._contexts
+        return pool.default.context if pool is not None and pool.default is not None else None
 
     async def start(self) -> None:
         """Launch Chromium, or connect to a running one (once). Raises BrowserUnavailableError when
