@@ -130,6 +130,18 @@ def next_link_url(html: str | bytes | LexborHTMLParser, page_url: str, selector:
     return target
 
 
+def _check_in_page(pagination_type: str, settings: Mapping[str, Any], where: str) -> None:
+    """The selectors of scroll and load_more: the button a selector (Playwright's syntax is wider than
+    CSS, so only non-empty), the items plain CSS (counted with ``document.querySelectorAll``)."""
+    if settings.get("item_selector") is not None:
+        check_selector(settings["item_selector"], where=f"{where}: item_selector")
+    button = settings.get("selector")
+    if pagination_type == "load_more" and button is None:
+        raise ConfigurationError(f'{where}: load_more needs the selector of its button (e.g. selector = "button.more")')
+    if button is not None and (not isinstance(button, str) or not button.strip()):
+        raise ConfigurationError(f"{where}: selector must be a non-empty string, got {button!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class Pagination:
     """A website's pagination settings, validated; :meth:`next_url` decides the next page."""
@@ -165,17 +177,8 @@ class Pagination:
         param = settings.get("param", "page")
         if not isinstance(param, str) or not param:
             raise ConfigurationError(f"{where}: param must be a non-empty string, got {param!r}")
-        for key in ("selector", "item_selector"):
-            if pagination_type in IN_PAGE_TYPES and settings.get(key) is not None:
-                value = settings[key]
-                if key == "item_selector":  # counted with document.querySelectorAll: plain CSS
-                    check_selector(value, where=f"{where}: item_selector")
-                elif not isinstance(value, str) or not value.strip():
-                    raise ConfigurationError(f"{where}: selector must be a non-empty string, got {value!r}")
-        if pagination_type == "load_more" and not settings.get("selector"):
-            raise ConfigurationError(
-                f'{where}: load_more needs the selector of its button (e.g. selector = "button.more")'
-            )
+        if pagination_type in IN_PAGE_TYPES:
+            _check_in_page(pagination_type, settings, where)
         selector = None
         if pagination_type == "next_link":
             if "selector" not in settings:
