@@ -121,3 +121,21 @@ def test_a_session_in_meta_becomes_a_browser_context_setting() -> None:
     with pytest.raises(ConfigurationError, match="http://, https:// or socks5://") as info:
         BrowserSession.of(Request("https://example.com/", meta=bad))
     assert "secret" not in str(info.value)
+
+
+def test_the_worked_example_of_the_docs_is_a_valid_targets_file() -> None:
+    import tomllib
+
+    from tests.support.docblocks import doc_block
+
+    document = tomllib.loads(doc_block("browser-targets", "service.md"))
+    specs = [SiteSpec.model_validate(w) for w in document["websites"]]
+    scrolling, button = specs
+    assert scrolling.page_actions(listing=True).pagination == BrowserPagination(
+        type="scroll", item_selector="li.job", max_pages=25, settle=3.0
+    )
+    assert scrolling.browser.failure_screenshots and scrolling.browser.wait_timeout == 20.0
+    more = button.page_actions(listing=True)
+    assert more.pagination is not None and more.pagination.selector == "button.show-more"
+    assert more.pagination.item_selector == "div.opening"  # the extraction's
+    assert {t["website"] for t in document["targets"]} == {"scrolling-jobs", "button-jobs"}
