@@ -329,18 +329,18 @@ async def test_crawlherd_run_collects_every_item_of_scroll_and_load_more_listing
 ) -> None:
     import json
 
-    from tests.support.cli import crawlherd
+    from tests.support.cli import crawlherd, invoke
 
     listing, served = board
     (tmp_path / "targets.toml").write_text(_TARGETS.format(url=served.url))
     env = {"CRAWLHERD_DATABASE_URL": f"sqlite:///{tmp_path}/run.db", CDP_URL_ENV: shared_chromium,
            "CRAWLHERD_SCREENSHOT_DIR": str(tmp_path / "shots")}
-    code, out, err = await crawlherd("targets", "import", "targets.toml", env=env, cwd=tmp_path)
+    code, out, err = await invoke("targets", "import", "targets.toml", env=env, cwd=tmp_path)
     assert code == 0, err
-    code, out, err = await crawlherd("targets", "list", "--json", env=env, cwd=tmp_path)
+    code, out, err = await invoke("targets", "list", "--json", env=env, cwd=tmp_path)
     ids = [str(t["id"]) for t in json.loads(out)]
     assert len(ids) == 4, out
-    assert (await crawlherd("targets", "run", *ids, env=env, cwd=tmp_path))[0] == 0
+    assert (await invoke("targets", "run", *ids, env=env, cwd=tmp_path))[0] == 0
     code, out, err = await crawlherd(
         "run", "--until-idle", "--no-web", "--allow-private", "--json", "--max-attempts", "1",
         env=env, cwd=tmp_path, timeout=150,
@@ -348,7 +348,7 @@ async def test_crawlherd_run_collects_every_item_of_scroll_and_load_more_listing
     assert code == 0, err
     stats = json.loads(out)
     assert stats["jobs/succeeded"] == 3 and stats["jobs/dead"] == 1, stats
-    code, out, err = await crawlherd("items", "export", env=env, cwd=tmp_path)
+    code, out, err = await invoke("items", "export", env=env, cwd=tmp_path)
     assert code == 0, err
     stored: dict[str, set[tuple[str, str]]] = {}
     for line in out.splitlines():
@@ -362,5 +362,5 @@ async def test_crawlherd_run_collects_every_item_of_scroll_and_load_more_listing
     # The blocked page's screenshot is kept for the operator, and the job's error says where.
     [shot] = (tmp_path / "shots" / "js-blocked").glob("*-403-*.png")
     assert png_size(shot.read_bytes())[0] > 100
-    code, out, err = await crawlherd("jobs", "list", "--status", "dead", "--json", env=env, cwd=tmp_path)
+    code, out, err = await invoke("jobs", "list", "--status", "dead", "--json", env=env, cwd=tmp_path)
     assert code == 0 and str(shot) in out, out
