@@ -113,7 +113,7 @@ def test_a_session_in_meta_becomes_a_browser_context_setting() -> None:
     assert session.proxy_settings() == {"server": "http://proxy.example:3128", "username": "us@er", "password": "p:ss"}
     assert session.user_agent == "UA/1" and session.extra_headers() == {"X-A": "1"}
     assert session.playwright_cookies("https://example.com/x") == [
-        {"name": "sid", "value": "v", "domain": "example.com", "path": "/"},
+        {"name": "sid", "value": "v", "domain": ".example.com", "path": "/"},  # the subdomains too
         {"name": "n", "value": "w", "url": "https://example.com/x"},
     ]
     assert BrowserSession.of(Request("https://example.com/")) is None

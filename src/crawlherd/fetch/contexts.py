@@ -40,9 +40,14 @@ Cookie = dict[str, str]
 _PROXY_SCHEMES = ("http", "https", "socks5")
 
 
-def _cookie_key(c: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    domain = str(c.get("domain", "")).lstrip(".")
-    return str(c.get("name", "")), str(c.get("value", "")), domain, str(c.get("path", "/"))
+def _cookie(c: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """(name, value, domain, path) as given (a leading dot: the subdomains too)."""
+    return str(c.get("name", "")), str(c.get("value", "")), str(c.get("domain", "")), str(c.get("path") or "/")
+
+
+def _same(c: tuple[str, str, str, str]) -> tuple[str, str, str, str]:
+    """What tells two cookies apart for "did the site set it": the domain without its leading dot."""
+    return c[0], c[1], c[2].lstrip("."), c[3]
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ class BrowserSession:
             id=raw["id"],
             proxy=proxy,
             headers=tuple(sorted((str(k), str(v)) for k, v in headers.items())),
-            cookies=tuple(_cookie_key(c) for c in cookies if isinstance(c, Mapping) and c.get("name")),
+            cookies=tuple(_cookie(c) for c in cookies if isinstance(c, Mapping) and c.get("name")),
         )
 
     @property
@@ -133,12 +138,12 @@ class SessionContext:
 
     async def new_cookies(self) -> list[Cookie]:
         """The context's cookies that the session did not carry (new ones, or new values)."""
-        given = set(self.session.cookies) if self.session is not None else set()
+        given = {_same(c) for c in self.session.cookies} if self.session is not None else set()
         out: list[Cookie] = []
         for c in await self.context.cookies():
-            key = _cookie_key(c)
-            if key not in given:
-                out.append({"name": key[0], "value": key[1], "domain": key[2], "path": key[3]})
+            name, value, domain, path = cookie = _cookie(c)
+            if _same(cookie) not in given:
+                out.append({"name": name, "value": value, "domain": domain, "path": path})
         return out
 
     async def close(self) -> None:
