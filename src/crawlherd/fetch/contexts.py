@@ -14,7 +14,8 @@ headers (a ``User-Agent`` among them becomes the context's user agent) and the c
 the session's next pages (at most ``max_contexts`` session contexts; the least recently used idle one
 is closed first). Before each fetch the session's cookies and headers are applied again, so a login
 made over HTTP serves the browser; after it, the cookies the site set (new ones, or new values) are
-reported in ``Response.cookies`` in the same form, so the session learns them.
+reported in ``Response.cookies`` in the same form (the domain lower-case, without a leading dot, as
+the HTTP fetcher reports them), so the session learns them.
 """
 
 from __future__ import annotations
@@ -141,9 +142,9 @@ class SessionContext:
         given = {_same(c) for c in self.session.cookies} if self.session is not None else set()
         out: list[Cookie] = []
         for c in await self.context.cookies():
-            name, value, domain, path = cookie = _cookie(c)
-            if _same(cookie) not in given:
-                out.append({"name": name, "value": value, "domain": domain, "path": path})
+            name, value, domain, path = same = _same(_cookie(c))
+            if same not in given:  # reported as the HTTP side keeps cookies: the domain without its dot
+                out.append({"name": name, "value": value, "domain": domain.lower(), "path": path})
         return out
 
     async def close(self) -> None:
