@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.chromium import shared_chromium  # noqa: F401 - one Chromium per test process
 from tests.support.db import (  # noqa: F401 - the config DB fixtures
     config_db_url,
     pg_database,

@@ -82,12 +82,14 @@ class LeaseError(FrontierError):
 
 
 class FetchError(CrawlherdError):
-    """One URL could not be fetched. ``url`` and ``request`` say which."""
+    """One URL could not be fetched. ``url`` and ``request`` say which; ``screenshot`` (a PNG) shows the
+    page as it was when a browser fetch that asked for one failed after rendering it."""
 
     def __init__(self, message: str, *, url: str | None = None, request: Any = None) -> None:
         super().__init__(message)
         self.url = url
         self.request = request
+        self.screenshot: bytes | None = None
 
 
 class FetchTimeoutError(FetchError):

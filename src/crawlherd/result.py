@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,9 +12,14 @@ from crawlherd.content_type import HasBody
 from crawlherd.page import clean_html, extract_links, main_content_markdown
 from crawlherd.request import Request
 
-__all__ = ["CrawlResult", "DispatchInfo"]
+__all__ = ["CrawlResult", "DispatchInfo", "encode_png"]
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
+
+
+def encode_png(png: bytes | None) -> str | None:
+    """A screenshot's PNG bytes as :attr:`CrawlResult.screenshot` holds them (base64, as crawl4ai's)."""
+    return base64.b64encode(png).decode("ascii") if png else None
 
 
 @dataclass(slots=True)
@@ -63,6 +69,10 @@ class CrawlResult(HasBody):
     ``links`` (absolute http(s) links of the page; ``internal_links``/``external_links`` split them by
     host), ``cleaned_html`` (no scripts, styles, comments, handlers) and ``markdown`` (the main
     content as Markdown; extra ``crawlherd[markdown]``). A page that is not HTML gives empty values.
+
+    ``screenshot``: as crawl4ai's, the page as the browser rendered it, a PNG encoded in base64 (a
+    ``str``; :attr:`screenshot_png` decodes it), when the run asked for one
+    (``CrawlerRunConfig(screenshot=True)``) -- of a failed page too, when the browser had rendered it.
     """
 
     url: str
@@ -78,7 +88,7 @@ class CrawlResult(HasBody):
     redirects: tuple[str, ...] = ()
     depth: int = 0
     links_found: list[str] | None = field(default=None, repr=False)
-    screenshot: bytes | None = None
+    screenshot: str | None = None
     request: Request | None = None
     dispatch: DispatchInfo | None = None
     _cleaned_html: str | None = field(default=None, init=False, repr=False, compare=False)
@@ -103,8 +113,13 @@ class CrawlResult(HasBody):
         # positional, in field order: one is built per page
         return cls(
             request.url, ok, status, None if ok else f"HTTP {status}", None, final_url, headers, body, encoding,
-            elapsed, redirects, request.depth, None, screenshot, request,
+            elapsed, redirects, request.depth, None, encode_png(screenshot), request,
         )
+
+    @property
+    def screenshot_png(self) -> bytes | None:
+        """:attr:`screenshot` decoded: the PNG's bytes (None without a screenshot)."""
+        return base64.b64decode(self.screenshot) if self.screenshot else None
 
     def _is_html(self) -> bool:
         return bool(self.body) and self.content_type in _HTML_TYPES

@@ -32,8 +32,8 @@ ENV_PREFIX = "CRAWLHERD_"
 DEFAULT_CONFIG_FILE = "crawlherd.toml"
 #: ``CRAWLHERD_*`` variables that are not settings (the test suite's, and options that read their own
 #: variable: the console's ports, the Lambda adapter's margin, allocation tracing); never warned about.
-NOT_SETTINGS = frozenset({"REQUIRE_SERVICES", "CHROMIUM", "METRICS_PORT", "WEB_PORT", "WEB_HOST", "LAMBDA_MARGIN",
-                          "TRACEMALLOC", "TRACEMALLOC_FRAMES", "TRACEMALLOC_TRIM"})
+NOT_SETTINGS = frozenset({"REQUIRE_SERVICES", "CHROMIUM", "CHROMIUM_CDP_URL", "METRICS_PORT", "WEB_PORT", "WEB_HOST",
+                          "LAMBDA_MARGIN", "TRACEMALLOC", "TRACEMALLOC_FRAMES", "TRACEMALLOC_TRIM"})
 NOT_SETTINGS_PREFIXES = ("TEST_",)
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,11 @@ class Settings(BaseSettings):
     )
     heartbeat_interval: float = Field(
         10.0, ge=0.1, description="worker/run: seconds between the worker's heartbeats in the config DB."
+    )
+    screenshot_dir: str = Field(
+        "crawlherd-screenshots",
+        description="worker/run: where the screenshots of failed pages are kept, for websites with "
+        "failure_screenshots (one folder per website).",
     )
     log_format: Literal["text", "json"] = Field("text", description="Log lines as text or one JSON object each.")
     event_loop: Literal["auto", "uvloop", "asyncio"] = Field(

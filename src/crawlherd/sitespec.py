@@ -18,8 +18,11 @@ Fields (a targets-file entry, TOML)::
     metadata = { country = "de" }     # free-form, stored and carried, never interpreted
 
     [websites.pagination]             # PaginationSpec: type none | next_link | page_param
+                                      #   | scroll | load_more (requires_playwright)
     [websites.extraction]             # crawlherd.extract.rules (empty: a Python handler by name)
     [websites.politeness]             # PolitenessSpec: min_delay, max_concurrency, robots obey|ignore
+    [websites.browser]                # BrowserSpec (requires_playwright): wait_for, wait_timeout,
+                                      #   failure_screenshots
 """
 
 from __future__ import annotations
@@ -44,11 +47,13 @@ from pydantic import (
 from crawlherd.duration import parse_duration
 from crawlherd.errors import ConfigurationError, ScheduleError
 from crawlherd.extract.handlers import Handler, resolve_extractor
-from crawlherd.extract.pagination import Pagination
+from crawlherd.extract.pagination import IN_PAGE_TYPES, Pagination
 from crawlherd.extract.rules import ExtractionRules
+from crawlherd.fetch.actions import BrowserPagination, PageActions, parse_wait_for
 
 __all__ = [
     "PLACEHOLDERS",
+    "BrowserSpec",
     "HttpURL",
     "PaginationSpec",
     "PolitenessSpec",
@@ -108,23 +113,61 @@ def render_search_url(template: str, *, keywords: str, location: str | None) -> 
 
 
 class PaginationSpec(BaseModel):
-    """``type``: none | next_link (needs ``selector``) | page_param (``param``, ``start``, ``step``);
-    ``max_pages`` for every type. See :mod:`crawlherd.extract.pagination`."""
+    """``type``: none | next_link (needs ``selector``) | page_param (``param``, ``start``, ``step``)
+    | scroll (``item_selector``, ``settle``) | load_more (needs ``selector``, the button;
+    ``item_selector``, ``settle``); ``max_pages`` for every type. scroll and load_more happen in the
+    browser, inside one page (``requires_playwright``). See :mod:`crawlherd.extract.pagination`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    type: Literal["none", "next_link", "page_param"] = "none"
+    type: Literal["none", "next_link", "page_param", "scroll", "load_more"] = "none"
     selector: str | None = None
     param: str = "page"
     start: int = Field(default=1, ge=0)
     step: int = Field(default=1, ge=1)
     max_pages: int = Field(default=10, ge=1, le=10_000)
+    item_selector: str | None = None
+    settle: float = Field(default=2.0, gt=0, le=600, description="seconds; a duration string in files")
+
+    _settle = field_validator("settle", mode="before")(classmethod(lambda cls, v: _seconds(v)))
 
     @model_validator(mode="after")
     def _needs(self) -> PaginationSpec:
         if self.type == "next_link" and not self.selector:
             raise ValueError("pagination type next_link needs a 'selector' (the CSS selector of the next link)")
+        if self.type == "load_more" and not self.selector:
+            raise ValueError("pagination type load_more needs a 'selector' (the CSS selector of its button)")
+        if self.type == "scroll" and self.selector:
+            raise ValueError("pagination type scroll takes no 'selector'; item_selector says what an item is")
+        if self.type not in IN_PAGE_TYPES and self.item_selector is not None:
+            raise ValueError(f"item_selector is for pagination types scroll and load_more, not {self.type}")
         return self
+
+
+class BrowserSpec(BaseModel):
+    """What the browser does on a website's pages (``requires_playwright`` websites only):
+    ``wait_for`` -- ``"css:<selector>"``, ``"js:<expression>"`` or a bare CSS selector -- before a
+    page is read, at most ``wait_timeout`` seconds (default: what is left of the fetch's timeout);
+    ``failure_screenshots``: keep a screenshot of every page that failed or was blocked, for the
+    operator (in the worker's ``screenshot_dir``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    wait_for: str | None = None
+    wait_timeout: float | None = Field(default=None, gt=0, le=3600, description="seconds; a duration in files")
+    failure_screenshots: StrictBool = False
+
+    _wait_timeout = field_validator("wait_timeout", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+
+    @field_validator("wait_for")
+    @classmethod
+    def _wait_for(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_wait_for(value)
+            except ConfigurationError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
 
 class PolitenessSpec(BaseModel):
@@ -157,6 +200,7 @@ class SiteSpec(BaseModel):
     pagination: PaginationSpec = Field(default_factory=PaginationSpec)
     extraction: dict[str, Any] = Field(default_factory=dict)
     politeness: PolitenessSpec = Field(default_factory=PolitenessSpec)
+    browser: BrowserSpec = Field(default_factory=BrowserSpec)
     revisit_age: float = Field(default=86_400.0, ge=1, description="seconds; a duration string in files")
     metadata: dict[str, Any] = Field(default_factory=dict)
 
@@ -179,6 +223,18 @@ class SiteSpec(BaseModel):
         if problems:
             raise ValueError("; ".join(problems))
         return value
+
+    @model_validator(mode="after")
+    def _browser_only(self) -> SiteSpec:
+        if self.requires_playwright:
+            return self
+        if self.pagination.type in IN_PAGE_TYPES:
+            raise ValueError(
+                f"pagination type {self.pagination.type} happens in the browser: set requires_playwright = true"
+            )
+        if self.browser != BrowserSpec():
+            raise ValueError("the [browser] options (wait_for, failure_screenshots) need requires_playwright = true")
+        return self
 
     @model_validator(mode="after")
     def _build(self) -> SiteSpec:
@@ -207,6 +263,25 @@ class SiteSpec(BaseModel):
     def detail_rules(self) -> ExtractionRules | None:
         """The rules when they read detail pages (``detail_fields``), else None."""
         return self._rules if self._rules is not None and self._rules.detail_fields else None
+
+    def page_actions(self, *, listing: bool) -> PageActions:
+        """What the browser does on this website's pages before reading them: ``wait_for``, and on a
+        listing page the scroll or load-more pagination (empty for a website without a browser)."""
+        if not self.requires_playwright:
+            return PageActions()
+        p = self.pagination
+        pagination = None
+        if listing and p.type in IN_PAGE_TYPES:
+            item_selector = p.item_selector or self.extraction.get("item_selector")
+            pagination = BrowserPagination(
+                type="scroll" if p.type == "scroll" else "load_more",
+                selector=p.selector if p.type == "load_more" else None,
+                item_selector=item_selector if isinstance(item_selector, str) else None,
+                max_pages=p.max_pages,
+                settle=p.settle,
+            )
+        browser = self.browser
+        return PageActions(wait_for=browser.wait_for, wait_timeout=browser.wait_timeout, pagination=pagination)
 
     @property
     def revisit_period(self) -> timedelta:

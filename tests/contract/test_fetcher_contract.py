@@ -105,10 +105,11 @@ def _make_http(site: Site, limits: FetchLimits) -> Fetcher:
     return HttpFetcher(limits)
 
 
-def _make_browser(site: Site, limits: FetchLimits, chromium: str) -> Fetcher:
+def _make_browser(site: Site, limits: FetchLimits, cdp_url: str) -> Fetcher:
     from crawlherd.fetch.browser import BrowserFetcher, BrowserOptions
 
-    return BrowserFetcher(limits, BrowserOptions(executable_path=chromium, wait_until="load"))
+    # the test process's shared Chromium (tests/support/chromium.py), not a launch per test
+    return BrowserFetcher(limits, BrowserOptions(cdp_url=cdp_url, wait_until="load"))
 
 
 FETCHERS = ["mock", "http", pytest.param("browser", marks=pytest.mark.browser)]
@@ -127,7 +128,7 @@ async def make_fetcher(request: pytest.FixtureRequest, site: Site) -> AsyncItera
 
         limits = dataclasses.replace(LIMITS, **changes)
         if kind == "browser":
-            fetcher = _make_browser(site, limits, request.getfixturevalue("chromium"))
+            fetcher = _make_browser(site, limits, request.getfixturevalue("shared_chromium"))
         else:
             fetcher = {"mock": _make_mock, "http": _make_http}[kind](site, limits)
         opened.append(fetcher)

@@ -22,27 +22,21 @@ from crawlherd.errors import (
 )
 from crawlherd.extract.rules import ExtractionRules
 from crawlherd.fetch.base import Fetcher, FetchLimits
-from crawlherd.fetch.browser import BrowserFetcher, BrowserOptions, find_chromium
+from crawlherd.fetch.browser import BrowserFetcher, BrowserOptions
 from crawlherd.request import Request
 from tests.support.demo import first_search_urls
 from tests.support.httpserver import serve
-from tests.support.services import missing
 
 pytestmark = pytest.mark.browser
 
 LOOPBACK = FetchLimits(allow_private_addresses=True, total_timeout=30)
 
 
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    """The system Chromium; skipped loudly when it (or Playwright) is missing, failed under
-    CRAWLHERD_REQUIRE_SERVICES=1 (as in CI)."""
-    try:
-        import playwright.async_api  # noqa: F401
-
-        return find_chromium()
-    except (BrowserUnavailableError, ImportError) as exc:
-        missing(f"no browser: {exc}")
+@pytest.fixture
+def cdp(shared_chromium: str) -> str:
+    """The DevTools URL of the test process's shared Chromium (tests/support/chromium.py): every fetcher
+    here connects to it instead of launching a browser of its own."""
+    return shared_chromium
 
 
 @pytest.fixture
@@ -52,8 +46,8 @@ async def site() -> AsyncIterator[DemoSite]:
 
 
 @pytest.fixture
-async def fetcher(chromium: str) -> AsyncIterator[BrowserFetcher]:
-    async with BrowserFetcher(LOOPBACK, BrowserOptions(executable_path=chromium, max_pages=2)) as browser:
+async def fetcher(cdp: str) -> AsyncIterator[BrowserFetcher]:
+    async with BrowserFetcher(LOOPBACK, BrowserOptions(cdp_url=cdp, max_pages=2)) as browser:
         yield browser
     assert not browser.started and browser.pages_open == 0
 
@@ -208,10 +202,10 @@ async def test_js_listing_yields_its_items_through_the_browser_and_none_over_pla
     assert site.log.by_path()["/api/jobs"] == 1
 
 
-async def test_wait_for_selector_and_screenshot(site: DemoSite, chromium: str) -> None:
+async def test_wait_for_selector_and_screenshot(site: DemoSite, cdp: str) -> None:
     async with BrowserFetcher(
         LOOPBACK,
-        BrowserOptions(executable_path=chromium, wait_until="domcontentloaded", wait_for="#results[data-state=done]"),
+        BrowserOptions(cdp_url=cdp, wait_until="domcontentloaded", wait_for="#results[data-state=done]"),
     ) as fetcher:
         response = await fetcher.fetch(Request(f"{site.url}/js/search?q=rust&l=paris", meta={"screenshot": True}))
         assert len(_js_rules(site).extract(response.text, response.url).items) == len(
@@ -219,14 +213,14 @@ async def test_wait_for_selector_and_screenshot(site: DemoSite, chromium: str) -
         )
         assert response.screenshot is not None and response.screenshot.startswith(b"\x89PNG")
     short = FetchLimits(allow_private_addresses=True, total_timeout=3)
-    loaded = BrowserOptions(executable_path=chromium, wait_until="domcontentloaded")
+    loaded = BrowserOptions(cdp_url=cdp, wait_until="domcontentloaded")
     async with BrowserFetcher(short, loaded) as fetcher:
         with pytest.raises(FetchTimeoutError, match="#never"):
             await fetcher.fetch(Request(f"{site.url}/js/search?q=rust&l=paris", meta={"wait_for": "#never"}))
 
 
-async def test_guard_refuses_private_addresses_unless_allowed(site: DemoSite, chromium: str) -> None:
-    strict = BrowserFetcher(FetchLimits(), BrowserOptions(executable_path=chromium))
+async def test_guard_refuses_private_addresses_unless_allowed(site: DemoSite, cdp: str) -> None:
+    strict = BrowserFetcher(FetchLimits(), BrowserOptions(cdp_url=cdp))
     try:
         with pytest.raises(AddressNotAllowedError, match="allow_private_addresses"):
             await strict.fetch(Request(f"{site.url}/js/search?q=data&l=london"))
@@ -234,7 +228,7 @@ async def test_guard_refuses_private_addresses_unless_allowed(site: DemoSite, ch
         assert len(site.log) == 0
     finally:
         await strict.close()
-    async with BrowserFetcher(LOOPBACK, BrowserOptions(executable_path=chromium)) as allowed:
+    async with BrowserFetcher(LOOPBACK, BrowserOptions(cdp_url=cdp)) as allowed:
         assert (await allowed.fetch(Request(f"{site.url}/jobs/1000"))).status == 200
         assert len(site.log) == 1
         # Any status is a Response; the rate-limit headers reach the caller.
@@ -246,12 +240,12 @@ async def test_guard_refuses_private_addresses_unless_allowed(site: DemoSite, ch
         assert throttled.status == 429 and throttled.headers["retry-after"] == "1"
 
 
-async def test_every_request_the_page_makes_goes_through_the_guard(server: Server, chromium: str) -> None:
+async def test_every_request_the_page_makes_goes_through_the_guard(server: Server, cdp: str) -> None:
     async def no_localhost(host: str, port: int, url: str) -> None:
         if host == "localhost":
             raise AddressNotAllowedError(f"{url}: refused by test", url=url)
 
-    options = BrowserOptions(executable_path=chromium)
+    options = BrowserOptions(cdp_url=cdp)
     async with BrowserFetcher(LOOPBACK, options, address_check=no_localhost) as fetcher:
         assert (await fetcher.fetch(Request(f"{server.url}/cross"))).status == 200
         assert (await fetcher.fetch(Request(f"{server.url}/sub-redirect"))).status == 200
@@ -263,7 +257,7 @@ async def test_every_request_the_page_makes_goes_through_the_guard(server: Serve
     assert {"/cross", "/sub-redirect", "/r-sub", "/to-localhost", "/ws-page"} <= set(server.hits)
     assert "/final" not in server.hits
     # The same pages with the default guard (loopback allowed) do reach /secret: the test can fail.
-    async with BrowserFetcher(LOOPBACK, BrowserOptions(executable_path=chromium)) as fetcher:
+    async with BrowserFetcher(LOOPBACK, BrowserOptions(cdp_url=cdp)) as fetcher:
         await fetcher.fetch(Request(f"{server.url}/cross"))
         await fetcher.fetch(Request(f"{server.url}/sub-redirect"))
         allowed_ws = await fetcher.fetch(Request(f"{server.url}/ws-page", meta={"wait_for": "#ws-done"}))
@@ -273,7 +267,7 @@ async def test_every_request_the_page_makes_goes_through_the_guard(server: Serve
 
 
 async def test_redirects_are_followed_counted_and_capped(
-    server: Server, fetcher: BrowserFetcher, chromium: str
+    server: Server, fetcher: BrowserFetcher, cdp: str
 ) -> None:
     response = await fetcher.fetch(Request(f"{server.url}/r/3"))
     assert response.url == f"{server.url}/final"
@@ -282,20 +276,20 @@ async def test_redirects_are_followed_counted_and_capped(
     assert server.user_agents == [LOOPBACK.user_agent]
     async with BrowserFetcher(
         FetchLimits(allow_private_addresses=True, max_redirects=2),
-        BrowserOptions(executable_path=chromium),
+        BrowserOptions(cdp_url=cdp),
     ) as capped:
         with pytest.raises(TooManyRedirectsError, match="max_redirects=2"):
             await capped.fetch(Request(f"{server.url}/r/3"))
 
 
 async def test_content_type_body_size_and_timeout_limits(
-    server: Server, fetcher: BrowserFetcher, chromium: str
+    server: Server, fetcher: BrowserFetcher, cdp: str
 ) -> None:
     with pytest.raises(ContentTypeError, match="image/png"):
         await fetcher.fetch(Request(f"{server.url}/image"))
     async with BrowserFetcher(
         FetchLimits(allow_private_addresses=True, max_body_size=10_000, total_timeout=6),  # a loaded CI has slow pages
-        BrowserOptions(executable_path=chromium),
+        BrowserOptions(cdp_url=cdp),
     ) as small:
         with pytest.raises(BodyTooLargeError, match="max_body_size=10000"):
             await small.fetch(Request(f"{server.url}/big"))
@@ -353,18 +347,19 @@ async def test_every_js_target_of_the_demo_yields_the_sites_expected_items(
 
 
 async def test_crawler_run_config_screenshot_reaches_the_browser(
-    site: DemoSite, chromium: str, caplog: pytest.LogCaptureFixture
+    site: DemoSite, cdp: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """crawl4ai's CrawlerRunConfig(screenshot=True) through the Crawler: a PNG, and no warning."""
     from crawlherd import AsyncWebCrawler, CrawlerRunConfig
 
     fetcher = BrowserFetcher(
         LOOPBACK,
-        BrowserOptions(executable_path=chromium, wait_until="domcontentloaded"),
+        BrowserOptions(cdp_url=cdp, wait_until="domcontentloaded"),
     )
     async with AsyncWebCrawler(fetcher=fetcher) as crawler:
         [result] = await crawler.arun_many(urls=[f"{site.url}/"], config=CrawlerRunConfig(screenshot=True))
         plain = await crawler.arun(f"{site.url}/")
-    assert result.success and result.screenshot is not None and result.screenshot.startswith(b"\x89PNG")
+    assert result.success and result.screenshot is not None  # base64, as crawl4ai's
+    assert result.screenshot_png is not None and result.screenshot_png.startswith(b"\x89PNG")
     assert plain.screenshot is None  # only when asked
     assert not [r for r in caplog.records if r.name == "crawlherd.crawler"]

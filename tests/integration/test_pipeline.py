@@ -120,8 +120,11 @@ async def wait_settled(engine: AsyncEngine, timeout: float) -> None:
 # -- 1. embedded defaults ------------------------------------------------------------------------
 
 
-async def test_demo_on_the_embedded_defaults_stores_every_item(tmp_path: Path, chromium: str) -> None:
+async def test_demo_on_the_embedded_defaults_stores_every_item(
+    tmp_path: Path, shared_chromium: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`crawlherd demo`: one SQLite file for config, broker and items; the JavaScript listing too."""
+    monkeypatch.setenv("CRAWLHERD_CHROMIUM_CDP_URL", shared_chromium)  # the process's Chromium, not a launch
     workdir = tmp_path / "demo"
     summary = await _demo(workdir, timeout=240, concurrency=4, no_browser=False, console=Console(quiet=True))
     assert summary["ok"] is True

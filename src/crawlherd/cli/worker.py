@@ -100,6 +100,7 @@ def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings) -> Work
             limits=limits,
             frontier_url=settings.effective_frontier_url,
             heartbeat_interval=settings.heartbeat_interval,
+            screenshot_dir=settings.screenshot_dir,
         ),
     )
 

@@ -22,7 +22,7 @@ DEFAULT_CACHE_MAX_BYTES = 64 * 1024 * 1024
 
 
 def _size(result: CrawlResult) -> int:
-    return len(result.body or b"") + len(result.screenshot or b"")
+    return len(result.body or b"") + len(result.screenshot or "")
 
 
 class ResultCache:

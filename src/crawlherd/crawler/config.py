@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from crawlherd.errors import ConfigurationError
+from crawlherd.fetch.actions import PAGE_META, PageActions
 
 __all__ = ["CacheMode", "CrawlerRunConfig"]
 
@@ -25,9 +26,14 @@ class CrawlerRunConfig:
     - ``headers``: sent with every request of the run, on top of the fetcher's.
     - ``check_robots_txt``: obey robots.txt (a disallowed URL gives a failed result,
       ``RobotsDisallowedError``); its ``Crawl-delay`` becomes the frontier's delay for that host.
-    - ``screenshot``: ask the fetcher for a full-page PNG in ``CrawlResult.screenshot``. Only a
-      fetcher that renders pages can (``BrowserFetcher``); with the HTTP fetcher the crawler logs a
-      warning saying so, once, and results have ``screenshot=None``.
+    - ``screenshot``: a full-page PNG of the rendered page in ``CrawlResult.screenshot`` (base64, as
+      crawl4ai's). The default crawler renders such requests in Chromium
+      (:mod:`crawlherd.crawler.renderer`); a crawler given a fetcher that cannot render (an HTTP one)
+      logs a warning saying so, once, and its results have ``screenshot=None``.
+    - ``wait_for``: crawl4ai's ``"css:<selector>"`` / ``"js:<expression>"`` (or a bare selector): the
+      page is taken once it holds (rendered in a browser, as ``screenshot``).
+    - ``page_actions``: a :class:`~crawlherd.fetch.actions.PageActions` -- ``wait_for`` with a timeout,
+      ``scroll`` or ``load_more`` pagination inside the page (rendered in a browser, as ``screenshot``).
     - ``cache_mode``: ``bypass`` (always fetch, keep nothing), ``enabled`` (a URL fetched successfully
       earlier by this crawler is answered from memory), ``refresh`` (always fetch, update the cache),
       ``read_only`` (answered from the cache when there, never added to it).
@@ -43,6 +49,8 @@ class CrawlerRunConfig:
     screenshot: bool = False
     cache_mode: CacheMode = "bypass"
     concurrency: int = 16
+    wait_for: str | None = None
+    page_actions: PageActions | None = None
 
     def __post_init__(self) -> None:
         for name in ("connect_timeout", "read_timeout", "total_timeout"):
@@ -53,6 +61,10 @@ class CrawlerRunConfig:
             raise ConfigurationError(f"CrawlerRunConfig.cache_mode={self.cache_mode!r}: use one of {_CACHE_MODES}")
         if not isinstance(self.concurrency, int) or self.concurrency < 1:
             raise ConfigurationError(f"CrawlerRunConfig.concurrency={self.concurrency!r}: must be an int >= 1")
+        if self.page_actions is not None and not isinstance(self.page_actions, PageActions):
+            raise ConfigurationError("CrawlerRunConfig.page_actions must be a crawlherd.fetch.actions.PageActions")
+        if self.wait_for is not None:
+            PageActions(wait_for=self.wait_for)  # a bad condition is refused here
 
     def clone(self, **changes: Any) -> CrawlerRunConfig:
         """A copy with some options changed."""
@@ -69,4 +81,9 @@ class CrawlerRunConfig:
             }
         if self.screenshot:
             meta["crawlherd.screenshot"] = True
+        actions = self.page_actions or PageActions()
+        if self.wait_for is not None:
+            actions = dataclasses.replace(actions, wait_for=self.wait_for)
+        if actions:
+            meta[PAGE_META] = actions.to_meta()
         return meta

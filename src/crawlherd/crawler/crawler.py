@@ -32,6 +32,7 @@ from crawlherd.crawler.concurrency.rate_limiter import RateLimiter
 from crawlherd.crawler.concurrency.semaphore import SemaphoreDispatcher
 from crawlherd.crawler.config import CrawlerRunConfig
 from crawlherd.crawler.plan import failed, in_domains, plan_many, run_request
+from crawlherd.crawler.renderer import Renderer, wants_rendering
 from crawlherd.crawler.robots_work import RobotsWork
 from crawlherd.crawler.run_urls import RunUrlsAdapter, RunUrlsDispatcher
 from crawlherd.crawler.stream import CrawlRun, CrawlStream
@@ -85,7 +86,9 @@ class Crawler:
     use it as ``async with Crawler() as crawler``.
 
     Without ``fetcher`` an :class:`~crawlherd.fetch.http.HttpFetcher` is made from ``limits`` (and
-    ``allow_private_addresses``). A fetcher passed in (``BrowserFetcher``, a ``MockFetcher``...) is
+    ``allow_private_addresses``), and the requests that ask for a screenshot or page actions are
+    rendered by a browser (:mod:`crawlherd.crawler.renderer`), as crawl4ai's are. A fetcher passed in
+    (``BrowserFetcher``, a ``MockFetcher``...) is
     taken over: the crawler enters it and closes it, as httpx does with a transport, and sets its
     ``send_gate`` to the crawler's :class:`~crawlherd.fetch.gate.HostGate` (:attr:`gate`), which keeps
     per-host spacing at the moment requests leave.
@@ -108,6 +111,7 @@ class Crawler:
     ) -> None:
         if fetcher is not None and (limits is not None or allow_private_addresses is not None):
             raise ConfigurationError("pass either fetcher= or limits=/allow_private_addresses=, not both")
+        self._renderer: Renderer | None = None
         if fetcher is None:
             from crawlherd.fetch.http import HttpFetcher
 
@@ -115,6 +119,7 @@ class Crawler:
             if allow_private_addresses is not None:
                 limits = dataclasses.replace(limits, allow_private_addresses=allow_private_addresses)
             fetcher = HttpFetcher(limits, max_connections=max_connections)
+            self._renderer = Renderer(limits)
         missing = [name for name in _FETCHER_MEMBERS if not hasattr(fetcher, name)]
         if missing:
             raise ConfigurationError(
@@ -145,6 +150,8 @@ class Crawler:
         for stream in list(self._streams):
             await stream.aclose()
         await self.fetcher.close()
+        if self._renderer is not None:
+            await self._renderer.close()
 
     # -- one URL ------------------------------------------------------------------------------------
 
@@ -161,7 +168,7 @@ class Crawler:
 
     def _check_screenshot(self, config: CrawlerRunConfig) -> None:
         """Say once per fetcher that a screenshot was asked of a fetcher that cannot take one."""
-        if not config.screenshot or self.fetcher.takes_screenshots:
+        if not config.screenshot or self.fetcher.takes_screenshots or self._renderer is not None:
             return
         name = type(self.fetcher).__name__
         if name not in self._warned_screenshot:
@@ -188,7 +195,10 @@ class Crawler:
         except FetchError as exc:
             return failed(request.url, exc, request)
         try:
-            result = await self.fetcher.fetch_result(request)
+            fetcher = self.fetcher
+            if self._renderer is not None and wants_rendering(request):
+                fetcher = await self._renderer.fetcher(self.gate)
+            result = await fetcher.fetch_result(request)
         except FetchError as exc:
             self.gate.answered(request.host)
             return failed(request.url, exc, request)

@@ -9,9 +9,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from crawlherd.crawler.stream import CrawlRun
-from crawlherd.errors import CrawlherdError, InvalidURLError
+from crawlherd.errors import CrawlherdError, FetchError, InvalidURLError
 from crawlherd.request import Request, plain_get
-from crawlherd.result import CrawlResult
+from crawlherd.result import CrawlResult, encode_png
 
 __all__ = ["Plan", "failed", "in_domains", "plan_many", "run_request"]
 
@@ -31,7 +31,7 @@ def run_request(item: str | Request, run: CrawlRun, **kw: Any) -> Request:
 
 
 def failed(url: str, exc: CrawlherdError, request: Request | None = None) -> CrawlResult:
-    """The failed result of ``url``: ``exc`` says why."""
+    """The failed result of ``url``: ``exc`` says why (and shows it, when a browser took a screenshot)."""
     return CrawlResult(
         url=url,
         success=False,
@@ -39,6 +39,7 @@ def failed(url: str, exc: CrawlherdError, request: Request | None = None) -> Cra
         error_type=type(exc).__name__,
         request=request,
         depth=request.depth if request is not None else 0,
+        screenshot=encode_png(exc.screenshot) if isinstance(exc, FetchError) else None,
     )
 
 

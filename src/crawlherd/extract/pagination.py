@@ -8,6 +8,12 @@
 - ``next_link``: the URL of the first element matching ``selector`` (attribute ``href`` unless
   ``selector`` says ``css@attr``), resolved against the page URL; stops when there is none, when it
   points back to the same page, or after ``max_pages``.
+- ``scroll`` and ``load_more`` (websites fetched by the browser): the listing loads further items
+  into the same page, when scrolled to its bottom or when a "load more" button (``selector``) is
+  clicked; the browser does it before the page is read (:mod:`crawlherd.fetch.actions`), so there is
+  no next URL. ``item_selector`` counts the items (default: the extraction rules'), ``settle`` is how
+  long to wait for more after each step (seconds), ``max_pages`` caps the steps (the first view
+  included).
 
 Settings table (all optional except ``selector`` for ``next_link``)::
 
@@ -16,7 +22,9 @@ Settings table (all optional except ``selector`` for ``next_link``)::
     start = 1           # page_param: the first page's value
     step = 1            # page_param
     max_pages = 10      # both: the cap
-    selector = "a[rel=next]"   # next_link
+    selector = "a[rel=next]"   # next_link; load_more: the button
+    item_selector = "li.job"   # scroll, load_more
+    settle = 2.0               # scroll, load_more: seconds
 """
 
 from __future__ import annotations
@@ -29,10 +37,11 @@ from urllib.parse import parse_qsl, quote_plus, unquote_plus, urljoin, urlsplit,
 from selectolax.lexbor import LexborHTMLParser
 
 from crawlherd.errors import ConfigurationError, InvalidURLError
-from crawlherd.extract.selectors import FieldRule, parse_html
+from crawlherd.extract.selectors import FieldRule, check_selector, parse_html
 from crawlherd.url import canonicalize_url
 
 __all__ = [
+    "IN_PAGE_TYPES",
     "PAGINATION_TYPES",
     "Pagination",
     "get_query_param",
@@ -41,11 +50,15 @@ __all__ = [
     "set_query_param",
 ]
 
-PAGINATION_TYPES = ("none", "next_link", "page_param")
+PAGINATION_TYPES = ("none", "next_link", "page_param", "scroll", "load_more")
+#: The types the browser carries out inside one page (no next URL).
+IN_PAGE_TYPES = frozenset({"scroll", "load_more"})
 _SETTINGS = {
     "none": frozenset({"max_pages"}),
     "page_param": frozenset({"param", "start", "step", "max_pages"}),
     "next_link": frozenset({"selector", "max_pages"}),
+    "scroll": frozenset({"item_selector", "settle", "max_pages"}),
+    "load_more": frozenset({"selector", "item_selector", "settle", "max_pages"}),
 }
 
 
@@ -117,6 +130,18 @@ def next_link_url(html: str | bytes | LexborHTMLParser, page_url: str, selector:
     return target
 
 
+def _check_in_page(pagination_type: str, settings: Mapping[str, Any], where: str) -> None:
+    """The selectors of scroll and load_more: the button a selector (Playwright's syntax is wider than
+    CSS, so only non-empty), the items plain CSS (counted with ``document.querySelectorAll``)."""
+    if settings.get("item_selector") is not None:
+        check_selector(settings["item_selector"], where=f"{where}: item_selector")
+    button = settings.get("selector")
+    if pagination_type == "load_more" and button is None:
+        raise ConfigurationError(f'{where}: load_more needs the selector of its button (e.g. selector = "button.more")')
+    if button is not None and (not isinstance(button, str) or not button.strip()):
+        raise ConfigurationError(f"{where}: selector must be a non-empty string, got {button!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class Pagination:
     """A website's pagination settings, validated; :meth:`next_url` decides the next page."""
@@ -152,6 +177,8 @@ class Pagination:
         param = settings.get("param", "page")
         if not isinstance(param, str) or not param:
             raise ConfigurationError(f"{where}: param must be a non-empty string, got {param!r}")
+        if pagination_type in IN_PAGE_TYPES:
+            _check_in_page(pagination_type, settings, where)
         selector = None
         if pagination_type == "next_link":
             if "selector" not in settings:
@@ -197,7 +224,7 @@ class Pagination:
         search* (page_param stops at 0) -- count against this job's items, not the persistent item
         store, or a re-run would stop after page 1; ``html`` is the current page (next_link reads it).
         """
-        if self.type == "none" or pages_fetched >= self.max_pages:
+        if self.type == "none" or self.type in IN_PAGE_TYPES or pages_fetched >= self.max_pages:
             return None
         if self.type == "page_param":
             if new_items is not None and new_items <= 0:

@@ -100,7 +100,9 @@ class Timeouts:
 class Response(HasBody):
     """What a fetch returned. ``url`` is the final URL after redirects; ``headers`` keys are lower-case;
     ``encoding`` the charset of the ``content-type`` header (:func:`crawlherd.content_type.charset_of`).
-    ``text`` and ``content_type`` come from :class:`~crawlherd.content_type.HasBody`."""
+    ``text`` and ``content_type`` come from :class:`~crawlherd.content_type.HasBody`. ``cookies``: the
+    cookies the site set while a request under a session (``meta["crawlherd.session"]``) was fetched,
+    each ``{"name", "value", "domain", "path"}``."""
 
     url: str
     status: int
@@ -111,6 +113,7 @@ class Response(HasBody):
     redirects: tuple[str, ...] = ()
     screenshot: bytes | None = None
     encoding: str = field(default="utf-8")
+    cookies: list[dict[str, str]] = field(default_factory=list)
 
 
 @runtime_checkable

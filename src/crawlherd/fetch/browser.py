@@ -11,7 +11,10 @@ request's ``meta["crawlherd.timeouts"]["total"]``); the rendered HTML is held to
 
 Which Chromium, and the options: :mod:`crawlherd.fetch.chromium`. Without Playwright
 (``pip install 'crawlherd[browser]'``) or without a browser,
-:class:`~crawlherd.errors.BrowserUnavailableError` says which is missing.
+:class:`~crawlherd.errors.BrowserUnavailableError` says which is missing. What is done on the page
+before its HTML is taken (wait for a condition, scroll or "load more" pagination):
+:mod:`crawlherd.fetch.actions`. Sessions (cookies, headers, proxy) each get a browser context of their
+own: :mod:`crawlherd.fetch.contexts`.
 """
 
 from __future__ import annotations
@@ -20,60 +23,39 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable
 from typing import Any
-from urllib.parse import urlsplit
 
+from crawlherd._redact import redact_url
 from crawlherd.content_type import charset_of, media_type
-from crawlherd.errors import AddressNotAllowedError, BrowserUnavailableError, FetchError, FetchTimeoutError
+from crawlherd.errors import (
+    AddressNotAllowedError,
+    BrowserUnavailableError,
+    ConfigurationError,
+    FetchError,
+    FetchTimeoutError,
+)
+from crawlherd.fetch.actions import PageActions, run_actions
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
-from crawlherd.fetch.chromium import CHROMIUM_ARGS, LOCAL_NETWORK_ARGS, BrowserOptions, find_chromium, launch_args
+from crawlherd.fetch.chromium import CHROMIUM_ARGS, LOCAL_NETWORK_ARGS, BrowserOptions, find_chromium, open_browser
+from crawlherd.fetch.contexts import BrowserSession, ContextPool, SessionContext
 from crawlherd.fetch.gate import SendGate, pass_gate
 from crawlherd.fetch.guard import check_address, parse_networks
-from crawlherd.fetch.hops import AcceptedTypes, Hop, check_length, check_size, follow, redirect_location, response_of
+from crawlherd.fetch.hops import AcceptedTypes, Hop, check_size, follow, response_of
+from crawlherd.fetch.routes import AddressCheck, PageRoutes, PageState, first_line, host_port
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
 __all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "AddressCheck", "BrowserFetcher", "BrowserOptions", "find_chromium"]
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-#: ``check(host, port, url)``: raise AddressNotAllowedError to refuse a request.
-AddressCheck = Callable[[str, int, str], Awaitable[None]]
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+def _wants_screenshot(request: Request, default: bool) -> bool:
+    return bool(request.meta.get("crawlherd.screenshot", request.meta.get("screenshot", default)))
 
 
-def _host_port(url: str) -> tuple[str, int]:
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
-    return parts.hostname or "", port
-
-
-@dataclass
-class _PageState:
-    """What the route handler learnt while one fetch's page loaded."""
-
-    deadline: float
-    error: FetchError | None = None
-    redirect: tuple[int, str] | None = None  # the main document's answer was a redirect: (status, location)
-    main_status: int = 0
-    main_headers: dict[str, str] = field(default_factory=dict)
-    main_body: bytes = b""
-    refused: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-
-    stage: str = "starting"
-
-    def timeout_ms(self) -> float:
-        # A little under the total deadline, so Playwright's own (more specific) timeout fires first.
-        return max(1.0, (self.deadline - time.monotonic()) * 1000 - 250)
-
-
-class BrowserFetcher:
+class BrowserFetcher(PageRoutes):
     """A :class:`~crawlherd.fetch.base.Fetcher` that renders pages in headless Chromium.
 
     ``BrowserFetcher(limits=None, *, executable_path=None, max_pages=4, wait_until="networkidle",
@@ -82,10 +64,14 @@ class BrowserFetcher:
 
     - ``max_pages``: pages open at once (a semaphore); further fetches wait for a free one.
     - ``wait_until``: when navigation counts as done (``networkidle`` waits for 500 ms without traffic).
-    - ``wait_for``: a selector that must be attached before the HTML is taken (a request's
-      ``meta["wait_for"]`` overrides it); it never appearing is a FetchTimeoutError.
+    - ``wait_for``: a selector that must be attached before the HTML is taken (a request's page
+      actions, ``meta["crawlherd.page"]``, or ``meta["wait_for"]`` override it); it never appearing is
+      a FetchTimeoutError. Page actions (:mod:`crawlherd.fetch.actions`) also scroll or click "load more".
     - ``screenshot``: a full-page PNG in ``Response.screenshot`` (``meta["crawlherd.screenshot"]``, as
-      ``CrawlerRunConfig(screenshot=True)`` sets it, or ``meta["screenshot"]`` overrides).
+      ``CrawlerRunConfig(screenshot=True)`` sets it, or ``meta["screenshot"]`` overrides). A fetch that
+      asked for one and failed once its page was rendered carries one in ``FetchError.screenshot``.
+    - A request under a session (``meta["crawlherd.session"]``) gets a browser context of the
+      session's own (:mod:`crawlherd.fetch.contexts`); ``Response.cookies`` reports what the site set.
     - ``block_resource_types``: Playwright resource types to refuse (e.g. ``("image", "media", "font")``).
     - ``address_check``: replaces the default guard (:func:`crawlherd.fetch.guard.check_address` with
       ``limits.allow_private_addresses`` and ``limits.allowed_networks``) for every request the page makes.
@@ -115,11 +101,10 @@ class BrowserFetcher:
         self._start_lock = asyncio.Lock()
         self._playwright: Any = None
         self._browser: Any = None
-        self._context: Any = None
+        self._contexts: ContextPool | None = None
         self._errors: Any = None  # the playwright.async_api module, for its exception classes
         self.pages_open = 0
-        self._idle_pages: list[Any] = []
-        self._page_states: dict[Any, _PageState] = {}
+        self._page_states: dict[Any, PageState] = {}
         #: The per-host send gate (see :class:`~crawlherd.fetch.base.Fetcher`): awaited right before
         #: each navigation -- every redirect hop too -- once the page is ready.
         self.send_gate: SendGate | None = None
@@ -149,51 +134,55 @@ class BrowserFetcher:
     def started(self) -> bool:
         return self._browser is not None
 
+    @property
+    def _context(self) -> Any:
+        """The browser context of requests without a session."""
+        pool = self._contexts
+        return pool.default.context if pool is not None and pool.default is not None else None
+
     async def start(self) -> None:
-        """Launch Chromium (once). Raises BrowserUnavailableError when Playwright or the browser is missing."""
+        """Launch Chromium, or connect to a running one (once). Raises BrowserUnavailableError when
+        Playwright or the browser is missing."""
         async with self._start_lock:
             if self._browser is not None and self._browser.is_connected():
                 return
             await self._shutdown()
-            try:
-                import playwright.async_api as pw_api
-            except ImportError:
-                raise BrowserUnavailableError(
-                    "Playwright is not installed: pip install 'crawlherd[browser]' (the browser itself comes "
-                    "from the system: apt-get install chromium)"
-                ) from None
-            executable = find_chromium(self.options.executable_path)
-            playwright = await pw_api.async_playwright().start()
-            try:
-                browser = await playwright.chromium.launch(
-                    executable_path=executable,
-                    headless=True,
-                    args=launch_args(self.options, allow_private=self.limits.allow_private_addresses),
-                    timeout=self.options.launch_timeout * 1000,
-                )
-                context = await browser.new_context(
-                    user_agent=self.limits.user_agent, service_workers="block", accept_downloads=False,
-                    **self._viewport(),
-                )
-            except pw_api.Error as exc:
-                with contextlib.suppress(Exception):
-                    await playwright.stop()
-                raise BrowserUnavailableError(f"could not start Chromium at {executable}: {_first_line(exc)}") from None
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await playwright.stop()
-                raise
+            playwright, browser, pw_api = await open_browser(
+                self.options, allow_private=self.limits.allow_private_addresses
+            )
             self._errors = pw_api
-            self._playwright, self._browser, self._context = playwright, browser, context
+            self._playwright, self._browser = playwright, browser
+            self._contexts = ContextPool(self._new_context)
+            try:
+                await self._contexts.start()
+            except pw_api.Error as exc:
+                await self._shutdown()
+                raise BrowserUnavailableError(f"could not open a browser context: {first_line(exc)}") from None
+
+    async def _new_context(self, session: BrowserSession | None) -> Any:
+        """A browser context: the default one, or a session's with its proxy (whose address the guard
+        checks, as a target's), user agent and headers."""
+        options: dict[str, Any] = {"user_agent": self.limits.user_agent, "service_workers": "block",
+                                   "accept_downloads": False, **self._viewport()}
+        if session is not None:
+            proxy = session.proxy_settings()
+            if proxy is not None:
+                assert session.proxy is not None
+                host, port = host_port(proxy["server"])
+                await self._address_check(host, port, redact_url(session.proxy))
+                options["proxy"] = proxy
+            options["user_agent"] = session.user_agent or self.limits.user_agent
+        return await self._browser.new_context(**options)
 
     async def _shutdown(self) -> None:
-        self._idle_pages.clear()  # closed with their context
-        context, browser, playwright = self._context, self._browser, self._playwright
-        self._context = self._browser = self._playwright = None
-        for closer in (context, browser):
-            if closer is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(closer.close(), timeout=10)
+        contexts, browser, playwright = self._contexts, self._browser, self._playwright
+        self._contexts = self._browser = self._playwright = None
+        if contexts is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(contexts.close(), timeout=10)
+        if browser is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(browser.close(), timeout=10)
         if playwright is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(playwright.stop(), timeout=10)
@@ -214,41 +203,41 @@ class BrowserFetcher:
         url = request.url
         if request.method != "GET":
             raise FetchError(f"{url}: BrowserFetcher fetches GET only, not {request.method}", url=url, request=request)
-        host, port = _host_port(request.canonical_url)
+        host, port = host_port(request.canonical_url)
         try:
             await self._address_check(host, port, url)  # before a browser is even needed
         except AddressNotAllowedError as exc:
             exc.request = request
             raise
+        try:
+            session, actions = BrowserSession.of(request), PageActions.of(request)
+        except ConfigurationError as exc:
+            raise FetchError(f"{url}: {exc}", url=url, request=request) from None
         if self._browser is None or not self._browser.is_connected():
             await self.start()
+        assert self._contexts is not None
         total = Timeouts.of(request, self.limits).total
         async with self._semaphore:
-            state = _PageState(deadline=time.monotonic() + total)
+            state = PageState(deadline=time.monotonic() + total, actions=actions)
+            entry = await self._contexts.get(session)
             try:
-                async with asyncio.timeout(total):
-                    return await self._render(request, state)
-            except TimeoutError:
-                raise FetchTimeoutError(
-                    f"{url}: the page was not ready within total_timeout={total:g}s "
-                    f"(while {state.stage})",
-                    url=url,
-                    request=request,
-                ) from None
+                return await self._render(request, state, entry, session, total)
+            finally:
+                self._contexts.release(entry)
 
     def _guard(self, url: str) -> Awaitable[None]:
         """The address check of ``url``'s host (a hop of the main document)."""
-        host, port = _host_port(url)
+        host, port = host_port(url)
         return self._address_check(host, port, url)
 
-    async def _acquire_page(self, request: Request) -> Any:
-        """An idle page of the pool, or a new one with the guard's routes installed."""
-        while self._idle_pages:
-            page = self._idle_pages.pop()
+    async def _acquire_page(self, entry: SessionContext, request: Request) -> Any:
+        """An idle page of the context's pool, or a new one with the guard's routes installed."""
+        while entry.idle_pages:
+            page = entry.idle_pages.pop()
             if not page.is_closed():
                 return page
         try:
-            page = await self._context.new_page()
+            page = await entry.context.new_page()
         except self._errors.Error as exc:
             raise self._unavailable(exc, request) from None
 
@@ -272,37 +261,57 @@ class BrowserFetcher:
         await page.route_web_socket("**/*", handle_websocket)
         return page
 
-    async def _release_page(self, page: Any, *, reuse: bool) -> None:
+    async def _release_page(self, entry: SessionContext, page: Any, *, reuse: bool) -> None:
         """Back to the pool after a clean fetch (blanked first), else closed."""
         self._page_states.pop(page, None)
-        if reuse and not page.is_closed() and self._context is not None:
+        if reuse and not page.is_closed() and self._browser is not None:
             try:
                 await page.goto("about:blank", timeout=5000)
             except Exception:  # a page that cannot be blanked is closed below
                 pass
             else:
-                self._idle_pages.append(page)
+                entry.idle_pages.append(page)
                 return
         with contextlib.suppress(Exception):
             await asyncio.wait_for(page.close(), timeout=10)
 
-    async def _render(self, request: Request, state: _PageState) -> Response:
-        page = await self._acquire_page(request)
+    async def _render(
+        self, request: Request, state: PageState, entry: SessionContext, session: BrowserSession | None, total: float
+    ) -> Response:
+        """The fetch in a page of ``entry``'s context, within ``total`` seconds; a failure once the page
+        was rendered gets its screenshot when the request asked for one (taken after the deadline)."""
+        page = await self._acquire_page(entry, request)
         self._page_states[page] = state
         self.pages_open += 1
         reuse = False
         try:
             page.set_default_timeout(state.timeout_ms())
-            navigate = functools.partial(self._navigate, page, state, request)
-            hop = await follow(navigate, request, self.limits, guard=self._guard, guard_first=False)
+            try:
+                async with asyncio.timeout(total):
+                    if session is not None:
+                        await entry.apply(session, request.url)
+                    navigate = functools.partial(self._navigate, page, state, request)
+                    hop = await follow(navigate, request, self.limits, guard=self._guard, guard_first=False)
+                    response = response_of(request, hop)
+                    response.cookies = await entry.new_cookies() if session is not None else []
+            except TimeoutError:
+                raise FetchTimeoutError(
+                    f"{request.url}: the page was not ready within total_timeout={total:g}s (while {state.stage})",
+                    url=request.url, request=request,
+                ) from None
             reuse = True
-            return response_of(request, hop)
+            return response
+        except FetchError as exc:
+            if state.navigated and _wants_screenshot(request, self.options.screenshot):
+                with contextlib.suppress(Exception):
+                    exc.screenshot = await page.screenshot(full_page=True, type="png", timeout=10_000)
+            raise
         finally:
             self.pages_open -= 1
-            await asyncio.shield(self._release_page(page, reuse=reuse))
+            await asyncio.shield(self._release_page(entry, page, reuse=reuse))
 
     async def _navigate(
-        self, page: Any, state: _PageState, request: Request, url: str, method: str, body: bytes | None, host: str
+        self, page: Any, state: PageState, request: Request, url: str, method: str, body: bytes | None, host: str
     ) -> Hop:
         """One hop of the main document: a navigation to ``url``, whose answer the route handler holds
         to the limits (:meth:`_route_main`); a redirect comes back as one, a page rendered whole."""
@@ -332,21 +341,17 @@ class BrowserFetcher:
             return Hop(*state.redirect)
         if response is None:
             raise FetchError(f"{url}: the browser got no response", url=url, request=request)
-        await self._wait_for(page, state, request, url)
+        state.navigated = True
+        actions = state.actions
+        if actions.wait_for is None and self.options.wait_for:
+            actions = PageActions(wait_for=self.options.wait_for, pagination=actions.pagination)
+        if actions:
+            state.stage = f"waiting for {actions.wait_for!r}" if actions.pagination is None else "paginating"
+            await run_actions(page, actions, deadline=state.deadline, url=url, request=request,
+                              timeout_error=self._errors.TimeoutError)
         return await self._rendered(page, request, state)
 
-    async def _wait_for(self, page: Any, state: _PageState, request: Request, url: str) -> None:
-        wait_for = request.meta.get("wait_for", self.options.wait_for)
-        if wait_for:
-            state.stage = f"waiting for selector {wait_for!r}"
-            try:
-                await page.wait_for_selector(str(wait_for), state="attached", timeout=state.timeout_ms())
-            except self._errors.TimeoutError:
-                raise FetchTimeoutError(
-                    f"{url}: selector {wait_for!r} did not appear in time", url=url, request=request
-                ) from None
-
-    async def _rendered(self, page: Any, request: Request, state: _PageState) -> Hop:
+    async def _rendered(self, page: Any, request: Request, state: PageState) -> Hop:
         headers = dict(state.main_headers)
         content_type = headers.get("content-type", "")
         mime = media_type(content_type)
@@ -363,136 +368,14 @@ class BrowserFetcher:
         check_size(self.limits, len(body), page.url, request, what="rendered page")
         shot = None
         state.stage = "taking the screenshot"
-        if request.meta.get("crawlherd.screenshot", request.meta.get("screenshot", self.options.screenshot)):
+        if _wants_screenshot(request, self.options.screenshot):
             shot = await page.screenshot(full_page=True, type="png", timeout=state.timeout_ms())
         return Hop(state.main_status, None, page.url, headers, body, encoding, shot)
-
-    # -- the route handler: every request the page makes --------------------------------------------
-
-    async def _route(self, state: _PageState, page: Any, route: Any, routed: Any) -> None:
-        pw = self._errors
-        try:
-            url = routed.url
-            if urlsplit(url).scheme not in ("http", "https"):
-                state.problems.append(f"refused non-HTTP request {url[:100]}")
-                await route.abort("blockedbyclient")
-                return
-            is_main = routed.is_navigation_request() and routed.frame == page.main_frame
-            if not await self._allowed(url, state, main=is_main):
-                await route.abort("blockedbyclient")
-                return
-            if routed.resource_type in self.options.block_resource_types:
-                await route.abort("blockedbyclient")
-                return
-            if routed.resource_type == "websocket":
-                await route.continue_()  # the handshake: route_web_socket guards it (see _route_websocket)
-            elif is_main:
-                await self._route_main(state, route, routed)
-            else:
-                await self._route_sub(state, route, routed)
-        except Exception as exc:
-            # The page closed under us (fetch finished or timed out), or the fetch failed in transit:
-            # note it and fail this one request; the navigation's own outcome tells the caller.
-            if not isinstance(exc, pw.Error):
-                state.problems.append(f"{routed.url}: unexpected {type(exc).__name__}: {exc}")
-            else:
-                state.problems.append(f"{routed.url}: {_first_line(exc)}")
-            with contextlib.suppress(Exception):
-                await route.abort("failed")
-
-    async def _route_websocket(self, state: _PageState, socket: Any) -> None:
-        try:
-            if await self._allowed(socket.url, state, main=False):
-                socket.connect_to_server()
-            else:
-                await socket.close(code=1008, reason="refused by the crawlherd address guard")
-        except Exception as exc:
-            state.problems.append(f"{socket.url}: {_first_line(exc)}")
-
-    async def _allowed(self, url: str, state: _PageState, *, main: bool) -> bool:
-        host, port = _host_port(url)
-        try:
-            await self._address_check(host, port, url)
-        except AddressNotAllowedError as exc:
-            state.refused.append(url)
-            if main and state.error is None:
-                state.error = exc
-            return False
-        return True
-
-    async def _route_main(self, state: _PageState, route: Any, routed: Any) -> None:
-        """The main document's hop: fetched here, held to the limits before the browser sees it. A
-        redirect is not followed: the navigation is aborted and :func:`follow` makes the next hop."""
-        url = routed.url
-        try:
-            fetched = await route.fetch(max_redirects=0, timeout=state.timeout_ms())
-        except self._errors.Error as exc:
-            state.error = self._translate(exc, url, None)
-            await route.abort("failed")
-            return
-        location = redirect_location(fetched.status, fetched.headers.get("location"))
-        if location is not None:
-            state.redirect = (fetched.status, location)
-            await fetched.dispose()
-            await route.abort("aborted")
-            return
-        headers = {k.lower(): v for k, v in fetched.headers.items()}
-        try:
-            self._types.charset(self.limits, headers.get("content-type", ""), fetched.status, url, None)
-            declared = headers.get("content-length", "")
-            check_length(self.limits, int(declared) if declared.isdigit() else None, url, None)
-            body = await fetched.body()
-            check_size(self.limits, len(body), url, None)
-        except FetchError as exc:
-            state.error = exc
-            await fetched.dispose()
-            await route.abort("blockedbyclient")
-            return
-        state.main_status, state.main_headers, state.main_body = fetched.status, headers, body
-        await route.fulfill(response=fetched, body=body)
-
-    async def _route_sub(self, state: _PageState, route: Any, routed: Any) -> None:
-        """A request of the page's own: its redirects followed by :func:`follow` too, each hop guarded."""
-
-        async def hop(url: str, method: str, body: bytes | None, host: str) -> Hop:
-            if method != routed.method:  # a 303, or a 301/302 of a POST: now a GET
-                fetched = await route.fetch(url=url, method=method, post_data=b"", max_redirects=0,
-                                            timeout=state.timeout_ms())
-            else:
-                fetched = await route.fetch(url=url, max_redirects=0, timeout=state.timeout_ms())
-            location = redirect_location(fetched.status, fetched.headers.get("location"))
-            if location is not None:
-                await fetched.dispose()
-                return Hop(fetched.status, location)
-            content = await fetched.body()
-            if len(content) > self.limits.max_body_size:
-                await fetched.dispose()
-                check_size(self.limits, len(content), url, None)
-            return Hop(fetched.status, None, url, body=content, raw=fetched)
-
-        async def guard(url: str) -> None:
-            host, port = _host_port(url)
-            try:
-                await self._address_check(host, port, url)
-            except AddressNotAllowedError:
-                state.refused.append(url)
-                raise
-
-        try:
-            final = await follow(hop, None, self.limits, url=routed.url, method=routed.method, guard=guard,
-                                 guard_first=False)
-        except AddressNotAllowedError:
-            await route.abort("blockedbyclient")
-        except FetchError as exc:
-            state.problems.append(str(exc))
-            await route.abort("failed")
-        else:
-            await route.fulfill(response=final.raw, body=final.body)
 
     # -- errors ----------------------------------------------------------------------------------
 
     def _translate(self, exc: BaseException, url: str, request: Request | None) -> FetchError:
-        message = _first_line(exc)
+        message = first_line(exc)
         if isinstance(exc, self._errors.TimeoutError) or "Timeout" in message:
             return FetchTimeoutError(f"{url}: {message}", url=url, request=request)
         if self._browser is not None and not self._browser.is_connected():
@@ -501,4 +384,4 @@ class BrowserFetcher:
 
     def _unavailable(self, exc: BaseException, request: Request | None) -> BrowserUnavailableError:
         url = request.url if request is not None else None
-        return BrowserUnavailableError(f"Chromium went away: {_first_line(exc)}", url=url, request=request)
+        return BrowserUnavailableError(f"Chromium went away: {first_line(exc)}", url=url, request=request)

@@ -4,20 +4,32 @@
 Which Chromium: the ``executable_path`` option, else ``$CRAWLHERD_CHROMIUM``, else ``/usr/bin/chromium``,
 else ``chromium`` / ``chromium-browser`` on ``PATH``. crawlherd never downloads a browser
 (``apt-get install chromium`` on Debian/Ubuntu).
+
+Or a Chromium already running: the ``cdp_url`` option, else ``$CRAWLHERD_CHROMIUM_CDP_URL`` -- its
+DevTools endpoint (``http://127.0.0.1:9222`` or the ``ws://.../devtools/browser/...`` URL it prints),
+connected to instead of launching one (:func:`open_browser`). Whoever started it chose its switches:
+:data:`CHROMIUM_ARGS`, and :data:`LOCAL_NETWORK_ARGS` when private addresses are allowed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from crawlherd._options import Count, Seconds, check_options
 from crawlherd.errors import BrowserUnavailableError, ConfigurationError
 
-__all__ = ["CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "BrowserOptions", "WaitUntil", "find_chromium", "launch_args"]
+__all__ = [
+    "CDP_URL_ENV", "CHROMIUM_ARGS", "LOCAL_NETWORK_ARGS", "BrowserOptions", "WaitUntil", "find_chromium", "launch_args",
+    "open_browser",
+]
+
+#: The environment variable naming a running Chromium's DevTools endpoint (see ``cdp_url``).
+CDP_URL_ENV = "CRAWLHERD_CHROMIUM_CDP_URL"
 
 #: Command-line switches Chromium is launched with: no sandbox (containers), no GPU, and none of the
 #: background traffic (QUIC, updates, sync) that would bypass the route handler.
@@ -90,8 +102,10 @@ class BrowserOptions:
     ``domcontentloaded``, ``networkidle``, ``commit``) and then, if given, until the CSS selector
     ``wait_for`` is on it; ``screenshot`` of every page (a PNG); ``block_resource_types`` the page may
     not load (e.g. ``image``, ``font``; never ``document``); ``extra_args`` for Chromium;
-    ``launch_timeout`` seconds for the browser to start; ``viewport_width`` / ``viewport_height`` of
-    every page in CSS pixels (None: Playwright's 1280 x 720)."""
+    ``launch_timeout`` seconds for the browser to start (or to connect to); ``cdp_url`` a running
+    Chromium's DevTools endpoint to connect to instead of launching one (default
+    ``$CRAWLHERD_CHROMIUM_CDP_URL``); ``viewport_width`` / ``viewport_height`` of every page in CSS
+    pixels (None: Playwright's 1280 x 720)."""
 
     executable_path: str | None = None
     max_pages: Count = 4
@@ -103,6 +117,7 @@ class BrowserOptions:
     launch_timeout: Seconds = 30.0
     viewport_width: Count | None = None
     viewport_height: Count | None = None
+    cdp_url: str | None = None
 
     def __post_init__(self) -> None:
         check_options(self, "BrowserFetcher")
@@ -124,3 +139,44 @@ def launch_args(options: BrowserOptions, *, allow_private: bool) -> list[str]:
     """Chromium's command line: :data:`CHROMIUM_ARGS`, :data:`LOCAL_NETWORK_ARGS` when private
     addresses are allowed, then the options' ``extra_args``."""
     return [*CHROMIUM_ARGS, *(LOCAL_NETWORK_ARGS if allow_private else ()), *options.extra_args]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+async def open_browser(options: BrowserOptions, *, allow_private: bool) -> tuple[Any, Any, Any]:
+    """Start Playwright and launch Chromium -- or connect to the one at ``cdp_url`` (the option, else
+    ``$CRAWLHERD_CHROMIUM_CDP_URL``): (playwright, browser, the ``playwright.async_api`` module).
+    BrowserUnavailableError when Playwright or the browser is missing or does not start."""
+    try:
+        import playwright.async_api as pw_api
+    except ImportError:
+        raise BrowserUnavailableError(
+            "Playwright is not installed: pip install 'crawlherd[browser]' (the browser itself comes "
+            "from the system: apt-get install chromium)"
+        ) from None
+    cdp_url = options.cdp_url or os.environ.get(CDP_URL_ENV) or None
+    executable = None if cdp_url else find_chromium(options.executable_path)
+    playwright = await pw_api.async_playwright().start()
+    try:
+        if cdp_url:
+            browser = await playwright.chromium.connect_over_cdp(cdp_url, timeout=options.launch_timeout * 1000)
+        else:
+            browser = await playwright.chromium.launch(
+                executable_path=executable,
+                headless=True,
+                args=launch_args(options, allow_private=allow_private),
+                timeout=options.launch_timeout * 1000,
+            )
+    except pw_api.Error as exc:
+        with contextlib.suppress(Exception):
+            await playwright.stop()
+        where = f"connect to the Chromium at {cdp_url}" if cdp_url else f"start Chromium at {executable}"
+        raise BrowserUnavailableError(f"could not {where}: {_first_line(exc)}") from None
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await playwright.stop()
+        raise
+    return playwright, browser, pw_api

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from crawlherd.fetch.actions import PAGE_META
 from crawlherd.item import Item
 from crawlherd.messages import JobMessage
 from crawlherd.request import Request
@@ -37,6 +38,7 @@ __all__ = [
     "DetailPage",
     "ListingOutcome",
     "ListingState",
+    "browser_meta",
     "detail_requests",
 ]
 
@@ -67,12 +69,12 @@ class ListingState(BaseModel):
     details_queued: int = 0
 
     def request(self, url: str) -> Request:
-        """The listing request for ``url`` carrying this state. Its dedup key is the run: a page is
-        queued once per run, and a later run (another attempt, another slot) queues it again."""
+        """The listing request for ``url`` carrying this state (and what the browser does on the page,
+        for a website that needs one). Its dedup key is the run: a page is queued once per run, and a
+        later run (another attempt, another slot) queues it again."""
+        meta = {LISTING_META: self.model_dump(mode="json"), LOCAL_META: _KNOWN.add(self)}
         return Request(
-            url,
-            priority=LISTING_PRIORITY,
-            meta={LISTING_META: self.model_dump(mode="json"), LOCAL_META: _KNOWN.add(self)},
+            url, priority=LISTING_PRIORITY, meta={**meta, **browser_meta(self.job.site, listing=True)},
             dedup_key=f"listing:{self.run}",
         )
 
@@ -176,6 +178,7 @@ def detail_requests(job: JobMessage, items: Iterable[Item], *, now: datetime | N
     period = int(now.timestamp() // max(1.0, site.revisit_age))
     dedup_key = f"{site.name}:{period}"
     site_json = site.model_dump(mode="json")
+    browser = browser_meta(site, listing=False)
     out = []
     for item in items:
         detail = {
@@ -188,8 +191,22 @@ def detail_requests(job: JobMessage, items: Iterable[Item], *, now: datetime | N
         page = DetailPage.model_construct(  # made of validated parts
             item=detail["item"], website_id=job.website_id, target_id=job.target_id, fields=dict(item.fields), site=site
         )
-        out.append(Request(item.url, meta={DETAIL_META: detail, LOCAL_META: _KNOWN.add(page)}, dedup_key=dedup_key))
+        meta = {DETAIL_META: detail, LOCAL_META: _KNOWN.add(page), **browser}
+        out.append(Request(item.url, meta=meta, dedup_key=dedup_key))
     return out
+
+
+def browser_meta(site: SiteSpec, *, listing: bool) -> dict[str, Any]:
+    """What a page of ``site`` asks of the browser in its ``meta``: the page actions (``wait_for``;
+    on a listing page, scroll or load-more pagination) and, when the website keeps the screenshots
+    of failed pages, a screenshot (kept only if the page fails, see :mod:`crawlherd.worker.screenshots`)."""
+    meta: dict[str, Any] = {}
+    actions = site.page_actions(listing=listing)
+    if actions:
+        meta[PAGE_META] = actions.to_meta()
+    if site.requires_playwright and site.browser.failure_screenshots:
+        meta["crawlherd.screenshot"] = True
+    return meta
 
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -52,7 +52,8 @@ class WorkerOptions:
     (doubling per attempt, with jitter); ``limits`` for the fetchers; ``shutdown_timeout`` for jobs in
     flight at shutdown; ``name`` of the process (default: host and pid); ``poll_interval`` seconds
     between two looks at ``job_runs`` while a job's listing is read by another worker;
-    ``heartbeat_interval`` seconds between the process's heartbeats."""
+    ``heartbeat_interval`` seconds between the process's heartbeats; ``screenshot_dir`` where the
+    screenshots of failed pages are kept, for websites that ask (``failure_screenshots``)."""
 
     concurrency: Count = 4
     page_dispatcher: PageDispatcher = "semaphore"
@@ -67,6 +68,7 @@ class WorkerOptions:
     name: str | None = None
     poll_interval: Seconds = 1.0
     heartbeat_interval: Seconds = 10.0
+    screenshot_dir: str = "crawlherd-screenshots"
 
     def __post_init__(self) -> None:
         check_options(self, "worker")

@@ -50,6 +50,7 @@ from crawlherd.worker.grouped import GroupedWrites
 from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
 from crawlherd.worker.options import WorkerOptions, WorkerStats
 from crawlherd.worker.runs import RunStore
+from crawlherd.worker.screenshots import keep_screenshot
 
 __all__ = ["PagePipeline", "default_browser"]
 
@@ -299,16 +300,29 @@ class PagePipeline:
         (the listing's fields are kept; the revisit period brings it back)."""
         request = result.request
         state = ListingState.of(request) if request is not None else None
+        shot = await self._keep_screenshot(result, state)
         if state is None:
             self.stats.detail_failures += 1
-            self.stats.remember(f"detail page {result.url}: {result.error_message}")
+            self.stats.remember(f"detail page {result.url}: {result.error_message}{shot}")
             return
         if state.owner == self.name and state.run not in self.chains:
             return  # its job run has ended
         robots = result.error_type == "RobotsDisallowedError"
-        reason = f"listing page {result.url} failed: {result.error_message or result.status_code}"
+        reason = f"listing page {result.url} failed: {result.error_message or result.status_code}{shot}"
         outcome = ListingOutcome(pages=state.page - 1, error=reason, permanent=robots)
         await self._report(state, outcome, stop=self._stop)  # Stopped at shutdown: the loop ends
+
+    async def _keep_screenshot(self, result: CrawlResult, state: ListingState | None) -> str:
+        """Keep the failed page's screenshot when its website asks (``failure_screenshots``); what to add
+        to the failure's message ("" when none was kept)."""
+        if not result.screenshot or result.request is None:
+            return ""
+        detail = DetailPage.of(result.request) if state is None else None
+        site = state.job.site if state is not None else detail.site if detail is not None else None
+        if site is None or not site.browser.failure_screenshots:
+            return ""
+        path = await keep_screenshot(self.options.screenshot_dir, site.name, result)
+        return f" (screenshot: {path})" if path is not None else ""
 
     async def _report(self, state: ListingState, outcome: ListingOutcome, *, stop: asyncio.Event | None = None) -> None:
         """Tell the job's owner how its listing chain ended: in process, or through ``job_runs`` (the

@@ -25,7 +25,6 @@ from crawlherd.console.users import add_user
 from crawlherd.db import create_engine, upgrade
 from crawlherd.dispatch.embedded import run_embedded
 from crawlherd.fetch.base import FetchLimits
-from crawlherd.fetch.browser import CHROMIUM_ARGS
 from crawlherd.web.server import serve_console
 from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.support.console import CARD_RULES
@@ -83,7 +82,7 @@ async def wait_for_text(page: Any, url: str, selector: str, text: str, *, tries:
     raise AssertionError(f"{text!r} never appeared in {selector} of {url}: {shown} {await page.content()}")
 
 
-async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path) -> None:
+async def test_the_console_end_to_end(tmp_path: Path, shared_chromium: str, shots: Path) -> None:
     url = f"sqlite:///{tmp_path}/config.db"
     await upgrade(url)
     setup = create_engine(url)
@@ -91,7 +90,7 @@ async def test_the_console_end_to_end(tmp_path: Path, chromium: str, shots: Path
     await setup.dispose()
     dialogs: list[str] = []
     async with platform(url) as (base, site), playwright_api.async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=chromium, headless=True, args=list(CHROMIUM_ARGS))
+        browser = await pw.chromium.connect_over_cdp(shared_chromium)  # the test process's (tests/support)
         page = await (
             await browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
         ).new_page()
