@@ -117,6 +117,14 @@ class DispatchService:
             return await self.relayer.run_round(rows, leased_at=leased_at)
         return await self.relayer.run_round()
 
+    async def republish_unstarted(self) -> int:
+        """Put the jobs the broker forgot back to be published (:mod:`crawlherd.dispatch.unstarted`);
+        how many. Nothing when ``republish_after`` is None."""
+        if self.options.republish_after is None:
+            return 0
+        after = timedelta(seconds=self.options.republish_after)
+        return await republish_unstarted(self.engine, self.broker, after=after)
+
     async def run_once(self, stop: asyncio.Event | None = None) -> tuple[TickResult, RelayResult]:
         """Tick until nothing is due and relay until nothing is ready to publish (stopping early when
         ``stop`` is set): one dispatch cycle, for cron, timers and serverless functions. The relay
@@ -161,11 +169,6 @@ class DispatchService:
                     finally:
                         for w in waits:
                             w.cancel()
-
-        async def republish() -> bool:
-            assert self.options.republish_after is not None
-            await republish_unstarted(self.engine, self.broker, after=timedelta(seconds=self.options.republish_after))
-            return False
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -230,8 +233,7 @@ class DispatchService:
             return False
 
         async def republish() -> bool:
-            assert self.options.republish_after is not None
-            await republish_unstarted(self.engine, self.broker, after=timedelta(seconds=self.options.republish_after))
+            await self.republish_unstarted()
             return False
 
         try:

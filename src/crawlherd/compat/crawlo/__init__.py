@@ -9,26 +9,5 @@ stays here.
 
 from __future__ import annotations
 
-from crawlherd.compat.crawlo.frontier import (
-    CrawloConfig,
-    CrawloSettings,
-    FilterConnectionException,
-    LoggedFrontier,
-    QueueConnectionException,
-    QueueFullException,
-    RedisFingerprintFilter,
-    SplitFrontier,
-    open_crawlo_scheduler,
-)
-
-__all__ = [
-    "CrawloConfig",
-    "CrawloSettings",
-    "FilterConnectionException",
-    "LoggedFrontier",
-    "QueueConnectionException",
-    "QueueFullException",
-    "RedisFingerprintFilter",
-    "SplitFrontier",
-    "open_crawlo_scheduler",
-]
+from crawlherd.compat.crawlo.frontier import *  # noqa: F403 - the names of earlier releases, from their module
+from crawlherd.compat.crawlo.frontier import __all__ as __all__
