@@ -12,12 +12,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from crawlherd.console.browse import browse_items, website_names
+from crawlherd.console.users import Role
 from crawlherd.sinks.export import FORMATS, export_items
+from crawlherd.web.auth import needs
 from crawlherd.web.common import PAGE, engine, int_param, next_key, render
 
 __all__ = ["items_export", "items_page", "routes"]
 
 
+@needs(Role.VIEWER)
 async def items_page(request: Request) -> Response:
     p = request.query_params
     rows = await browse_items(
@@ -30,6 +33,7 @@ async def items_page(request: Request) -> Response:
     )
 
 
+@needs(Role.VIEWER)
 async def items_export(request: Request) -> Response:
     fmt = request.query_params.get("format", "jsonl")
     if fmt not in FORMATS:

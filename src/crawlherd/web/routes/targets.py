@@ -17,9 +17,10 @@ from crawlherd.console import editing
 from crawlherd.console.browse import browse_targets, website_names
 from crawlherd.console.explain import explain, lineage
 from crawlherd.console.run_now import run_now
+from crawlherd.console.users import Role
 from crawlherd.dispatch.targets import get_target, preview_target
 from crawlherd.errors import CrawlherdError
-from crawlherd.web.auth import actor, checked_form
+from crawlherd.web.auth import actor, checked_form, needs
 from crawlherd.web.common import (
     PAGE,
     back,
@@ -65,6 +66,7 @@ def _target_values(raw: dict[str, str]) -> dict[str, Any]:
     return values
 
 
+@needs(Role.VIEWER)
 async def targets_page(request: Request) -> Response:
     p = request.query_params
     now, rows = await browse_targets(
@@ -83,6 +85,7 @@ async def targets_page(request: Request) -> Response:
     )
 
 
+@needs(Role.ADMIN)
 async def target_new(request: Request) -> Response:
     return render(
         request, "target_form.html", websites=await website_names(engine(request)), errors={},
@@ -90,6 +93,7 @@ async def target_new(request: Request) -> Response:
     )
 
 
+@needs(Role.ADMIN)
 async def target_create(request: Request) -> Response:
     raw = raw_form(await checked_form(request))
     errors = await form_errors(lambda: editing.save_target(engine(request), _target_values(raw), actor=actor(request)))
@@ -101,6 +105,7 @@ async def target_create(request: Request) -> Response:
     )
 
 
+@needs(Role.VIEWER)
 async def target_page(request: Request) -> Response:
     db, target_id = engine(request), int(request.path_params["target_id"])
     info = await found(get_target(db, target_id))
@@ -114,6 +119,7 @@ async def target_page(request: Request) -> Response:
     )
 
 
+@needs(Role.OPERATOR)
 async def target_run(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     form = await checked_form(request)
@@ -123,6 +129,7 @@ async def target_run(request: Request) -> Response:
     return back(f"/targets/{target_id}", f"{message} (slot {ts(result.slot_at)})")
 
 
+@needs(Role.OPERATOR)
 async def target_active(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     active = (await checked_form(request)).get("active") == "1"
@@ -130,6 +137,7 @@ async def target_active(request: Request) -> Response:
     return back(f"/targets/{target_id}", "enabled" if active else "disabled")
 
 
+@needs(Role.ADMIN)
 async def target_delete(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     await checked_form(request)
@@ -137,6 +145,7 @@ async def target_delete(request: Request) -> Response:
     return back("/targets", f"target {target_id} deleted")
 
 
+@needs(Role.ADMIN)
 async def target_schedule(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     info = await get_target(engine(request), target_id)
