@@ -81,9 +81,15 @@ def _age(seconds: float | None) -> str:
     return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
 
 
+def _rows(text: str, cols: int = 80, least: int = 2) -> int:
+    """How many rows a textarea of ``cols`` columns needs to show ``text`` whole (long lines wrap)."""
+    lines = str(text).split("\n")
+    return max(least, sum(max(1, -(-len(line) // cols)) for line in lines) + 1)
+
+
 def make_templates() -> Jinja2Templates:
     """The console's templates (``templates/``, autoescaped) with its filters: ``ts``, ``age``,
-    ``redact`` (secrets in URLs) and ``tojson_pretty``."""
+    ``redact`` (secrets in URLs), ``rows`` (a textarea's height for its text) and ``tojson_pretty``."""
     env = Environment(
         loader=FileSystemLoader(str(_HERE.joinpath("templates"))),
         autoescape=select_autoescape(default=True, default_for_string=True),
@@ -91,6 +97,7 @@ def make_templates() -> Jinja2Templates:
     env.filters["ts"] = ts
     env.filters["age"] = _age
     env.filters["redact"] = lambda v: redact_url(str(v)) if v is not None else ""
+    env.filters["rows"] = _rows
     env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
     return Jinja2Templates(env=env)
 

@@ -24,6 +24,7 @@ from crawlherd.web.auth import actor, checked_form, needs
 from crawlherd.web.common import (
     PAGE,
     back,
+    choice_param,
     engine,
     form_errors,
     found,
@@ -50,6 +51,10 @@ __all__ = [
 ]
 
 
+#: The targets list's state filter.
+TARGET_STATES = ("active", "disabled", "due")
+
+
 def _target_values(raw: dict[str, str]) -> dict[str, Any]:
     """The target form's fields as the keys of a ``[[targets]]`` entry (validated by the service)."""
     values: dict[str, Any] = {
@@ -69,11 +74,12 @@ def _target_values(raw: dict[str, str]) -> dict[str, Any]:
 @needs(Role.VIEWER)
 async def targets_page(request: Request) -> Response:
     p = request.query_params
+    names = await website_names(engine(request))
     now, rows = await browse_targets(
         engine(request),
         q=p.get("q", ""),
-        website=p.get("website") or None,
-        state=p.get("state") or None,
+        website=choice_param("website", p.get("website"), names),
+        state=choice_param("state", p.get("state"), TARGET_STATES),
         after_id=int_param(p.get("after")),
         limit=PAGE,
     )
@@ -81,7 +87,7 @@ async def targets_page(request: Request) -> Response:
         return json_response([{**asdict(r), "due": r.due_at(now)} for r in rows])
     return render(
         request, "targets.html", rows=rows, now=now, q=p.get("q", ""), website=p.get("website", ""),
-        state=p.get("state", ""), websites=await website_names(engine(request)), next_after=next_key(rows),
+        state=p.get("state", ""), websites=names, next_after=next_key(rows), states=TARGET_STATES,
     )
 
 
