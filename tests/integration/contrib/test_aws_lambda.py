@@ -93,7 +93,7 @@ def test_lambda_handler_runs_one_cycle_within_its_deadline(
 def test_a_relay_round_started_last_still_ends_within_the_deadline(deadline: float) -> None:
     stop_after, round_timeout = cycle_timing(deadline, lease=60.0)
     assert stop_after is not None and round_timeout is not None
-    assert 0 < stop_after and 0 < round_timeout <= 30.0  # at most half the lease (the relay's own bound)
+    assert stop_after > 0 and 0 < round_timeout <= 30.0  # at most half the lease (the relay's own bound)
     assert stop_after + round_timeout <= deadline
     assert cycle_timing(None, lease=60.0) == (None, None)
     assert cycle_timing(-1.0, lease=60.0) == (-1.0, None)  # already late: stop at once
