@@ -23,7 +23,12 @@ A targets-file entry (TOML)::
 
 Secrets are named, never written: ``env:NAME`` (an environment variable of the worker) or
 ``file:NAME`` (a file in the directory ``CRAWLHERD_SECRETS_DIR``, ``/run/secrets`` by default). They
-are read by the worker that logs in, at the moment it does, and go nowhere else.
+are read by the worker that logs in, at the moment it does, and go nowhere else. A proxy's password, a
+header's or a cookie's value can name a secret the same way, in braces --
+``"http://alice:{env:PROXY_PW}@proxy:3128"``, ``{ X-Api-Key = "{file:board_key}" }`` -- read when a
+request is sent (:func:`with_secrets`): the config DB, the job message and the sessions store hold the
+name only. (A password written out in a proxy URL works too; it is then stored with the website, and
+redacted wherever it is shown.)
 """
 
 from __future__ import annotations
@@ -48,12 +53,14 @@ __all__ = [
     "SessionSpec",
     "proxy_label",
     "read_secret",
+    "with_secrets",
 ]
 
 #: The identity of a site fetched without a proxy (a proxy key in the sessions store).
 DIRECT = "direct"
 _PROXY_SCHEMES = ("http", "https", "socks5", "socks5h", "socks4")
 _SECRET_REF = re.compile(r"^(env|file):([A-Za-z0-9_.-]{1,200})$")
+_SECRET_IN_TEXT = re.compile(r"\{((?:env|file):[A-Za-z0-9_.-]{1,200})\}")
 
 
 def _seconds(value: Any) -> Any:
@@ -206,6 +213,13 @@ def read_secret(ref: str) -> str:
         return path.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise ConfigurationError(f"secret {ref}: cannot read {path} ({exc.strerror})") from None
+
+
+def with_secrets(text: str) -> str:
+    """``text`` with each ``{env:NAME}`` / ``{file:NAME}`` replaced by that secret's value."""
+    if "{" not in text:
+        return text
+    return _SECRET_IN_TEXT.sub(lambda m: read_secret(m.group(1)), text)
 
 
 class FetchProfile(BaseModel):
