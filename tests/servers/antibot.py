@@ -101,8 +101,8 @@ class AntiBotBoard:
     def _block(self, request: web.Request) -> web.Response:
         if request.path.startswith("/job/"):
             self._hit(request, "captcha")
-            return web.Response(text="<html><body><h1>Are you human?</h1><div class=captcha>solve me</div></body></html>",
-                                content_type="text/html")
+            captcha = "<html><body><h1>Are you human?</h1><div class=captcha>solve me</div></body></html>"
+            return web.Response(text=captcha, content_type="text/html")
         self._hit(request, "blocked")
         return web.Response(status=403, text="blocked")
 

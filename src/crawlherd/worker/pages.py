@@ -43,8 +43,8 @@ from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.item import Item
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
-from crawlherd.sinks import DETAIL_AT, Sink
 from crawlherd.sessions import open_sessions
+from crawlherd.sinks import DETAIL_AT, Sink
 from crawlherd.sinks.base import UpsertCounts
 from crawlherd.sitespec import SiteSpec
 from crawlherd.worker.grouped import GroupedWrites
