@@ -168,7 +168,40 @@ async def test_the_antibot_board_through_three_proxies(
     # ... and each lapse was logged in again once: a login per session made (one per proxy, and one
     # after each block retired a session) plus one per lapse, not one per request
     assert len(logins) <= len(proxies) + len(board.blocks) + len(expired)
-    _no_credentials(tmp_path, ran.output, logs, proxies)
+    console = await _console_website_page(tmp_path)
+    assert "Tier <b>" in console and 'id="website-proxies"' in console
+    assert "127.0.0.1:" in console and "alice:***@" in console  # each proxy's row, its password hidden
+    assert "retired: blocked: " in console  # the sessions a ban retired
+    metrics_text = exposition().decode()
+    assert 'crawlherd_proxy_fetches_total{outcome="blocked",proxy="' in metrics_text
+    _no_credentials(tmp_path, ran.output + console, logs, proxies)
+
+
+async def _console_website_page(tmp_path: Path) -> str:
+    """The console's page of the website, with a worker's heartbeat reporting the run's sessions (read
+    back from the run's sessions store, beside its frontier)."""
+    import httpx
+
+    from crawlherd.db.heartbeat import Heartbeat
+    from crawlherd.sessions import open_sessions
+    from crawlherd.web.app import create_app
+    from crawlherd.worker.sessions import SessionPool
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'crawlherd.db'}")
+    try:
+        async with open_sessions(f"sqlite:///{tmp_path / 'crawlherd-frontier.db'}") as store:
+            pool = SessionPool(store, send=None)  # type: ignore[arg-type]
+            pool.sites.add("antibot")
+            summary = await pool.summary()
+        assert summary["antibot"]["proxies"]
+        await Heartbeat(engine, kind="worker", name="w1", interval=3600, info={"sessions": summary}).register()
+        transport = httpx.ASGITransport(app=create_app(engine))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            page = await client.get("/websites/1")
+        assert page.status_code == 200, page.text
+        return page.text
+    finally:
+        await engine.dispose()
 
 
 def _no_credentials(tmp_path: Path, output: str, logs: list[str], proxies: list[LoopbackProxy]) -> None:

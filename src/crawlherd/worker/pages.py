@@ -156,7 +156,10 @@ class PagePipeline:
         st = await self.frontier.stats()
         metrics.FRONTIER.labels(state="queued").set(st.queued)
         metrics.FRONTIER.labels(state="in_flight").set(st.in_flight)
-        return {"frontier": st.summary()}  # with each host's politeness state
+        counts: dict[str, Any] = {"frontier": st.summary()}  # with each host's politeness state
+        if self.sessions is not None and self.sessions.sites:
+            counts["sessions"] = await self.sessions.summary()  # the websites' sessions and proxies
+        return counts
 
     # -- the page loop ----------------------------------------------------------------------------
 

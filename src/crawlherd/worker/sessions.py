@@ -35,6 +35,7 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from crawlherd import metrics
@@ -88,11 +89,37 @@ class SessionPool:
         self.store = store
         self._send = send
         self._clock = clock
+        #: The websites this worker fetched under sessions (reported in its heartbeat).
+        self.sites: set[str] = set()
+
+    async def summary(self, *, most: int = 20) -> dict[str, Any]:
+        """What the operator sees of each website's sessions (the console's website page, from the
+        worker's heartbeat): its tier, each proxy's requests, blocks, successes and rest-until (wall
+        clock), the live and retired sessions. Proxies are labels: no credential."""
+        out: dict[str, Any] = {}
+        for name in sorted(self.sites)[:most]:
+            health = await self.store.health(name)
+            sessions = await self.store.sessions(name)
+            out[name] = {
+                "tier": health.tier,
+                "proxies": {
+                    label: {"requests": p.requests, "blocks": p.blocks, "successes": p.successes,
+                            "rest_until": p.rest_until}
+                    for label, p in sorted(health.proxies.items())
+                },
+                "sessions": [
+                    {"id": s.id[:8], "proxy": s.proxy, "uses": s.uses, "errors": s.errors,
+                     "age": self._clock() - s.created, "logged_in": s.login_epoch > 0, "retired": s.retired}
+                    for s in sorted(sessions, key=lambda s: (s.retired is not None, -s.created))[:most]
+                ],
+            }
+        return out
 
     async def fetch(self, site: SiteSpec, request: Request, fetch: FetchFn) -> CrawlResult:
         """``fetch(request)`` under one of ``site``'s sessions; see the module's docstring. Raises
         RetryLater when the page must wait or be fetched again through another session."""
         profile = site.fetch
+        self.sites.add(site.name)
         urls = {proxy_label(p): p for tier in profile.tiers for p in tier}
         session = await self._session(site, urls)
         if profile.login is not None and session.login_epoch == 0:
