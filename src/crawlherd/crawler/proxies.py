@@ -12,6 +12,7 @@ profile: :mod:`crawlherd.fetchprofile`.)
 
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -162,6 +163,8 @@ class RunSession:
 
     def _cookies(self, request: Request) -> list[Cookie]:
         given = self._given
+        if not given and not self._jar:
+            return []
         host = request.host.rsplit(":", 1)[0] if not request.host.startswith("[") else request.host
         if isinstance(given, Mapping):
             base = [Cookie(name=str(k), value=str(v), domain=host, path="/") for k, v in given.items()]
@@ -176,8 +179,10 @@ class RunSession:
         if self._rotation is not None:
             nxt = await self._rotation.get_next_proxy()
             proxy = nxt.url if nxt is not None else proxy
-        meta = SessionMeta(id="run", proxy=proxy, headers=dict(self._headers), cookies=self._cookies(request))
-        return request.replace(meta={**request.meta, SESSION_META: meta})
+        meta = SessionMeta(id="run", proxy=proxy, headers=self._headers, cookies=self._cookies(request))
+        clone = copy.copy(request)  # the same request (URL, fingerprint) with the session: not validated again
+        clone._meta = {**(request._meta or {}), SESSION_META: meta}  # noqa: SLF001
+        return clone
 
     def keep(self, cookies: Iterable[Mapping[str, str]]) -> None:
         """Keep the cookies a site set (sent on the run's next requests to it)."""

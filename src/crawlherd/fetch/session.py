@@ -13,7 +13,7 @@ as a list of the same dicts. Who made the session keeps the returned cookies in 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from http.cookies import CookieError, SimpleCookie
 from typing import Any, TypedDict
 from urllib.parse import urlsplit
@@ -63,8 +63,10 @@ def _domain_matches(host: str, domain: str) -> bool:
     return host == domain or host.endswith("." + domain)
 
 
-def cookie_header(cookies: Iterable[Mapping[str, str]], url: str) -> str | None:
+def cookie_header(cookies: Sequence[Mapping[str, str]], url: str) -> str | None:
     """The ``Cookie`` header for ``url`` from ``cookies`` (domain and path matched), None when none."""
+    if not cookies:
+        return None
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     path = parts.path or "/"
