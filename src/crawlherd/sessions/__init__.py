@@ -2,7 +2,7 @@
 
 ``open_sessions(frontier_url)`` returns the :class:`SessionStore` for the frontier the URL names:
 ``memory://`` (this process), ``sqlite:///path`` (a table of its own in a file beside the frontier's,
-``<path>.sessions``), ``redis://`` / ``rediss://`` (the frontier's Redis, keys under
+``<path>.sessions``), ``redis://`` / ``rediss://`` / ``redis+cluster://`` (the frontier's Redis, keys under
 ``<prefix>:sessions:``).
 """
 
@@ -29,8 +29,9 @@ BACKEND_ALIASES: dict[str, str] = {
     "sqlite": "crawlherd.sessions.sqlite:SQLiteSessions",
     "redis": "crawlherd.sessions.redis:RedisSessions",
     "rediss": "crawlherd.sessions.redis:RedisSessions",
+    "redis+cluster": "crawlherd.sessions.redis:RedisSessions",
 }
-_EXTRAS = {"redis": "redis", "rediss": "redis"}
+_EXTRAS = {"redis": "redis", "rediss": "redis", "redis+cluster": "redis"}
 
 
 def open_sessions(url: str = "memory://", **options: Any) -> SessionStore:

@@ -1,5 +1,6 @@
-"""The Redis sessions store: shared by every worker of a fleet (``redis://host:port/db?prefix=...``, the
-frontier's own URL; its keys live under ``<prefix>:sessions:``).
+"""The Redis sessions store: shared by every worker of a fleet (``redis://host:port/db?prefix=...`` or
+``redis+cluster://``, the frontier's own URL; its keys live under ``<prefix>:sessions:{<prefix>}:``,
+the hash tag keeping them in one slot of a cluster, where each script's keys must be).
 
 Keys: ``…:s:<site>`` (hash: session id -> JSON), ``…:h:<site>`` (hash: the tier, the runs that move it,
 and per proxy label ``r|``/``b|``/``o|`` counts and ``u|`` rest-until), ``…:sites`` (set), ``…:c:<key>``
@@ -16,11 +17,14 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from redis import asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode
+from redis.exceptions import ClusterDownError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawlherd._lua import lua_script
 from crawlherd._redact import redact_url
+from crawlherd._rediscluster import cluster_address
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
 from crawlherd.sessions.base import (
     Outcome,
@@ -42,10 +46,12 @@ class RedisSessions:
     """Sessions and proxy health in Redis. ``RedisSessions(client, prefix="crawlherd")`` or
     :meth:`from_url`; closes only a client it made."""
 
-    def __init__(self, client: aioredis.Redis, *, prefix: str = "crawlherd", owns_client: bool = False,
-                 url: str = "") -> None:
+    def __init__(
+        self, client: aioredis.Redis | aioredis.RedisCluster, *, prefix: str = "crawlherd", owns_client: bool = False,
+        url: str = "",
+    ) -> None:
         self._r = client
-        self._k = f"{prefix}:sessions:"
+        self._k = f"{prefix}:sessions:{{{prefix}}}:"
         self._owns = owns_client
         self._url = url
         self._use = client.register_script(lua_script(_PACKAGE, "use"))
@@ -59,6 +65,15 @@ class RedisSessions:
         client = options.pop("client", None)
         if client is not None:
             return cls(client, prefix=prefix, url=url)
+        if parts.scheme == "redis+cluster":
+            try:
+                address = cluster_address(parts.netloc)
+            except ValueError as exc:
+                raise ConfigurationError(f"bad redis+cluster URL {redact_url(url)!r}: {exc}") from None
+            nodes = [ClusterNode(host, port) for host, port in address.nodes]
+            cluster = aioredis.RedisCluster(startup_nodes=nodes, username=address.username,
+                                            password=address.password, socket_timeout=10.0)
+            return cls(cluster, prefix=prefix, owns_client=True, url=url)
         try:
             client = aioredis.Redis.from_url(
                 urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")),
@@ -80,7 +95,7 @@ class RedisSessions:
     async def _call(self, fn: Callable[[], Awaitable[_T]]) -> _T:
         try:
             return await fn()
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, ClusterDownError, OSError) as exc:
             message = f"the sessions store at {redact_url(self._url)} is unavailable ({exc})"
             raise BackendUnavailableError(message, backend="redis", role="frontier") from exc
 
