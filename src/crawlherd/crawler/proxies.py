@@ -12,7 +12,6 @@ profile: :mod:`crawlherd.fetchprofile`.)
 
 from __future__ import annotations
 
-import copy
 import itertools
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -180,9 +179,7 @@ class RunSession:
             nxt = await self._rotation.get_next_proxy()
             proxy = nxt.url if nxt is not None else proxy
         meta = SessionMeta(id="run", proxy=proxy, headers=self._headers, cookies=self._cookies(request))
-        clone = copy.copy(request)  # the same request (URL, fingerprint) with the session: not validated again
-        clone._meta = {**(request._meta or {}), SESSION_META: meta}  # noqa: SLF001
-        return clone
+        return request.with_meta({**(request._meta or {}), SESSION_META: meta})  # noqa: SLF001
 
     def keep(self, cookies: Iterable[Mapping[str, str]]) -> None:
         """Keep the cookies a site set (sent on the run's next requests to it)."""

@@ -348,10 +348,8 @@ class HttpFetcher:
                 _HOP_HOST.set(host)
             if via is not None:
                 proxy, base, jar, _ = via
-                headers = dict(base)
-                cookie = cookie_header(jar, url)
-                if cookie:
-                    headers["Cookie"] = cookie
+                cookie = cookie_header(jar, url) if jar else None
+                headers = {**base, "Cookie": cookie} if cookie else base
                 if proxy is not None:
                     extra["proxy"] = proxy
             try:

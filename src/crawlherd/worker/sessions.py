@@ -133,7 +133,7 @@ class SessionPool:
         used = await self.store.use(site.name, session.id)
         if used is None:
             raise RetryLater("its session was retired meanwhile")
-        result = await fetch(request.replace(meta={**request.meta, SESSION_META: _meta(used, urls)}))
+        result = await fetch(request.with_meta({**request.meta, SESSION_META: _meta(used, urls)}))
         result.request = request
         outcome, why = verdict_of(profile, result)
         metrics.proxy_fetch(site.name, used.proxy, outcome)
