@@ -18,7 +18,9 @@ The tree::
     │   ├── RobotsDisallowedError   robots.txt forbids the URL
     │   ├── RobotsUnavailableError  robots.txt could not be read (DNS, refused, timeout, 5xx): not fetched for now
     │   ├── RateLimitedError        still 429/503 after max_retries re-fetches
+    │   ├── BlockedError            the site kept answering block pages, through every proxy tier
     │   └── BrowserUnavailableError no Chromium to drive
+    ├── RetryLater                  not an error: a page to fetch again later (through another session)
     ├── MemoryPressureError         memory stayed above threshold past memory_wait_timeout
     ├── PageTooComplexError         an HTML page nested too deep or too large to parse within budget
     ├── ScheduleError               a frequency (interval / cron / time zone) that cannot be used
@@ -42,6 +44,16 @@ from typing import Any
 
 class CrawlherdError(Exception):
     """Root of every error crawlherd raises on purpose."""
+
+
+class RetryLater(CrawlherdError):
+    """Raised by a dispatcher's work for a request (not a failure): put the request back in the frontier,
+    to be leased again after ``delay`` seconds -- a page that met a block page and will be fetched
+    through another session, or that waits for a resting proxy. ``reason`` says why (logs)."""
+
+    def __init__(self, reason: str, *, delay: float = 0.0) -> None:
+        super().__init__(reason)
+        self.delay = max(0.0, delay)
 
 
 class ConfigurationError(CrawlherdError):
@@ -130,6 +142,11 @@ class RobotsUnavailableError(FetchError):
 
 class RateLimitedError(FetchError):
     """The server kept answering with a rate-limit status after every allowed re-fetch."""
+
+
+class BlockedError(FetchError):
+    """The site kept answering block pages (a ban status, a captcha page, a redirect to a block page)
+    through every session and proxy tier its fetch profile allows."""
 
 
 class BrowserUnavailableError(FetchError):

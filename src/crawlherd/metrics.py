@@ -24,6 +24,10 @@ crawlherd_fetch_duration_seconds         histogram one fetch
 crawlherd_items_total                    counter   items stored, by ``change`` (new, updated)
 crawlherd_frontier_requests              gauge     the worker's frontier by ``state`` (queued, in_flight)
 crawlherd_rate_limiter_backoffs_total    counter   rate-limited responses that made a domain back off
+crawlherd_proxy_fetches_total            counter   fetches under a session by ``site``, ``proxy`` (its
+                                                   label: credentials redacted, ``direct``) and
+                                                   ``outcome`` (ok, blocked, lapsed, error)
+crawlherd_logins_total                   counter   login steps by ``site`` and ``outcome`` (ok, failed)
 crawlherd_memory_adaptive_state          enum      the memory-adaptive dispatcher's state
 ======================================== ========= ==================================================
 """
@@ -46,6 +50,7 @@ __all__ = [
     "exposition",
     "job_finished",
     "observe_fetch",
+    "proxy_fetch",
     "serve_metrics",
 ]
 
@@ -112,6 +117,20 @@ def status_class(status: int | None) -> str:
     if status is None or not 100 <= status <= 599:
         return "error"
     return f"{status // 100}xx"
+
+
+PROXY_FETCHES = Counter(
+    "crawlherd_proxy_fetches_total",
+    "Fetches under a session by site, proxy label (credentials redacted) and outcome.",
+    ["site", "proxy", "outcome"],
+    registry=REGISTRY,
+)
+LOGINS = Counter("crawlherd_logins_total", "Login steps by site and outcome.", ["site", "outcome"], registry=REGISTRY)
+
+
+def proxy_fetch(site: str, proxy_label: str, outcome: str) -> None:
+    """Count one fetch under a session (``proxy_label`` is already redacted)."""
+    PROXY_FETCHES.labels(site=site, proxy=proxy_label, outcome=outcome).inc()
 
 
 def observe_fetch(result: CrawlResult) -> None:

@@ -171,6 +171,15 @@ class Request:
         fingerprint, which saves memory per queued request)."""
         return canonicalize(self.url)[0]
 
+    def with_meta(self, meta: dict[str, Any]) -> Request:
+        """The same request (URL, fingerprint and all) carrying ``meta`` (kept as given, not copied): not
+        validated again -- a session's fetch of a leased request makes one per page."""
+        clone = Request.__new__(Request)
+        for name in Request.__slots__:
+            setattr(clone, name, getattr(self, name))
+        clone._meta = meta
+        return clone
+
     def replace(self, **changes: Any) -> Request:
         """A copy with some attributes changed (the URL is validated again if it changes)."""
         kwargs: dict[str, Any] = {

@@ -66,6 +66,8 @@ class CrawlResult(HasBody):
     :class:`~crawlherd.content_type.HasBody`.
 
     What crawl4ai users read most is computed on first access, never during the crawl, and kept:
+    ``cookies``: what the site set, for a request fetched under a session.
+
     ``links`` (absolute http(s) links of the page; ``internal_links``/``external_links`` split them by
     host), ``cleaned_html`` (no scripts, styles, comments, handlers) and ``markdown`` (the main
     content as Markdown; extra ``crawlherd[markdown]``). A page that is not HTML gives empty values.
@@ -91,6 +93,9 @@ class CrawlResult(HasBody):
     screenshot: str | None = None
     request: Request | None = None
     dispatch: DispatchInfo | None = None
+    #: The cookies the site set while answering a request fetched under a session (every redirect hop
+    #: included): ``{"name", "value", "domain", "path"}`` dicts (see :mod:`crawlherd.fetch.session`).
+    cookies: list[dict[str, str]] = field(default_factory=list)
     _cleaned_html: str | None = field(default=None, init=False, repr=False, compare=False)
     _markdown: str | None = field(default=None, init=False, repr=False, compare=False)
 

@@ -23,6 +23,8 @@ Fields (a targets-file entry, TOML)::
     [websites.politeness]             # PolitenessSpec: min_delay, max_concurrency, robots obey|ignore
     [websites.browser]                # BrowserSpec (requires_playwright): wait_for, wait_timeout,
                                       #   failure_screenshots
+    [websites.fetch]                  # FetchProfile: headers, cookies, proxies, ban, session, login
+                                      # (crawlherd.fetchprofile)
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from crawlherd.extract.handlers import Handler, resolve_extractor
 from crawlherd.extract.pagination import IN_PAGE_TYPES, Pagination
 from crawlherd.extract.rules import ExtractionRules
 from crawlherd.fetch.actions import BrowserPagination, PageActions, parse_wait_for
+from crawlherd.fetchprofile import FetchProfile
 
 __all__ = [
     "PLACEHOLDERS",
@@ -201,6 +204,7 @@ class SiteSpec(BaseModel):
     extraction: dict[str, Any] = Field(default_factory=dict)
     politeness: PolitenessSpec = Field(default_factory=PolitenessSpec)
     browser: BrowserSpec = Field(default_factory=BrowserSpec)
+    fetch: FetchProfile = Field(default_factory=FetchProfile)
     revisit_age: float = Field(default=86_400.0, ge=1, description="seconds; a duration string in files")
     metadata: dict[str, Any] = Field(default_factory=dict)
 

@@ -114,8 +114,11 @@ def test_jobs_explain_db_users(db: Path) -> None:
     assert both("db", "current")["up_to_date"] is True
     assert both("db", "upgrade")["up_to_date"] is True
     assert both("db", "prune", "--dry-run")["runs"] == 0
-    assert both("users", "add", "ada", "--password-stdin", stdin="correct horse\n") == {"name": "ada", "saved": True}
-    assert [u["name"] for u in both("users", "list")] == ["ada"]
+    added = both("users", "add", "ada", "--password-stdin", stdin="correct horse\n")
+    assert added == {"name": "ada", "role": "admin", "saved": True}
+    assert [(u["name"], u["role"]) for u in both("users", "list")] == [("ada", "admin")]
+    assert both("users", "role", "ada", "admin") == {"name": "ada", "role": "admin"}
+    assert both("users", "logout", "ada") == {"name": "ada", "ended": 0}
     assert invoke("users", "remove", "ada", "-q").stdout == ""
 
 

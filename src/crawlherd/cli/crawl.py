@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -72,6 +72,14 @@ Exit status: 0 when at least one page was fetched, 1 when nothing could be crawl
 @click.option("--progress/--no-progress", default=None,
               help="Live progress view (default: when the terminal is interactive; otherwise a plain status "
               "line every status_interval seconds).")
+@click.option("--proxy", "proxies", multiple=True, metavar="URL",
+              help="Fetch through this proxy: http://, https:// or socks5://, credentials in the URL "
+              "(user:password@); repeat it to take turns (round robin). Politeness stays per host.")
+@click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'", help="Send this header (repeatable).")
+@click.option("--cookie", "cookies", multiple=True, metavar="NAME=VALUE",
+              help="Send this cookie to the sites (repeatable); cookies the sites set are sent back.")
+@click.option("--user-agent", default=None, metavar="TEXT", help="The User-Agent to send.  [default: setting "
+              "user_agent]")
 @loop_option
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors (and --json's result).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary and statistics as one JSON object on stdout.")
@@ -93,6 +101,10 @@ def crawl(
     with_body: bool,
     frontier: str,
     progress: bool | None,
+    proxies: tuple[str, ...],
+    headers: tuple[str, ...],
+    cookies: tuple[str, ...],
+    user_agent: str | None,
     event_loop: str | None,
     quiet: bool,
     as_json: bool,
@@ -130,7 +142,11 @@ def crawl(
         read_timeout=min(timeout, defaults.read_timeout),
         connect_timeout=min(timeout, defaults.connect_timeout),
     )
-    config = CrawlerRunConfig(check_robots_txt=settings.respect_robots, concurrency=settings.concurrency)
+    try:
+        config = CrawlerRunConfig(check_robots_txt=settings.respect_robots, concurrency=settings.concurrency,
+                                  **_identity(proxies, headers, cookies, user_agent))
+    except CrawlherdError as exc:
+        raise click.BadParameter(str(exc), param_hint="--proxy") from None
     try:
         summary = run_async(
             _crawl(
@@ -171,6 +187,32 @@ def crawl(
     if ok == 0:
         click.echo("nothing could be crawled", err=True)
         sys.exit(1)
+
+
+def _identity(
+    proxies: tuple[str, ...], headers: tuple[str, ...], cookies: tuple[str, ...], user_agent: str | None
+) -> dict[str, Any]:
+    """``--proxy``, ``--header``, ``--cookie`` and ``--user-agent`` as CrawlerRunConfig options."""
+    from crawlherd.crawler.proxies import RoundRobinProxyStrategy
+
+    options: dict[str, Any] = {}
+    if headers:
+        pairs = [h.split(":", 1) for h in headers]
+        if any(len(p) != 2 or not p[0].strip() for p in pairs):
+            raise click.BadParameter("write 'Name: value'", param_hint="--header")
+        options["headers"] = {k.strip(): v.strip() for k, v in pairs}
+    if cookies:
+        kv = [c.split("=", 1) for c in cookies]
+        if any(len(p) != 2 or not p[0].strip() for p in kv):
+            raise click.BadParameter("write name=value", param_hint="--cookie")
+        options["cookies"] = {k.strip(): v.strip() for k, v in kv}
+    if user_agent:
+        options["user_agent"] = user_agent
+    if len(proxies) == 1:
+        options["proxy_config"] = proxies[0]
+    elif proxies:
+        options["proxy_rotation_strategy"] = RoundRobinProxyStrategy(list(proxies))
+    return options
 
 
 @dataclass(frozen=True)

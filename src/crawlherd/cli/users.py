@@ -1,4 +1,7 @@
-"""``crawlherd users``: the console's users (names and argon2 password hashes in the config DB)."""
+"""``crawlherd users``: the console's users (names, argon2 password hashes and roles in the config DB).
+
+The CLI holds the config DB's credentials, which allow everything the console allows and more: it acts
+as an admin, and its changes are audited as ``cli``."""
 
 from __future__ import annotations
 
@@ -8,7 +11,8 @@ import click
 
 from crawlherd.cli._common import Output, database_option, output_options
 from crawlherd.cli._console import on_db
-from crawlherd.console.users import add_user, list_users, remove_user
+from crawlherd.console.sessions import revoke_sessions
+from crawlherd.console.users import Role, add_user, list_users, remove_user, set_role
 
 __all__ = ["users"]
 
@@ -18,22 +22,54 @@ def users() -> None:
     """Console users. With none defined, `crawlherd web` serves 127.0.0.1 only, without login."""
 
 
+_ROLES = click.Choice([r.label for r in Role])
+
+
 @users.command("add")
 @click.argument("name")
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input (first line).")
+@click.option("--role", type=_ROLES, default=None,
+              help="viewer (reads), operator (also runs, pauses, retries), admin (also edits, manages users). "
+                   "Default for a new user: admin for the first one, viewer after; an existing user keeps theirs.")
 @database_option
 @output_options
 @click.pass_context
-def add_cmd(ctx: click.Context, name: str, password_stdin: bool, database_url: str | None, quiet: bool,
-            as_json: bool) -> None:
-    """Add user NAME (or set NAME's new password). The password is read from stdin or prompted for;
-    never give it on the command line."""
+def add_cmd(ctx: click.Context, name: str, password_stdin: bool, role: str | None, database_url: str | None,
+            quiet: bool, as_json: bool) -> None:
+    """Add user NAME (or set NAME's new password, which ends their open console sessions). The password
+    is read from stdin or prompted for; never give it on the command line."""
     if password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = click.prompt("password", hide_input=True, confirmation_prompt=True)
-    on_db(ctx, database_url, lambda engine: add_user(engine, name, password, actor="cli"))
-    Output(quiet=quiet, as_json=as_json).result(f"user {name} saved", {"name": name, "saved": True})
+    wanted = Role.parse(role) if role else None
+    got = on_db(ctx, database_url, lambda engine: add_user(engine, name, password, role=wanted, actor="cli"))
+    Output(quiet=quiet, as_json=as_json).result(
+        f"user {name} saved ({got.label})", {"name": name, "role": got.label, "saved": True}
+    )
+
+
+@users.command("role")
+@click.argument("name")
+@click.argument("role", type=_ROLES)
+@database_option
+@output_options
+@click.pass_context
+def role_cmd(ctx: click.Context, name: str, role: str, database_url: str | None, quiet: bool, as_json: bool) -> None:
+    """Give user NAME the role ROLE (the last admin stays admin)."""
+    on_db(ctx, database_url, lambda engine: set_role(engine, name, Role.parse(role), actor="cli"))
+    Output(quiet=quiet, as_json=as_json).result(f"{name} is now {role}", {"name": name, "role": role})
+
+
+@users.command("logout")
+@click.argument("name")
+@database_option
+@output_options
+@click.pass_context
+def logout_cmd(ctx: click.Context, name: str, database_url: str | None, quiet: bool, as_json: bool) -> None:
+    """End every open console session of user NAME (they must log in again)."""
+    ended = on_db(ctx, database_url, lambda engine: revoke_sessions(engine, name, actor="cli"))
+    Output(quiet=quiet, as_json=as_json).result(f"{ended} session(s) of {name} ended", {"name": name, "ended": ended})
 
 
 @users.command("list")
@@ -41,16 +77,18 @@ def add_cmd(ctx: click.Context, name: str, password_stdin: bool, database_url: s
 @output_options
 @click.pass_context
 def list_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_json: bool) -> None:
-    """Every user with the time of their last login."""
+    """Every user with their role, the time of their last login and their open console sessions."""
     rows = on_db(ctx, database_url, list_users, read_only=True)
     lines = [
-        f"{name:20}  created {created:%Y-%m-%d %H:%M}  "
-        + (f"last login {last:%Y-%m-%d %H:%M}" if last else "never logged in")
-        for name, created, last in rows
+        f"{u.name:20}  {u.role.label:8}  created {u.created_at:%Y-%m-%d %H:%M}  "
+        + (f"last login {u.last_login_at:%Y-%m-%d %H:%M}" if u.last_login_at else "never logged in")
+        + f"  {u.sessions} session(s)"
+        for u in rows
     ]
     Output(quiet=quiet, as_json=as_json).result(
         "\n".join(lines) if rows else "no users: the console is open on 127.0.0.1 only",
-        [{"name": n, "created_at": c, "last_login_at": last} for n, c, last in rows],
+        [{"name": u.name, "role": u.role.label, "created_at": u.created_at, "last_login_at": u.last_login_at,
+          "sessions": u.sessions} for u in rows],
     )
 
 
@@ -60,7 +98,7 @@ def list_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_json:
 @output_options
 @click.pass_context
 def remove_cmd(ctx: click.Context, name: str, database_url: str | None, quiet: bool, as_json: bool) -> None:
-    """Remove user NAME."""
+    """Remove user NAME (their open console sessions end with them)."""
     if not on_db(ctx, database_url, lambda engine: remove_user(engine, name, actor="cli")):
         raise click.ClickException(f"no user named {name!r}")
     Output(quiet=quiet, as_json=as_json).result(f"user {name} removed", {"name": name, "removed": True})

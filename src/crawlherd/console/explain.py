@@ -13,7 +13,10 @@ verdict                      meaning
 ``not_due``                  no slot of the schedule falls before ``T`` (next run at ...)
 ``skipped_by_misfire``       the slot was claimed too late and dropped by the misfire policy
 ``not_claimed``              due, but no dispatcher claimed it (none alive, or not yet)
-``stuck_in_outbox``          claimed, but the broker has not confirmed it (broker failing since ...)
+``in_outbox``                claimed moments ago (under :data:`OUTBOX_PATIENCE`), the relay is alive:
+                             it is being published (no alarm)
+``stuck_in_outbox``          claimed, but the broker has not confirmed it (broker failing since ...,
+                             no relay alive, or waiting longer than :data:`OUTBOX_PATIENCE`)
 ``waiting_for_worker``       published, no worker has taken it yet (no worker alive?)
 ``running``                  a worker is on it now
 ``politeness``               a worker is on it, and its pages wait in the frontier on the website's
@@ -49,7 +52,11 @@ from crawlherd.errors import CrawlherdError
 from crawlherd.frontier.base import HostState
 from crawlherd.url import canonicalize
 
-__all__ = ["VERDICTS", "Explanation", "Lineage", "SlotTrail", "explain", "lineage"]
+__all__ = ["OUTBOX_PATIENCE", "VERDICTS", "Explanation", "Lineage", "SlotTrail", "explain", "lineage"]
+
+#: How long a claimed slot may wait in the outbox, with a relay alive and no publish error, before the
+#: verdict calls it stuck: a slot claimed seconds ago (a "Run now" just clicked) is no alarm.
+OUTBOX_PATIENCE = timedelta(seconds=30)
 
 VERDICTS = (
     "ran",
@@ -57,6 +64,7 @@ VERDICTS = (
     "not_due",
     "skipped_by_misfire",
     "not_claimed",
+    "in_outbox",
     "stuck_in_outbox",
     "waiting_for_worker",
     "running",
@@ -183,11 +191,12 @@ async def _trails(conn: AsyncConnection, rows: list[Any], target_id: int) -> lis
                 A.items_updated, A.error,
             )
             .where(A.target_id == target_id, A.slot_at.in_(slots))
-            .order_by(A.slot_at, A.attempt)
+            .order_by(A.slot_at, A.started_at, A.attempt)
         )
     ).all():
         values = list(a)[1:]
         values[-1] = redact_url(values[-1]) if values[-1] else None
+        values[0] = len(attempts.get(a[0], [])) + 1  # every attempt in order, a dead job's retries included
         attempts.setdefault(a[0], []).append(AttemptInfo(*values))
     out = []
     for r in rows:
@@ -263,7 +272,7 @@ async def explain(engine: AsyncEngine, target_id: int, at: datetime | None = Non
         return Explanation(target_id, when, verdict, summary, slot, expected)
 
     if trail is not None and (expected is None or trail.slot_at >= expected):
-        return _explain_slot(trail, processes, failing_since, answer, _site_hosts(t.website_spec))
+        return _explain_slot(trail, processes, failing_since, answer, _site_hosts(t.website_spec), now)
     if not t.active:
         return answer("inactive", f"target {target_id} is disabled (since {_ts(t.updated_at)}): no slot is dispatched")
     if expected is None or t.created_at > expected + jitter:
@@ -322,7 +331,8 @@ def _politeness_hold(hosts: set[str], worker: ProcessInfo, processes: list[Proce
 
 
 def _explain_slot(
-    s: SlotTrail, processes: list[ProcessInfo], failing_since: datetime | None, answer: _Answer, hosts: set[str]
+    s: SlotTrail, processes: list[ProcessInfo], failing_since: datetime | None, answer: _Answer, hosts: set[str],
+    now: datetime,
 ) -> Explanation:
     """What became of slot ``s``, by the last hand it reached: the outbox, the broker, a worker."""
     head = f"slot {_ts(s.slot_at)}" + (f" (run now by {s.manual_by})" if s.manual_by else "")
@@ -330,7 +340,7 @@ def _explain_slot(
         where = "waits in the outbox for the relay" if s.outbox_status == "pending" else "no worker has taken it yet"
         return answer("requeued", f"{head} was dead and has been sent again; it {where}", s)
     if s.outbox_status == "pending":
-        return _explain_outbox(s, head, processes, failing_since, answer)
+        return _explain_outbox(s, head, processes, failing_since, answer, now)
     if s.run_status is None:
         published = f"published at {_ts(s.published_at)}" + (f" to {s.broker}" if s.broker else "")
         workers = _alive(processes, "worker")
@@ -358,7 +368,8 @@ def _explain_slot(
 
 
 def _explain_outbox(
-    s: SlotTrail, head: str, processes: list[ProcessInfo], failing_since: datetime | None, answer: _Answer
+    s: SlotTrail, head: str, processes: list[ProcessInfo], failing_since: datetime | None, answer: _Answer,
+    now: datetime,
 ) -> Explanation:
     """A slot claimed but not yet confirmed by the broker: the broker failing, or the relay not there."""
     claimed = f"claimed by {s.claimed_by or 'a dispatcher'} at {_ts(s.claimed_at)}"
@@ -371,6 +382,8 @@ def _explain_outbox(
             s,
         )
     relays = _alive(processes, "dispatcher")
+    if relays and now - s.claimed_at < OUTBOX_PATIENCE:
+        return answer("in_outbox", f"{head} was {claimed}; the relay is publishing it", s)
     extra = "" if relays else f"; no dispatcher (relay) is alive{_last_seen(processes, 'dispatcher')}"
     return answer("stuck_in_outbox", f"{head} was {claimed} and waits in the outbox for the relay{extra}", s)
 

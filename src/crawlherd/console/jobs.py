@@ -45,7 +45,8 @@ class JobFilter:
 
 @dataclass(frozen=True, slots=True)
 class AttemptInfo:
-    """One attempt of a job."""
+    """One attempt of a job; ``attempt`` counts every attempt the job had, in order, retries of a dead
+    job included."""
 
     attempt: int
     worker: str
@@ -150,7 +151,7 @@ async def get_job(engine: AsyncEngine, run_id: int) -> JobInfo:
                     A.items_updated, A.error,
                 )
                 .where(A.target_id == info.target_id, A.slot_at == info.slot_at)
-                .order_by(A.attempt)
+                .order_by(A.started_at, A.attempt)
             )
         ).all()
         manual = (
@@ -158,7 +159,9 @@ async def get_job(engine: AsyncEngine, run_id: int) -> JobInfo:
                 select(ManualRun.id).where(ManualRun.target_id == info.target_id, ManualRun.slot_at == info.slot_at)
             )
         ).first() is not None
-    history = [AttemptInfo(*a[:8], redact_url(a[8]) if a[8] else None) for a in attempts]
+    history = [
+        AttemptInfo(n, *a[1:8], redact_url(a[8]) if a[8] else None) for n, a in enumerate(attempts, start=1)
+    ]
     return replace(info, manual=manual, history=history)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,6 +38,12 @@ class CrawlerRunConfig:
       earlier by this crawler is answered from memory), ``refresh`` (always fetch, update the cache),
       ``read_only`` (answered from the cache when there, never added to it).
     - ``concurrency``: requests in flight when no dispatcher is given.
+    - ``user_agent``, ``cookies`` (``{name: value}`` or crawl4ai's list of ``{"name", "value", "domain",
+      "path"}``), ``proxy_config`` (a :class:`~crawlherd.crawler.proxies.ProxyConfig`, a URL such as
+      ``socks5://user:pw@host:1080``, or crawl4ai's dict) and ``proxy_rotation_strategy`` (a
+      :class:`~crawlherd.crawler.proxies.RoundRobinProxyStrategy`): every request of the run goes under
+      one run session with these (:mod:`crawlherd.crawler.proxies`), and the cookies sites set are sent
+      back for the rest of the run. Politeness stays per host, whatever the proxy.
     """
 
     stream: bool = False
@@ -51,6 +57,10 @@ class CrawlerRunConfig:
     concurrency: int = 16
     wait_for: str | None = None
     page_actions: PageActions | None = None
+    user_agent: str | None = None
+    cookies: Mapping[str, str] | Sequence[Mapping[str, str]] | None = None
+    proxy_config: Any = None
+    proxy_rotation_strategy: Any = None
 
     def __post_init__(self) -> None:
         for name in ("connect_timeout", "read_timeout", "total_timeout"):
@@ -65,6 +75,10 @@ class CrawlerRunConfig:
             raise ConfigurationError("CrawlerRunConfig.page_actions must be a crawlherd.fetch.actions.PageActions")
         if self.wait_for is not None:
             PageActions(wait_for=self.wait_for)  # a bad condition is refused here
+        if self.proxy_config is not None or self.proxy_rotation_strategy is not None:
+            from crawlherd.crawler.proxies import RunSession
+
+            RunSession(self)  # a bad proxy or strategy is refused here, not at the first fetch
 
     def clone(self, **changes: Any) -> CrawlerRunConfig:
         """A copy with some options changed."""

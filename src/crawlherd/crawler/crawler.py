@@ -194,11 +194,17 @@ class Crawler:
                     return dataclasses.replace(hit, url=request.url, request=request, dispatch=None)
         except FetchError as exc:
             return failed(request.url, exc, request)
+        session = run.session
         try:
             fetcher = self.fetcher
             if self._renderer is not None and wants_rendering(request):
                 fetcher = await self._renderer.fetcher(self.gate)
-            result = await fetcher.fetch_result(request)
+            if session is None:
+                result = await fetcher.fetch_result(request)
+            else:  # a User-Agent, cookies or proxies for the run (crawler/proxies.py)
+                result = await fetcher.fetch_result(await session.attach(request))
+                session.keep(result.cookies)
+                result.request = request  # the session (a proxy's credentials) stays out of the result
         except FetchError as exc:
             self.gate.answered(request.host)
             return failed(request.url, exc, request)

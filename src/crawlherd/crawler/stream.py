@@ -14,6 +14,7 @@ from crawlherd.clock import Clock
 from crawlherd.crawler.concurrency.base import Dispatcher
 from crawlherd.crawler.concurrency.rate_limiter import RateLimiter
 from crawlherd.crawler.config import CrawlerRunConfig
+from crawlherd.crawler.proxies import RunSession
 from crawlherd.fetch.gate import HostGate
 from crawlherd.fetch.robots import is_robots_request
 from crawlherd.frontier import Frontier
@@ -32,12 +33,14 @@ class CrawlRun:
 
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueue_lock", "enqueued",
                  "frontier", "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier",
-                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts")
+                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session")
 
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
         self.config = config
         self.meta = config.request_meta()
+        #: The run's User-Agent, cookies and proxies, when its config sets any (crawler/proxies.py).
+        self.session = RunSession.of(config)
         self.dups: dict[bytes, list[Request]] = {}
         self.delayed_hosts: set[str] = set()
         #: Hosts whose robots.txt this run queued as work (a crawl obeying robots.txt).

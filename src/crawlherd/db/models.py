@@ -35,10 +35,12 @@ from crawlherd.db.dialect import sql_capabilities
 __all__ = [
     "AuditEntry",
     "Base",
+    "ConsoleSession",
     "DiscardedRun",
     "DispatchOutbox",
     "JobAttempt",
     "JobRun",
+    "LoginThrottle",
     "ManualRun",
     "OutboxTrail",
     "ProcessHeartbeat",
@@ -53,6 +55,7 @@ SCHEDULE_KINDS = ("interval", "cron")
 MISFIRE_POLICIES = ("skip", "latest", "backfill")
 OUTBOX_STATUSES = ("pending", "published", "dead")
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "dead")
+USER_ROLES = ("viewer", "operator", "admin")
 
 # SQLite makes only "INTEGER PRIMARY KEY" an auto-incrementing rowid alias.
 BigID = BigInteger().with_variant(Integer(), "sqlite")
@@ -218,7 +221,8 @@ PROCESS_KINDS = ("dispatcher", "worker", "web")
 
 
 class User(Base):
-    """A console user: a name and an argon2 password hash (never the password)."""
+    """A console user: a name, an argon2 password hash (never the password) and a role (``viewer``,
+    ``operator`` or ``admin``)."""
 
     __tablename__ = "users"
     __table_args__ = (UniqueConstraint("name", name="uq_users_name"),)
@@ -228,6 +232,33 @@ class User(Base):
     password_hash: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime]
     last_login_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    role: Mapped[str] = mapped_column(String(10), server_default="admin")
+
+
+class ConsoleSession(Base):
+    """A console login, kept on the server: the cookie carries a random token, this row its SHA-256
+    (``id``). Deleting the row ends the session at once (logout, password change, removal, an admin)."""
+
+    __tablename__ = "console_sessions"
+    __table_args__ = (Index("ix_console_sessions_user_id", "user_id"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int] = mapped_column(BigID, ForeignKey("users.id", ondelete="CASCADE"))
+    client: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime]
+    last_seen_at: Mapped[datetime]
+
+
+class LoginThrottle(Base):
+    """Failed logins per key (``user:NAME`` or ``client:ADDRESS``): how many in a row, and until when
+    the next login for that key is refused without looking at its password."""
+
+    __tablename__ = "login_throttle"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)
+    last_failure_at: Mapped[datetime]
+    blocked_until: Mapped[datetime]
 
 
 class AuditEntry(Base):

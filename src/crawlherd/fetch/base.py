@@ -8,6 +8,8 @@ Every fetcher also honours a per-host send gate (``send_gate``, :mod:`crawlherd.
 
 Per-request overrides travel in ``Request.meta`` (JSON-safe, so they survive a persistent frontier):
 ``"crawlherd.timeouts": {"connect": s, "read": s, "total": s}`` (read with :meth:`Timeouts.of`) and
+``"crawlherd.session": {...}`` (the session a request is fetched under: its proxy, headers and cookies,
+:mod:`crawlherd.fetch.session`; every fetcher honours it) and
 ``"crawlherd.screenshot": True`` (fetchers whose ``takes_screenshots`` is True, the browser's; the
 Crawler warns when a run asks another for screenshots). ``Request.headers`` are sent on top of the
 fetcher's own.
@@ -113,6 +115,9 @@ class Response(HasBody):
     redirects: tuple[str, ...] = ()
     screenshot: bytes | None = None
     encoding: str = field(default="utf-8")
+    #: The cookies the site set (every redirect hop included) when the request was fetched under a
+    #: session (``meta["crawlherd.session"]``, :mod:`crawlherd.fetch.session`): a list of
+    #: ``{"name", "value", "domain", "path"}`` dicts.
     cookies: list[dict[str, str]] = field(default_factory=list)
 
 
@@ -165,6 +170,9 @@ async def result_of_fetch(fetcher: Fetcher, request: Request) -> CrawlResult:
     """``fetcher.fetch(request)`` as the :class:`~crawlherd.result.CrawlResult` the crawler reports:
     the plain ``fetch_result`` of a fetcher."""
     r = await fetcher.fetch(request)
-    return CrawlResult.fetched(
+    result = CrawlResult.fetched(
         request, r.url, r.status, r.headers, r.body, r.encoding, r.elapsed, r.redirects, r.screenshot
     )
+    if r.cookies:
+        result.cookies = r.cookies
+    return result

@@ -9,7 +9,10 @@ Every fetch keeps to :class:`~crawlherd.fetch.base.FetchLimits`:
 - decompression is done here, not by aiohttp, so the *decompressed* bytes are counted against the same
   limit and a gzip bomb is stopped after ``max_body_size`` bytes of output;
 - redirects are followed by hand, at most ``max_redirects``, and the address guard runs on every hop;
-- the content type of a final non-error response must be in ``allowed_content_types``.
+- the content type of a final non-error response must be in ``allowed_content_types``;
+- a request fetched under a session (``meta["crawlherd.session"]``, :mod:`crawlherd.fetch.session`)
+  goes through its proxy (:mod:`crawlherd.fetch.proxies`) with its headers and cookies, and the cookies
+  the site set come back in the result. Without one, no cookie is kept or sent.
 
 The redirect loop and the limits on the answer are :mod:`crawlherd.fetch.hops`'s, shared by every
 fetcher; this module makes one hop (``_hop_sender``) on aiohttp.
@@ -46,6 +49,8 @@ from crawlherd.fetch.hops import (
     read_body,
     redirect_location,
 )
+from crawlherd.fetch.proxies import PROXY_ERRORS, ProxyRoutes
+from crawlherd.fetch.session import SessionMeta, cookie_header, merge_cookies, parse_set_cookie, session_of
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
@@ -186,6 +191,7 @@ class HttpFetcher:
             self.limits.connect_timeout, self.limits.read_timeout, self.limits.total_timeout
         )
         self._closed = False
+        self._routes: ProxyRoutes | None = None
         # Read-timeout watchdog: fetching task -> [time of last progress, read timeout]. A task that
         # made no progress for its read timeout is cancelled and its fetch raises FetchTimeoutError.
         self._watch: dict[asyncio.Task[Any], list[float]] = {}
@@ -249,6 +255,9 @@ class HttpFetcher:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+        routes, self._routes = self._routes, None
+        if routes is not None:
+            await routes.close()
 
     async def _watch_reads(self) -> None:
         watch = self._watch
@@ -297,7 +306,10 @@ class HttpFetcher:
             raise FetchError("HttpFetcher.fetch must run inside an asyncio task", url=request.url, request=request)
         progress = [time.monotonic(), read_timeout]
         self._watch[task] = progress
+        under = session_of(meta)
         try:
+            if under is not None:
+                return await self._fetch_under(under, session, request, timeout, progress, build)
             hop = await follow(
                 self._hop_sender(session, request, timeout, progress), request, limits,
                 guard=None if limits.allow_private_addresses else self._guard_literal,
@@ -317,25 +329,39 @@ class HttpFetcher:
                 self._stalled.discard(task)
 
     def _hop_sender(
-        self, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout, progress: list[float]
+        self, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout, progress: list[float],
+        via: tuple[str | None, dict[str, str], list[Any], list[Any]] | None = None,
     ) -> SendHop:
         """One hop of ``request``'s fetch: sent without following its redirect, its answer read within
-        the limits (:mod:`crawlherd.fetch.hops`), aiohttp's and the OS's errors translated."""
+        the limits (:mod:`crawlherd.fetch.hops`), aiohttp's and the OS's errors translated. ``via``:
+        a session's (HTTP proxy or None, headers, cookie jar, cookies set -- both updated per hop)."""
         headers = request._headers or None  # noqa: SLF001 - not request.headers, which makes a dict
         gated = self.send_gate is not None
         limits = self.limits
         types = self._types
+        extra: dict[str, Any] = {}
 
         async def hop(url: str, method: str, body: bytes | None, host: str) -> Hop:
+            nonlocal headers
             progress[0] = time.monotonic()
             if gated:
                 _HOP_HOST.set(host)
+            if via is not None:
+                proxy, base, jar, _ = via
+                cookie = cookie_header(jar, url) if jar else None
+                headers = {**base, "Cookie": cookie} if cookie else base
+                if proxy is not None:
+                    extra["proxy"] = proxy
             try:
                 async with session.request(
-                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout
+                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout, **extra
                 ) as resp:
                     status = resp.status
                     raw = resp.headers
+                    if via is not None and "Set-Cookie" in raw:
+                        got = parse_set_cookie(raw.getall("Set-Cookie"), url)
+                        via[2][:] = merge_cookies(via[2], got)
+                        via[3].extend(got)
                     if status in REDIRECT_STATUSES:  # a 200 asks no header
                         location = redirect_location(status, raw.get("Location"))
                         if location is not None:
@@ -346,8 +372,35 @@ class HttpFetcher:
                     return Hop(status, None, url, ResponseHeaders(raw), data, charset)
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 raise _translate(exc, url, request, timeout) from None
+            except PROXY_ERRORS as exc:  # a SOCKS proxy's refusal (bad credentials, no route)
+                raise FetchError(f"{url}: the proxy refused the request ({exc})", url=url, request=request) from None
 
         return hop
+
+    async def _fetch_under(
+        self, under: SessionMeta, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout,
+        progress: list[float], build: Callable[..., _T],
+    ) -> _T:
+        """A fetch under a session: its proxy, headers and cookies; the cookies set come back."""
+        proxy = under.get("proxy") or None
+        routes = self._routes
+        if routes is None:
+            routes = self._routes = ProxyRoutes(self.limits, self._networks, dict(session.headers))
+        guard: Any = None if self.limits.allow_private_addresses else self._guard_literal
+        if proxy is not None:
+            session = routes.session_for(proxy, session, session._request_class)  # noqa: SLF001
+            guard = None if self.limits.allow_private_addresses else (lambda url: routes.check(url, proxy))
+        headers = {**under.get("headers", {}), **(request._headers or {})}  # noqa: SLF001
+        jar = list(under.get("cookies", []))
+        set_cookies: list[Any] = []
+        send = self._hop_sender(
+            session, request, timeout, progress,
+            via=(None if proxy is None or routes.is_socks(proxy) else proxy, headers, jar, set_cookies),
+        )
+        hop = await follow(send, request, self.limits, guard=guard)
+        out = build(request, hop.url, hop.status, hop.headers, hop.body, hop.encoding, hop.elapsed, hop.redirects)
+        out.cookies = set_cookies  # type: ignore[attr-defined]
+        return out
 
     def _guard_literal(self, url: str) -> None:
         """Check an IP-literal host before connecting (names are checked by the resolver)."""

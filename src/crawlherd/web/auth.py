@@ -1,18 +1,25 @@
-"""Who may use the console: login sessions, CSRF tokens, and the loopback-only open mode.
+"""Who may use the console, and for what: server-side sessions, roles, CSRF tokens, and the
+loopback-only open mode.
 
-- Users live in the config DB (``crawlherd users add NAME --password-stdin``), with argon2 hashes.
-- A login starts a session: a signed cookie (``HttpOnly``, ``SameSite=Strict``), signed with a key made
-  at start-up (sessions end when the console restarts; nothing secret is kept on disk).
+- Users live in the config DB (``crawlherd users add NAME --password-stdin``, or the Users page), with
+  argon2 hashes and a role (:class:`crawlherd.console.users.Role`).
+- A login starts a session kept on the server (:mod:`crawlherd.console.sessions`): the cookie
+  (``HttpOnly``, ``SameSite=Strict``, signed) carries a random token that is looked up on every
+  request, so logout, a password change, the user's removal or an admin ends it at once.
+- Every endpoint says the role it needs (:func:`needs`); ``create_app`` refuses an endpoint that does
+  not, so no route is left unguarded by omission.
 - Every form carries the session's CSRF token; a POST without it (or with another) is refused (403).
 - With no user defined, the console is open, and only on a loopback address: :func:`check_bind`
-  refuses any other address until a user exists.
+  refuses any other address until a user exists; the open console acts as an admin.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
 import ipaddress
 import secrets
+from collections.abc import Awaitable, Callable
 
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
@@ -20,14 +27,55 @@ from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoin
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from crawlherd.console.users import count_users
+from crawlherd.console.sessions import SessionPolicy, SessionUser, resolve_session
+from crawlherd.console.users import Role, count_users
 from crawlherd.errors import ConfigurationError
 
-__all__ = ["LOCAL_ACTOR", "LoginRequired", "actor", "check_bind", "checked_form", "csrf_token", "is_loopback"]
+__all__ = [
+    "LOCAL_ACTOR",
+    "OPEN",
+    "Endpoint",
+    "LoginRequired",
+    "actor",
+    "check_bind",
+    "checked_form",
+    "csrf_token",
+    "is_loopback",
+    "needed_role",
+    "needs",
+    "role",
+]
 
 #: The actor recorded in the audit trail when no user is defined (open, loopback-only mode).
 LOCAL_ACTOR = "local"
+#: The role an endpoint open to anyone (logged in or not) "needs": the login page, health, static files.
+OPEN = None
 _OPEN_PATHS = ("/login", "/static/", "/healthz")
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+_ROLE_ATTR = "__crawlherd_role__"
+
+
+def needs(needed: Role | None) -> Callable[[Endpoint], Endpoint]:
+    """Mark (and guard) an endpoint: it answers 403 unless the request's role is at least ``needed``
+    (:data:`OPEN`: anyone, even without a login)."""
+
+    def mark(endpoint: Endpoint) -> Endpoint:
+        @functools.wraps(endpoint)
+        async def guarded(request: Request) -> Response:
+            if needed is not None and role(request) < needed:
+                raise HTTPException(403, f"this needs the {needed.label} role; you are {role(request).label}")
+            return await endpoint(request)
+
+        setattr(guarded, _ROLE_ATTR, needed)
+        return guarded
+
+    return mark
+
+
+def needed_role(endpoint: object) -> tuple[bool, Role | None]:
+    """(whether ``endpoint`` was marked by :func:`needs`, the role it needs)."""
+    return hasattr(endpoint, _ROLE_ATTR), getattr(endpoint, _ROLE_ATTR, None)
 
 
 def csrf_token(request: Request) -> str:
@@ -49,21 +97,40 @@ async def checked_form(request: Request) -> FormData:
     return form
 
 
+def _user(request: Request) -> SessionUser | None:
+    user = getattr(request.state, "user", None)
+    return user if isinstance(user, SessionUser) else None
+
+
 def actor(request: Request) -> str:
     """The logged-in user's name, or :data:`LOCAL_ACTOR` in open mode."""
-    user = request.session.get("user")
-    return user if isinstance(user, str) else LOCAL_ACTOR
+    user = _user(request)
+    return user.name if user is not None else LOCAL_ACTOR
+
+
+def role(request: Request) -> Role:
+    """The request's role: its user's; admin in open mode; viewer (the least) for anyone else."""
+    user = _user(request)
+    if user is not None:
+        return user.role
+    return Role.ADMIN if getattr(request.state, "open_mode", False) else Role.VIEWER
 
 
 class LoginRequired(BaseHTTPMiddleware):
-    """Sends requests without a session to the login page, as soon as one user exists."""
+    """Finds the request's live session (``request.state.user``), and sends requests without one to the
+    login page as soon as one user exists."""
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         path = request.url.path
         request.state.open_mode = False
-        if path.startswith(_OPEN_PATHS):
-            return await call_next(request)
-        if isinstance(request.session.get("user"), str):
+        request.state.user = None
+        policy: SessionPolicy = request.app.state.session_policy
+        token = request.session.get("sid")
+        if isinstance(token, str):
+            request.state.user = await resolve_session(request.app.state.engine, token, policy)
+            if request.state.user is None:  # ended (logout elsewhere, removal, timeout): a new anonymous one
+                request.session.clear()
+        if path.startswith(_OPEN_PATHS) or request.state.user is not None:
             return await call_next(request)
         if await count_users(request.app.state.engine) == 0:
             request.state.open_mode = True

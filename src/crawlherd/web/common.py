@@ -2,10 +2,11 @@
 
 - the application's state, as ``create_app`` left it on ``request.app.state``: :func:`engine` (the config
   DB), the templates (:func:`make_templates`) and the page title;
-- :func:`render` (a template with the session's CSRF token, the user and the title) and :func:`back` (a
-  303 redirect after a form, with a flash message);
+- :func:`render` (a template with the session's CSRF token, the user, their role and the title),
+  :func:`error_page` (a refusal, on a page of the console) and :func:`back` (a 303 redirect after a
+  form, with a flash message);
 - reading forms and query strings: :func:`raw_form`, :func:`int_param`, :func:`time_param`,
-  :func:`duration`; :data:`PAGE` rows a page, and the next page's key (:func:`next_key`);
+  :func:`choice_param`, :func:`duration`; :data:`PAGE` rows a page, and the next page's key (:func:`next_key`);
 - :func:`form_errors` (a form's save, and what it refused, by field), :func:`found` (a 404 when a lookup
   finds nothing) and :func:`json_response`.
 
@@ -29,14 +30,17 @@ from starlette.templating import Jinja2Templates
 
 from crawlherd._redact import redact_url
 from crawlherd.console.editing import FormError
+from crawlherd.console.users import Role
 from crawlherd.errors import CrawlherdError
-from crawlherd.web.auth import actor, csrf_token
+from crawlherd.web.auth import actor, csrf_token, role
 
 __all__ = [
     "PAGE",
     "back",
+    "choice_param",
     "duration",
     "engine",
+    "error_page",
     "form_errors",
     "found",
     "int_param",
@@ -77,9 +81,15 @@ def _age(seconds: float | None) -> str:
     return f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
 
 
+def _rows(text: str, cols: int = 80, least: int = 2) -> int:
+    """How many rows a textarea of ``cols`` columns needs to show ``text`` whole (long lines wrap)."""
+    lines = str(text).split("\n")
+    return max(least, sum(max(1, -(-len(line) // cols)) for line in lines) + 1)
+
+
 def make_templates() -> Jinja2Templates:
     """The console's templates (``templates/``, autoescaped) with its filters: ``ts``, ``age``,
-    ``redact`` (secrets in URLs) and ``tojson_pretty``."""
+    ``redact`` (secrets in URLs), ``rows`` (a textarea's height for its text) and ``tojson_pretty``."""
     env = Environment(
         loader=FileSystemLoader(str(_HERE.joinpath("templates"))),
         autoescape=select_autoescape(default=True, default_for_string=True),
@@ -87,6 +97,7 @@ def make_templates() -> Jinja2Templates:
     env.filters["ts"] = ts
     env.filters["age"] = _age
     env.filters["redact"] = lambda v: redact_url(str(v)) if v is not None else ""
+    env.filters["rows"] = _rows
     env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
     return Jinja2Templates(env=env)
 
@@ -96,15 +107,26 @@ def make_templates() -> Jinja2Templates:
 
 def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     """Template ``name`` with ``context``, the session's CSRF token, the user and the console's title."""
+    open_mode = getattr(request.state, "open_mode", False)
+    may = role(request)
     context.update(
         request=request,
         csrf=csrf_token(request),
         user=actor(request),
-        open_mode=getattr(request.state, "open_mode", False),
+        role=may.label,
+        can_operate=may >= Role.OPERATOR,
+        can_admin=may >= Role.ADMIN,
+        signed_in=open_mode or getattr(request.state, "user", None) is not None,
+        open_mode=open_mode,
         title=request.app.state.title,
     )
     templates: Jinja2Templates = request.app.state.templates
     return templates.TemplateResponse(request, name, context, status_code=status)
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    """A refused request's reason (``message``), with its ``status``, on a page of the console."""
+    return render(request, "error.html", status=status, status_code=status, message=message)
 
 
 def back(url: str, message: str | None = None) -> RedirectResponse:
@@ -171,6 +193,16 @@ def time_param(value: str | None) -> datetime | None:
     except ValueError:
         raise HTTPException(400, f"not a time: {value!r} (use 2026-01-31T07:00 or with +01:00)") from None
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+
+
+def choice_param(name: str, value: str | None, allowed: Sequence[str]) -> str | None:
+    """A query's ``name`` that must be one of ``allowed``; None when empty; 400 naming the allowed ones
+    when it is anything else (an unknown filter is a mistake to say, not to ignore)."""
+    if not value:
+        return None
+    if value not in allowed:
+        raise HTTPException(400, f"unknown {name} {value!r}: use one of {', '.join(allowed)}")
+    return value
 
 
 def duration(value: str) -> str | float:

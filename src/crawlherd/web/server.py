@@ -12,6 +12,7 @@ import uvicorn
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._resilience import OutageLog
+from crawlherd.console.sessions import SessionPolicy
 from crawlherd.console.users import count_users
 from crawlherd.db.heartbeat import Heartbeat
 from crawlherd.web.app import create_app
@@ -49,10 +50,15 @@ class Console:
 
 @contextlib.asynccontextmanager
 async def serve_console(
-    engine: AsyncEngine, *, host: str = "127.0.0.1", port: int = 8080, heartbeat: bool = True
+    engine: AsyncEngine,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    heartbeat: bool = True,
+    session_policy: SessionPolicy | None = None,
 ) -> AsyncIterator[Console]:
     """Serve the console on ``host:port`` (``port`` 0: a free one) until the block exits. Refuses a
-    non-loopback ``host`` while no user is defined."""
+    non-loopback ``host`` while no user is defined. ``session_policy``: see :func:`create_app`."""
     check_bind(host, await count_users(engine))
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     try:
@@ -65,7 +71,8 @@ async def serve_console(
         sock.close()
         raise
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(engine), log_level="warning", access_log=False, lifespan="off")
+    app = create_app(engine, session_policy=session_policy)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = _EmbeddedServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="console")
     url = f"http://{host}:{bound}/"

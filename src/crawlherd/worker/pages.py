@@ -43,6 +43,7 @@ from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.item import Item
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
+from crawlherd.sessions import open_sessions
 from crawlherd.sinks import DETAIL_AT, Sink
 from crawlherd.sinks.base import UpsertCounts
 from crawlherd.sitespec import SiteSpec
@@ -51,6 +52,7 @@ from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, 
 from crawlherd.worker.options import WorkerOptions, WorkerStats
 from crawlherd.worker.runs import RunStore
 from crawlherd.worker.screenshots import keep_screenshot
+from crawlherd.worker.sessions import SessionPool
 
 __all__ = ["PagePipeline", "default_browser"]
 
@@ -100,6 +102,8 @@ class PagePipeline:
         self.chains: dict[str, asyncio.Future[ListingOutcome]] = {}
         self._new_pages = asyncio.Event()
         self._stop: asyncio.Event | None = None  # the page loop's, while it runs
+        #: The websites' sessions and proxy health, in the frontier's store (see worker/sessions.py).
+        self.sessions: SessionPool | None = None
 
     @property
     def opened(self) -> bool:
@@ -108,7 +112,9 @@ class PagePipeline:
     async def open(self) -> None:
         lease = {} if self.options.lease_timeout is None else {"lease_timeout": self.options.lease_timeout}
         self.frontier = await open_scheduler(self.options.frontier_url, **lease).__aenter__()
-        self._http = self._share_gate(await Crawler(limits=self.options.limits).__aenter__())
+        self._http = http = self._share_gate(await Crawler(limits=self.options.limits).__aenter__())
+        store = await open_sessions(self.options.frontier_url).__aenter__()
+        self.sessions = SessionPool(store, send=lambda r: http.fetcher.fetch_result(r))
 
     def _share_gate(self, crawler: Crawler) -> Crawler:
         """A frontier shared by processes (Redis) keeps each host's delay at the moment of sending,
@@ -124,6 +130,9 @@ class PagePipeline:
             if crawler is not None:
                 await crawler.close()
         self._http = self._browser = None
+        if self.sessions is not None:
+            await self.sessions.store.close()
+            self.sessions = None
         if self.frontier is not None:
             await self.frontier.close()
             self.frontier = None
@@ -147,7 +156,10 @@ class PagePipeline:
         st = await self.frontier.stats()
         metrics.FRONTIER.labels(state="queued").set(st.queued)
         metrics.FRONTIER.labels(state="in_flight").set(st.in_flight)
-        return {"frontier": st.summary()}  # with each host's politeness state
+        counts: dict[str, Any] = {"frontier": st.summary()}  # with each host's politeness state
+        if self.sessions is not None and self.sessions.sites:
+            counts["sessions"] = await self.sessions.summary()  # the websites' sessions and proxies
+        return counts
 
     # -- the page loop ----------------------------------------------------------------------------
 
@@ -214,11 +226,19 @@ class PagePipeline:
         detail = DetailPage.of(request)
         crawler = await self._crawler_for(detail is not None and detail.site.requires_playwright)
         site = detail.site if detail is not None else None
-        result = await crawler.arun(request, self._run_config(crawler, site))
+        result = await self._fetch(crawler, request, site)
         metrics.observe_fetch(result)
         if result.success and detail is not None:
             await self._store_detail(result, detail)
         return result
+
+    async def _fetch(self, crawler: Crawler, request: Request, site: SiteSpec | None) -> CrawlResult:
+        """Fetch a page: under one of its website's sessions when its fetch profile asks for them (a block
+        page is then fetched again through another session: RetryLater puts it back in the frontier)."""
+        config = self._run_config(crawler, site)
+        if site is None or not site.fetch.sessions_on or self.sessions is None:
+            return await crawler.arun(request, config)
+        return await self.sessions.fetch(site, request, lambda r: crawler.arun(r, config))
 
     def _run_config(self, crawler: Crawler, site: SiteSpec | None) -> CrawlerRunConfig:
         obey = site is None or site.politeness.robots == "obey"
@@ -256,7 +276,7 @@ class PagePipeline:
         job = state.job
         site = job.site
         crawler = await self._crawler_for(site.requires_playwright)
-        result = await crawler.arun(request, self._run_config(crawler, site))
+        result = await self._fetch(crawler, request, site)
         metrics.observe_fetch(result)
         if not result.success:
             return result  # reported by _page_failed once the dispatcher settled it (a 429 is re-fetched first)
@@ -309,6 +329,8 @@ class PagePipeline:
             return  # its job run has ended
         robots = result.error_type == "RobotsDisallowedError"
         reason = f"listing page {result.url} failed: {result.error_message or result.status_code}{shot}"
+        if result.error_type == "BlockedError":  # the message starts "blocked: ..." and says why
+            reason = f"{result.error_message} (listing page {result.url}){shot}"
         outcome = ListingOutcome(pages=state.page - 1, error=reason, permanent=robots)
         await self._report(state, outcome, stop=self._stop)  # Stopped at shutdown: the loop ends
 

@@ -131,8 +131,8 @@ async def test_the_console_end_to_end(tmp_path: Path, shared_chromium: str, shot
         await page.fill("#target-form input[name=every]", "")
         await page.fill("#target-form input[name=cron]", "0 7 * * 1-5")
         await page.fill("#target-form input[name=timezone]", "Europe/Berlin")
-        await page.wait_for_function(
-            "[...document.querySelectorAll('table.schedule-preview td:nth-child(2)')]"
+        await page.wait_for_function(  # a function, not an expression: the page's CSP forbids eval
+            "() => [...document.querySelectorAll('table.schedule-preview td:nth-child(2)')]"
             ".filter(td => td.textContent.includes(' 07:00:00 ')).length === 10"
         )
         local_times = await page.locator("table.schedule-preview tr td:nth-child(2)").all_inner_texts()

@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from crawlherd.brokers import open_broker
+from crawlherd.contrib import aws_lambda
+from crawlherd.contrib.cycle import cycle_timing
 from crawlherd.db import create_engine, upgrade
 from crawlherd.messages import decode_job
 from tests.support.db import add_targets, add_website, database_now
@@ -74,13 +76,27 @@ def test_lambda_handler_runs_one_cycle_within_its_deadline(
         result = invoke(remaining_ms=60_000)
         assert result == {"targets": 3, "slots": 3, "inserted": 3, "published": 3, "failed": 0,
                           "stopped_early": False}
-        # the next scheduled invocation finds nothing due
+        warm = (aws_lambda._WARM.loop, aws_lambda._WARM.engine, aws_lambda._WARM.broker)
+        assert None not in warm
+        # the next scheduled invocation finds nothing due -- in the same loop, engine and broker client
         again = invoke(remaining_ms=60_000)
         assert (again["targets"], again["published"]) == (0, 0)
+        assert (aws_lambda._WARM.loop, aws_lambda._WARM.engine, aws_lambda._WARM.broker) == warm
 
         assert sorted(asyncio.run(_jobs_on_the_queue(broker_url, 3))) == sorted(ids)
     finally:
+        aws_lambda._WARM.shutdown()
         asyncio.run(delete_queues(sqs_endpoint, unique_name, f"{unique_name}-dead"))
+
+
+@pytest.mark.parametrize("deadline", [0.5, 5.0, 48.0, 290.0, 890.0])
+def test_a_relay_round_started_last_still_ends_within_the_deadline(deadline: float) -> None:
+    stop_after, round_timeout = cycle_timing(deadline, lease=60.0)
+    assert stop_after is not None and round_timeout is not None
+    assert stop_after > 0 and 0 < round_timeout <= 30.0  # at most half the lease (the relay's own bound)
+    assert stop_after + round_timeout <= deadline
+    assert cycle_timing(None, lease=60.0) == (None, None)
+    assert cycle_timing(-1.0, lease=60.0) == (-1.0, None)  # already late: stop at once
 
 
 async def _due_targets(db_url: str, n: int) -> list[int]:

@@ -108,7 +108,7 @@ async def test_celery_beat_and_worker_targets_to_items_once_per_slot(
             extraction={"item_selector": "article", "item_url": "a@href", "fields": {"title": "h2"}})
         now = await database_now(engine)
         ids = await add_targets(engine, website, 2, every=timedelta(seconds=1), anchor=now + timedelta(seconds=1))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT / "src"), str(ROOT)]),
                "CRAWLHERD_DATABASE_URL": db_url, "CRAWLHERD_ALLOW_PRIVATE_ADDRESSES": "true",
                "CRAWLHERD_BROKER_URL": f"celery+amqp://guest:guest@127.0.0.1:5672//?queue={unique_name}",
                "TEST_QUEUE": unique_name}

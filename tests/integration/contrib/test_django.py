@@ -189,7 +189,7 @@ def test_admin_lists_and_edits_targets(project: Any) -> None:
 
 def test_manage_py_crawlherd_dispatch_once_then_crawlherd_worker(project: Any) -> None:
     home, db_url, env = project
-    run_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(home), str(ROOT)])}
+    run_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(home), str(ROOT / "src"), str(ROOT)])}
     ids = asyncio.run(_due_targets(db_url, 3))
     run = subprocess.run([sys.executable, "manage.py", "crawlherd_dispatch", "--once"], cwd=home, env=run_env,
                          capture_output=True, text=True, timeout=120)

@@ -35,11 +35,13 @@ def database_url_of(alias: str = "default") -> str:
         "CRAWLHERD['database_url'] explicitly")
 
 
-def crawlherd_settings() -> Settings:
-    """Defaults < crawlherd.toml < ``CRAWLHERD_*`` environment < ``settings.CRAWLHERD``; the config DB is
-    Django's ``default`` database unless the environment or ``CRAWLHERD`` names one."""
+def crawlherd_settings(**overrides: Any) -> Settings:
+    """Defaults < crawlherd.toml < ``CRAWLHERD_*`` environment < ``settings.CRAWLHERD`` < ``overrides`` (a
+    management command's flags; None values are ignored); the config DB is Django's ``default`` database
+    unless the environment or ``CRAWLHERD`` names one."""
     conf = dict(getattr(django_settings, "CRAWLHERD", {}))
     alias = str(conf.pop("database", "default"))
     if "database_url" not in conf and f"{ENV_PREFIX}DATABASE_URL" not in os.environ:
         conf["database_url"] = database_url_of(alias)
+    conf.update({k: v for k, v in overrides.items() if v is not None})
     return load_settings(**conf)

@@ -4,7 +4,8 @@ one :class:`~crawlherd.result.CrawlResult` per request, in completion order.
 A dispatcher pulls leases from a :class:`~crawlherd.frontier.Frontier`, calls the crawler's
 ``process(request)`` (which never raises for a failed fetch: it returns a failed result) and settles
 each lease: ``ack`` for a success, ``fail`` for a failure, ``retry`` when the URL must be fetched again
-(rate limited, or pulled back under memory pressure) -- so everything goes back *through the
+(rate limited, pulled back under memory pressure, or ``process`` raised
+:class:`~crawlherd.errors.RetryLater`: a page to fetch through another session) -- so everything goes back *through the
 frontier*, and nothing is returned twice or dropped. With a :class:`RateLimiter` attached, a
 rate-limited answer is re-fetched up to ``max_retries`` times (the frontier holds the URL back and
 blocks the host for the back-off); with a :class:`CrawlerMonitor` attached, every step is counted.
@@ -27,7 +28,7 @@ from crawlherd._aio import cancel_and_wait
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.crawler.concurrency.memory_usage import ProcessMemory
 from crawlherd.crawler.concurrency.rate_limiter import parse_retry_after
-from crawlherd.errors import LeaseError
+from crawlherd.errors import LeaseError, RetryLater
 from crawlherd.frontier.base import Frontier, Lease
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult, DispatchInfo
@@ -184,7 +185,13 @@ class BaseDispatcher:
         info = DispatchInfo(next(state.task_ids), clock.now(), 0.0, mem_start)
         if monitor is not None:
             monitor.task_started()
-        result = await self._run_one(state, request)
+        try:
+            result = await self._run_one(state, request)
+        except RetryLater as later:  # not a failure: leased again after its delay
+            await state.frontier.retry(lease, later.delay)
+            if monitor is not None:
+                monitor.task_retried()
+            return None
         status = result.status_code
         if status is not None and status >= 400:
             if await self._error_status(state, lease, result, status):
@@ -214,6 +221,8 @@ class BaseDispatcher:
             if monitor is not None:
                 monitor.in_flight -= 1
                 monitor.queued += 1
+            raise
+        except RetryLater:
             raise
         except Exception as exc:  # noqa: BLE001 - one URL never aborts the batch
             return CrawlResult(

@@ -1,7 +1,8 @@
 """The console's endpoints, one module per resource; each module's ``routes`` lists its URLs, and
 :func:`crawlherd.web.app.create_app` puts them together. An endpoint is a plain ``async def (request)``
 that reaches the config DB, the templates and the title through ``request.app.state``
-(:mod:`crawlherd.web.common`), so a test can import and call it.
+(:mod:`crawlherd.web.common`), so a test can import and call it; each says the role it needs with
+:func:`crawlherd.web.auth.needs` (``create_app`` refuses one that does not).
 
 ========================= ==================================================================
 module                    URLs
@@ -19,5 +20,6 @@ module                    URLs
 :mod:`.items`             ``/items``, ``/items/export``
 :mod:`.frontier`          ``/frontier`` (the workers' hosts, from their heartbeats)
 :mod:`.audit`             ``/audit``
+:mod:`.users`             ``/users`` (+ add, role, password, revoke, remove; admins only)
 ========================= ==================================================================
 """

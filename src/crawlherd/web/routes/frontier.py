@@ -11,8 +11,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from crawlherd.console.overview import overview
+from crawlherd.console.users import Role
 from crawlherd.db.heartbeat import ProcessInfo
 from crawlherd.frontier.base import HostState
+from crawlherd.web.auth import needs
 from crawlherd.web.common import engine, render
 
 __all__ = ["HostRow", "frontier_page", "host_rows", "routes"]
@@ -38,6 +40,7 @@ def host_rows(p: ProcessInfo) -> list[HostRow]:
     return rows
 
 
+@needs(Role.VIEWER)
 async def frontier_page(request: Request) -> Response:
     o = await overview(engine(request))
     workers = [(p, host_rows(p)) for p in o.processes if p.kind == "worker"]

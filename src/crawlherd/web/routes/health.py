@@ -6,9 +6,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from crawlherd.web.auth import OPEN, needs
+
 __all__ = ["healthz", "routes"]
 
 
+@needs(OPEN)
 async def healthz(request: Request) -> Response:
     return PlainTextResponse("ok")
 

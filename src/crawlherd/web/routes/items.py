@@ -12,30 +12,37 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from crawlherd.console.browse import browse_items, website_names
+from crawlherd.console.users import Role
 from crawlherd.sinks.export import FORMATS, export_items
-from crawlherd.web.common import PAGE, engine, int_param, next_key, render
+from crawlherd.web.auth import needs
+from crawlherd.web.common import PAGE, choice_param, engine, int_param, next_key, render
 
 __all__ = ["items_export", "items_page", "routes"]
 
 
+@needs(Role.VIEWER)
 async def items_page(request: Request) -> Response:
     p = request.query_params
+    names = await website_names(engine(request))
     rows = await browse_items(
-        engine(request), website=p.get("website") or None, q=p.get("q", ""), location=p.get("location", ""),
+        engine(request), website=choice_param("website", p.get("website"), names), q=p.get("q", ""),
+        location=p.get("location", ""),
         before_id=int_param(p.get("before")), limit=PAGE,
     )
     return render(
-        request, "items.html", rows=rows, params=dict(p), websites=await website_names(engine(request)),
+        request, "items.html", rows=rows, params=dict(p), websites=names,
         next_before=next_key(rows),
     )
 
 
+@needs(Role.VIEWER)
 async def items_export(request: Request) -> Response:
     fmt = request.query_params.get("format", "jsonl")
     if fmt not in FORMATS:
         raise HTTPException(400, f"format must be one of {', '.join(FORMATS)}")
     out = io.StringIO()
-    await export_items(engine(request), out, fmt=fmt, website=request.query_params.get("website") or None)
+    website = choice_param("website", request.query_params.get("website"), await website_names(engine(request)))
+    await export_items(engine(request), out, fmt=fmt, website=website)
     media = "text/csv" if fmt == "csv" else "application/x-ndjson"
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     return Response(

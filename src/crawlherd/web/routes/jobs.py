@@ -3,26 +3,26 @@
 
 from __future__ import annotations
 
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from crawlherd.console.browse import website_names
 from crawlherd.console.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
-from crawlherd.web.common import PAGE, engine, found, int_param, next_key, render, time_param
+from crawlherd.console.users import Role
+from crawlherd.web.auth import needs
+from crawlherd.web.common import PAGE, choice_param, engine, found, int_param, next_key, render, time_param
 
 __all__ = ["job_page", "jobs_page", "routes"]
 
 
+@needs(Role.VIEWER)
 async def jobs_page(request: Request) -> Response:
     p = request.query_params
-    status = p.get("status") or None
-    if status is not None and status not in JOB_STATUSES:
-        raise HTTPException(400, f"unknown status {status!r}")
+    names = await website_names(engine(request))
     flt = JobFilter(
-        status=status,
-        website=p.get("website") or None,
+        status=choice_param("status", p.get("status"), JOB_STATUSES),
+        website=choice_param("website", p.get("website"), names),
         target_id=int_param(p.get("target")),
         since=time_param(p.get("since")),
         until=time_param(p.get("until")),
@@ -34,10 +34,11 @@ async def jobs_page(request: Request) -> Response:
         return JSONResponse([r.as_dict() for r in rows])
     return render(
         request, "jobs.html", rows=rows, f=flt, statuses=JOB_STATUSES, params=dict(p),
-        websites=await website_names(engine(request)), next_before=next_key(rows),
+        websites=names, next_before=next_key(rows),
     )
 
 
+@needs(Role.VIEWER)
 async def job_page(request: Request) -> Response:
     job = await found(get_job(engine(request), int(request.path_params["run_id"])))
     return render(request, "job.html", job=job)

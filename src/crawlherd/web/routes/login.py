@@ -1,4 +1,6 @@
-"""Logging in and out (``/login``, ``/logout``): a session cookie with the user's name and a fresh CSRF token."""
+"""Logging in and out (``/login``, ``/logout``): a new server-side session (a fresh token and CSRF token)
+at every login, throttled after repeated failures (:mod:`crawlherd.console.sessions`); logout ends it
+on the server, so a copy of the cookie is refused afterwards."""
 
 from __future__ import annotations
 
@@ -8,33 +10,56 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from crawlherd.console.users import authenticate
-from crawlherd.web.auth import checked_form
+from crawlherd.console.sessions import LoginOutcome, close_session, log_in
+from crawlherd.console.users import Role
+from crawlherd.web.auth import OPEN, checked_form, needs
 from crawlherd.web.common import engine, render
 
 __all__ = ["login", "login_page", "logout", "routes"]
 
 
+def _client(request: Request) -> str:
+    # The peer's address, not a forwarded-for header any client could write.
+    return request.client.host if request.client else "unknown"
+
+
+@needs(OPEN)
 async def login_page(request: Request) -> Response:
     return render(request, "login.html", next=request.query_params.get("next", "/"), error=None)
 
 
+@needs(OPEN)
 async def login(request: Request) -> Response:
     form = await checked_form(request)
     name, password = str(form.get("name", "")), str(form.get("password", ""))
     target = str(form.get("next", "/"))
     if not target.startswith("/") or target.startswith("//"):
         target = "/"
-    if not await authenticate(engine(request), name, password):
+    result = await log_in(
+        engine(request), name, password, client=_client(request), policy=request.app.state.session_policy
+    )
+    if result.outcome is LoginOutcome.THROTTLED:
+        error = f"too many failed logins: try again in {result.retry_after} s"
+        response = render(request, "login.html", status=429, next=target, error=error)
+        response.headers["retry-after"] = str(result.retry_after)
+        return response
+    if result.outcome is LoginOutcome.WRONG:
         return render(request, "login.html", status=401, next=target, error="wrong name or password")
+    old = request.session.get("sid")
+    if isinstance(old, str):
+        await close_session(engine(request), old)
     request.session.clear()
-    request.session["user"] = name
+    request.session["sid"] = result.token
     request.session["csrf"] = secrets.token_urlsafe(32)
     return RedirectResponse(target, status_code=303)
 
 
+@needs(Role.VIEWER)
 async def logout(request: Request) -> Response:
     await checked_form(request)
+    token = request.session.get("sid")
+    if isinstance(token, str):
+        await close_session(engine(request), token)
     request.session.clear()
     return RedirectResponse("/login", status_code=303)
 

@@ -13,10 +13,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from crawlherd.console import editing
+from crawlherd.console.users import Role
 from crawlherd.db.engine import db_now
 from crawlherd.dispatch.schedule import make_schedule, upcoming
 from crawlherd.dispatch.targets_file import TargetSpec
 from crawlherd.errors import CrawlherdError
+from crawlherd.web.auth import needs
 from crawlherd.web.common import duration, engine, ts
 
 __all__ = ["routes", "schedule_fields", "schedule_preview"]
@@ -34,6 +36,7 @@ def schedule_fields(form: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
+@needs(Role.VIEWER)
 async def schedule_preview(request: Request) -> Response:
     p = request.query_params
     values: dict[str, Any] = {"website": "preview", "keywords": ["preview"], "timezone": p.get("timezone") or "UTC"}

@@ -8,17 +8,20 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from crawlherd.console import editing
+from crawlherd.console.users import Role
 from crawlherd.errors import CrawlherdError, TargetsFileError
-from crawlherd.web.auth import actor, checked_form
+from crawlherd.web.auth import actor, checked_form, needs
 from crawlherd.web.common import engine, render
 
 __all__ = ["import_page", "import_post", "routes"]
 
 
+@needs(Role.ADMIN)
 async def import_page(request: Request) -> Response:
     return render(request, "import.html", errors=[], text="", result=None)
 
 
+@needs(Role.ADMIN)
 async def import_post(request: Request) -> Response:
     form = await checked_form(request)
     try:

@@ -17,12 +17,14 @@ from crawlherd.console import editing
 from crawlherd.console.browse import browse_targets, website_names
 from crawlherd.console.explain import explain, lineage
 from crawlherd.console.run_now import run_now
+from crawlherd.console.users import Role
 from crawlherd.dispatch.targets import get_target, preview_target
 from crawlherd.errors import CrawlherdError
-from crawlherd.web.auth import actor, checked_form
+from crawlherd.web.auth import actor, checked_form, needs
 from crawlherd.web.common import (
     PAGE,
     back,
+    choice_param,
     engine,
     form_errors,
     found,
@@ -49,6 +51,10 @@ __all__ = [
 ]
 
 
+#: The targets list's state filter.
+TARGET_STATES = ("active", "disabled", "due")
+
+
 def _target_values(raw: dict[str, str]) -> dict[str, Any]:
     """The target form's fields as the keys of a ``[[targets]]`` entry (validated by the service)."""
     values: dict[str, Any] = {
@@ -65,13 +71,15 @@ def _target_values(raw: dict[str, str]) -> dict[str, Any]:
     return values
 
 
+@needs(Role.VIEWER)
 async def targets_page(request: Request) -> Response:
     p = request.query_params
+    names = await website_names(engine(request))
     now, rows = await browse_targets(
         engine(request),
         q=p.get("q", ""),
-        website=p.get("website") or None,
-        state=p.get("state") or None,
+        website=choice_param("website", p.get("website"), names),
+        state=choice_param("state", p.get("state"), TARGET_STATES),
         after_id=int_param(p.get("after")),
         limit=PAGE,
     )
@@ -79,10 +87,11 @@ async def targets_page(request: Request) -> Response:
         return json_response([{**asdict(r), "due": r.due_at(now)} for r in rows])
     return render(
         request, "targets.html", rows=rows, now=now, q=p.get("q", ""), website=p.get("website", ""),
-        state=p.get("state", ""), websites=await website_names(engine(request)), next_after=next_key(rows),
+        state=p.get("state", ""), websites=names, next_after=next_key(rows), states=TARGET_STATES,
     )
 
 
+@needs(Role.ADMIN)
 async def target_new(request: Request) -> Response:
     return render(
         request, "target_form.html", websites=await website_names(engine(request)), errors={},
@@ -90,6 +99,7 @@ async def target_new(request: Request) -> Response:
     )
 
 
+@needs(Role.ADMIN)
 async def target_create(request: Request) -> Response:
     raw = raw_form(await checked_form(request))
     errors = await form_errors(lambda: editing.save_target(engine(request), _target_values(raw), actor=actor(request)))
@@ -101,6 +111,7 @@ async def target_create(request: Request) -> Response:
     )
 
 
+@needs(Role.VIEWER)
 async def target_page(request: Request) -> Response:
     db, target_id = engine(request), int(request.path_params["target_id"])
     info = await found(get_target(db, target_id))
@@ -114,6 +125,7 @@ async def target_page(request: Request) -> Response:
     )
 
 
+@needs(Role.OPERATOR)
 async def target_run(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     form = await checked_form(request)
@@ -123,6 +135,7 @@ async def target_run(request: Request) -> Response:
     return back(f"/targets/{target_id}", f"{message} (slot {ts(result.slot_at)})")
 
 
+@needs(Role.OPERATOR)
 async def target_active(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     active = (await checked_form(request)).get("active") == "1"
@@ -130,6 +143,7 @@ async def target_active(request: Request) -> Response:
     return back(f"/targets/{target_id}", "enabled" if active else "disabled")
 
 
+@needs(Role.ADMIN)
 async def target_delete(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     await checked_form(request)
@@ -137,6 +151,7 @@ async def target_delete(request: Request) -> Response:
     return back("/targets", f"target {target_id} deleted")
 
 
+@needs(Role.ADMIN)
 async def target_schedule(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     info = await get_target(engine(request), target_id)

@@ -13,9 +13,11 @@ from starlette.routing import Route
 from crawlherd._redact import redact_url
 from crawlherd.console import editing
 from crawlherd.console.browse import WebsiteUsage, get_website, list_websites
+from crawlherd.console.site_sessions import site_sessions
+from crawlherd.console.users import Role
 from crawlherd.duration import format_duration
 from crawlherd.sitespec import SiteSpec
-from crawlherd.web.auth import actor, checked_form
+from crawlherd.web.auth import actor, checked_form, needs
 from crawlherd.web.common import back, duration, engine, form_errors, found, raw_form, render
 
 __all__ = [
@@ -58,6 +60,8 @@ def _website_form(site: SiteSpec | None) -> dict[str, str]:
         "robots": pol.robots,
         "revisit_age": format_duration(site.revisit_age),
         "metadata": redact_url(_json_text(site.metadata)),
+        # read-only here (the targets file declares it); shown with the proxies' credentials redacted
+        "fetch": redact_url(_json_text(site.fetch.model_dump(mode="json", exclude_defaults=True))),
     }
 
 
@@ -93,25 +97,30 @@ def _website_values(raw: dict[str, str]) -> dict[str, Any]:
     return values
 
 
-def _form_page(
+async def _form_page(
     request: Request, *, values: dict[str, str], errors: dict[str, str], usage: WebsiteUsage | None = None,
     status: int = 200,
 ) -> Response:
-    return render(request, "website_form.html", status=status, values=values, errors=errors, usage=usage)
+    sessions = await site_sessions(engine(request), values.get("name", "")) if usage is not None else None
+    return render(request, "website_form.html", status=status, values=values, errors=errors, usage=usage,
+                  sessions=sessions)
 
 
 async def _website(request: Request) -> tuple[SiteSpec, WebsiteUsage]:
     return await found(get_website(engine(request), request.path_params["website_id"]))
 
 
+@needs(Role.VIEWER)
 async def websites_page(request: Request) -> Response:
     return render(request, "websites.html", websites=await list_websites(engine(request)))
 
 
+@needs(Role.ADMIN)
 async def website_new(request: Request) -> Response:
-    return _form_page(request, values=_website_form(None), errors={})
+    return await _form_page(request, values=_website_form(None), errors={})
 
 
+@needs(Role.ADMIN)
 async def website_create(request: Request) -> Response:
     raw = raw_form(await checked_form(request))
     db, who = engine(request), actor(request)
@@ -119,14 +128,16 @@ async def website_create(request: Request) -> Response:
     if errors is None:
         return back("/websites", f"website {raw.get('name', '')} saved")
     raw.update(base_url="", search_url_template="")  # a URL may hold a secret: typed again, never echoed
-    return _form_page(request, values=raw, errors=errors, status=400)
+    return await _form_page(request, values=raw, errors=errors, status=400)
 
 
+@needs(Role.VIEWER)
 async def website_page(request: Request) -> Response:
     site, usage = await _website(request)
-    return _form_page(request, values=_website_form(site), errors={}, usage=usage)
+    return await _form_page(request, values=_website_form(site), errors={}, usage=usage)
 
 
+@needs(Role.ADMIN)
 async def website_update(request: Request) -> Response:
     site, usage = await _website(request)
     raw = raw_form(await checked_form(request))
@@ -137,15 +148,17 @@ async def website_update(request: Request) -> Response:
     async def save() -> None:
         values = _website_values({**raw, **dict.fromkeys(kept, "")})
         values.update({k: stored[k] for k in kept})
+        values["fetch"] = stored["fetch"]  # not in the form: kept as the targets file declared it
         await editing.update_website(engine(request), usage.id, values, actor=actor(request))
 
     errors = await form_errors(save)
     if errors is None:
         return back(f"/websites/{usage.id}", "website saved")
-    shown_again = {**raw, **{k: redact_url(raw.get(k, "")) for k in _REDACTED_FIELDS}}
-    return _form_page(request, values=shown_again, errors=errors, usage=usage, status=400)
+    shown_again = {**raw, **{k: redact_url(raw.get(k, "")) for k in _REDACTED_FIELDS}, "fetch": shown["fetch"]}
+    return await _form_page(request, values=shown_again, errors=errors, usage=usage, status=400)
 
 
+@needs(Role.OPERATOR)
 async def website_active(request: Request) -> Response:
     _site, usage = await _website(request)
     active = (await checked_form(request)).get("active") == "1"
@@ -153,6 +166,7 @@ async def website_active(request: Request) -> Response:
     return back(f"/websites/{usage.id}", f"{changed} target(s) {'enabled' if active else 'disabled'}")
 
 
+@needs(Role.ADMIN)
 async def website_delete(request: Request) -> Response:
     _site, usage = await _website(request)
     form = await checked_form(request)
