@@ -75,11 +75,11 @@ async def test_jobs_a_restarted_broker_forgot_are_published_again_and_run_once(
                 stop.set()
                 await running
             await service
+        assert await count(engine, JobRun) == len(KEYWORDS)  # one run per job: none twice
     finally:
         stop.set()
         await asyncio.to_thread(redis.kill)
         await engine.dispose()
-    assert await count(engine, JobRun) == len(KEYWORDS)  # one run per job: none twice
     assert sorted(p.split("q=")[1] for p in board.fetched("/search")) == KEYWORDS  # each fetched once
     said = [r.getMessage() for r in caplog.records if r.name == "crawlherd.dispatch.unstarted"]
     assert len(said) == 1 and said[0].startswith("3 job(s) published more than 2 s ago never started"), said
