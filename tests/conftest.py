@@ -98,6 +98,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     fixture of three redis-servers) run on one worker, which starts it once. Nothing else needs a group:
     every test isolates itself on the shared services (unique names, prefixes, databases, free ports).
 
+    The tests that load RabbitMQ hardest (tens of thousands of publishes with a stall deadline: the
+    three dispatcher processes, the confirms test) share the group ``rabbitmq-heavy``, one after the
+    other: run together, one starved the other's confirms for seconds.
+
     The tests marked ``slow`` (a minute or more of waiting: the broker hang, three dispatcher
     processes, restarts) go first: handed out last, one of them would keep a worker busy after the
     others ran dry, and the suite's time would be its tail."""

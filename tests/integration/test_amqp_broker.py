@@ -123,6 +123,7 @@ async def test_delay_queues_dead_letter_back_into_the_main_queue(amqp_url: str, 
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.xdist_group("rabbitmq-heavy")  # see tests/conftest.py
 async def test_confirms_slower_than_publish_timeout_are_waited_for_while_they_come(amqp_url: str,
                                                                                   unique_name: str) -> None:
     """Thousands of publishes in flight at once: the last confirms come later than ``publish_timeout``

@@ -112,6 +112,7 @@ async def scalar(engine: AsyncEngine, sql: str, **params: object) -> object:
 
 @pytest.mark.postgres
 @pytest.mark.slow
+@pytest.mark.xdist_group("rabbitmq-heavy")  # see tests/conftest.py
 @pytest.mark.parametrize("broker_url", SCALE_BROKERS, indirect=True)
 async def test_three_dispatcher_processes_500_targets_50_slots(pg_database: str, broker_url: str | None) -> None:
     kind = broker_url.split(":", 1)[0] if broker_url else ""
