@@ -95,17 +95,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``--dist loadgroup``): the tests of the private Redis Cluster (a session
-    fixture of three redis-servers) run on one worker, which starts it once. Nothing else needs a group:
-    every test isolates itself on the shared services (unique names, prefixes, databases, free ports).
-
-    The tests that load RabbitMQ hardest (tens of thousands of publishes with a stall deadline: the
-    three dispatcher processes, the confirms test) share the group ``rabbitmq-heavy``, one after the
-    other: run together, one starved the other's confirms for seconds.
-
-    The tests marked ``slow`` (a minute or more of waiting: the broker hang, three dispatcher
-    processes, restarts) go first: handed out last, one of them would keep a worker busy after the
-    others ran dry, and the suite's time would be its tail."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept otherwise
+    fixture of three redis-servers) run on one worker, which starts it once. Every other test isolates
+    itself on the shared services (unique names, prefixes, databases, free ports) -- but the tests that
+    load RabbitMQ hardest (tens of thousands of publishes with a stall deadline: the three dispatcher
+    processes, the confirms test) share the group ``rabbitmq-heavy`` (their own marker), one after the
+    other: run together, one starved the other's confirms for seconds."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = callspec.params.values() if callspec is not None else ()
