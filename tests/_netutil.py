@@ -23,8 +23,11 @@ class TcpProxy:
     connections are refused: the service "went away"); ``up()`` listens again on the same port.
     ``hang()`` keeps every connection open and accepts new ones but forwards nothing, either way (a
     network partition, a broker blocked on a full disk); ``resume()`` forwards again, what was held
-    back included.
+    back included. ``pace(rate)`` forwards what the client sends at ``rate`` bytes a second, in
+    small steps (a slow link: every request reaches the service, late, none after a long silence).
     """
+
+    PACE_STEP = 0.02  # seconds between the paced chunks
 
     def __init__(self, upstream_host: str, upstream_port: int) -> None:
         self.upstream = (upstream_host, upstream_port)
@@ -34,6 +37,11 @@ class TcpProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._flowing = asyncio.Event()
         self._flowing.set()
+        self._pace: float | None = None
+
+    def pace(self, rate: float | None) -> None:
+        """Forward client -> upstream at ``rate`` bytes a second (None: as fast as it comes)."""
+        self._pace = rate
 
     def hang(self) -> None:
         self._flowing.clear()
@@ -70,6 +78,9 @@ class TcpProxy:
         if server is not None:
             await server.wait_closed()
 
+    def _chunk(self) -> int:
+        return 65536 if self._pace is None else max(1, int(self._pace * self.PACE_STEP))
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await self._flowing.wait()
         try:
@@ -78,14 +89,16 @@ class TcpProxy:
             writer.transport.abort()
             return
         self._writers.update((writer, up_writer))
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pipe(src, dst), name="tcp-proxy-pipe")
+        for src, dst, paced in ((reader, up_writer, True), (up_reader, writer, False)):
+            task = asyncio.create_task(self._pipe(src, dst, paced), name="tcp-proxy-pipe")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, paced: bool) -> None:
         try:
-            while data := await src.read(65536):
+            while data := await src.read(self._chunk() if paced else 65536):
+                if paced and self._pace is not None:
+                    await asyncio.sleep(self.PACE_STEP)
                 await self._flowing.wait()
                 dst.write(data)
                 await dst.drain()

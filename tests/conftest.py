@@ -97,9 +97,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``--dist loadgroup``): the tests of the private Redis Cluster (a session
     fixture of three redis-servers) run on one worker, which starts it once. Every other test isolates
     itself on the shared services (unique names, prefixes, databases, free ports) -- but the tests that
-    load RabbitMQ hardest (tens of thousands of publishes with a stall deadline: the three dispatcher
-    processes, the confirms test) share the group ``rabbitmq-heavy`` (their own marker), one after the
-    other: run together, one starved the other's confirms for seconds."""
+    load RabbitMQ hardest (25,000 publishes each with a stall deadline: the three dispatcher processes
+    on each broker) share the group ``rabbitmq-heavy`` (their own marker), one after the other: run
+    together, one starved the other's confirms for seconds."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = callspec.params.values() if callspec is not None else ()

@@ -11,6 +11,7 @@ import pytest
 
 from crawlherd.brokers.amqp import AMQPBroker
 from crawlherd.errors import BrokerError, ConfigurationError, MessageRejectedError
+from tests._netutil import TcpProxy
 from tests.support.real_brokers import delete_queues
 
 pytestmark = pytest.mark.rabbitmq
@@ -123,23 +124,30 @@ async def test_delay_queues_dead_letter_back_into_the_main_queue(amqp_url: str, 
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xdist_group("rabbitmq-heavy")  # see tests/conftest.py
 async def test_confirms_slower_than_publish_timeout_are_waited_for_while_they_come(amqp_url: str,
                                                                                   unique_name: str) -> None:
-    """Thousands of publishes in flight at once: the last confirms come later than ``publish_timeout``
-    after their publish started, but confirms keep coming, so none of them is a failure (a failure
-    would be published again by the relay: a duplicate of a message RabbitMQ kept). ``publish_timeout``
-    is how long RabbitMQ may confirm *nothing* before the publishes in flight fail."""
-    # Enough publishes that their confirms take several times publish_timeout in all (about 9 s here),
-    # with a publish_timeout long enough that a busy machine's pauses of RabbitMQ are not silences.
-    n = 15000
-    url = f"{amqp_url}?queue={unique_name}&publish_timeout=2"
-    async with AMQPBroker.from_url(url) as broker:
-        try:
-            results = await asyncio.gather(
-                *(broker.publish(f"m{i}".encode(), key=f"m{i}") for i in range(n)), return_exceptions=True)
-            failures = [r for r in results if isinstance(r, BaseException)]
-            assert not failures, f"{len(failures)} of {n} failed, first: {failures[0]!r}"
-            assert await broker.pending() == n
-        finally:
-            await delete_queues(broker)
+    """Thousands of publishes in flight at once over a slow link: the last confirms come several times
+    ``publish_timeout`` after their publish started, but confirms keep coming, so none of them is a
+    failure (a failure would be published again by the relay: a duplicate of a message RabbitMQ kept).
+    ``publish_timeout`` is how long RabbitMQ may confirm *nothing* before the publishes in flight fail."""
+    # A test-owned proxy forwards the publishes at 60 kB/s in steps of 20 ms: 2,000 publishes of about
+    # 150 bytes reach RabbitMQ over about 3 s -- confirms come all along, late for the last ones, on a
+    # quiet machine or a busy one (it used to take 15,000 publishes racing the machine's speed).
+    n, publish_timeout = 2000, 1.0
+    async with TcpProxy("127.0.0.1", 5672) as proxy:
+        proxy.pace(60_000)
+        proxied = amqp_url.replace("127.0.0.1:5672", f"127.0.0.1:{proxy.port}")
+        url = f"{proxied}?queue={unique_name}&publish_timeout={publish_timeout:g}"
+        async with AMQPBroker.from_url(url) as broker:
+            try:
+                started = asyncio.get_running_loop().time()
+                results = await asyncio.gather(
+                    *(broker.publish(f"m{i}".encode(), key=f"m{i}") for i in range(n)), return_exceptions=True)
+                took = asyncio.get_running_loop().time() - started
+                failures = [r for r in results if isinstance(r, BaseException)]
+                assert not failures, f"{len(failures)} of {n} failed, first: {failures[0]!r}"
+                assert took > 2 * publish_timeout, f"the link was not slow enough to show anything ({took:.1f}s)"
+                assert await broker.pending() == n
+            finally:
+                proxy.pace(None)
+                await delete_queues(broker)

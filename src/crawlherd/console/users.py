@@ -14,6 +14,7 @@ same transaction.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -45,8 +46,13 @@ __all__ = [
 
 MIN_PASSWORD = 8
 _hasher = PasswordHasher()
-# A hash to verify against when the user does not exist: the answer takes as long either way.
-_DUMMY = _hasher.hash("crawlherd-no-such-user")
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """A hash to verify against when the user does not exist: the answer takes as long either way.
+    Made on first use, not at import (an Argon2 hash costs ~90 ms of CPU in every crawlherd process)."""
+    return _hasher.hash("crawlherd-no-such-user")
 
 
 class Role(enum.IntEnum):
@@ -203,7 +209,7 @@ async def authenticate(engine: AsyncEngine, name: str, password: str) -> bool:
     async with engine.connect() as conn:
         digest = (await conn.execute(select(User.password_hash).where(User.name == name))).scalar_one_or_none()
     try:
-        _hasher.verify(digest or _DUMMY, password)
+        _hasher.verify(digest or _dummy_hash(), password)
     except (VerificationError, InvalidHashError):
         return False
     if digest is None:

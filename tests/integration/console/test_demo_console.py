@@ -87,6 +87,7 @@ def test_plain_demo_prints_the_console_and_exits_by_itself(tmp_path: Path) -> No
     finally:
         _end(proc)
     assert proc.returncode == 0, out
+    assert "ok" in out and "MISMATCH" not in out and "items are in" in out, out  # the report for people
     found = URL.search(out)
     assert found, out
     assert "stays up" not in out
