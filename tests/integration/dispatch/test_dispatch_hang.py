@@ -65,7 +65,7 @@ async def test_a_75_second_broker_hang_loses_no_slot(
             stop = asyncio.Event()
             runner = asyncio.create_task(service.run(interval=0.5, stop=stop))
             try:
-                await asyncio.sleep(10)
+                await asyncio.sleep(6)  # a slot or two published before the hang
                 amqp_proxy.hang()
                 hang_start = await database_now(engine)
                 await asyncio.sleep(HANG)
