@@ -82,6 +82,8 @@ class Renewal:
                 await self.renew()
             except (BackendUnavailableError, FrontierError) as exc:  # the page loop says the outage
                 log.debug("%s: could not renew its leases: %s", self._name, exc)
+            except Exception:  # a bug: say it, and keep renewing what can be (the leases are at stake)
+                log.exception("%s: renewing its leases failed", self._name)
 
     async def close(self) -> None:
         """Stop renewing (the leases still held run out: as for a holder that died)."""
