@@ -352,3 +352,28 @@ async def test_a_live_holder_renews_its_leases_in_the_background_and_a_closed_on
     finally:
         await holder.close()
         await other.close()
+
+
+async def test_renewal_drops_what_was_settled_or_taken_back_and_says_only_the_latter(
+    redis_url: str, unique_name: str, client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    frontier = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=10)
+    other = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=10)
+    try:
+        await frontier.enqueue_requests([Request(f"http://r{i}.test/") for i in range(40)])
+        leases = await frontier.next_requests(40)
+        assert len(leases) == 40
+        with caplog.at_level(logging.WARNING, logger="crawlherd.frontier.redis"):
+            # settles racing renewals: a lease being settled is not renewed, nor taken for lost
+            await asyncio.gather(frontier.renewal.renew(), frontier.ack_many(leases[:20]), frontier.renewal.renew())
+            assert not [r for r in caplog.records if "taken back" in r.getMessage()]
+            assert await frontier.renewal.renew() == 20
+            clock.advance(11)  # the deadline passes: another process takes the other 20 back
+            assert len(await other.next_requests(40)) == 20
+            assert await frontier.renewal.renew() == 0
+        assert frontier.renewal.held == set()
+        assert len([r for r in caplog.records if "20 lease(s) were taken back" in r.getMessage()]) == 1
+    finally:
+        await frontier.close()
+        await other.close()

@@ -14,7 +14,9 @@ its renewal drops the lost tokens.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 
 from crawlherd._aio import cancel_and_wait
 from crawlherd.errors import BackendUnavailableError, FrontierError
@@ -37,15 +39,30 @@ class Renewal:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
-    def hold(self, token: str) -> None:
-        """A lease was handed out: renew it until it is dropped. Starts the background renewal."""
-        self.held.add(token)
+    def hold(self, *tokens: str) -> None:
+        """Leases handed out (or not settled after all): renew them until they are dropped. Starts the
+        background renewal."""
+        self.held.update(tokens)
         if self._task is None and not self._closed:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"{self._name}-renew")
 
     def drop(self, tokens: list[str]) -> None:
-        """These leases were settled (or refused): nothing more to renew."""
+        """These leases are being settled: nothing more to renew. (Dropped *before* the settle is sent: a
+        renewal racing it would find them gone and take them for lost; held again if the settle fails.)"""
         self.held.difference_update(tokens)
+
+    @contextlib.contextmanager
+    def settling(self, token: str) -> Iterator[None]:
+        """A settle of lease ``token`` is out: not renewed meanwhile (see :meth:`drop`), held again when
+        the settle fails to reach Redis (the lease is still this holder's)."""
+        held = token in self.held
+        self.drop([token])
+        try:
+            yield
+        except (BackendUnavailableError, FrontierError):
+            if held:
+                self.hold(token)
+            raise
 
     async def renew(self) -> int:
         """Renew every lease held now: one RENEW per shard. How many were renewed; a lease the frontier
@@ -65,9 +82,9 @@ class Renewal:
             renewed += len(groups[k]) - len(reply)
             lost += [shards.token(shards.all[k], text(t)) for t in reply]
         if lost:
-            log.warning("%s: %d lease(s) were taken back while this process did not renew them (it hung or "
-                        "was cut off for more than liveness=%g s); their settles will be refused",
-                        self._name, len(lost), self.liveness)
+            log.warning("%s: %d lease(s) were taken back: their deadline (lease_timeout) passed, or this process "
+                        "did not renew them in time (it hung or was cut off for more than liveness=%g s); their "
+                        "settles will be refused", self._name, len(lost), self.liveness)
             self.drop(lost)
         for reply in replies:
             if isinstance(reply, BaseException):

@@ -335,9 +335,9 @@ class RedisFrontier(WaitingMixin):
             "redis frontier %s: moved entry %s aside to %s:bad: %s (%r)",
             self.prefix, token.split(":", 1)[0], shard.kp, reason, payload[:200],
         )
-        await self._calls.run(shard, "BURY", token, reason)
+        with self.renewal.settling(self._shards.token(shard, token)):
+            await self._calls.run(shard, "BURY", token, reason)
         self._notify()
-        self.renewal.drop([self._shards.token(shard, token)])
 
     async def _pending_and_wakeup(self) -> tuple[bool, float | None]:
         # the waiters that find nothing to lease look together: one PEEK while it is out
@@ -402,19 +402,21 @@ class RedisFrontier(WaitingMixin):
         await self._init()
         shards = self._shards
         groups = shards.group(lease.token for lease in leases)
+        self.renewal.drop([lease.token for lease in leases])  # being settled: not renewed (see Renewal.drop)
         replies = await self._calls.fan([(shards.all[k], "ACK", (mode, *tokens)) for k, tokens in groups.items()])
         self._notify()
-        self.renewal.drop([shards.token(shards.all[k], t) for k, r in zip(groups, replies, strict=True)
-                           if not isinstance(r, BaseException) for t in groups[k]])
+        for k, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, BaseException):  # not settled (an outage): still held, renewed again
+                self.renewal.hold(*(shards.token(shards.all[k], t) for t in groups[k]))
         raise_first(replies)
         return {shards.token(shards.all[k], text(t)) for k, reply in zip(groups, replies, strict=True) for t in reply}
 
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
         await self._init()
         shard, inner = self._shards.split(lease.token)
-        ok = await self._calls.run(shard, "RETRY", inner, repr(float(max(0.0, delay))), lease.attempt)
+        with self.renewal.settling(lease.token):
+            ok = await self._calls.run(shard, "RETRY", inner, repr(float(max(0.0, delay))), lease.attempt)
         self._notify()
-        self.renewal.drop([lease.token])
         if not ok:
             raise LeaseError(f"lease {lease.token} for {lease.request.url} is unknown, expired or settled")
 
