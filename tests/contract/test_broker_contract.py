@@ -499,8 +499,6 @@ async def test_a_stale_holders_settle_is_refused_and_changes_nothing(harness: Ha
     """A consumer that hung past its lease lost the delivery to another one: when it resumes, its settle
     is refused -- it neither removes nor requeues nor dead-letters what the new holder works on -- and
     the new holder's claim stands (fencing: the settle checks who holds the delivery now)."""
-    if harness.kind.startswith("sqs"):
-        pytest.skip("SQS fences by receipt handle on AWS; the test server keeps none")
     publisher = await harness.open()
     for key in ("a", "r", "d"):
         await publisher.publish(key.encode(), key=key)
