@@ -358,7 +358,10 @@ class Worker:
         self.stats.skipped += 1
         log.warning("worker %s: job %s was taken over or finished by another worker while this one was stalled; "
                     "its run is left as it is", self.name, job.idempotency_key)
-        await self._settle(lambda: self.broker.ack(delivery))
+        try:
+            await self.retrier.call(lambda: self.broker.ack(delivery), role="broker")
+        except BrokerError as exc:  # expected: the other worker holds the delivery now
+            log.debug("worker %s: %s", self.name, exc)
 
     async def _crawl(self, job: JobMessage) -> ListingOutcome:
         """Queue the job's first listing page and wait for the end of its chain: reported in process
