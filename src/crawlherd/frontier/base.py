@@ -59,7 +59,8 @@ FullPolicy = Literal["block", "raise"]
 class Lease(NamedTuple):
     """A request handed out by the frontier, held until it is acked, retried or failed.
 
-    ``token`` identifies the lease to the backend; ``expires_at`` is on the frontier's clock.
+    ``token`` identifies the lease to the backend; ``expires_at`` is its deadline (``lease_timeout``), on
+    the frontier's clock (a shared frontier ends it sooner when its holder stops renewing it).
     (A NamedTuple: one is built per hand-out, and it is the cheapest immutable record to build.)
     """
 
