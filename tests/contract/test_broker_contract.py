@@ -495,6 +495,43 @@ async def test_touch_after_the_claim_was_lost_raises(harness: Harness) -> None:
     assert await survivor.pending() == 0
 
 
+async def test_a_stale_holders_settle_is_refused_and_changes_nothing(harness: Harness) -> None:
+    """A consumer that hung past its lease lost the delivery to another one: when it resumes, its settle
+    is refused -- it neither removes nor requeues nor dead-letters what the new holder works on -- and
+    the new holder's claim stands (fencing: the settle checks who holds the delivery now)."""
+    publisher = await harness.open()
+    for key in ("a", "r", "d"):
+        await publisher.publish(key.encode(), key=key)
+    doomed = await harness.open_doomed()
+    it = doomed.consume(prefetch=3)
+    stale = {d.key: d for d in [await take(it), await take(it), await take(it)]}
+    await harness.crash(doomed)
+    await harness.expire_leases()
+    survivor = await harness.open()
+    it2 = survivor.consume(prefetch=3)
+    taken = {d.key: d for d in [await take(it2), await take(it2), await take(it2)]}
+    assert sorted(taken) == ["a", "d", "r"]
+    with pytest.raises((BrokerError, BackendUnavailableError)):
+        await doomed.ack(stale["a"])
+    with pytest.raises((BrokerError, BackendUnavailableError)):
+        await doomed.retry(stale["r"], delay=0.0, body=b"again")
+    with pytest.raises((BrokerError, BackendUnavailableError)):
+        await doomed.dead_letter(stale["d"], "resumed")
+    for d in taken.values():
+        await survivor.touch(d)  # still the survivor's
+        await survivor.ack(d)
+    assert await survivor.pending() == 0
+    assert await survivor.dead_letters() == []
+
+
+async def test_default_lease_bounds_a_dead_consumers_claim_to_the_liveness_bound(harness: Harness) -> None:
+    """With every option at its default, an unsettled delivery of a consumer that died comes back within
+    about 15 s (a live worker extends its claim every third of the lease): not after a bound sized for
+    the longest job. RabbitMQ holds it for the channel's life; the SQS broker extends what it holds."""
+    async with open_broker(harness.url) as broker:
+        assert broker.lease is None or broker.lease <= 15.0
+
+
 # -- prefetch ----------------------------------------------------------------------------------------
 
 

@@ -325,3 +325,55 @@ async def test_sends_asked_at_once_share_a_round_trip_and_are_judged_one_after_t
         assert frontier._sends.calls == 8 and frontier._sends.batches < 8  # shared round trips
     finally:
         await frontier.close()
+
+
+async def test_a_live_holder_renews_its_leases_in_the_background_and_a_closed_one_stops(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    """On the system clock, ``liveness=0.6``: the holder's background renewal (every 0.2 s) keeps its
+    lease for several times the bound; once it stops (closed without settling: a process that died),
+    another process leases the request after about the bound."""
+    from crawlherd.clock import SystemClock
+
+    holder = await open_redis(redis_url, unique_name, clock=SystemClock(), liveness=0.6, lease_timeout=60)
+    other = await open_redis(redis_url, unique_name, clock=SystemClock(), liveness=0.6, lease_timeout=60)
+    try:
+        await holder.enqueue_request(Request("http://renewed.test/1"))
+        lease = await holder.next_request()
+        assert lease is not None
+        for _ in range(10):  # 2 s, 3.3 bounds
+            await asyncio.sleep(0.2)
+            assert await other.next_request() is None
+        await holder.close()
+        again = await other.wait_next(timeout=5.0)
+        assert again is not None and again.request.url == "http://renewed.test/1"
+        assert (await other.stats()).expired_leases == 1
+        await other.ack(again)
+    finally:
+        await holder.close()
+        await other.close()
+
+
+async def test_renewal_drops_what_was_settled_or_taken_back_and_says_only_the_latter(
+    redis_url: str, unique_name: str, client: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    frontier = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=10)
+    other = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=10)
+    try:
+        await frontier.enqueue_requests([Request(f"http://r{i}.test/") for i in range(40)])
+        leases = await frontier.next_requests(40)
+        assert len(leases) == 40
+        with caplog.at_level(logging.WARNING, logger="crawlherd.frontier.redis"):
+            # settles racing renewals: a lease being settled is not renewed, nor taken for lost
+            await asyncio.gather(frontier.renewal.renew(), frontier.ack_many(leases[:20]), frontier.renewal.renew())
+            assert not [r for r in caplog.records if "taken back" in r.getMessage()]
+            assert await frontier.renewal.renew() == 20
+            clock.advance(11)  # the deadline passes: another process takes the other 20 back
+            assert len(await other.next_requests(40)) == 20
+            assert await frontier.renewal.renew() == 0
+        assert frontier.renewal.held == set()
+        assert len([r for r in caplog.records if "20 lease(s) were taken back" in r.getMessage()]) == 1
+    finally:
+        await frontier.close()
+        await other.close()

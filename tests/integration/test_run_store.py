@@ -15,6 +15,7 @@ from crawlherd.db.models import JobAttempt
 from crawlherd.errors import PermanentJobError
 from crawlherd.messages import JobMessage, idempotency_key
 from crawlherd.sitespec import SiteSpec
+from crawlherd.worker.jobcrawl import ListingOutcome
 from crawlherd.worker.runs import RunStore
 from tests.support.db import add_targets, add_website
 
@@ -62,5 +63,55 @@ async def test_start_skips_a_finished_run_and_restarts_any_other(db_url: str) ->
         assert [tuple(a) for a in attempts] == [(1, "w1", "failed"), (2, "w2", "succeeded")]
         with pytest.raises(PermanentJobError, match="no longer exists"):
             await runs.start(_job(10_000, slot), worker="w1")
+    finally:
+        await engine.dispose()
+
+
+async def test_finish_changes_only_a_run_the_caller_still_owns(db_url: str) -> None:
+    """Fencing: w1 started the run and hung; its job was delivered again and w2 started the same attempt
+    (taking the run over). w1, resumed, can record nothing over it -- neither while w2 runs it nor
+    after w2 finished -- and its poll for the run's outcome says the run was taken over."""
+    engine = create_engine(db_url)
+    try:
+        await upgrade(engine)
+        website = await add_website(engine)
+        (target,) = await add_targets(engine, website, 1, every=timedelta(hours=1))
+        slot = datetime(2026, 1, 1, tzinfo=UTC)
+        hung, taker = RunStore(engine), RunStore(engine)
+        assert await hung.start(_job(target, slot), worker="w1") is None
+        assert await hung.reported(_job(target, slot), worker="w1") is None  # running, its own
+        assert await taker.start(_job(target, slot), worker="w2") is None  # the same attempt, delivered again
+        lost = await hung.reported(_job(target, slot), worker="w1")
+        assert lost is not None and lost.error == "the run was taken over by worker w2"
+        assert not await hung.finish(_job(target, slot), status="failed", error="read timeout")
+        assert await taker.finish(_job(target, slot), status="succeeded", pages=5, items_new=50)
+        assert not await hung.finish(_job(target, slot), status="failed", error="read timeout")
+        assert not await RunStore(engine).finish(_job(target, slot), status="dead")  # started none
+        async with engine.connect() as conn:
+            run = (await conn.execute(select(JobRun.status, JobRun.worker, JobRun.pages, JobRun.error).where(
+                JobRun.target_id == target, JobRun.slot_at == slot))).one()
+            attempt = (await conn.execute(select(JobAttempt.worker, JobAttempt.status).where(
+                JobAttempt.target_id == target, JobAttempt.slot_at == slot))).one()
+        assert tuple(run) == ("succeeded", "w2", 5, None)
+        assert tuple(attempt) == ("w2", "succeeded")
+    finally:
+        await engine.dispose()
+
+
+async def test_finish_never_rewrites_a_finished_run_with_another_outcome(db_url: str) -> None:
+    """Another worker read the last listing page of w1's run and reported it succeeded; w1, resumed,
+    fails its own (stale) copy of the page: the run stays succeeded."""
+    engine = create_engine(db_url)
+    try:
+        await upgrade(engine)
+        website = await add_website(engine)
+        (target,) = await add_targets(engine, website, 1, every=timedelta(hours=1))
+        slot = datetime(2026, 1, 1, tzinfo=UTC)
+        runs = RunStore(engine)
+        assert await runs.start(_job(target, slot), worker="w1") is None
+        await RunStore(engine).report(_job(target, slot), worker="w1", outcome=ListingOutcome(pages=2))
+        assert not await runs.finish(_job(target, slot), status="failed", error="HTTP 404")
+        assert await runs.status(_job(target, slot)) == "succeeded"
+        assert await runs.start(_job(target, slot, attempt=1), worker="w1") == "succeeded"
     finally:
         await engine.dispose()

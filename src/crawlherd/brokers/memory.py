@@ -52,7 +52,7 @@ class MemoryBrokerOptions(_common.BrokerOptions):
     backend = "memory"
 
     clock: Clock = field(default_factory=SystemClock)
-    visibility_timeout: Seconds = 60.0
+    visibility_timeout: Seconds = 15.0
     record: bool = False
 
 

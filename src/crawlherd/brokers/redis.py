@@ -83,7 +83,7 @@ _Client = aioredis.Redis | RedisCluster
 _SCRIPTS: dict[str, tuple[str, ...]] = {
     "delay": ("now_ms", "delay"),
     "promote": ("now_ms", "promote"),
-    "ack": ("ack",),
+    "ack": ("take", "ack"),
     "requeue": ("take", "requeue"),
     "retry": ("now_ms", "take", "retry"),
     "dead": ("now_ms", "take", "dead"),
@@ -135,8 +135,9 @@ class RedisBrokerOptions(BrokerOptions):
     in braces, the hash tag of all the queue's keys, and refuses braces of one's own); the consumer
     ``group``; this broker object's ``consumer`` name (default: unique per broker object);
     ``claim_idle`` seconds an entry may stay unsettled before another consumer claims it (a worker
-    extends it while it works on a message, see ``touch``); ``claim_interval`` how often to look for
-    such entries (0: ``claim_idle / 2``); ``block`` the longest ``XREADGROUP`` wait;
+    extends it every third of that while it works on a message, see ``touch``); ``claim_interval`` how
+    often to look for such entries (0: ``claim_idle / 3``: a dead consumer's entries come back within
+    ``4/3 claim_idle``); ``block`` the longest ``XREADGROUP`` wait;
     ``connect_timeout``; ``socket_timeout`` (longer than ``block``). A message delivered
     ``max_deliveries`` times without being settled -- claimed from dead consumers, or nacked back -- is
     dead-lettered."""
@@ -148,7 +149,7 @@ class RedisBrokerOptions(BrokerOptions):
     stream: str | None = None
     group: NonEmpty = "crawlherd"
     consumer: str | None = None
-    claim_idle: Seconds = 60.0
+    claim_idle: Seconds = 15.0
     claim_interval: Delay = 0.0
     block: Seconds = 1.0
     connect_timeout: Seconds = 5.0
@@ -330,7 +331,7 @@ class RedisBroker(BrokerBase):
 
     async def _fetch(self, state: _ConsumeState, n: int) -> Sequence[Delivery]:
         opts = self.options
-        claim_interval = opts.claim_interval or opts.claim_idle / 2
+        claim_interval = opts.claim_interval or opts.claim_idle / 3
         now = time.monotonic()
         if now >= state.next_claim:
             state.next_claim = now + claim_interval
@@ -381,8 +382,9 @@ class RedisBroker(BrokerBase):
                 info: Any = await self._call(self._pending_entry(d.delivery_id))
                 earlier += max(0, int(info[0]["times_delivered"]) - 1) if info else 0
             if earlier >= limit:
-                await self._script("dead", [self.stream, self.dead_stream],
-                                   [self.group, d.delivery_id, f"delivered {earlier} times without being settled"])
+                why = f"delivered {earlier} times without being settled"
+                args = [self.group, d.delivery_id, self.consumer, why]
+                await self._script("dead", [self.stream, self.dead_stream], args)
             else:
                 keep.append(d)
         return keep
@@ -394,7 +396,7 @@ class RedisBroker(BrokerBase):
     async def _settle(self, delivery: Delivery, name: str, keys: list[str], args: list[Any]) -> None:
         await self._settle_with(
             delivery,
-            lambda: self._script(name, keys, [self.group, delivery.delivery_id, *args]),
+            lambda: self._script(name, keys, [self.group, delivery.delivery_id, self.consumer, *args]),
             f"entry {delivery.delivery_id} (key {delivery.key!r}) was settled already (by this consumer, or "
             f"by another one that claimed it after claim_idle={self.options.claim_idle} s)",
         )
@@ -429,7 +431,7 @@ class RedisBroker(BrokerBase):
 
     async def _release(self, deliveries: Sequence[Delivery]) -> None:
         for d in deliveries:
-            await self._script("requeue", [self.stream], [self.group, d.delivery_id])
+            await self._script("requeue", [self.stream], [self.group, d.delivery_id, self.consumer])
 
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         entries: Any = await self._call(lambda c: c.xrange(self.dead_stream, "-", "+", count=limit))

@@ -88,7 +88,7 @@ class SQLiteBrokerOptions(BrokerOptions):
 
     clock: Clock = field(default_factory=SystemClock)
     queue: NonEmpty = "jobs"
-    visibility_timeout: Seconds = 60.0
+    visibility_timeout: Seconds = 15.0
     poll_interval: Seconds = 0.2
     busy_timeout: Delay = 5.0
 

@@ -15,7 +15,10 @@ Semantics every backend keeps:
   is not ready is never handed out; another host's request is, or None.
 - **Leases**: a handed-out request is *leased*, not gone. ``ack`` settles it; ``retry`` puts it back with
   a not-before time; ``fail`` drops it as dead (counted). A lease not settled within ``lease_timeout``
-  expires and its request returns to the queue.
+  expires and its request returns to the queue -- sooner when its holder is gone: a frontier shared by
+  processes (``redis://``) also ends a lease ``liveness`` seconds after its holder stopped renewing it,
+  ``sqlite://`` gives a dead process's leases back when the file is next opened. Settling a lease that
+  expired (or was settled) raises :class:`~crawlherd.errors.LeaseError` and changes nothing.
 - **Robots first**: ``enqueue_robots(request)`` queues a host's robots.txt request as the host's first
   work (once per host and frontier). While it is queued or leased the host is *robots-pending*: that
   request is handed out before any other of its host, whatever their priorities, and its hand-out counts
@@ -56,7 +59,8 @@ FullPolicy = Literal["block", "raise"]
 class Lease(NamedTuple):
     """A request handed out by the frontier, held until it is acked, retried or failed.
 
-    ``token`` identifies the lease to the backend; ``expires_at`` is on the frontier's clock.
+    ``token`` identifies the lease to the backend; ``expires_at`` is its deadline (``lease_timeout``), on
+    the frontier's clock (a shared frontier ends it sooner when its holder stops renewing it).
     (A NamedTuple: one is built per hand-out, and it is the cheapest immutable record to build.)
     """
 

@@ -4,6 +4,12 @@ Status moves ``queued -> running -> succeeded``, or ``running -> failed`` (a ret
 finally ``dead``. The unique key (target_id, slot_at) is what makes workers idempotent: a job whose
 run already succeeded is acked and skipped.
 
+**Fencing.** A run has one owner at a time: the ``worker`` and ``started_at`` that :meth:`RunStore.start`
+wrote (started_at is the owner's token: a run started again, by another worker or this one, gets a new
+one). :meth:`RunStore.finish` changes a run only while the caller's store still owns it, so a worker
+that hung (SIGSTOP, a stalled machine) while another took its job over cannot, once it resumes, record
+its stale outcome over the run now owned by the other: ``finish`` returns False and writes nothing.
+
 It is also how a worker that read the last listing page of a job owned by another worker (the two
 share a frontier) tells the owner how the job's listing ended (:meth:`RunStore.report`): the owner
 polls its run's row (:meth:`RunStore.reported`), then acks, retries or dead-letters the job itself.
@@ -11,6 +17,7 @@ polls its run's row (:meth:`RunStore.reported`), then acks, retries or dead-lett
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +37,17 @@ __all__ = ["DeadRun", "RunStore"]
 
 #: A run in one of these states is not started again (the run key: at most one success per slot).
 _FINISHED = ("succeeded", "dead")
+
+#: Runs a store remembers having started (their owner token), at most: an entry is dropped when its run
+#: is finished; the oldest go first when jobs given back in an outage were finished elsewhere.
+_CLAIMS_KEPT = 10_000
+
+#: A job's run, as a store's claims are keyed: target, slot, attempt.
+_RunKey = tuple[int, datetime, int]
+
+
+def _key(job: JobMessage) -> _RunKey:
+    return job.target_id, job.slot_at, job.attempt_count + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +72,8 @@ class RunStore:
         self._insert = sql_capabilities(engine).insert
         self._starts: tuple[Any, Any] | None = None
         self._finishes: tuple[Any, Any] | None = None
+        # the runs this store started and still owns as far as it knows: key -> (worker, started_at)
+        self._claims: OrderedDict[_RunKey, tuple[str, datetime]] = OrderedDict()
 
     async def status(self, job: JobMessage) -> str | None:
         """The recorded status of ``job``'s run, or None when it never started."""
@@ -98,7 +118,15 @@ class RunStore:
                 raise PermanentJobError(
                     f"target {job.target_id} no longer exists: its run cannot be recorded ({summarize(exc)})"
                 ) from None
+            self._claim(job, worker, now)
             return None
+
+    def _claim(self, job: JobMessage, worker: str, started_at: datetime) -> None:
+        claims = self._claims
+        claims[_key(job)] = (worker, started_at)
+        claims.move_to_end(_key(job))
+        while len(claims) > _CLAIMS_KEPT:
+            claims.popitem(last=False)
 
     async def finish(
         self,
@@ -109,16 +137,27 @@ class RunStore:
         pages: int = 0,
         items_new: int = 0,
         items_updated: int = 0,
-    ) -> None:
+    ) -> bool:
+        """Record the outcome of ``job``'s run, which this store started: True. False, and nothing
+        written, when the run is no longer the one it started -- another worker took it over (see the
+        module docstring) -- or it started none, or when it was finished meanwhile with another outcome
+        (a succeeded or dead run is never rewritten as something else)."""
+        claim = self._claims.get(_key(job))
+        if claim is None:
+            return False
         now = datetime.now(UTC)
         params = {"b_target": job.target_id, "b_slot": job.slot_at, "b_attempt": job.attempt_count + 1,
                   "b_status": status, "b_error": error, "b_pages": pages, "b_new": items_new,
-                  "b_updated": items_updated, "b_now": now}
+                  "b_updated": items_updated, "b_now": now, "b_worker": claim[0], "b_started": claim[1]}
         finish_run, finish_attempt = self._finish_statements()
         with translate_db_errors(f"recording a job run as {status}"):
             async with self.engine.begin() as conn:
-                await conn.execute(finish_run, params)
+                if (await conn.execute(finish_run, params)).rowcount != 1:
+                    self._claims.pop(_key(job), None)
+                    return False
                 await conn.execute(finish_attempt, params)  # console: the attempt's outcome
+        self._claims.pop(_key(job), None)
+        return True
 
     def _finish_statements(self) -> tuple[Any, Any]:
         """The two updates of :meth:`finish`, built once (the values are bound parameters)."""
@@ -130,7 +169,11 @@ class RunStore:
             }
             self._finishes = (
                 update(JobRun)
-                .where(JobRun.target_id == bindparam("b_target"), JobRun.slot_at == bindparam("b_slot"))
+                .where(JobRun.target_id == bindparam("b_target"), JobRun.slot_at == bindparam("b_slot"),
+                       JobRun.worker == bindparam("b_worker"), JobRun.started_at == bindparam("b_started"),
+                       # a run finished meanwhile (another worker read its last listing page and reported
+                       # it) keeps its outcome: the same outcome may be written again, never another
+                       JobRun.status.not_in(_FINISHED) | (JobRun.status == bindparam("b_status")))
                 .values(**outcome, updated_at=bindparam("b_now")),
                 update(JobAttempt)
                 .where(JobAttempt.target_id == bindparam("b_target"), JobAttempt.slot_at == bindparam("b_slot"),
@@ -191,17 +234,24 @@ class RunStore:
 
     async def reported(self, job: JobMessage, *, worker: str) -> ListingOutcome | None:
         """The outcome another worker recorded for ``worker``'s running attempt of ``job``, or None
-        while there is none."""
+        while there is none. A run this store started and another worker has taken over since (this
+        one hung) ends here with an error saying so (:meth:`finish` will then record nothing)."""
+        claim = self._claims.get(_key(job))
         with translate_db_errors("reading a job run"):
             async with self.engine.connect() as conn:
                 row = (
                     await conn.execute(
-                        select(JobRun.status, JobRun.error, JobRun.pages, JobRun.items_new, JobRun.items_updated).where(
-                            self._owned(job, worker)
+                        select(JobRun.status, JobRun.error, JobRun.pages, JobRun.items_new, JobRun.items_updated,
+                               JobRun.worker, JobRun.started_at, JobRun.attempts).where(
+                            JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at
                         )
                     )
                 ).first()
-            if row is None or row.status not in ("succeeded", "failed", "dead"):
+            if row is not None and claim is not None and (row.worker, row.started_at) != claim:
+                return ListingOutcome(error=f"the run was taken over by worker {row.worker}")
+            if row is None or (row.worker, row.attempts) != (worker, job.attempt_count + 1):
+                return None
+            if row.status not in ("succeeded", "failed", "dead"):
                 return None
             return ListingOutcome(
                 pages=row.pages or 0,

@@ -321,13 +321,15 @@ class Worker:
         if outcome.error is not None:
             await self._failed(delivery, job, outcome.error, started=started, permanent=outcome.permanent)
             return
-        await self.runs.finish(
+        if not await self.runs.finish(
             job,
             status="succeeded",
             pages=outcome.pages,
             items_new=outcome.items_new,
             items_updated=outcome.items_updated,
-        )
+        ):
+            await self._disowned(delivery, job)
+            return
         await self._settle(lambda: self.broker.ack(delivery))
         metrics.job_finished(
             "succeeded",
@@ -347,6 +349,19 @@ class Worker:
             outcome.items_updated,
             outcome.details_queued,
         )
+
+    async def _disowned(self, delivery: Delivery, job: JobMessage) -> None:
+        """``job``'s run was taken over by another worker while this one was stalled (its claim on the
+        delivery ran out), or finished by another with another outcome: the run is left as it is, and
+        the delivery is acked -- refused by a broker that gave it to the other worker (its claim is
+        fenced), or a duplicate of the other's."""
+        self.stats.skipped += 1
+        log.warning("worker %s: job %s was taken over or finished by another worker while this one was stalled; "
+                    "its run is left as it is", self.name, job.idempotency_key)
+        try:
+            await self.retrier.call(lambda: self.broker.ack(delivery), role="broker")
+        except BrokerError as exc:  # expected: the other worker holds the delivery now
+            log.debug("worker %s: %s", self.name, exc)
 
     async def _crawl(self, job: JobMessage) -> ListingOutcome:
         """Queue the job's first listing page and wait for the end of its chain: reported in process
@@ -377,17 +392,20 @@ class Worker:
         attempts = job.attempt_count + 1
         self.stats.remember(f"{job.idempotency_key} attempt {attempts}: {reason}")
 
-        async def finish(status: str) -> None:
+        async def finish(status: str) -> bool:
+            """False: the run is another worker's now (fencing), nothing recorded."""
             if record:
-                await self.runs.finish(job, status=status, error=reason)
-                return
+                return await self.runs.finish(job, status=status, error=reason)
             try:
                 await self.runs.finish(job, status=status, error=reason)
             except Exception as exc:  # noqa: BLE001 - the broker is what keeps the job
                 log.debug("worker %s: could not record %s as %s: %s", self.name, job.idempotency_key, status, exc)
+            return True
 
         if attempts >= self.options.max_attempts or permanent:
-            await finish("dead")
+            if not await finish("dead"):
+                await self._disowned(delivery, job)
+                return
             why = "no attempt can do better" if permanent and attempts < self.options.max_attempts else (
                 f"attempt {attempts} of {self.options.max_attempts}"
             )
@@ -397,7 +415,9 @@ class Worker:
             log.error("worker %s: job %s is dead (%s): %s", self.name, job.idempotency_key, why, reason)
             return
         delay = self.retry_delay(attempts)
-        await finish("failed")
+        if not await finish("failed"):
+            await self._disowned(delivery, job)
+            return
         body = encode_job(job.model_copy(update={"attempt_count": attempts}))
         await self._settle(lambda: self.broker.retry(delivery, delay=delay, body=body))
         self.stats.retried += 1

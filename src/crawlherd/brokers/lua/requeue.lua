@@ -1,4 +1,4 @@
--- KEYS: stream ; ARGV: group, id -> back at the end of the stream with n + 1 (take.lua first)
+-- KEYS: stream ; ARGV: group, id, consumer -> back at the end of the stream with n + 1 (take.lua first)
 local fields, n = take()
 if not fields then return 0 end
 if #fields == 0 then return 1 end

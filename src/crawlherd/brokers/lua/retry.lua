@@ -1,13 +1,13 @@
--- KEYS: stream, zset, hash ; ARGV: group, id, uid, delay_ms, has_body, body (now_ms.lua, take.lua first)
+-- KEYS: stream, zset, hash ; ARGV: group, id, consumer, uid, delay_ms, has_body, body (now_ms.lua, take.lua first)
 local fields, n = take()
 if not fields then return 0 end
 if #fields == 0 then return 1 end
 local m = {}
 for i = 1, #fields, 2 do m[fields[i]] = fields[i + 1] end
-if ARGV[5] == '1' then m['b'] = ARGV[6] end
-local delay = tonumber(ARGV[4])
+if ARGV[6] == '1' then m['b'] = ARGV[7] end
+local delay = tonumber(ARGV[5])
 if delay > 0 then
-  local u = ARGV[3]
+  local u = ARGV[4]
   redis.call('HSET', KEYS[3], u .. ':k', m['k'], u .. ':b', m['b'])
   if m['h'] then redis.call('HSET', KEYS[3], u .. ':h', m['h']) end
   redis.call('ZADD', KEYS[2], now + delay, u)

@@ -273,7 +273,10 @@ class BaseDispatcher:
                 await state.frontier.fail(lease, result.error_message or f"HTTP {result.status_code}")
         except LeaseError:
             # The lease expired while the page was being fetched: the frontier has already put the URL
-            # back. The result is still reported; the frontier's lease_timeout is too short for this site.
+            # back. The result is still reported. Either the frontier's lease_timeout is too short for this
+            # site, or (a shared frontier) this process could not renew the lease in time: it hung.
             log.warning(
-                "lease of %s expired before it was settled; raise the frontier's lease_timeout", lease.request.url
+                "lease of %s expired before it was settled: the frontier's lease_timeout is too short for it, "
+                "or this process did not renew it within the frontier's liveness (it hung or lost the frontier)",
+                lease.request.url,
             )

@@ -1,4 +1,4 @@
--- LEASE (after prelude.lua). ARGV[5] limit, [6] lease timeout. Returns the time the leases were made at
+-- LEASE (after prelude.lua). ARGV[5] limit, [6] lease timeout, [7] liveness. Returns the time the leases were made at
 -- ('%.17g'), then token, member, attempt, score (its place in the queue: a sharded frontier merges the
 -- leases of its shards by it) and host for each lease; members found unreadable are moved aside.
 --
@@ -6,7 +6,12 @@
 -- candidates are the best LIMIT ready hosts (no other host's head can be among the LIMIT best) and, of
 -- each, as many requests as its cap and delay allow; the LIMIT best candidates are taken.
 local LIMIT = tonumber(ARGV[5])
-local EXPIRES = NOW + tonumber(ARGV[6])
+-- A lease ends at its deadline (lease timeout: the bound of one page), or sooner when its holder stops
+-- renewing it (RENEW, every third of the liveness bound): it expires LIVENESS after it was made or last
+-- renewed. The deadline travels in the token ('@'), for RENEW.
+local DEADLINE = NOW + tonumber(ARGV[6])
+local EXPIRES = math.min(DEADLINE, NOW + tonumber(ARGV[7]))
+local AT = '@'..fmt(DEADLINE)
 refresh()
 local out = {fmt(NOW)}
 local top = redis.call('ZRANGE', K_READY, 0, LIMIT - 1, 'WITHSCORES')
@@ -93,7 +98,7 @@ for i, host in ipairs(hosts) do
       if id then
         batches[b] = (batches[b] or 0) + 1
         good = good + 1
-        local token = id..':'..serial..'.'..(#picked + 1)
+        local token = id..':'..serial..'.'..(#picked + 1)..AT
         leases[#leases + 1] = id
         leases[#leases + 1] = token..'\t'..prio..'\t'..host..'\t'..member
         lexp[#lexp + 1] = EXPIRES

@@ -16,8 +16,9 @@
 --   timers   ZSET  host scored by ready_at                    hosts with work, waiting for their delay
 --   delayed  ZSET  "<prio>\t<host>\t<member>" by not-before   requests waiting for a time
 --   age      ZSET  batch scored by its enqueued-at;  agec HASH batch -> its requests still queued
---   lease    HASH  id -> "<token>\t<prio>\t<host>\t<member>"   leases out
---   lexp     ZSET  id scored by expires-at                    lease expiry
+--   lease    HASH  id -> "<token>\t<prio>\t<host>\t<member>"   leases out; token "<id>:<serial>.<n>@<deadline>"
+--   lexp     ZSET  id scored by expires-at                    lease expiry: the deadline, or sooner while
+--                                                             its holder does not renew it (RENEW)
 --   att      HASH  id -> attempts already made (after retry)
 --   h        HASH  host -> "<leases out> <ready_at>"          only hosts with leases out or a delay running
 --   pdelay / pcap  HASH host -> per-host policy overrides

@@ -9,8 +9,11 @@ fingerprint is recorded exactly when its request is queued. The scripts are ``fr
 - **Round trips shared by concurrent callers**: the ``next_request``, ``ack``/``fail`` and
   ``stamp_send`` calls (and the waiters' peeks) made while one of their kind is out go together in
   the next script call (:class:`~crawlherd._resilience.Batcher`); each caller gets its own answer.
-- **Leases** expire (``lease_timeout``); the next lease call of any worker returns an expired lease's
-  request to its queue, so a worker that died loses nothing.
+- **Leases** expire at their deadline (``lease_timeout``), or ``liveness`` seconds (15) after their holder
+  last renewed them (:mod:`._liveness`: the frontier object renews what it holds every third of that);
+  the next lease call of any worker returns an expired lease's request to its queue, so a worker that
+  died loses nothing and its pages come back about ``liveness`` seconds after its death. Every settle
+  checks the lease's token: a holder that lost a lease cannot settle it.
 - **Duplicate filter**: ``exact`` stores each 64-bit fingerprint in one of ``2**bits`` small sets
   (``P:df:<fp & mask>`` holding ``fp >> bits``), which Redis keeps intset-encoded: about 9 bytes
   per fingerprint instead of the ~88 of a set of hex SHA1 strings. ``bloom`` is a scalable Bloom
@@ -35,8 +38,8 @@ Options of this backend besides the common ones: :class:`~.options.RedisOptions`
 The package, by job: :mod:`.frontier` (:class:`RedisFrontier`: enqueue, lease, settle, politeness),
 :mod:`._shards` (the key layout: plain Redis is one shard, ``redis+cluster://`` several; the one place
 their difference lives), :mod:`._cluster` (the cluster's slot map), :mod:`._scripts` (the Lua scripts
-and the one map of redis-py's errors), :mod:`._codec` (request <-> stored body), :mod:`._admin`
-(stats, entries moved aside, memory, purge).
+and the one map of redis-py's errors), :mod:`._codec` (request <-> stored body), :mod:`._liveness` (the
+holder's renewals), :mod:`._admin` (stats, entries moved aside, memory, purge).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 import zlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
@@ -93,6 +93,14 @@ class Shards:
     def token(self, shard: Shard, inner: str) -> str:
         """A lease token (or an entry id) as the caller sees it."""
         return f"{shard.number}/{inner}"
+
+    def group(self, tokens: Iterable[str]) -> dict[int, list[str]]:
+        """Lease tokens by the number of their shard, each as its scripts know it."""
+        groups: dict[int, list[str]] = {}
+        for token in tokens:
+            shard, inner = self.split(token)
+            groups.setdefault(shard.number, []).append(inner)
+        return groups
 
     def split(self, token: str) -> tuple[Shard, str]:
         """The shard a lease token names, and the token as its scripts know it."""

@@ -22,6 +22,7 @@ from crawlherd.frontier.options import FrontierOptions, HostPolicy
 from crawlherd.frontier.redis import _admin
 from crawlherd.frontier.redis._cluster import ClusterMap, no_retry
 from crawlherd.frontier.redis._codec import decode, encode_body, enqueue_arg, priority, raw, text
+from crawlherd.frontier.redis._liveness import Renewal
 from crawlherd.frontier.redis._scripts import RedisCalls, raise_first, unavailable
 from crawlherd.frontier.redis._shards import ClusterShards, OneRedis, Shard, Shards
 from crawlherd.frontier.redis.options import RedisOptions
@@ -77,6 +78,7 @@ class RedisFrontier(WaitingMixin):
         self._calls = RedisCalls(self._shards, opts, self._url, wait=own.wait_replicas, wait_timeout=own.wait_timeout)
         self._clock = opts.clock
         self._poll = own.poll_interval
+        self.renewal = Renewal(self._calls, own.liveness, f"redis frontier {own.prefix}")
         bits = own.dupefilter_bits
         self._bits = bits if bits is not None else min(24, max(4, math.ceil(math.log2(max(opts.capacity, 16) / 200))))
         self._kind = opts.dupefilter
@@ -270,7 +272,7 @@ class RedisFrontier(WaitingMixin):
     async def _lease_round(self, limit: int, out: list[tuple[float, Lease]]) -> list[_Buried]:
         """Lease up to ``limit`` into ``out`` (with their queue scores); returns the entries that could not
         be decoded (to be moved aside)."""
-        lt = repr(float(self.options.lease_timeout))
+        lt = self._lease_args()
         shards = self._shards.all
 
         async def top() -> list[Any]:
@@ -279,24 +281,28 @@ class RedisFrontier(WaitingMixin):
         plan = await self._shards.lease_plan(limit, top)
         if plan.in_turn:
             return await self._lease_in_turn(limit, plan.in_turn, out)
-        calls = [(shards[k], "LEASE", (n, lt)) for k, n in plan.quota.items()]
+        calls = [(shards[k], "LEASE", (n, *lt)) for k, n in plan.quota.items()]
         return self._take(calls, await self._calls.fan(calls), out) if calls else []
 
     async def _lease_in_turn(self, limit: int, order: list[int], out: list[tuple[float, Lease]]) -> list[_Buried]:
         """The shards one after the other, best head first, each for what is still missing."""
-        lt = repr(float(self.options.lease_timeout))
+        lt = self._lease_args()
         buried: list[_Buried] = []
         start = len(out)
         for k in order:
             if len(out) - start >= limit:
                 break
-            call = (self._shards.all[k], "LEASE", (limit - (len(out) - start), lt))
+            call = (self._shards.all[k], "LEASE", (limit - (len(out) - start), *lt))
             try:
                 buried += self._take([call], await self._calls.fan([call]), out)
             except BackendUnavailableError:
                 if len(out) == start:
                     raise  # nothing leased: say why; else the leases made are handed out
         return buried
+
+    def _lease_args(self) -> tuple[str, str]:
+        """LEASE's lease timeout (a lease's deadline) and liveness (see :mod:`._liveness`)."""
+        return repr(float(self.options.lease_timeout)), repr(float(self.renewal.liveness))
 
     def _take(
         self, calls: Sequence[tuple[Shard, str, Sequence[Any]]], replies: list[Any], out: list[tuple[float, Lease]]
@@ -316,7 +322,9 @@ class RedisFrontier(WaitingMixin):
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     buried.append(_Buried(shard, token, payload, f"undecodable request record: {exc}"))
                     continue
-                out.append((float(reply[i + 3]), Lease(self._shards.token(shard, token), request, expires, attempt)))
+                lease = Lease(self._shards.token(shard, token), request, expires, attempt)
+                self.renewal.hold(lease.token)
+                out.append((float(reply[i + 3]), lease))
         if not got:
             raise_first(replies)  # every shard failed: say why (leases made by some are kept)
         return buried
@@ -327,7 +335,8 @@ class RedisFrontier(WaitingMixin):
             "redis frontier %s: moved entry %s aside to %s:bad: %s (%r)",
             self.prefix, token.split(":", 1)[0], shard.kp, reason, payload[:200],
         )
-        await self._calls.run(shard, "BURY", token, reason)
+        with self.renewal.settling(self._shards.token(shard, token)):
+            await self._calls.run(shard, "BURY", token, reason)
         self._notify()
 
     async def _pending_and_wakeup(self) -> tuple[bool, float | None]:
@@ -392,19 +401,21 @@ class RedisFrontier(WaitingMixin):
             return set()
         await self._init()
         shards = self._shards
-        groups: dict[int, list[str]] = {}
-        for lease in leases:
-            shard, inner = shards.split(lease.token)
-            groups.setdefault(shard.number, []).append(inner)
+        groups = shards.group(lease.token for lease in leases)
+        self.renewal.drop([lease.token for lease in leases])  # being settled: not renewed (see Renewal.drop)
         replies = await self._calls.fan([(shards.all[k], "ACK", (mode, *tokens)) for k, tokens in groups.items()])
         self._notify()
+        for k, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, BaseException):  # not settled (an outage): still held, renewed again
+                self.renewal.hold(*(shards.token(shards.all[k], t) for t in groups[k]))
         raise_first(replies)
         return {shards.token(shards.all[k], text(t)) for k, reply in zip(groups, replies, strict=True) for t in reply}
 
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
         await self._init()
         shard, inner = self._shards.split(lease.token)
-        ok = await self._calls.run(shard, "RETRY", inner, repr(float(max(0.0, delay))), lease.attempt)
+        with self.renewal.settling(lease.token):
+            ok = await self._calls.run(shard, "RETRY", inner, repr(float(max(0.0, delay))), lease.attempt)
         self._notify()
         if not ok:
             raise LeaseError(f"lease {lease.token} for {lease.request.url} is unknown, expired or settled")
@@ -424,20 +435,8 @@ class RedisFrontier(WaitingMixin):
         return await self._sends((host, float(margin)))
 
     async def _send_for(self, calls: list[tuple[str, float]]) -> list[float | BaseException]:
-        """The sends asked while a SEND was out: one SEND per shard and margin, in the order asked."""
         await self._init()
-        groups: dict[tuple[int, float], list[int]] = {}
-        for i, (host, margin) in enumerate(calls):
-            groups.setdefault((self._shards.of(host).number, margin), []).append(i)
-        keys = list(groups)
-        replies = await self._calls.fan(
-            [(self._shards.all[k], "SEND", (repr(m), *(calls[i][0] for i in groups[k, m]))) for k, m in keys]
-        )
-        out: list[float | BaseException] = [0.0] * len(calls)
-        for key, reply in zip(keys, replies, strict=True):
-            for n, i in enumerate(groups[key]):
-                out[i] = reply if isinstance(reply, BaseException) else float(text(reply[n]))
-        return out
+        return await self._calls.sends(calls)
 
     async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
         policy = HostPolicy().updated(host, delay=delay, max_in_flight=max_in_flight)
@@ -486,6 +485,7 @@ class RedisFrontier(WaitingMixin):
 
     async def close(self) -> None:
         if self._begin_close():
+            await self.renewal.close()
             self._calls.closed = True
             await self._leases.close()
             await self._settles.close()

@@ -21,7 +21,10 @@ class RedisOptions:
     log2 of the exact filter's set count (default from ``capacity``, about 200 fingerprints per set;
     fixed when the frontier is created). ``wait_replicas``: every write script followed by ``WAIT n``;
     fewer acknowledgements within ``wait_timeout`` seconds raise BackendUnavailableError. ``shards``:
-    ``redis+cluster://`` only."""
+    ``redis+cluster://`` only. ``liveness``: seconds a lease stays its holder's without being renewed --
+    the frontier object that leased it renews all it holds every third of that while it is open -- so the
+    pages of a process that died come back about that long after, not after ``lease_timeout`` (which
+    stays the bound of one page on a live holder)."""
 
     prefix: NonEmpty = "crawlherd"
     poll_interval: Seconds = 0.2
@@ -30,6 +33,7 @@ class RedisOptions:
     wait_replicas: Annotated[int, Ge(0), Le(16)] = 0
     wait_timeout: Seconds = 1.0
     shards: Annotated[int, Ge(1), Le(1024)] | None = None
+    liveness: Seconds = 15.0
 
     def __post_init__(self) -> None:
         check_options(self, "redis frontier")
