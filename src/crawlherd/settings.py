@@ -35,7 +35,7 @@ DEFAULT_CONFIG_FILE = "crawlherd.toml"
 #: never warned about.
 NOT_SETTINGS = frozenset({"REQUIRE_SERVICES", "CHROMIUM", "CHROMIUM_CDP_URL", "METRICS_PORT", "WEB_PORT", "WEB_HOST",
                           "WEB_SESSION_IDLE", "WEB_SESSION_MAX", "LAMBDA_MARGIN", "TRACEMALLOC",
-                          "TRACEMALLOC_FRAMES", "TRACEMALLOC_TRIM"})
+                          "TRACEMALLOC_FRAMES", "TRACEMALLOC_TRIM", "USER"})
 NOT_SETTINGS_PREFIXES = ("TEST_",)
 
 log = logging.getLogger(__name__)
