@@ -100,7 +100,7 @@ MEMORY_STATE = Enum(
     registry=REGISTRY,
 )
 
-for _outcome in ("succeeded", "retried", "dead", "skipped", "invalid"):
+for _outcome in ("succeeded", "retried", "dead", "skipped", "invalid", "refused"):
     JOBS.labels(outcome=_outcome)
 for _outcome in ("confirmed", "failed"):
     RELAY_PUBLISHES.labels(outcome=_outcome)

@@ -117,6 +117,7 @@ def worker_statistics(w: Worker, elapsed: float) -> dict[str, Any]:
         "jobs/dead": st.dead,
         "jobs/skipped": st.skipped,
         "jobs/requeued": st.requeued,
+        "jobs/refused": st.refused,
         "jobs/invalid": st.invalid,
         "pages/listing": st.pages,
         "pages/detail": st.detail_pages,

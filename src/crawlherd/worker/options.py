@@ -28,6 +28,8 @@ class WorkerStats:
     dead: int = 0
     invalid: int = 0
     requeued: int = 0
+    #: jobs given back because this worker's own settings refuse their website (no attempt spent)
+    refused: int = 0
     pages: int = 0
     detail_pages: int = 0
     detail_failures: int = 0
