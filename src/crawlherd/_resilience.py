@@ -8,7 +8,9 @@
 - **One back-off.** :func:`backoff_delay` is the only back-off formula in the package: exponential,
   capped, with jitter so that workers do not reconnect in step.
 - **One outage log.** :class:`OutageLog` says an outage once per service: one warning when it starts,
-  one info line when it ends, with how long it lasted.
+  one info line when it ends, with how long it lasted; :meth:`OutageLog.describe` says the outages
+  under way for a status line, and :func:`watch` keeps asking a service that a process may not
+  otherwise call for a long time (a dispatcher with nothing due, and its broker).
 - **One retry runner.** :class:`Retrier` owns the loop of "try, on a temporary error log the outage,
   wait the back-off (or until told to stop), try again, log the recovery", with an optional deadline.
   Its callers declare which errors are temporary. :meth:`Retrier.call` runs one call that way;
@@ -46,6 +48,7 @@ __all__ = [
     "backoff_delay",
     "role_of",
     "service_name",
+    "watch",
     "with_role",
 ]
 
@@ -133,6 +136,14 @@ class OutageLog:
         """The services in an outage now."""
         return frozenset(self._since)
 
+    def describe(self) -> str:
+        """The outages under way, for a status line: ``broker unavailable for 42 s`` (joined by
+        ``; ``), or "" when every service answers."""
+        now = time.monotonic()
+        return "; ".join(
+            f"{service} unavailable for {now - since:.0f} s" for service, since in sorted(self._since.items())
+        )
+
     def down(self, service: str, error: object) -> bool:
         """``service`` failed: a warning if it was up (the outage starts). True when it was up."""
         service = service_name(service)
@@ -161,6 +172,25 @@ class OutageLog:
             return True
         self._log.info("%s: %s is back after %.1fs", self._who, service, now - since)
         return True
+
+
+async def watch(
+    outages: OutageLog, service: str, check: Callable[[], Awaitable[object]], *, every: float,
+    stop: asyncio.Event, timeout: float = 10.0,
+) -> None:
+    """Until ``stop``: call ``check`` every ``every`` seconds and tell ``outages`` whether ``service``
+    answered (a temporary error or no answer within ``timeout``: down; an answer: up). For a process
+    that may not otherwise call the service for a long time, so that an outage is said when it starts,
+    on every status line meanwhile, and when it ends."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(check(), timeout)
+        except (BackendUnavailableError, TimeoutError) as exc:
+            outages.down(service, exc)
+        else:
+            outages.up(service)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
 
 
 class Stopped(Exception):

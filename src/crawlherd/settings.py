@@ -87,7 +87,7 @@ class Settings(BaseSettings):
         "WARNING", description="Logging level (-v and -vv raise it to INFO and DEBUG)."
     )
     status_interval: float = Field(
-        10.0, ge=0.1, description="run/worker: seconds between status lines when not on a terminal."
+        10.0, ge=0.1, description="run/worker/dispatch: seconds between status lines when not on a terminal."
     )
     heartbeat_interval: float = Field(
         10.0, ge=0.1, description="worker/run: seconds between the worker's heartbeats in the config DB."

@@ -253,17 +253,20 @@ async def periodic_status(output: Output, line: Callable[[], str], every: float)
 
 
 @contextlib.asynccontextmanager
-async def broker_for_service(url: str) -> AsyncIterator[Broker]:
+async def broker_for_service(url: str) -> AsyncIterator[tuple[Broker, BackendUnavailableError | None]]:
     """The broker of ``url`` for a long-running process (``dispatch``, ``worker``, ``run``), closed
-    afterwards. When it cannot be reached at start, the process starts anyway: the broker is opened on
-    first use, and the dispatcher's relay and the worker's consumer retry with back-off and say the
-    outage once -- an outage at start is an outage like any other (a bad URL still fails at once)."""
+    afterwards, and the outage that kept it from opening (None: it answered). When it cannot be
+    reached at start, the process starts anyway: the broker is opened on first use, and the
+    dispatcher's relay and the worker's consumer retry with back-off -- an outage at start is an
+    outage like any other (a bad URL still fails at once). The caller says it at once, in its
+    process's outage log (``outages.down("broker", error)``), so that it is on every status line."""
     broker = open_broker(url)
+    down: BackendUnavailableError | None = None
     try:
         try:
             await broker.__aenter__()
         except BackendUnavailableError as exc:
-            logging.getLogger(__name__).debug("broker not reachable at start, carrying on: %s", exc)
-        yield broker
+            down = exc
+        yield broker, down
     finally:
         await broker.close()
