@@ -146,7 +146,7 @@ class Worker:
         stopper = asyncio.create_task(stop.wait(), name="worker-stop")
         beat = Heartbeat(
             self.engine, kind="worker", name=self.name, interval=self.options.heartbeat_interval,
-            jobs_in_hand=lambda: self.stats.in_flight, details=self.pages.frontier_counts,
+            jobs_in_hand=lambda: self.stats.in_flight, details=self._beat_details,
             outages=self.outages,  # a failed beat: the config DB's outage
         )
         beating = asyncio.create_task(beat.run(stop), name="worker-heartbeat")
@@ -170,6 +170,11 @@ class Worker:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
         return self.stats
+
+    async def _beat_details(self) -> dict[str, object]:
+        """What the heartbeat carries: the frontier's counts and the worker's counters (the console's
+        row of this worker)."""
+        return {**await self.pages.frontier_counts(), "counters": self.stats.counters()}
 
     async def _consume(self, stop: asyncio.Event, slots: asyncio.Semaphore, tasks: set[asyncio.Task[None]]) -> None:
         """Take deliveries, ``slots`` at a time, each handled in a task of ``tasks``, until ``stop`` or
@@ -349,8 +354,10 @@ class Worker:
             items_new=outcome.items_new,
             items_updated=outcome.items_updated,
         )
-        self.stats.succeeded += 1
+        self.stats.succeeded += 1  # the job's counters, as job_runs and the metrics have them
         self.stats.pages += outcome.pages
+        self.stats.items_new += outcome.items_new
+        self.stats.items_updated += outcome.items_updated
         log.info(
             "worker %s: job %s done: %d listing pages, %d new and %d updated items, %d detail pages queued",
             self.name,
