@@ -73,3 +73,40 @@ async def test_a_broker_down_at_start_up_is_on_every_status_line_until_it_is_bac
         await proc.stop()
         await proxy.down()
     proc.assert_clean()
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["worker", "dispatch"])
+async def test_a_config_db_down_at_start_up_is_waited_for_on_status_lines_until_it_is_back(
+    command: str, tmp_path: Path, postgres_db_url: str
+) -> None:
+    """``worker`` and ``dispatch`` cannot check the config DB's migration without it: they wait, say so
+    at once and on a status line per try, and start once it answers (today: exit 2 at once)."""
+    where = postgres_db_url.split("@", 1)[1].split("/", 1)[0] if "@" in postgres_db_url else (
+        postgres_db_url.split("//", 1)[1].split("/", 1)[0])
+    host, port = where.split(":")
+    proxy = TcpProxy(host, int(port))
+    await proxy.up()
+    await proxy.down()
+    db_url = postgres_db_url.replace(where, f"127.0.0.1:{proxy.port}", 1)
+    proc = CliProcess([command, "--database-url", db_url, "--broker-url", f"sqlite:///{tmp_path / 'broker.db'}",
+                       *EXTRA[command]], tmp_path / f"{command}.log", env={"CRAWLHERD_STATUS_INTERVAL": "0.2"})
+    await proc.start()
+    try:
+        async def waiting_lines() -> bool:
+            return proc.log.count("waiting for the config DB: config DB unavailable for") >= 3
+
+        await wait_until(waiting_lines, alive=[proc])
+        assert proc.log.find("config DB unavailable (") < proc.log.find("waiting for the config DB"), proc.log
+        await proxy.up()
+
+        async def started() -> bool:
+            return "config DB is back" in proc.log and len(_status_lines(proc.log)) >= 2
+
+        await wait_until(started, alive=[proc])
+        assert "unavailable" not in _status_lines(proc.log)[-1], proc.log
+    finally:
+        await proc.stop()
+        await proxy.down()
+    proc.assert_clean()

@@ -92,7 +92,7 @@ def dispatch(
 
     async def main() -> None:
         async with (
-            config_db(settings, create=False) as engine,
+            config_db(settings, create=False, waiting=out) as engine,
             broker_for_service(broker_target) as (broker, broker_down),
         ):
             start_metrics(metrics_port)

@@ -163,7 +163,7 @@ def worker(
 
     async def main() -> None:
         async with (
-            config_db(settings, create=False, pool_size=worker_pool_size(settings)) as engine,
+            config_db(settings, create=False, pool_size=worker_pool_size(settings), waiting=out) as engine,
             broker_for_service(target) as (broker, broker_down),
         ):
             start_metrics(metrics_port)
