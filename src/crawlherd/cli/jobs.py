@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import io
 from datetime import UTC, datetime
 
@@ -14,7 +13,7 @@ from rich.table import Table
 from crawlherd.brokers import open_broker
 from crawlherd.cli._common import Output, broker_option, config_db, database_option, output_options, settings_from
 from crawlherd.cli._console import acting_as, check_actor, on_db
-from crawlherd.console.dead_letters import discard
+from crawlherd.console.dead_letters import discard, list_dead_letters
 from crawlherd.console.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
 from crawlherd.console.users import Action
 from crawlherd.errors import CrawlherdError
@@ -34,25 +33,28 @@ def jobs() -> None:
 @output_options
 @click.pass_context
 def dead(ctx: click.Context, database_url: str | None, limit: int, quiet: bool, as_json: bool) -> None:
-    """List dead jobs (failed --max-attempts times), oldest first, with their last error."""
-    runs = on_db(ctx, database_url, lambda engine: RunStore(engine).dead(limit), action=Action.READ,
+    """List dead jobs (failed --max-attempts times, or that no attempt could cure), oldest first, with
+    their last error: the console's dead letters (a discarded one is not listed)."""
+    runs = on_db(ctx, database_url, lambda engine: list_dead_letters(engine, limit=limit), action=Action.READ,
                  read_only=True)
     text = "no dead jobs"
     if runs:
         table = Table("run", "target", "slot", "attempts", "died", "error")
         for r in runs:
             table.add_row(
-                str(r.id),
+                str(r.run_id),
                 str(r.target_id),
                 r.slot_at.isoformat(),
                 str(r.attempts),
-                r.finished_at.isoformat(timespec="seconds") if r.finished_at else "",
-                r.error or "",
+                r.died_at.isoformat(timespec="seconds") if r.died_at else "",
+                r.reason or "",
             )
         buffer = io.StringIO()
         Console(file=buffer, width=Console().width).print(table)
         text = buffer.getvalue().rstrip("\n")
-    Output(quiet=quiet, as_json=as_json).result(text, [dataclasses.asdict(r) for r in runs])
+    data = [{"id": r.run_id, "target_id": r.target_id, "website": r.website, "slot_at": r.slot_at,
+             "attempts": r.attempts, "error": r.reason, "finished_at": r.died_at} for r in runs]
+    Output(quiet=quiet, as_json=as_json).result(text, data)
 
 
 @jobs.command()
@@ -76,7 +78,7 @@ def retry(
         async with config_db(settings) as engine:
             await check_actor(ctx, engine, Action.RETRY)
             store = RunStore(engine)
-            ids = list(run_ids) or [r.id for r in await store.dead(limit=1_000_000)]
+            ids = list(run_ids) or [r.run_id for r in await list_dead_letters(engine, limit=1_000_000)]
             sent: list[int] = []
             skipped: list[int] = []
             async with open_broker(settings.effective_broker_url) as broker:

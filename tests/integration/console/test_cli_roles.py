@@ -127,7 +127,9 @@ def test_an_operator_operates_but_does_not_administer(tmp_path: Path) -> None:
             result = _invoke(url, args, user="op")
             assert result.exit_code == 2 and "needs the admin role" in result.output, (args, result.output)
     assert _invoke(url, ["targets", "disable", str(tid)], user="op").exit_code == 0
+    assert json.loads(_invoke(url, ["jobs", "dead", "--json"], user="op").output)[0]["id"] == run_id
     assert _invoke(url, ["jobs", "discard", str(run_id), "--reason", "seen to"], user="op").exit_code == 0
+    assert json.loads(_invoke(url, ["jobs", "dead", "--json"], user="op").output) == []  # as on the console
 
     async def actors() -> list[tuple[str, str]]:
         engine = create_engine(url)
