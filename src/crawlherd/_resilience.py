@@ -176,19 +176,26 @@ class OutageLog:
 
 async def watch(
     outages: OutageLog, service: str, check: Callable[[], Awaitable[object]], *, every: float,
-    stop: asyncio.Event, timeout: float = 10.0,
+    stop: asyncio.Event, timeout: float = 10.0, down_at_start: bool = False,
 ) -> None:
     """Until ``stop``: call ``check`` every ``every`` seconds and tell ``outages`` whether ``service``
     answered (a temporary error or no answer within ``timeout``: down; an answer: up). For a process
     that may not otherwise call the service for a long time, so that an outage is said when it starts,
-    on every status line meanwhile, and when it ends."""
+    on every status line meanwhile, and when it ends. Only an outage this watch found is ended by its
+    answer: one the process's own calls found (a publish refused while ``check`` still answers) ends
+    when those calls succeed again, not on a cheaper call's word; ``down_at_start``: the outage under
+    way is the one found at start-up (the same question), which this watch may end."""
+    mine = down_at_start
     while not stop.is_set():
         try:
             await asyncio.wait_for(check(), timeout)
         except (BackendUnavailableError, TimeoutError) as exc:
+            mine = mine or service_name(service) not in outages.down_now
             outages.down(service, exc)
         else:
-            outages.up(service)
+            if mine:
+                outages.up(service)
+            mine = False
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), every)
 

@@ -403,3 +403,16 @@ async def test_describe_says_the_outages_under_way_and_watch_keeps_them_current(
     await watch(outages, "broker", check, every=0.001, stop=stop)
     assert seen == ["broker unavailable for 0 s"]  # down until the answer that ended the outage
     assert outages.describe() == "" and outages.down_now == frozenset()
+
+
+async def test_watch_does_not_end_an_outage_it_did_not_find() -> None:
+    outages = OutageLog(logging.getLogger("t"), "dispatcher d")
+    outages.down("broker", "publish refused")  # the relay's own finding
+    stop = asyncio.Event()
+
+    async def check() -> int:
+        stop.set()
+        return 0  # the cheap call answers: not enough to say the publishes work again
+
+    await watch(outages, "broker", check, every=0.001, stop=stop)
+    assert outages.down_now == frozenset({"broker"})

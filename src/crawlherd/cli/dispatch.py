@@ -128,7 +128,7 @@ def dispatch(
                 # said, on the status lines, until it ends.
                 probe = asyncio.create_task(
                     watch(dispatcher.outages, "broker", broker.pending, every=min(5.0, settings.status_interval),
-                          stop=stop), name="dispatch-broker-watch")
+                          stop=stop, down_at_start=broker_down is not None), name="dispatch-broker-watch")
                 try:
                     async with periodic_status(out, lambda: status(dispatcher.outages.describe()),
                                                settings.status_interval):
