@@ -8,7 +8,9 @@
 - **One back-off.** :func:`backoff_delay` is the only back-off formula in the package: exponential,
   capped, with jitter so that workers do not reconnect in step.
 - **One outage log.** :class:`OutageLog` says an outage once per service: one warning when it starts,
-  one info line when it ends, with how long it lasted.
+  one info line when it ends, with how long it lasted; :meth:`OutageLog.describe` says the outages
+  under way for a status line, and :func:`watch` keeps asking a service that a process may not
+  otherwise call for a long time (a dispatcher with nothing due, and its broker).
 - **One retry runner.** :class:`Retrier` owns the loop of "try, on a temporary error log the outage,
   wait the back-off (or until told to stop), try again, log the recovery", with an optional deadline.
   Its callers declare which errors are temporary. :meth:`Retrier.call` runs one call that way;
@@ -46,6 +48,7 @@ __all__ = [
     "backoff_delay",
     "role_of",
     "service_name",
+    "watch",
     "with_role",
 ]
 
@@ -133,6 +136,14 @@ class OutageLog:
         """The services in an outage now."""
         return frozenset(self._since)
 
+    def describe(self) -> str:
+        """The outages under way, for a status line: ``broker unavailable for 42 s`` (joined by
+        ``; ``), or "" when every service answers."""
+        now = time.monotonic()
+        return "; ".join(
+            f"{service} unavailable for {now - since:.0f} s" for service, since in sorted(self._since.items())
+        )
+
     def down(self, service: str, error: object) -> bool:
         """``service`` failed: a warning if it was up (the outage starts). True when it was up."""
         service = service_name(service)
@@ -161,6 +172,32 @@ class OutageLog:
             return True
         self._log.info("%s: %s is back after %.1fs", self._who, service, now - since)
         return True
+
+
+async def watch(
+    outages: OutageLog, service: str, check: Callable[[], Awaitable[object]], *, every: float,
+    stop: asyncio.Event, timeout: float = 10.0, down_at_start: bool = False,
+) -> None:
+    """Until ``stop``: call ``check`` every ``every`` seconds and tell ``outages`` whether ``service``
+    answered (a temporary error or no answer within ``timeout``: down; an answer: up). For a process
+    that may not otherwise call the service for a long time, so that an outage is said when it starts,
+    on every status line meanwhile, and when it ends. Only an outage this watch found is ended by its
+    answer: one the process's own calls found (a publish refused while ``check`` still answers) ends
+    when those calls succeed again, not on a cheaper call's word; ``down_at_start``: the outage under
+    way is the one found at start-up (the same question), which this watch may end."""
+    mine = down_at_start
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(check(), timeout)
+        except (BackendUnavailableError, TimeoutError) as exc:
+            mine = mine or service_name(service) not in outages.down_now
+            outages.down(service, exc)
+        else:
+            if mine:
+                outages.up(service)
+            mine = False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
 
 
 class Stopped(Exception):

@@ -35,7 +35,7 @@ DEFAULT_CONFIG_FILE = "crawlherd.toml"
 #: never warned about.
 NOT_SETTINGS = frozenset({"REQUIRE_SERVICES", "CHROMIUM", "CHROMIUM_CDP_URL", "METRICS_PORT", "WEB_PORT", "WEB_HOST",
                           "WEB_SESSION_IDLE", "WEB_SESSION_MAX", "LAMBDA_MARGIN", "TRACEMALLOC",
-                          "TRACEMALLOC_FRAMES", "TRACEMALLOC_TRIM"})
+                          "TRACEMALLOC_FRAMES", "TRACEMALLOC_TRIM", "USER"})
 NOT_SETTINGS_PREFIXES = ("TEST_",)
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class Settings(BaseSettings):
         "WARNING", description="Logging level (-v and -vv raise it to INFO and DEBUG)."
     )
     status_interval: float = Field(
-        10.0, ge=0.1, description="run/worker: seconds between status lines when not on a terminal."
+        10.0, ge=0.1, description="run/worker/dispatch: seconds between status lines when not on a terminal."
     )
     heartbeat_interval: float = Field(
         10.0, ge=0.1, description="worker/run: seconds between the worker's heartbeats in the config DB."

@@ -17,6 +17,7 @@ from crawlherd._resilience import (
     backoff_delay,
     role_of,
     service_name,
+    watch,
     with_role,
 )
 from crawlherd.errors import BackendUnavailableError, BrokerError
@@ -381,3 +382,37 @@ def test_batcher_checks_its_bounds() -> None:
     for bad in ({"max_batch": 0}, {"concurrency": 0}, {"max_bytes": 10}, {"size": len}):
         with pytest.raises(ValueError, match="must be >= 1|go together"):
             Batcher(run, **bad)  # type: ignore[arg-type]
+
+
+async def test_describe_says_the_outages_under_way_and_watch_keeps_them_current() -> None:
+    outages = OutageLog(logging.getLogger("t"), "dispatcher d")
+    assert outages.describe() == ""
+    answers = [BackendUnavailableError("refused", role="broker"), BackendUnavailableError("refused"), 0]
+    stop = asyncio.Event()
+    seen: list[str] = []
+
+    async def check() -> int:
+        answer = answers.pop(0)
+        if not answers:
+            stop.set()
+        if isinstance(answer, Exception):
+            raise answer
+        seen.append(outages.describe())
+        return answer
+
+    await watch(outages, "broker", check, every=0.001, stop=stop)
+    assert seen == ["broker unavailable for 0 s"]  # down until the answer that ended the outage
+    assert outages.describe() == "" and outages.down_now == frozenset()
+
+
+async def test_watch_does_not_end_an_outage_it_did_not_find() -> None:
+    outages = OutageLog(logging.getLogger("t"), "dispatcher d")
+    outages.down("broker", "publish refused")  # the relay's own finding
+    stop = asyncio.Event()
+
+    async def check() -> int:
+        stop.set()
+        return 0  # the cheap call answers: not enough to say the publishes work again
+
+    await watch(outages, "broker", check, every=0.001, stop=stop)
+    assert outages.down_now == frozenset({"broker"})

@@ -91,9 +91,13 @@ def _cancelled_pool_reset(record: logging.LogRecord) -> bool:
 @click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
               help="Log lines as text or one JSON object each (time, level, logger, message).  "
               "[default: setting log_format, text]")
+@click.option("--as", "user", default=None, metavar="USER", envvar="CRAWLHERD_USER",
+              help="Act as console user USER, with their role (viewer, operator, admin), audited under their "
+              "name (env CRAWLHERD_USER).  [default: the shell, an admin, audited as cli]")
 @click.version_option(package_name="crawlherd")
 @click.pass_context
-def main(ctx: click.Context, config_file: str | None, verbose: int, log_format: str | None) -> None:
+def main(ctx: click.Context, config_file: str | None, verbose: int, log_format: str | None,
+         user: str | None) -> None:
     """crawlherd keeps many crawlers fed, polite and accountable.
 
     \b
@@ -102,6 +106,8 @@ def main(ctx: click.Context, config_file: str | None, verbose: int, log_format: 
     Pipeline: crawlherd db upgrade; crawlherd targets import targets.toml; crawlherd run
 
     Settings come from defaults < crawlherd.toml < CRAWLHERD_* environment < flags.
+    The commands that read or change the console's model (targets, jobs, items, explain, users) act
+    as the shell (an admin) unless --as USER says which console user acts.
     """
     import os
 
@@ -127,3 +133,4 @@ def main(ctx: click.Context, config_file: str | None, verbose: int, log_format: 
         logging.getLogger(chatty).setLevel(logging.DEBUG if level <= logging.DEBUG else logging.CRITICAL)
     ctx.ensure_object(dict)
     ctx.obj["config_file"] = config_file
+    ctx.obj["user"] = user

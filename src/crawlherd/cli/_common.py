@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -14,6 +15,7 @@ from typing import Any, TypeVar
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from crawlherd._resilience import OutageLog, backoff_delay
 from crawlherd.brokers import Broker, open_broker
 from crawlherd.db import create_engine, current_revision, head_revision, upgrade
 from crawlherd.errors import BackendUnavailableError, CrawlherdError
@@ -79,6 +81,25 @@ async def ensure_migrated(engine: AsyncEngine, *, create: bool = True) -> None:
         )
 
 
+async def _migrated_once_up(engine: AsyncEngine, *, create: bool, out: Output, every: float) -> None:
+    """:func:`ensure_migrated`, waiting for a config DB that does not answer: said once (a warning),
+    then a status line per try (at most ``every`` seconds apart) until it answers (an info line)."""
+    outages = OutageLog(logging.getLogger("crawlherd.cli"), "start-up")
+    failures = 0
+    while True:
+        try:
+            await ensure_migrated(engine, create=create)
+        except BackendUnavailableError as exc:
+            outages.down("database", exc)
+            failures += 1
+            out.status(f"{time.strftime('%H:%M:%S')} waiting for the config DB: {outages.describe()}")
+            await asyncio.sleep(backoff_delay(failures, cap=every))
+            continue
+        outages.up("database")
+        out.end_live()
+        return
+
+
 async def _has_tables(engine: AsyncEngine) -> bool:
     from sqlalchemy import inspect
 
@@ -101,14 +122,19 @@ async def config_db(
     migrate: bool = True,
     create: bool = True,
     pool_size: int | None = None,
+    waiting: Output | None = None,
 ) -> AsyncIterator[AsyncEngine]:
     """The config DB of ``settings``, checked to be at the newest migration (``migrate``) -- its tables
     created when it is new, unless ``create`` is False (the long-running services, ``worker`` and
     ``dispatch``, refuse an empty database: its set-up is ``crawlherd db upgrade``) --, disposed of at
-    the end; ``read_only`` and ``pool_size`` as :func:`engine_for`."""
+    the end; ``read_only`` and ``pool_size`` as :func:`engine_for`. With ``waiting`` (a service's
+    output), a config DB that cannot be reached is waited for: said at once, and on a status line
+    every ``status_interval`` seconds until it answers."""
     engine = engine_for(settings, read_only=read_only, **({} if pool_size is None else {"pool_size": pool_size}))
     try:
-        if migrate:
+        if migrate and waiting is not None:
+            await _migrated_once_up(engine, create=create, out=waiting, every=settings.status_interval)
+        elif migrate:
             await ensure_migrated(engine, create=create)
         yield engine
     finally:
@@ -253,17 +279,20 @@ async def periodic_status(output: Output, line: Callable[[], str], every: float)
 
 
 @contextlib.asynccontextmanager
-async def broker_for_service(url: str) -> AsyncIterator[Broker]:
+async def broker_for_service(url: str) -> AsyncIterator[tuple[Broker, BackendUnavailableError | None]]:
     """The broker of ``url`` for a long-running process (``dispatch``, ``worker``, ``run``), closed
-    afterwards. When it cannot be reached at start, the process starts anyway: the broker is opened on
-    first use, and the dispatcher's relay and the worker's consumer retry with back-off and say the
-    outage once -- an outage at start is an outage like any other (a bad URL still fails at once)."""
+    afterwards, and the outage that kept it from opening (None: it answered). When it cannot be
+    reached at start, the process starts anyway: the broker is opened on first use, and the
+    dispatcher's relay and the worker's consumer retry with back-off -- an outage at start is an
+    outage like any other (a bad URL still fails at once). The caller says it at once, in its
+    process's outage log (``outages.down("broker", error)``), so that it is on every status line."""
     broker = open_broker(url)
+    down: BackendUnavailableError | None = None
     try:
         try:
             await broker.__aenter__()
         except BackendUnavailableError as exc:
-            logging.getLogger(__name__).debug("broker not reachable at start, carrying on: %s", exc)
-        yield broker
+            down = exc
+        yield broker, down
     finally:
         await broker.close()

@@ -1,5 +1,11 @@
-"""Helpers of the console's commands: ``--metrics-port``, the console of ``run``, and running one
-coroutine on the config DB."""
+"""Helpers of the console's commands: ``--metrics-port``, the console of ``run``, running one
+coroutine on the config DB, and who acts (``crawlherd --as USER``).
+
+Who acts on the command line: with ``--as USER`` (or ``CRAWLHERD_USER``), that console user, with
+their role -- checked against the same table as the console's routes
+(:class:`~crawlherd.console.users.Action`) -- and audited under their name; an unknown name is
+refused. Without it, the shell: an admin, audited as ``cli`` (whoever holds the config DB's
+credentials can change anything anyway; ``--as`` is the guard rail for operators who should not)."""
 
 from __future__ import annotations
 
@@ -12,8 +18,16 @@ import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.cli._common import config_db, settings_from
+from crawlherd.console.users import Action, require, user_role
+from crawlherd.errors import CrawlherdError
 
-__all__ = ["console_options", "console_or_none", "metrics_port_option", "on_db", "start_metrics"]
+__all__ = [
+    "CLI_ACTOR", "acting_as", "check_actor", "console_options", "console_or_none", "metrics_port_option", "on_db",
+    "start_metrics",
+]
+
+#: Who the audit trail says acted when a command is run without ``--as`` (the shell, an admin).
+CLI_ACTOR = "cli"
 
 T = TypeVar("T")
 
@@ -51,16 +65,39 @@ def start_metrics(port: int | None, host: str = "127.0.0.1") -> None:
     click.echo(f"metrics: http://{host}:{bound}/metrics", err=True)
 
 
+def acting_as(ctx: click.Context) -> str:
+    """The name the command acts (and is audited) under: ``--as USER``, else :data:`CLI_ACTOR`."""
+    user = (ctx.find_root().obj or {}).get("user")
+    return user if isinstance(user, str) and user else CLI_ACTOR
+
+
+async def check_actor(ctx: click.Context, engine: AsyncEngine, action: Action) -> str:
+    """Refuse (:class:`~crawlherd.console.users.Forbidden`) unless whoever acts may do ``action``; their
+    name. Without ``--as``: the shell, an admin."""
+    name = acting_as(ctx)
+    if not (ctx.find_root().obj or {}).get("user"):
+        return name
+    role = await user_role(engine, name)
+    if role is None:
+        raise CrawlherdError(f"--as {name}: no console user of that name (see `crawlherd users list`)")
+    require(role, action)
+    return name
+
+
 def on_db(
     ctx: click.Context, database_url: str | None, work: Callable[[AsyncEngine], Awaitable[T]], *,
-    read_only: bool = False, migrate: bool = True,
+    action: Action | None, read_only: bool = False, migrate: bool = True,
 ) -> T:
     """Run ``work`` on the config DB of the settings (its tables created when it is new, unless not
-    ``migrate``); ``read_only`` commands refuse a SQLite path that does not exist."""
+    ``migrate``), once whoever acts may do ``action`` (:func:`check_actor`; None: a command that does
+    not act through the console, as ``db upgrade``); ``read_only`` commands refuse a SQLite path that
+    does not exist."""
     settings = settings_from(ctx, database_url=database_url)
 
     async def main() -> T:
         async with config_db(settings, read_only=read_only, migrate=migrate) as engine:
+            if action is not None:
+                await check_actor(ctx, engine, action)
             return await work(engine)
 
     return asyncio.run(main())

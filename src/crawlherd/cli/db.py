@@ -35,7 +35,7 @@ def _revision(ctx: click.Context, database_url: str | None, revision: str | None
 @click.pass_context
 def upgrade_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Create the tables, or bring them to the newest migration (safe to run again)."""
-    state = _revision(ctx, database_url, on_db(ctx, database_url, upgrade, migrate=False))
+    state = _revision(ctx, database_url, on_db(ctx, database_url, upgrade, action=None, migrate=False))
     Output(quiet=quiet, as_json=as_json).result(
         f"config DB {state['database_url']} is at migration {state['current']} (newest)", state
     )
@@ -47,7 +47,8 @@ def upgrade_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_js
 @click.pass_context
 def current_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Show the config DB's migration and the newest one this crawlherd ships."""
-    state = _revision(ctx, database_url, on_db(ctx, database_url, current_revision, read_only=True, migrate=False))
+    revision = on_db(ctx, database_url, current_revision, action=None, read_only=True, migrate=False)
+    state = _revision(ctx, database_url, revision)
     Output(quiet=quiet, as_json=as_json).result(
         f"current: {state['current'] or '(not migrated)'}; newest: {state['newest']}", state
     )
@@ -97,7 +98,7 @@ def prune_cmd(
     counts = on_db(
         ctx, database_url,
         lambda engine: prune_history(engine, runs_older_than=runs, items_unseen_for=items, dry_run=dry_run),
-        read_only=True,
+        action=None, read_only=True,
     )
     verb = "would delete" if dry_run else "deleted"
     kept_runs = "" if runs is not None else " (job runs kept: no retention)"

@@ -9,6 +9,7 @@ import time
 import click
 
 from crawlherd._redact import redact_url
+from crawlherd._resilience import watch
 from crawlherd.cli._common import (
     Output,
     broker_for_service,
@@ -16,6 +17,7 @@ from crawlherd.cli._common import (
     config_db,
     database_option,
     output_options,
+    periodic_status,
     settings_from,
 )
 from crawlherd.cli._console import metrics_port_option, start_metrics
@@ -69,6 +71,7 @@ def dispatch(
     broker_target = settings.effective_broker_url
 
     out = Output(quiet=quiet, as_json=as_json)
+    ticks, relays = [TickResult()], [RelayResult()]  # since the start, for the status line
 
     def line(tick: TickResult, relay: RelayResult) -> str:
         return (
@@ -77,11 +80,21 @@ def dispatch(
         )
 
     def progress(tick: TickResult, relay: RelayResult) -> None:
+        ticks[0], relays[0] = ticks[0] + tick, relays[0] + relay
         if not (quiet or as_json):
+            out.end_live()
             click.echo(line(tick, relay))
 
+    def status(outages: str) -> str:
+        text = (f"{time.strftime('%H:%M:%S')} dispatch since the start: {ticks[0].inserted} job(s) from "
+                f"{ticks[0].targets} due target(s); published {relays[0].published}, failed {relays[0].failed}")
+        return f"{text}; {outages}" if outages else text
+
     async def main() -> None:
-        async with config_db(settings, create=False) as engine, broker_for_service(broker_target) as broker:
+        async with (
+            config_db(settings, create=False, waiting=out) as engine,
+            broker_for_service(broker_target) as (broker, broker_down),
+        ):
             start_metrics(metrics_port)
             dispatcher = DispatchService(
                 engine,
@@ -103,13 +116,26 @@ def dispatch(
                         f"dispatcher {dispatcher.owner}: {redact_url(settings.database_url)} -> "
                         f"{redact_url(broker_target)}" + (" (once)" if once else f" every {interval:g}s")
                     )
+                if broker_down is not None:  # said now, and on every status line until it is back
+                    dispatcher.outages.down("broker", broker_down)
                 if once:
                     tick, relay = await dispatcher.run_once(stop)
                     data = {"due_targets": tick.targets, "jobs": tick.inserted,
                             "published": relay.published, "failed": relay.failed}
                     out.result(line(tick, relay), data)
                     return
-                await dispatcher.run(interval=interval, stop=stop, on_cycle=progress)
+                # With nothing due the relay does not call the broker: ask it, so that its outage is
+                # said, on the status lines, until it ends.
+                probe = asyncio.create_task(
+                    watch(dispatcher.outages, "broker", broker.pending, every=min(5.0, settings.status_interval),
+                          stop=stop, down_at_start=broker_down is not None), name="dispatch-broker-watch")
+                try:
+                    async with periodic_status(out, lambda: status(dispatcher.outages.describe()),
+                                               settings.status_interval):
+                        await dispatcher.run(interval=interval, stop=stop, on_cycle=progress)
+                finally:
+                    stop.set()
+                    await probe
             if not (quiet or as_json):
                 click.echo("dispatcher stopped")
 

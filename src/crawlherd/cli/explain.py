@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd.cli._common import Output, database_option, output_options
 from crawlherd.cli._console import on_db
 from crawlherd.console.explain import Explanation, Lineage, explain, lineage
+from crawlherd.console.users import Action
 
 __all__ = ["explain_cmd"]
 
@@ -44,7 +45,7 @@ def explain_cmd(
     async def work(engine: AsyncEngine) -> tuple[Explanation, Lineage]:
         return await explain(engine, target_id, when), await lineage(engine, target_id, limit=max(slots, 1))
 
-    why, trail = on_db(ctx, database_url, work, read_only=True)
+    why, trail = on_db(ctx, database_url, work, action=Action.READ, read_only=True)
     lines = [f"target {target_id} at {_ts(why.at)} UTC: {why.verdict}", f"  {why.summary}"]
     if slots and trail.slots:
         lines.append("recent slots:")

@@ -10,6 +10,8 @@ from typing import TextIO
 import click
 
 from crawlherd.cli._common import config_db, database_option, settings_from
+from crawlherd.cli._console import check_actor
+from crawlherd.console.users import Action
 from crawlherd.sinks.export import FORMATS, export_items
 
 __all__ = ["items"]
@@ -42,6 +44,7 @@ def export(ctx: click.Context, fmt: str, output: str, website: str | None, datab
 
     async def main(out: TextIO) -> int:
         async with config_db(settings, read_only=True) as engine:
+            await check_actor(ctx, engine, Action.READ)
             return await export_items(engine, out, fmt=fmt, website=website)
 
     if output == "-":

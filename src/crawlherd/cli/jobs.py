@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import io
 from datetime import UTC, datetime
 
@@ -13,8 +12,10 @@ from rich.table import Table
 
 from crawlherd.brokers import open_broker
 from crawlherd.cli._common import Output, broker_option, config_db, database_option, output_options, settings_from
-from crawlherd.cli._console import on_db
+from crawlherd.cli._console import acting_as, check_actor, on_db
+from crawlherd.console.dead_letters import discard, list_dead_letters
 from crawlherd.console.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
+from crawlherd.console.users import Action
 from crawlherd.errors import CrawlherdError
 from crawlherd.worker.runs import RunStore
 
@@ -32,24 +33,28 @@ def jobs() -> None:
 @output_options
 @click.pass_context
 def dead(ctx: click.Context, database_url: str | None, limit: int, quiet: bool, as_json: bool) -> None:
-    """List dead jobs (failed --max-attempts times), oldest first, with their last error."""
-    runs = on_db(ctx, database_url, lambda engine: RunStore(engine).dead(limit), read_only=True)
+    """List dead jobs (failed --max-attempts times, or that no attempt could cure), oldest first, with
+    their last error: the console's dead letters (a discarded one is not listed)."""
+    runs = on_db(ctx, database_url, lambda engine: list_dead_letters(engine, limit=limit), action=Action.READ,
+                 read_only=True)
     text = "no dead jobs"
     if runs:
         table = Table("run", "target", "slot", "attempts", "died", "error")
         for r in runs:
             table.add_row(
-                str(r.id),
+                str(r.run_id),
                 str(r.target_id),
                 r.slot_at.isoformat(),
                 str(r.attempts),
-                r.finished_at.isoformat(timespec="seconds") if r.finished_at else "",
-                r.error or "",
+                r.died_at.isoformat(timespec="seconds") if r.died_at else "",
+                r.reason or "",
             )
         buffer = io.StringIO()
         Console(file=buffer, width=Console().width).print(table)
         text = buffer.getvalue().rstrip("\n")
-    Output(quiet=quiet, as_json=as_json).result(text, [dataclasses.asdict(r) for r in runs])
+    data = [{"id": r.run_id, "target_id": r.target_id, "website": r.website, "slot_at": r.slot_at,
+             "attempts": r.attempts, "error": r.reason, "finished_at": r.died_at} for r in runs]
+    Output(quiet=quiet, as_json=as_json).result(text, data)
 
 
 @jobs.command()
@@ -71,8 +76,9 @@ def retry(
 
     async def main() -> tuple[list[int], list[int]]:
         async with config_db(settings) as engine:
+            await check_actor(ctx, engine, Action.RETRY)
             store = RunStore(engine)
-            ids = list(run_ids) or [r.id for r in await store.dead(limit=1_000_000)]
+            ids = list(run_ids) or [r.run_id for r in await list_dead_letters(engine, limit=1_000_000)]
             sent: list[int] = []
             skipped: list[int] = []
             async with open_broker(settings.effective_broker_url) as broker:
@@ -96,6 +102,20 @@ def retry(
     out.result(f"sent {len(sent)} job(s) again", {"sent": sent, "skipped": skipped})
 
 
+@jobs.command("discard")
+@click.argument("run_id", type=int)
+@click.option("--reason", required=True, help="Why (kept with the run, and in the audit trail).")
+@database_option
+@output_options
+@click.pass_context
+def discard_cmd(ctx: click.Context, run_id: int, reason: str, database_url: str | None, quiet: bool,
+                as_json: bool) -> None:
+    """Discard dead job RUN_ID (it leaves the dead letters; the run and its attempts stay)."""
+    on_db(ctx, database_url, lambda engine: discard(engine, run_id, reason=reason, actor=acting_as(ctx)),
+          action=Action.DISCARD)
+    Output(quiet=quiet, as_json=as_json).result(f"run {run_id} discarded", {"run": run_id, "discarded": True})
+
+
 # -- the console's answers (issue 12): jobs list / show ---------------------------------------------
 
 
@@ -114,7 +134,7 @@ def list_cmd(
 ) -> None:
     """Jobs, newest first: running, succeeded, retrying, dead, queued."""
     flt = JobFilter(status=status, target_id=target_id, website=website, since=_when(since), limit=limit)
-    rows = on_db(ctx, database_url, lambda engine: list_jobs(engine, flt), read_only=True)
+    rows = on_db(ctx, database_url, lambda engine: list_jobs(engine, flt), action=Action.READ, read_only=True)
     lines = [
         f"{'RUN':>7}  {'TARGET':>6}  {'WEBSITE':16}  {'SLOT (UTC)':19}  {'STATUS':9}  {'ATT':>3}  {'PAGES':>5}  ITEMS"
     ]
@@ -134,7 +154,7 @@ def list_cmd(
 @click.pass_context
 def show_cmd(ctx: click.Context, run_id: int, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """One job: its target, slot, outcome and every attempt (worker, timings, error)."""
-    job = on_db(ctx, database_url, lambda engine: get_job(engine, run_id), read_only=True)
+    job = on_db(ctx, database_url, lambda engine: get_job(engine, run_id), action=Action.READ, read_only=True)
     lines = [
         f"job {job.id}: target {job.target_id} ({job.keywords!r} on {job.website}), "
         f"slot {job.slot_at:%Y-%m-%d %H:%M:%S}" + (" (run now)" if job.manual else ""),

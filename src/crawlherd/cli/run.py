@@ -21,10 +21,18 @@ from crawlherd.cli._common import (
 from crawlherd.cli._console import console_options, console_or_none, start_metrics
 from crawlherd.cli._loop import run_async
 from crawlherd.cli._signals import stop_on_signals
-from crawlherd.cli.worker import make_worker, run_options, waiting_for, worker_pool_size, worker_statistics
+from crawlherd.cli.worker import (
+    make_worker,
+    run_options,
+    waiting_for,
+    worker_pool_size,
+    worker_statistics,
+    worker_status,
+)
 from crawlherd.db import upgrade
-from crawlherd.dispatch.embedded import RunProgress, run_embedded
-from crawlherd.worker.worker import Worker
+from crawlherd.dispatch.embedded import run_embedded
+from crawlherd.dispatch.outbox import TickResult
+from crawlherd.dispatch.relay import RelayResult
 
 __all__ = ["run"]
 
@@ -59,23 +67,16 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
     settings = settings_from(ctx, database_url=database_url, broker_url=broker_url, **options)
     target = settings.effective_broker_url
     out = Output(quiet=quiet, as_json=as_json)
-    last: list[RunProgress] = []  # the latest progress only
+    # this run's dispatching (the config DB may hold other runs')
+    ticks, relays = [TickResult()], [RelayResult()]
 
-    def keep(p: RunProgress) -> None:
-        last[:] = [p]
-
-    def line(w: Worker, rates: Rates) -> str:
-        st = w.stats
-        jobs = (
-            f"jobs {last[-1].jobs}: {last[-1].succeeded} done, {last[-1].running} running, "
-            f"{last[-1].failed} retrying, {last[-1].dead} dead" if last else "jobs 0"
-        )
-        return rates.line(st.pages + st.detail_pages, st.items_new + st.items_updated, jobs)
+    def count(tick: TickResult, relay: RelayResult) -> None:
+        ticks[0], relays[0] = ticks[0] + tick, relays[0] + relay
 
     async def main() -> None:
         async with config_db(settings, migrate=False, pool_size=worker_pool_size(settings)) as engine:
             await upgrade(engine)
-            async with broker_for_service(target) as broker:
+            async with broker_for_service(target) as (broker, broker_down):
                 w = make_worker(engine, broker, settings)
                 stop = asyncio.Event()
                 rates = Rates()
@@ -85,19 +86,21 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                         f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
                         f"frontier {redact_url(w.options.frontier_url)}"
                     )
+                    if broker_down is not None:  # said now, and on every status line until it is back
+                        w.outages.down("broker", broker_down)
                     async with (
                         w,
                         console_or_none(engine, console_port, enabled=not no_console) as console,
-                        periodic_status(out, lambda: line(w, rates), settings.status_interval),
+                        periodic_status(out, lambda: worker_status(w, rates), settings.status_interval),
                     ):
                         if console is not None:
                             out.info(f"console: {console.url}")
-                        p = await run_embedded(
+                        await run_embedded(
                             engine, broker, w, stop=stop, interval=settings.dispatch_interval,
-                            until_idle=until_idle, on_progress=keep,
+                            until_idle=until_idle, on_cycle=count,
                         )
                 stats = {
-                    "jobs/dispatched": p.jobs, "jobs/published": p.published,
+                    "jobs/dispatched": ticks[0].inserted, "jobs/published": relays[0].published,
                     **worker_statistics(w, rates.elapsed),
                 }
                 out.info(stats_dump("crawlherd run stopped; statistics", stats, tty=out.tty))

@@ -11,7 +11,8 @@ import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.cli._common import Output, database_option, output_options
-from crawlherd.cli._console import on_db
+from crawlherd.cli._console import acting_as, on_db
+from crawlherd.console.users import Action
 from crawlherd.dispatch.targets import (
     TargetInfo,
     delete_targets,
@@ -58,7 +59,8 @@ def import_cmd(ctx: click.Context, file: str, database_url: str | None, check: b
         out.result(f"{file}: OK ({len(spec.websites)} website(s), {combos} target(s))",
                    {"file": file, "ok": True, "websites": len(spec.websites), "targets": combos})
         return
-    result = on_db(ctx, database_url, lambda engine: import_targets(engine, file, prune=prune, dry_run=dry_run))
+    result = on_db(ctx, database_url, lambda engine: import_targets(engine, file, prune=prune, dry_run=dry_run),
+                   action=Action.READ if dry_run else Action.IMPORT)
     verb = "would delete" if dry_run else "deleted"
     lines = [f"{verb} target {_name(t)}" for t in result.pruned]
     lines.append(
@@ -88,7 +90,7 @@ def delete_cmd(ctx: click.Context, target_ids: tuple[int, ...], database_url: st
                as_json: bool) -> None:
     """Delete targets by id (all or none), with their pending jobs and run history; their items stay.
     A target still in your targets file comes back at the next import."""
-    deleted = on_db(ctx, database_url, lambda engine: delete_targets(engine, target_ids))
+    deleted = on_db(ctx, database_url, lambda engine: delete_targets(engine, target_ids), action=Action.EDIT)
     Output(quiet=quiet, as_json=as_json).result(
         "\n".join(f"deleted target {_name(t)}" for t in deleted), [_info(t) for t in deleted]
     )
@@ -101,7 +103,8 @@ def delete_cmd(ctx: click.Context, target_ids: tuple[int, ...], database_url: st
 @click.pass_context
 def list_cmd(ctx: click.Context, database_url: str | None, website: str | None, quiet: bool, as_json: bool) -> None:
     """One line per target: id, state, website, keywords, location, schedule, next run (UTC)."""
-    rows = on_db(ctx, database_url, lambda engine: list_targets(engine, website=website), read_only=True)
+    rows = on_db(ctx, database_url, lambda engine: list_targets(engine, website=website), action=Action.READ,
+                 read_only=True)
     lines = [f"{'ID':>6}  {'STATE':8}  {'WEBSITE':20}  {'KEYWORDS':24}  {'LOCATION':16}  {'SCHEDULE':22}  NEXT RUN"]
     lines += [
         f"{t.id:>6}  {'active' if t.active else 'disabled':8}  {t.website[:20]:20}  {t.keywords[:24]:24}  "
@@ -137,7 +140,7 @@ def _show(t: TargetInfo) -> str:
 @click.pass_context
 def show_cmd(ctx: click.Context, target_id: int, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Everything about one target."""
-    t = on_db(ctx, database_url, lambda engine: get_target(engine, target_id), read_only=True)
+    t = on_db(ctx, database_url, lambda engine: get_target(engine, target_id), action=Action.READ, read_only=True)
     Output(quiet=quiet, as_json=as_json).result(_show(t), _info(t))
 
 
@@ -150,7 +153,7 @@ def _switch(active: bool, name: str, doc: str) -> None:
     @output_options
     @click.pass_context
     def switch(ctx: click.Context, target_id: int, database_url: str | None, quiet: bool, as_json: bool) -> None:
-        t = on_db(ctx, database_url, lambda engine: set_active(engine, target_id, active))
+        t = on_db(ctx, database_url, lambda engine: set_active(engine, target_id, active), action=Action.PAUSE)
         text = f"target {t.id} enabled; next run {_ts(t.next_run_at)}" if active else f"target {t.id} disabled"
         Output(quiet=quiet, as_json=as_json).result(text, _info(t))
 
@@ -172,7 +175,7 @@ def preview_cmd(ctx: click.Context, target_id: int, count: int, database_url: st
     async def work(engine: AsyncEngine) -> tuple[TargetInfo, list[tuple[datetime, datetime]]]:
         return await get_target(engine, target_id), await preview_target(engine, target_id, count)
 
-    info, runs = on_db(ctx, database_url, work, read_only=True)
+    info, runs = on_db(ctx, database_url, work, action=Action.READ, read_only=True)
     tz = ZoneInfo(info.timezone)
     lines = [f"target {info.id}: {info.schedule} ({info.timezone}), jitter {info.jitter_ms / 1000:g}s"]
     for slot, run_at in runs:
@@ -200,9 +203,10 @@ def run_cmd(ctx: click.Context, target_ids: tuple[int, ...], database_url: str |
     from crawlherd.console.run_now import ManualRunResult, run_now
 
     async def work(engine: AsyncEngine) -> list[ManualRunResult]:
-        return [await run_now(engine, tid, requested_by="cli") for tid in target_ids]
+        return [await run_now(engine, tid, requested_by=who) for tid in target_ids]
 
-    results = on_db(ctx, database_url, work)
+    who = acting_as(ctx)
+    results = on_db(ctx, database_url, work, action=Action.RUN_NOW)
     Output(quiet=quiet, as_json=as_json).result(
         "\n".join(
             f"target {r.target_id}: run {'queued' if r.created else 'already queued'} (slot {_ts(r.slot_at)})"

@@ -1,7 +1,8 @@
 """``crawlherd users``: the console's users (names, argon2 password hashes and roles in the config DB).
 
 The CLI holds the config DB's credentials, which allow everything the console allows and more: it acts
-as an admin, and its changes are audited as ``cli``."""
+as an admin, and its changes are audited as ``cli`` -- unless ``crawlherd --as USER`` says which user
+acts (then only an admin may manage users, as in the console)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import sys
 import click
 
 from crawlherd.cli._common import Output, database_option, output_options
-from crawlherd.cli._console import on_db
+from crawlherd.cli._console import acting_as, on_db
 from crawlherd.console.sessions import revoke_sessions
-from crawlherd.console.users import Role, add_user, list_users, remove_user, set_role
+from crawlherd.console.users import Action, Role, add_user, list_users, remove_user, set_role
 
 __all__ = ["users"]
 
@@ -43,7 +44,8 @@ def add_cmd(ctx: click.Context, name: str, password_stdin: bool, role: str | Non
     else:
         password = click.prompt("password", hide_input=True, confirmation_prompt=True)
     wanted = Role.parse(role) if role else None
-    got = on_db(ctx, database_url, lambda engine: add_user(engine, name, password, role=wanted, actor="cli"))
+    got = on_db(ctx, database_url, lambda engine: add_user(engine, name, password, role=wanted, actor=acting_as(ctx)),
+                action=Action.USERS)
     Output(quiet=quiet, as_json=as_json).result(
         f"user {name} saved ({got.label})", {"name": name, "role": got.label, "saved": True}
     )
@@ -57,7 +59,8 @@ def add_cmd(ctx: click.Context, name: str, password_stdin: bool, role: str | Non
 @click.pass_context
 def role_cmd(ctx: click.Context, name: str, role: str, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Give user NAME the role ROLE (the last admin stays admin)."""
-    on_db(ctx, database_url, lambda engine: set_role(engine, name, Role.parse(role), actor="cli"))
+    on_db(ctx, database_url, lambda engine: set_role(engine, name, Role.parse(role), actor=acting_as(ctx)),
+          action=Action.USERS)
     Output(quiet=quiet, as_json=as_json).result(f"{name} is now {role}", {"name": name, "role": role})
 
 
@@ -68,7 +71,8 @@ def role_cmd(ctx: click.Context, name: str, role: str, database_url: str | None,
 @click.pass_context
 def logout_cmd(ctx: click.Context, name: str, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """End every open console session of user NAME (they must log in again)."""
-    ended = on_db(ctx, database_url, lambda engine: revoke_sessions(engine, name, actor="cli"))
+    ended = on_db(ctx, database_url, lambda engine: revoke_sessions(engine, name, actor=acting_as(ctx)),
+                  action=Action.USERS)
     Output(quiet=quiet, as_json=as_json).result(f"{ended} session(s) of {name} ended", {"name": name, "ended": ended})
 
 
@@ -78,7 +82,7 @@ def logout_cmd(ctx: click.Context, name: str, database_url: str | None, quiet: b
 @click.pass_context
 def list_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Every user with their role, the time of their last login and their open console sessions."""
-    rows = on_db(ctx, database_url, list_users, read_only=True)
+    rows = on_db(ctx, database_url, list_users, action=Action.USERS, read_only=True)
     lines = [
         f"{u.name:20}  {u.role.label:8}  created {u.created_at:%Y-%m-%d %H:%M}  "
         + (f"last login {u.last_login_at:%Y-%m-%d %H:%M}" if u.last_login_at else "never logged in")
@@ -99,6 +103,7 @@ def list_cmd(ctx: click.Context, database_url: str | None, quiet: bool, as_json:
 @click.pass_context
 def remove_cmd(ctx: click.Context, name: str, database_url: str | None, quiet: bool, as_json: bool) -> None:
     """Remove user NAME (their open console sessions end with them)."""
-    if not on_db(ctx, database_url, lambda engine: remove_user(engine, name, actor="cli")):
+    if not on_db(ctx, database_url, lambda engine: remove_user(engine, name, actor=acting_as(ctx)),
+                 action=Action.USERS):
         raise click.ClickException(f"no user named {name!r}")
     Output(quiet=quiet, as_json=as_json).result(f"user {name} removed", {"name": name, "removed": True})

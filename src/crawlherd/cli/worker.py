@@ -112,31 +112,23 @@ def worker_statistics(w: Worker, elapsed: float) -> dict[str, Any]:
     return {
         "elapsed_seconds": round(elapsed, 1),
         "jobs/received": st.received,
-        "jobs/succeeded": st.succeeded,
-        "jobs/retried": st.retried,
-        "jobs/dead": st.dead,
-        "jobs/skipped": st.skipped,
-        "jobs/requeued": st.requeued,
-        "jobs/invalid": st.invalid,
-        "pages/listing": st.pages,
-        "pages/detail": st.detail_pages,
-        "pages/detail_failed": st.detail_failures,
+        **st.counters(),
         "pages/per_minute": round((st.pages + st.detail_pages) / minutes, 1),
-        "items/new": st.items_new,
-        "items/updated": st.items_updated,
         "items/per_minute": round((st.items_new + st.items_updated) / minutes, 1),
         "last_errors": list(st.last_errors[-5:]),
     }
 
 
 def worker_status(w: Worker, rates: Rates) -> str:
-    """One status line: pages and items with their rates per minute, and the jobs."""
+    """One status line: pages and items with their rates per minute, the jobs, and the outages under
+    way (``broker unavailable for 42 s``) until they end."""
     st = w.stats
-    return rates.line(
-        st.pages + st.detail_pages,
-        st.items_new + st.items_updated,
-        f"jobs {st.succeeded} done, {st.in_flight} running, {st.retried} retried, {st.dead} dead",
-    )
+    jobs = f"jobs {st.succeeded} done, {st.in_flight} running, {st.retried} retried, {st.dead} dead"
+    if st.refused:
+        jobs += f", {st.refused} given back (this worker's settings refuse their website)"
+    outages = w.outages.describe()
+    return rates.line(st.pages + st.detail_pages, st.items_new + st.items_updated,
+                      f"{jobs}; {outages}" if outages else jobs)
 
 
 def waiting_for(w: Worker) -> Callable[[], str]:
@@ -171,8 +163,8 @@ def worker(
 
     async def main() -> None:
         async with (
-            config_db(settings, create=False, pool_size=worker_pool_size(settings)) as engine,
-            broker_for_service(target) as broker,
+            config_db(settings, create=False, pool_size=worker_pool_size(settings), waiting=out) as engine,
+            broker_for_service(target) as (broker, broker_down),
         ):
             start_metrics(metrics_port)
             w = make_worker(engine, broker, settings)
@@ -183,6 +175,8 @@ def worker(
                     f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
                     f"{w.options.concurrency} job(s) at once, frontier {redact_url(w.options.frontier_url)}"
                 )
+                if broker_down is not None:  # said now, and on every status line until it is back
+                    w.outages.down("broker", broker_down)
                 if not settings.frontier_url and not settings.database_url.startswith("sqlite"):
                     click.secho(
                         "warning: this worker's frontier is memory://, its own: the other workers of a fleet on "

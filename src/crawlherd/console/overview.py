@@ -1,6 +1,10 @@
 """The platform at a glance, from the config DB: what the console's Overview page and ``crawlherd
 overview`` show, and what the dispatcher's gauges export. Every count uses an index (see the EXPLAIN
-test and ``bench/web.py``)."""
+test and ``bench/web.py``).
+
+The counters are the workers' (:class:`~crawlherd.worker.options.WorkerStats`, one definition): the
+items new and updated in the last 24 hours are those the jobs that succeeded then counted
+(``job_runs``), and each worker's row shows the counters its heartbeat carries."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db.engine import count_rows, db_now
 from crawlherd.db.heartbeat import ProcessInfo, list_processes
-from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget, StoredItem, Website
+from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget, Website
 from crawlherd.dispatch.gauges import due_conditions, outbox_backlog
 
 __all__ = ["OVERDUE_AFTER", "Overview", "overview"]
@@ -63,6 +67,10 @@ class Overview:
                 }
                 for kind in ("dispatcher", "worker", "web")
             },
+            "workers": [
+                {"id": p.id, "state": p.state, "jobs_in_hand": p.jobs_in_hand, "counters": p.info.get("counters", {})}
+                for p in self.processes if p.kind == "worker"
+            ],
             "frontier": {"queued": self.frontier_queued, "in_flight": self.frontier_in_flight},
             "failing_websites": [{"website": w, "failures": n} for w, n in self.failing_websites],
         }
@@ -70,7 +78,7 @@ class Overview:
 
 def _counts(now: datetime) -> dict[str, tuple[Any, ...]]:
     """The Overview's plain counts: field -> (table, conditions...)."""
-    T, ob, It = ScrapeTarget, DispatchOutbox, StoredItem  # noqa: N806
+    T, ob = ScrapeTarget, DispatchOutbox  # noqa: N806
     hour, day = now - timedelta(hours=1), now - timedelta(days=1)
     return {
         "targets_active": (T, T.active == true()),
@@ -78,8 +86,6 @@ def _counts(now: datetime) -> dict[str, tuple[Any, ...]]:
         "targets_overdue": (T, T.active == true(), T.next_run_at <= now - OVERDUE_AFTER),
         "dispatched_last_hour": (ob, ob.created_at >= hour),
         "dispatched_last_day": (ob, ob.created_at >= day),
-        "items_new_last_day": (It, It.first_seen >= day),
-        "items_seen_last_day": (It, It.last_seen >= day),
     }
 
 
@@ -97,6 +103,12 @@ async def overview(engine: AsyncEngine, *, failing: int = 5) -> Overview:
                 await conn.execute(select(R.status, func.count()).where(R.updated_at >= day).group_by(R.status))
             ).all()
         }
+        items_new, items_updated = (
+            await conn.execute(
+                select(func.coalesce(func.sum(R.items_new), 0), func.coalesce(func.sum(R.items_updated), 0))
+                .where(R.updated_at >= day, R.status == "succeeded")
+            )
+        ).one()
         failing_rows = (
             await conn.execute(
                 select(Website.name, func.count())
@@ -111,11 +123,11 @@ async def overview(engine: AsyncEngine, *, failing: int = 5) -> Overview:
         ).all()
     processes = await list_processes(engine)
     frontiers = [p.info.get("frontier", {}) for p in processes if p.kind == "worker" and p.state == "alive"]
-    seen = counts.pop("items_seen_last_day")
     return Overview(
         now=now,
         **counts,
-        items_updated_last_day=max(0, seen - counts["items_new_last_day"]),
+        items_new_last_day=int(items_new),
+        items_updated_last_day=int(items_updated),
         outbox_pending=pending,
         outbox_oldest_pending_seconds=oldest,
         jobs_last_day=jobs,

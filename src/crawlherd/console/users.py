@@ -7,6 +7,9 @@ A role is what a user may do, each one including the one before:
 - ``operator`` also runs targets now, pauses and resumes them, retries and discards dead letters;
 - ``admin`` also edits websites and targets, imports targets files and manages users.
 
+:class:`Action` is the one table of what each thing asked of the console model needs: the console's
+routes (``@needs(Action.X)``) and the CLI's commands (acting ``--as`` a user) both check it.
+
 A password change or a removal ends the user's open sessions (:mod:`crawlherd.console.sessions`) in the
 same transaction.
 """
@@ -31,6 +34,7 @@ from crawlherd.errors import CrawlherdError
 
 __all__ = [
     "MIN_PASSWORD",
+    "Action",
     "Forbidden",
     "Role",
     "UserInfo",
@@ -81,10 +85,41 @@ class Forbidden(CrawlherdError):
     """The user's role does not allow what was asked."""
 
 
-def require(role: Role, needed: Role, what: str) -> None:
-    """Refuse ``what`` (:class:`Forbidden`) unless ``role`` is at least ``needed``."""
-    if role < needed:
-        raise Forbidden(f"{what} needs the {needed.label} role; you are {role.label}")
+class Action(enum.Enum):
+    """What a user may ask of the console (in the browser or on the command line), each with the least
+    role that may do it (:attr:`role`): the one table both the web routes and the CLI check."""
+
+    READ = "read"
+    RUN_NOW = "run a target now"
+    PAUSE = "enable or disable targets"
+    RETRY = "retry dead letters"
+    DISCARD = "discard a dead letter"
+    EDIT = "add, change or delete websites and targets"
+    IMPORT = "import a targets file"
+    USERS = "manage users"
+
+    @property
+    def role(self) -> Role:
+        """The least role that may do this."""
+        return _NEEDED[self]
+
+
+_NEEDED: dict[Action, Role] = {
+    Action.READ: Role.VIEWER,
+    Action.RUN_NOW: Role.OPERATOR,
+    Action.PAUSE: Role.OPERATOR,
+    Action.RETRY: Role.OPERATOR,
+    Action.DISCARD: Role.OPERATOR,
+    Action.EDIT: Role.ADMIN,
+    Action.IMPORT: Role.ADMIN,
+    Action.USERS: Role.ADMIN,
+}
+
+
+def require(role: Role, action: Action) -> None:
+    """Refuse ``action`` (:class:`Forbidden`) unless ``role`` is at least the one it needs."""
+    if role < action.role:
+        raise Forbidden(f"this needs the {action.role.label} role (to {action.value}); you are {role.label}")
 
 
 @dataclass(frozen=True, slots=True)

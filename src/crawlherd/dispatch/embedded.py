@@ -16,7 +16,7 @@ from crawlherd.brokers.base import Broker
 from crawlherd.db.engine import db_now
 from crawlherd.db.errors import is_db_unavailable
 from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget
-from crawlherd.dispatch.dispatch_service import DispatchService
+from crawlherd.dispatch.dispatch_service import DispatchService, ProgressFn
 from crawlherd.worker.worker import Worker
 
 __all__ = ["RunProgress", "progress_of", "run_embedded"]
@@ -87,12 +87,15 @@ async def run_embedded(
     until_idle: bool = False,
     on_progress: Callable[[RunProgress], None] | None = None,
     progress_every: float = 0.5,
+    on_cycle: ProgressFn | None = None,
 ) -> RunProgress:
     """Run dispatcher and worker until ``stop`` is set -- or, with ``until_idle``, until every job
-    dispatched so far is settled (succeeded or dead) and the worker's detail pages are fetched."""
+    dispatched so far is settled (succeeded or dead) and the worker's detail pages are fetched.
+    ``on_progress`` sees the config DB's progress (every run's, not only this one's); ``on_cycle``
+    each dispatch tick and relay round of this run that did something."""
     service = DispatchService(engine, broker, outages=worker.outages)  # one process: an outage said once
     async with asyncio.TaskGroup() as tg:
-        tg.create_task(service.run(interval=interval, stop=stop), name="embedded-dispatch")
+        tg.create_task(service.run(interval=interval, stop=stop, on_cycle=on_cycle), name="embedded-dispatch")
         tg.create_task(worker.run(stop), name="embedded-worker")
         progress = await progress_of(engine)
         while not stop.is_set():

@@ -6,8 +6,8 @@ loopback-only open mode.
 - A login starts a session kept on the server (:mod:`crawlherd.console.sessions`): the cookie
   (``HttpOnly``, ``SameSite=Strict``, signed) carries a random token that is looked up on every
   request, so logout, a password change, the user's removal or an admin ends it at once.
-- Every endpoint says the role it needs (:func:`needs`); ``create_app`` refuses an endpoint that does
-  not, so no route is left unguarded by omission.
+- Every endpoint says the action it does, hence the role it needs (:func:`needs`); ``create_app``
+  refuses an endpoint that does not, so no route is left unguarded by omission.
 - Every form carries the session's CSRF token; a POST without it (or with another) is refused (403).
 - With no user defined, the console is open, and only on a loopback address: :func:`check_bind`
   refuses any other address until a user exists; the open console acts as an admin.
@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from crawlherd.console.sessions import SessionPolicy, SessionUser, resolve_session
-from crawlherd.console.users import Role, count_users
+from crawlherd.console.users import Action, Forbidden, Role, count_users, require
 from crawlherd.errors import ConfigurationError
 
 __all__ = [
@@ -56,15 +56,20 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 _ROLE_ATTR = "__crawlherd_role__"
 
 
-def needs(needed: Role | None) -> Callable[[Endpoint], Endpoint]:
-    """Mark (and guard) an endpoint: it answers 403 unless the request's role is at least ``needed``
-    (:data:`OPEN`: anyone, even without a login)."""
+def needs(action: Action | None) -> Callable[[Endpoint], Endpoint]:
+    """Mark (and guard) an endpoint as doing ``action``: it answers 403 unless the request's role is at
+    least the one ``action`` needs (:class:`~crawlherd.console.users.Action`, the table the CLI checks
+    too; :data:`OPEN`: anyone, even without a login)."""
+    needed = action.role if action is not None else None
 
     def mark(endpoint: Endpoint) -> Endpoint:
         @functools.wraps(endpoint)
         async def guarded(request: Request) -> Response:
-            if needed is not None and role(request) < needed:
-                raise HTTPException(403, f"this needs the {needed.label} role; you are {role(request).label}")
+            if action is not None:
+                try:
+                    require(role(request), action)
+                except Forbidden as exc:
+                    raise HTTPException(403, str(exc)) from None
             return await endpoint(request)
 
         setattr(guarded, _ROLE_ATTR, needed)

@@ -19,7 +19,18 @@ PAGE_DISPATCHERS: tuple[str, ...] = get_args(PageDispatcher)
 
 @dataclass
 class WorkerStats:
-    """Counters since the worker started."""
+    """Counters since the worker started. Each counter has one definition, shared by the status lines,
+    the statistics dump, the worker's row on the console (its heartbeat) and the metrics -- and, per
+    job, by ``job_runs`` (the console's jobs, its 24-hour totals, ``explain``):
+
+    - jobs ``succeeded`` / ``retried`` / ``dead``: attempts that ended so (a retry is an attempt that
+      failed and was sent again); ``skipped``, ``invalid``, ``requeued``, ``refused`` as named;
+    - ``pages`` (listing): the listing pages of the jobs that succeeded (``job_runs.pages``);
+      ``detail_pages``: the detail pages read and stored;
+    - ``items_new`` / ``items_updated``: what the listing pages of the jobs that succeeded stored --
+      new rows, and existing rows whose fields changed (``job_runs.items_new`` / ``items_updated``).
+      A detail page completes its item: it counts as a detail page, not as an item again.
+    """
 
     received: int = 0
     succeeded: int = 0
@@ -28,6 +39,8 @@ class WorkerStats:
     dead: int = 0
     invalid: int = 0
     requeued: int = 0
+    #: jobs given back because this worker's own settings refuse their website (no attempt spent)
+    refused: int = 0
     pages: int = 0
     detail_pages: int = 0
     detail_failures: int = 0
@@ -35,6 +48,16 @@ class WorkerStats:
     items_updated: int = 0
     in_flight: int = 0
     last_errors: list[str] = field(default_factory=list)
+
+    def counters(self) -> dict[str, int]:
+        """The counters under their one set of names (the statistics dump's, the heartbeat's)."""
+        return {
+            "jobs/succeeded": self.succeeded, "jobs/retried": self.retried, "jobs/dead": self.dead,
+            "jobs/skipped": self.skipped, "jobs/requeued": self.requeued, "jobs/invalid": self.invalid,
+            "jobs/refused": self.refused, "pages/listing": self.pages, "pages/detail": self.detail_pages,
+            "pages/detail_failed": self.detail_failures, "items/new": self.items_new,
+            "items/updated": self.items_updated,
+        }
 
     def remember(self, message: str) -> None:
         """Keep ``message`` among the last ten errors."""

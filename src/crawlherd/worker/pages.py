@@ -368,8 +368,9 @@ class PagePipeline:
         now = datetime.now(UTC)
         fields[DETAIL_AT] = now.isoformat()
         item = Item(website=detail.site.name, url=result.url, fingerprint=bytes.fromhex(detail.item), fields=fields)
-        counts = await self._store([item], website_id=detail.website_id, target_id=detail.target_id)
-        metrics.items_stored(new=counts.new, updated=counts.updated)  # a listing's count with its job's
+        # a detail page completes its item: counted as a detail page, not as an item again
+        await self._store([item], website_id=detail.website_id, target_id=detail.target_id)
+        metrics.DETAIL_PAGES.inc()
         self.stats.detail_pages += 1
 
     async def _store(self, items: list[Item], *, website_id: int, target_id: int | None) -> UpsertCounts:
@@ -378,10 +379,7 @@ class PagePipeline:
         lease is acked only after that."""
         if self._writes is None:
             self._writes = GroupedWrites(self.sink)
-        counts = await self._writes.store(items, website_id=website_id, target_id=target_id)
-        self.stats.items_new += counts.new
-        self.stats.items_updated += counts.updated
-        return counts
+        return await self._writes.store(items, website_id=website_id, target_id=target_id)
 
     async def _crawler_for(self, browser: bool) -> Crawler:
         if not browser:

@@ -17,6 +17,10 @@ Shutdown (``stop`` set, SIGTERM, Ctrl+C): no new deliveries are taken; jobs in f
 ``shutdown_timeout`` seconds to finish; the rest are cancelled and their deliveries given back to the
 queue at once (another worker takes them in seconds), so a restart loses no job.
 
+A job whose website this worker's own settings refuse (a private or loopback address without
+``--allow-private``) is given back to the queue after a back-off without spending an attempt, and
+said once per website (:mod:`crawlherd.worker.refusals`): no retry here could cure it.
+
 Poison messages: a body that is not a valid job (:func:`~crawlherd.messages.decode_job`: too large,
 not UTF-8, too deep, wrong types) is dead-lettered at once with the reason; a job for a target that no
 longer exists too. A job whose handling fails with an unexpected error (a bug) counts as an attempt:
@@ -69,6 +73,7 @@ from crawlherd.sinks import Sink, SQLSink
 from crawlherd.worker.jobcrawl import ListingOutcome, ListingState
 from crawlherd.worker.options import PAGE_DISPATCHERS, WorkerOptions, WorkerStats
 from crawlherd.worker.pages import PagePipeline
+from crawlherd.worker.refusals import Refusals, own_refusal
 from crawlherd.worker.runs import RunStore
 
 __all__ = ["PAGE_DISPATCHERS", "Worker", "WorkerOptions", "WorkerStats"]
@@ -101,6 +106,7 @@ class Worker:
         self.sink: Sink = sink if sink is not None else SQLSink(engine)
         self.outages = OutageLog(log, f"worker {self.name}")
         self.retrier = Retrier(self.outages)  # temporary: BackendUnavailableError (a service's outage)
+        self.refusals = Refusals(log, f"worker {self.name}")
         self.pages = PagePipeline(
             options, name=self.name, stats=self.stats, runs=self.runs, sink=self.sink, retrier=self.retrier,
             browser_factory=browser_factory,
@@ -140,7 +146,7 @@ class Worker:
         stopper = asyncio.create_task(stop.wait(), name="worker-stop")
         beat = Heartbeat(
             self.engine, kind="worker", name=self.name, interval=self.options.heartbeat_interval,
-            jobs_in_hand=lambda: self.stats.in_flight, details=self.pages.frontier_counts,
+            jobs_in_hand=lambda: self.stats.in_flight, details=self._beat_details,
             outages=self.outages,  # a failed beat: the config DB's outage
         )
         beating = asyncio.create_task(beat.run(stop), name="worker-heartbeat")
@@ -164,6 +170,11 @@ class Worker:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
         return self.stats
+
+    async def _beat_details(self) -> dict[str, object]:
+        """What the heartbeat carries: the frontier's counts and the worker's counters (the console's
+        row of this worker)."""
+        return {**await self.pages.frontier_counts(), "counters": self.stats.counters()}
 
     async def _consume(self, stop: asyncio.Event, slots: asyncio.Semaphore, tasks: set[asyncio.Task[None]]) -> None:
         """Take deliveries, ``slots`` at a time, each handled in a task of ``tasks``, until ``stop`` or
@@ -298,6 +309,13 @@ class Worker:
             why = f"invalid job message: {exc}"
             await self._settle(lambda: self.broker.dead_letter(delivery, why))
             return
+        refused = await own_refusal(job, self.options.limits)
+        if refused is not None:  # no attempt can cure this here: given back, none spent
+            self.stats.refused += 1
+            metrics.JOBS.labels(outcome="refused").inc()
+            self.refusals.refused(job, refused)
+            await self._settle(lambda: self.broker.retry(delivery, delay=self.retry_delay(1)))
+            return
         started = time.monotonic()
         try:
             status = await self.runs.start(job, worker=self.name)  # None: started; else already finished
@@ -338,8 +356,10 @@ class Worker:
             items_new=outcome.items_new,
             items_updated=outcome.items_updated,
         )
-        self.stats.succeeded += 1
+        self.stats.succeeded += 1  # the job's counters, as job_runs and the metrics have them
         self.stats.pages += outcome.pages
+        self.stats.items_new += outcome.items_new
+        self.stats.items_updated += outcome.items_updated
         log.info(
             "worker %s: job %s done: %d listing pages, %d new and %d updated items, %d detail pages queued",
             self.name,

@@ -9,7 +9,7 @@ from starlette.routing import Route
 
 from crawlherd.console.browse import website_names
 from crawlherd.console.dead_letters import discard, list_dead_letters, retry_dead
-from crawlherd.console.users import Role
+from crawlherd.console.users import Action
 from crawlherd.errors import CrawlherdError
 from crawlherd.web.auth import actor, checked_form, needs
 from crawlherd.web.common import back, choice_param, engine, render
@@ -17,14 +17,14 @@ from crawlherd.web.common import back, choice_param, engine, render
 __all__ = ["dead_discard", "dead_page", "dead_retry", "routes"]
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def dead_page(request: Request) -> Response:
     website = choice_param("website", request.query_params.get("website"), await website_names(engine(request)))
     rows = await list_dead_letters(engine(request), website=website)
     return render(request, "dead_letters.html", rows=rows, flash=request.query_params.get("flash"))
 
 
-@needs(Role.OPERATOR)
+@needs(Action.RETRY)
 async def dead_retry(request: Request) -> Response:
     form = await checked_form(request)
     ids = None if form.get("all") == "1" else [int(str(v)) for v in form.getlist("run_id")]
@@ -32,7 +32,7 @@ async def dead_retry(request: Request) -> Response:
     return back("/dead-letters", f"{sent} job(s) sent again")
 
 
-@needs(Role.OPERATOR)
+@needs(Action.DISCARD)
 async def dead_discard(request: Request) -> Response:
     run_id = int(request.path_params["run_id"])
     form = await checked_form(request)

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from crawlherd.console.overview import overview
-from crawlherd.console.users import Role
+from crawlherd.console.users import Action
 from crawlherd.db.heartbeat import ProcessInfo
 from crawlherd.frontier.base import HostState
 from crawlherd.web.auth import needs
@@ -40,7 +40,7 @@ def host_rows(p: ProcessInfo) -> list[HostRow]:
     return rows
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def frontier_page(request: Request) -> Response:
     o = await overview(engine(request))
     workers = [(p, host_rows(p)) for p in o.processes if p.kind == "worker"]

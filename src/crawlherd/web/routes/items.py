@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from crawlherd.console.browse import browse_items, website_names
-from crawlherd.console.users import Role
+from crawlherd.console.users import Action
 from crawlherd.sinks.export import FORMATS, export_items
 from crawlherd.web.auth import needs
 from crawlherd.web.common import PAGE, choice_param, engine, int_param, next_key, render
@@ -20,7 +20,7 @@ from crawlherd.web.common import PAGE, choice_param, engine, int_param, next_key
 __all__ = ["items_export", "items_page", "routes"]
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def items_page(request: Request) -> Response:
     p = request.query_params
     names = await website_names(engine(request))
@@ -35,7 +35,7 @@ async def items_page(request: Request) -> Response:
     )
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def items_export(request: Request) -> Response:
     fmt = request.query_params.get("format", "jsonl")
     if fmt not in FORMATS:

@@ -9,14 +9,14 @@ from starlette.routing import Route
 
 from crawlherd.console.browse import website_names
 from crawlherd.console.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
-from crawlherd.console.users import Role
+from crawlherd.console.users import Action
 from crawlherd.web.auth import needs
 from crawlherd.web.common import PAGE, choice_param, engine, found, int_param, next_key, render, time_param
 
 __all__ = ["job_page", "jobs_page", "routes"]
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def jobs_page(request: Request) -> Response:
     p = request.query_params
     names = await website_names(engine(request))
@@ -38,7 +38,7 @@ async def jobs_page(request: Request) -> Response:
     )
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def job_page(request: Request) -> Response:
     job = await found(get_job(engine(request), int(request.path_params["run_id"])))
     return render(request, "job.html", job=job)

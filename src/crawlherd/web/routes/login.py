@@ -11,7 +11,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from crawlherd.console.sessions import LoginOutcome, close_session, log_in
-from crawlherd.console.users import Role
+from crawlherd.console.users import Action
 from crawlherd.web.auth import OPEN, checked_form, needs
 from crawlherd.web.common import engine, render
 
@@ -54,7 +54,7 @@ async def login(request: Request) -> Response:
     return RedirectResponse(target, status_code=303)
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def logout(request: Request) -> Response:
     await checked_form(request)
     token = request.session.get("sid")

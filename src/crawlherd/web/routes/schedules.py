@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from crawlherd.console import editing
-from crawlherd.console.users import Role
+from crawlherd.console.users import Action
 from crawlherd.db.engine import db_now
 from crawlherd.dispatch.schedule import make_schedule, upcoming
 from crawlherd.dispatch.targets_file import TargetSpec
@@ -36,7 +36,7 @@ def schedule_fields(form: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def schedule_preview(request: Request) -> Response:
     p = request.query_params
     values: dict[str, Any] = {"website": "preview", "keywords": ["preview"], "timezone": p.get("timezone") or "UTC"}

@@ -8,7 +8,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from crawlherd.console import editing
-from crawlherd.console.users import Role
+from crawlherd.console.users import Action
 from crawlherd.errors import CrawlherdError, TargetsFileError
 from crawlherd.web.auth import actor, checked_form, needs
 from crawlherd.web.common import engine, render
@@ -16,12 +16,12 @@ from crawlherd.web.common import engine, render
 __all__ = ["import_page", "import_post", "routes"]
 
 
-@needs(Role.ADMIN)
+@needs(Action.IMPORT)
 async def import_page(request: Request) -> Response:
     return render(request, "import.html", errors=[], text="", result=None)
 
 
-@needs(Role.ADMIN)
+@needs(Action.IMPORT)
 async def import_post(request: Request) -> Response:
     form = await checked_form(request)
     try:

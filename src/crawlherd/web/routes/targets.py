@@ -17,7 +17,7 @@ from crawlherd.console import editing
 from crawlherd.console.browse import browse_targets, website_names
 from crawlherd.console.explain import explain, lineage
 from crawlherd.console.run_now import run_now
-from crawlherd.console.users import Role
+from crawlherd.console.users import Action
 from crawlherd.dispatch.targets import get_target, preview_target
 from crawlherd.errors import CrawlherdError
 from crawlherd.web.auth import actor, checked_form, needs
@@ -71,7 +71,7 @@ def _target_values(raw: dict[str, str]) -> dict[str, Any]:
     return values
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def targets_page(request: Request) -> Response:
     p = request.query_params
     names = await website_names(engine(request))
@@ -91,7 +91,7 @@ async def targets_page(request: Request) -> Response:
     )
 
 
-@needs(Role.ADMIN)
+@needs(Action.EDIT)
 async def target_new(request: Request) -> Response:
     return render(
         request, "target_form.html", websites=await website_names(engine(request)), errors={},
@@ -99,7 +99,7 @@ async def target_new(request: Request) -> Response:
     )
 
 
-@needs(Role.ADMIN)
+@needs(Action.EDIT)
 async def target_create(request: Request) -> Response:
     raw = raw_form(await checked_form(request))
     errors = await form_errors(lambda: editing.save_target(engine(request), _target_values(raw), actor=actor(request)))
@@ -111,7 +111,7 @@ async def target_create(request: Request) -> Response:
     )
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def target_page(request: Request) -> Response:
     db, target_id = engine(request), int(request.path_params["target_id"])
     info = await found(get_target(db, target_id))
@@ -125,7 +125,7 @@ async def target_page(request: Request) -> Response:
     )
 
 
-@needs(Role.OPERATOR)
+@needs(Action.RUN_NOW)
 async def target_run(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     form = await checked_form(request)
@@ -135,7 +135,7 @@ async def target_run(request: Request) -> Response:
     return back(f"/targets/{target_id}", f"{message} (slot {ts(result.slot_at)})")
 
 
-@needs(Role.OPERATOR)
+@needs(Action.PAUSE)
 async def target_active(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     active = (await checked_form(request)).get("active") == "1"
@@ -143,7 +143,7 @@ async def target_active(request: Request) -> Response:
     return back(f"/targets/{target_id}", "enabled" if active else "disabled")
 
 
-@needs(Role.ADMIN)
+@needs(Action.EDIT)
 async def target_delete(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     await checked_form(request)
@@ -151,7 +151,7 @@ async def target_delete(request: Request) -> Response:
     return back("/targets", f"target {target_id} deleted")
 
 
-@needs(Role.ADMIN)
+@needs(Action.EDIT)
 async def target_schedule(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     info = await get_target(engine(request), target_id)

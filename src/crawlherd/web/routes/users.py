@@ -9,7 +9,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from crawlherd.console.sessions import revoke_sessions
-from crawlherd.console.users import Role, add_user, list_users, remove_user, set_role
+from crawlherd.console.users import Action, Role, add_user, list_users, remove_user, set_role
 from crawlherd.errors import CrawlherdError
 from crawlherd.web.auth import actor, checked_form, needs
 from crawlherd.web.common import back, engine, render
@@ -17,7 +17,7 @@ from crawlherd.web.common import back, engine, render
 __all__ = ["routes", "user_add", "user_password", "user_remove", "user_revoke", "user_role", "users_page"]
 
 
-@needs(Role.ADMIN)
+@needs(Action.USERS)
 async def users_page(request: Request) -> Response:
     return render(request, "users.html", users=await list_users(engine(request)), roles=[r.label for r in Role])
 
@@ -27,7 +27,7 @@ async def _form(request: Request) -> tuple[str, dict[str, str]]:
     return form.get("name", "").strip(), form
 
 
-@needs(Role.ADMIN)
+@needs(Action.USERS)
 async def user_add(request: Request) -> Response:
     name, form = await _form(request)
     try:
@@ -44,7 +44,7 @@ async def _exists(request: Request, name: str) -> bool:
     return any(u.name == name for u in await list_users(engine(request)))
 
 
-@needs(Role.ADMIN)
+@needs(Action.USERS)
 async def user_role(request: Request) -> Response:
     name, form = await _form(request)
     try:
@@ -55,7 +55,7 @@ async def user_role(request: Request) -> Response:
     return back("/users", f"{name} is now {role.label}")
 
 
-@needs(Role.ADMIN)
+@needs(Action.USERS)
 async def user_password(request: Request) -> Response:
     name, form = await _form(request)
     try:
@@ -67,14 +67,14 @@ async def user_password(request: Request) -> Response:
     return back("/users", f"password of {name} changed; their sessions ended")
 
 
-@needs(Role.ADMIN)
+@needs(Action.USERS)
 async def user_revoke(request: Request) -> Response:
     name, _form_values = await _form(request)
     ended = await revoke_sessions(engine(request), name, actor=actor(request))
     return back("/users", f"{ended} session(s) of {name} ended")
 
 
-@needs(Role.ADMIN)
+@needs(Action.USERS)
 async def user_remove(request: Request) -> Response:
     name, form = await _form(request)
     if form.get("confirm", "") != name:

@@ -14,7 +14,7 @@ from crawlherd._redact import redact_url
 from crawlherd.console import editing
 from crawlherd.console.browse import WebsiteUsage, get_website, list_websites
 from crawlherd.console.site_sessions import site_sessions
-from crawlherd.console.users import Role
+from crawlherd.console.users import Action
 from crawlherd.duration import format_duration
 from crawlherd.sitespec import SiteSpec
 from crawlherd.web.auth import actor, checked_form, needs
@@ -110,17 +110,17 @@ async def _website(request: Request) -> tuple[SiteSpec, WebsiteUsage]:
     return await found(get_website(engine(request), request.path_params["website_id"]))
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def websites_page(request: Request) -> Response:
     return render(request, "websites.html", websites=await list_websites(engine(request)))
 
 
-@needs(Role.ADMIN)
+@needs(Action.EDIT)
 async def website_new(request: Request) -> Response:
     return await _form_page(request, values=_website_form(None), errors={})
 
 
-@needs(Role.ADMIN)
+@needs(Action.EDIT)
 async def website_create(request: Request) -> Response:
     raw = raw_form(await checked_form(request))
     db, who = engine(request), actor(request)
@@ -131,13 +131,13 @@ async def website_create(request: Request) -> Response:
     return await _form_page(request, values=raw, errors=errors, status=400)
 
 
-@needs(Role.VIEWER)
+@needs(Action.READ)
 async def website_page(request: Request) -> Response:
     site, usage = await _website(request)
     return await _form_page(request, values=_website_form(site), errors={}, usage=usage)
 
 
-@needs(Role.ADMIN)
+@needs(Action.EDIT)
 async def website_update(request: Request) -> Response:
     site, usage = await _website(request)
     raw = raw_form(await checked_form(request))
@@ -158,7 +158,7 @@ async def website_update(request: Request) -> Response:
     return await _form_page(request, values=shown_again, errors=errors, usage=usage, status=400)
 
 
-@needs(Role.OPERATOR)
+@needs(Action.PAUSE)
 async def website_active(request: Request) -> Response:
     _site, usage = await _website(request)
     active = (await checked_form(request)).get("active") == "1"
@@ -166,7 +166,7 @@ async def website_active(request: Request) -> Response:
     return back(f"/websites/{usage.id}", f"{changed} target(s) {'enabled' if active else 'disabled'}")
 
 
-@needs(Role.ADMIN)
+@needs(Action.EDIT)
 async def website_delete(request: Request) -> Response:
     _site, usage = await _website(request)
     form = await checked_form(request)
