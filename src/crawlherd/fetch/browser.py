@@ -38,7 +38,7 @@ from crawlherd.errors import (
 from crawlherd.fetch.actions import PageActions, run_actions
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
 from crawlherd.fetch.chromium import CHROMIUM_ARGS, LOCAL_NETWORK_ARGS, BrowserOptions, find_chromium, open_browser
-from crawlherd.fetch.contexts import BrowserSession, ContextPool, SessionContext
+from crawlherd.fetch.contexts import BrowserSession, ContextPool, SessionContext, proxy_settings
 from crawlherd.fetch.gate import SendGate, pass_gate
 from crawlherd.fetch.guard import check_address, parse_networks
 from crawlherd.fetch.hops import AcceptedTypes, Hop, check_size, follow, response_of
@@ -152,7 +152,8 @@ class BrowserFetcher(PageRoutes):
             )
             self._errors = pw_api
             self._playwright, self._browser = playwright, browser
-            self._contexts = ContextPool(self._new_context)
+            self._contexts = ContextPool(self._new_context, base_headers=self.options.headers,
+                                         base_cookies=self.options.cookies)
             try:
                 await self._contexts.start()
             except pw_api.Error as exc:
@@ -160,19 +161,30 @@ class BrowserFetcher(PageRoutes):
                 raise BrowserUnavailableError(f"could not open a browser context: {first_line(exc)}") from None
 
     async def _new_context(self, session: BrowserSession | None) -> Any:
-        """A browser context: the default one, or a session's with its proxy (whose address the guard
-        checks, as a target's), user agent and headers."""
+        """A browser context: the default one, or a session's, with its proxy (the session's, else the
+        browser's; its address checked by the guard, as a target's), user agent, headers and cookies."""
+        browser = self.options
         options: dict[str, Any] = {"user_agent": self.limits.user_agent, "service_workers": "block",
                                    "accept_downloads": False, **self._viewport()}
+        proxy = browser.proxy
         if session is not None:
-            proxy = session.proxy_settings()
-            if proxy is not None:
-                assert session.proxy is not None
-                host, port = host_port(proxy["server"])
-                await self._address_check(host, port, redact_url(session.proxy))
-                options["proxy"] = proxy
+            proxy = session.proxy or proxy
             options["user_agent"] = session.user_agent or self.limits.user_agent
-        return await self._browser.new_context(**options)
+        if proxy is not None:
+            options["proxy"] = await self._proxy_option(proxy)
+        if browser.headers:
+            options["extra_http_headers"] = dict(browser.headers)
+        context = await self._browser.new_context(**options)
+        if browser.cookies:
+            await context.add_cookies([dict(c) for c in browser.cookies])
+        return context
+
+    async def _proxy_option(self, proxy: str) -> dict[str, str]:
+        """Playwright's ``proxy`` option for ``proxy``, once the guard has passed its address."""
+        settings = proxy_settings(proxy)
+        host, port = host_port(settings["server"])
+        await self._address_check(host, port, redact_url(proxy))
+        return settings
 
     async def _shutdown(self) -> None:
         contexts, browser, playwright = self._contexts, self._browser, self._playwright
