@@ -43,6 +43,7 @@ from crawlherd.fetch.gate import SendGate, pass_gate
 from crawlherd.fetch.guard import check_address, parse_networks
 from crawlherd.fetch.hops import AcceptedTypes, Hop, check_size, follow, response_of
 from crawlherd.fetch.routes import AddressCheck, PageRoutes, PageState, first_line, host_port
+from crawlherd.fetch.socks_relay import SocksRelay, needs_relay
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
@@ -102,6 +103,8 @@ class BrowserFetcher(PageRoutes):
         self._playwright: Any = None
         self._browser: Any = None
         self._contexts: ContextPool | None = None
+        #: SOCKS5 proxies with credentials, by URL: the local relays Chromium goes through instead.
+        self._relays: dict[str, SocksRelay] = {}
         self._errors: Any = None  # the playwright.async_api module, for its exception classes
         self.pages_open = 0
         self._page_states: dict[Any, PageState] = {}
@@ -180,15 +183,22 @@ class BrowserFetcher(PageRoutes):
         return context
 
     async def _proxy_option(self, proxy: str) -> dict[str, str]:
-        """Playwright's ``proxy`` option for ``proxy``, once the guard has passed its address."""
+        """Playwright's ``proxy`` option for ``proxy``, once the guard has passed its address; a
+        SOCKS5 proxy with credentials through a relay of this fetcher's (:mod:`crawlherd.fetch.socks_relay`)."""
         settings = proxy_settings(proxy)
         host, port = host_port(settings["server"])
         await self._address_check(host, port, redact_url(proxy))
-        return settings
+        if not needs_relay(proxy):
+            return settings
+        relay = self._relays.get(proxy)
+        if relay is None:
+            relay = self._relays[proxy] = await SocksRelay(proxy, self._address_check).start()
+        return {"server": relay.url}
 
     async def _shutdown(self) -> None:
         contexts, browser, playwright = self._contexts, self._browser, self._playwright
         self._contexts = self._browser = self._playwright = None
+        relays, self._relays = list(self._relays.values()), {}
         if contexts is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(contexts.close(), timeout=10)
@@ -198,6 +208,8 @@ class BrowserFetcher(PageRoutes):
         if playwright is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(playwright.stop(), timeout=10)
+        for relay in relays:
+            await relay.close()
 
     async def close(self) -> None:
         """Close the browser and stop Playwright. Idempotent."""
