@@ -233,5 +233,7 @@ def _proxy_config(value: Any) -> ProxyConfig | None:
     """A browser's ``proxy_config`` as crawl4ai normalises it: a ProxyConfig, or None (none or "direct")."""
     if value is None or isinstance(value, ProxyConfig):
         return value
-    url = proxy_url(value)
+    if isinstance(value, Mapping):
+        return ProxyConfig.from_dict(value)  # its "ip" kept
+    url = proxy_url(value)  # a string ("direct": None), or the error that says what to give
     return ProxyConfig.from_string(url) if url is not None else None
