@@ -107,8 +107,13 @@ async def test_browser_config_proxy_cookies_and_headers_in_chromium(
         other = CrawlerRunConfig(verbose=False, page_timeout=30000, proxy_config=f"http://127.0.0.1:{proxies[2].port}")
         through_other = await crawler.arun(f"{site.url}/headers", config=other)
         other_ip = await crawler.arun(f"{site.url}/ip", config=other)
-    for r in (ip, headers, cookies, through_other, other_ip):
+        # a run's own headers (crawlherd's CrawlerRunConfig(headers=)) go in the browser too, session or not
+        own = await crawler.arun(f"{site.url}/headers", config=run.clone(headers={"X-Run": "yes"}))
+        after = await crawler.arun(f"{site.url}/headers", config=run)  # the pooled page forgot them
+    for r in (ip, headers, cookies, through_other, other_ip, own, after):
         assert r.success, r.error_message
+    assert '"X-Run": "yes"' in own.html and "X-Run" not in after.html
+    assert '"Accept-Language": "en-US,en;q=0.9"' in own.html and "session=abc123" in own.html  # over, not instead
     assert '"origin": "127.0.0.2"' in ip.html  # through the browser's proxy
     assert '"Accept-Language": "en-US,en;q=0.9"' in headers.html and '"Accept-Language": "en-US,en;q=0.9"' in \
         through_other.html

@@ -242,7 +242,8 @@ class BrowserFetcher(PageRoutes):
         assert self._contexts is not None
         total = Timeouts.of(request, self.limits).total
         async with self._semaphore:
-            state = PageState(deadline=time.monotonic() + total, actions=actions)
+            state = PageState(deadline=time.monotonic() + total, actions=actions,
+                              headers=dict(request._headers or {}))  # noqa: SLF001 - not the dict-making property
             entry = await self._contexts.get(session)
             try:
                 return await self._render(request, state, entry, session, total)
