@@ -48,7 +48,7 @@ def test_browser_config_options() -> None:
     assert (options.viewport_width, options.viewport_height) == (1024, 768)
     assert set(options.block_resource_types) == {"image", "media", "font"}
     assert config.clone(viewport_width=800).browser_options().viewport_width == 800
-    for option, value in (("headless", False), ("browser_type", "firefox"), ("cookies", [])):
+    for option, value in (("headless", False), ("browser_type", "firefox"), ("user_data_dir", "/tmp/x")):
         with pytest.raises(ConfigurationError, match=option):
             BrowserConfig(**{option: value})
 

@@ -102,6 +102,34 @@ async def test_claims_and_counts(store: SessionStore) -> None:
     assert await store.count("page:y", 60.0) == 1
 
 
+async def test_purge_forgets_every_website_and_nothing_of_another_store(
+    store: SessionStore, request: pytest.FixtureRequest, unique_name: str
+) -> None:
+    await store.add("site", Session("s1", "p1"))
+    await store.record("other", "p1", "blocked", now=5.0, rule=RULE)
+    assert await store.claim("login:s1:0", 30.0)
+    await store.count("page:x", 60.0)
+    kind = request.node.callspec.params["store"]
+    neighbour = None
+    if kind == "redis":  # a store under another prefix on the same Redis (a glob character in its name)
+        neighbour = open_sessions(f"{request.getfixturevalue('redis_url')}?prefix={unique_name}*x")
+        await neighbour.__aenter__()
+        await neighbour.add("kept", Session("n1", "p1"))
+    try:
+        assert await store.purge() == 2
+        assert await store.sites() == [] and await store.sessions("site") == []
+        assert await store.health("other") == SiteHealth()  # the proxies' rest and the tier: forgotten
+        assert await store.claim("login:s1:0", 30.0)  # claims and counters too
+        assert await store.count("page:x", 60.0) == 1
+        assert await store.purge() == 0
+        if neighbour is not None:
+            assert [s.id for s in await neighbour.sessions("kept")] == ["n1"]
+            await neighbour.purge()
+    finally:
+        if neighbour is not None:
+            await neighbour.__aexit__(None, None, None)
+
+
 async def test_the_same_store_is_seen_by_a_second_client(
     store: SessionStore, request: pytest.FixtureRequest, tmp_path: Path, unique_name: str
 ) -> None:

@@ -4,7 +4,6 @@ failed page, and sessions (cookies, headers, proxy) shared with the HTTP fetcher
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import struct
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ from crawlherd.fetch.browser import BrowserFetcher, BrowserOptions
 from crawlherd.fetch.chromium import CDP_URL_ENV
 from crawlherd.request import Request
 from tests.servers.jslisting import JsListing
+from tests.servers.proxies import start_http_proxy
 from tests.support.httpserver import Served, serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
@@ -158,72 +158,14 @@ async def test_screenshot_on_the_default_crawler_is_a_rendered_png(
 # -- sessions: the same cookies, headers and proxy as HTTP --------------------------------------------
 
 
-class ForwardProxy:
-    """A loopback HTTP proxy (CONNECT, and absolute-URI requests) that notes what it was asked and the
-    credentials it was shown."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str | None]] = []  # (request line, Proxy-Authorization)
-        self.server: asyncio.Server | None = None
-        self.port = 0
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def __aenter__(self) -> ForwardProxy:
-        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.server is not None
-        self.server.close()
-        for writer in self._writers:
-            writer.close()
-        await self.server.wait_closed()
-
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        try:
-            line = (await reader.readline()).decode().strip()
-            headers: list[bytes] = []
-            while (h := await reader.readline()) not in (b"\r\n", b""):
-                headers.append(h)
-            if not line:
-                return
-            auth = next((h.decode().split(":", 1)[1].strip() for h in headers
-                         if h.lower().startswith(b"proxy-authorization:")), None)
-            self.requests.append((line, auth))
-            method, target, _ = line.split(" ", 2)
-            if method != "CONNECT":
-                writer.write(b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\n\r\n")
-                return
-            host, port = target.rsplit(":", 1)
-            up_reader, up_writer = await asyncio.open_connection(host, int(port))
-            self._writers.add(up_writer)
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-        finally:
-            writer.close()
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
-        pass
-    finally:
-        writer.close()
-
-
 async def test_a_session_brings_its_cookies_headers_and_proxy_and_learns_the_sites_cookies(
     board: tuple[JsListing, Served], browser: BrowserFetcher
 ) -> None:
     listing, served = board
-    async with ForwardProxy() as proxy:
+    async with await start_http_proxy("127.0.0.2", auth="alice:s3cret") as proxy:
         session = {
             "id": "s-1",
-            "proxy": f"http://alice:s3cret@127.0.0.1:{proxy.port}",
+            "proxy": proxy.url,
             "headers": {"User-Agent": "BoardBrowser/1.0", "Accept-Language": "de"},
             "cookies": [{"name": "sid", "value": "logged-in-over-http", "domain": "127.0.0.1", "path": "/"}],
         }
@@ -232,8 +174,8 @@ async def test_a_session_brings_its_cookies_headers_and_proxy_and_learns_the_sit
         seen = listing.headers[-1]
         assert seen["User-Agent"] == "BoardBrowser/1.0" and seen["Accept-Language"] == "de"
         assert response.cookies == [{"name": "seen", "value": "1", "domain": "127.0.0.1", "path": "/"}]
-        connect = f"CONNECT 127.0.0.1:{served.port} "
-        assert proxy.requests and all(line.startswith(connect) for line, _ in proxy.requests)
+        assert listing.remotes[-1] == "127.0.0.2"  # the site saw the proxy
+        assert proxy.requests and all(f"127.0.0.1:{served.port}" in line for line, _ in proxy.requests)
         assert {auth for _, auth in proxy.requests} == {"Basic " + base64.b64encode(b"alice:s3cret").decode()}
         # The same session again: its context is kept, and the site's cookie is sent back.
         session["cookies"] = [*session["cookies"], *response.cookies]  # type: ignore[list-item]
@@ -252,7 +194,7 @@ async def test_the_guard_checks_the_target_and_the_proxy_before_any_traffic(
     board: tuple[JsListing, Served], shared_chromium: str
 ) -> None:
     listing, served = board
-    async with ForwardProxy() as proxy:
+    async with await start_http_proxy() as proxy:
         refused_port = proxy.port
 
         async def no_proxy_port(host: str, port: int, url: str) -> None:

@@ -74,6 +74,7 @@ class JsListing:
         self.api_delay = api_delay
         self.api_calls: list[tuple[str, int]] = []
         self.headers: list[dict[str, str]] = []
+        self.remotes: list[str | None] = []  # the client address of each /cookies visit
         self.visits = 0
 
     def jobs(self, keyword: str) -> list[dict[str, str]]:
@@ -127,6 +128,7 @@ class JsListing:
     async def cookies(self, request: web.Request) -> web.Response:
         self.visits += 1
         self.headers.append(dict(request.headers))
+        self.remotes.append(request.remote)
         cookie = request.headers.get("Cookie", "")
         response = web.Response(text=f"<html><body><p id='cookie'>{cookie}</p></body></html>",
                                 content_type="text/html")

@@ -126,4 +126,4 @@ def test_frontier_commands(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/frontier.db"
     stats = both("frontier", "stats", "--url", url)
     assert stats["queued"] == 0 and stats["hosts"] == {}
-    assert both("frontier", "purge", "--url", url, "--yes") == {"url": url, "deleted": 0}
+    assert both("frontier", "purge", "--url", url, "--yes") == {"url": url, "deleted": 0, "session_sites": 0}

@@ -1,4 +1,5 @@
-"""``crawlherd frontier stats|purge --url URL``: look at or empty a persistent frontier."""
+"""``crawlherd frontier stats|purge --url URL``: look at or empty a persistent frontier (``purge`` empties
+its sessions store too)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from crawlherd._redact import redact_url
 from crawlherd.cli._common import Output, output_options
 from crawlherd.errors import ConfigurationError
 from crawlherd.frontier import FrontierAdmin, open_scheduler
+from crawlherd.sessions import open_sessions
 
 __all__ = ["frontier"]
 
@@ -74,22 +76,28 @@ def stats(url: str, dupefilter: str | None, memory: bool, quiet: bool, as_json: 
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @output_options
 def purge(url: str, dupefilter: str | None, yes: bool, quiet: bool, as_json: bool) -> None:
-    """Delete everything of the frontier at URL: queue, leases, duplicate filter, counters.
+    """Delete everything of the frontier at URL: queue, leases, duplicate filter, counters -- and its
+    sessions store: every website's sessions (logins), proxy health and tier.
 
     Stop the workers that use it first."""
     if not yes:
-        click.confirm(f"Delete the whole frontier at {redact_url(url)}?", abort=True)
+        click.confirm(f"Delete the whole frontier at {redact_url(url)}, with its sessions?", abort=True)
 
-    async def run() -> int:
+    async def run() -> tuple[int, int]:
         f = open_scheduler(url, **_options(dupefilter))
         try:
             # not entered: a purge must work on a frontier this version cannot otherwise open
             if not isinstance(f, FrontierAdmin):
                 raise ConfigurationError(f"the frontier at {redact_url(url)} keeps nothing to purge")
-            return await f.purge()
+            # the sessions first: on a plain Redis their keys are under the frontier's prefix too
+            async with open_sessions(url) as sessions:
+                sites = await sessions.purge()
+            return await f.purge(), sites
         finally:
             await f.close()
 
-    n = asyncio.run(run())
-    Output(quiet=quiet, as_json=as_json).result(f"purged {redact_url(url)} ({n} deleted)",
-                                               {"url": redact_url(url), "deleted": n})
+    n, sites = asyncio.run(run())
+    Output(quiet=quiet, as_json=as_json).result(
+        f"purged {redact_url(url)} ({n} deleted; the sessions and proxy health of {sites} websites forgotten)",
+        {"url": redact_url(url), "deleted": n, "session_sites": sites},
+    )

@@ -12,12 +12,13 @@ profile: :mod:`crawlherd.fetchprofile`.)
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
-from urllib.parse import quote, urlsplit
+from typing import Any, ClassVar, Protocol, runtime_checkable
+from urllib.parse import quote, unquote, urlsplit
 
 from crawlherd._redact import redact_url
 from crawlherd.errors import ConfigurationError
@@ -33,7 +34,11 @@ _SCHEMES = ("http://", "https://", "socks5://", "socks5h://", "socks4://")
 class ProxyConfig:
     """One proxy, as crawl4ai writes it: ``ProxyConfig(server="http://host:port", username=None,
     password=None, ip=None)``; :meth:`from_string` reads ``"ip:port"``, ``"ip:port:user:pass"`` or a
-    URL. Its repr hides the password."""
+    URL (credentials in it are taken apart into ``username`` / ``password``, as crawl4ai does), and
+    ``ip`` defaults to the server's host. Its repr hides the password. ``ProxyConfig.DIRECT``
+    (``"direct"``) given as a proxy means none."""
+
+    DIRECT: ClassVar[str] = "direct"
 
     server: str
     username: str | None = None
@@ -41,6 +46,8 @@ class ProxyConfig:
     ip: str | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.server, str) or not self.server:
+            raise ConfigurationError(f"ProxyConfig(server={self.server!r}): give the proxy's URL or host:port")
         if not self.server.lower().startswith(_SCHEMES):
             if "://" in self.server:
                 raise ConfigurationError(
@@ -54,6 +61,13 @@ class ProxyConfig:
             raise ConfigurationError(f"ProxyConfig(server={redact_url(self.server)!r}): {exc}") from None
         if not parts.hostname:
             raise ConfigurationError(f"ProxyConfig(server={redact_url(self.server)!r}): no host")
+        if "@" in parts.netloc:  # credentials in the URL: kept apart, as crawl4ai's from_string does
+            if self.username is None and parts.username:
+                object.__setattr__(self, "username", unquote(parts.username))
+                object.__setattr__(self, "password", unquote(parts.password) if parts.password else None)
+            object.__setattr__(self, "server", parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl())
+        if self.ip is None:
+            object.__setattr__(self, "ip", parts.hostname)
 
     def __repr__(self) -> str:
         hidden = "***" if self.password else None
@@ -77,9 +91,27 @@ class ProxyConfig:
         return [cls.from_string(t) for t in texts]
 
     @classmethod
+    def from_dict(cls, proxy: Mapping[str, Any]) -> ProxyConfig:
+        """crawl4ai's dict: ``{"server", "username", "password", "ip"}`` (only ``server`` needed)."""
+        unknown = set(proxy) - {"server", "username", "password", "ip"}
+        if unknown or "server" not in proxy:
+            raise ConfigurationError(
+                f"proxy dict with keys {sorted(proxy)}: needs 'server' and may have 'username', 'password', 'ip'"
+            )
+        return cls(**{k: proxy[k] for k in ("server", "username", "password", "ip") if k in proxy})
+
+    @classmethod
     def from_env(cls, env_var: str = "PROXIES") -> list[ProxyConfig]:
         """crawl4ai's: the proxies of a comma-separated environment variable (empty: none)."""
         return [cls.from_string(t) for t in os.environ.get(env_var, "").split(",") if t.strip()]
+
+    def to_dict(self) -> dict[str, str | None]:
+        """crawl4ai's dict form (the password in it: do not log it)."""
+        return {"server": self.server, "username": self.username, "password": self.password, "ip": self.ip}
+
+    def clone(self, **changes: Any) -> ProxyConfig:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
 
     @property
     def url(self) -> str:
@@ -88,17 +120,24 @@ class ProxyConfig:
             return self.server
         p = urlsplit(self.server)
         auth = quote(self.username, safe="") + (f":{quote(self.password, safe='')}" if self.password else "")
-        return p._replace(netloc=f"{auth}@{p.netloc.rpartition('@')[2]}").geturl()
+        return p._replace(netloc=f"{auth}@{p.netloc}").geturl()
 
 
-def proxy_url(proxy: ProxyConfig | str | Mapping[str, Any]) -> str:
-    """A proxy given as a :class:`ProxyConfig`, a string or crawl4ai's dict, as a URL."""
+def proxy_url(proxy: ProxyConfig | str | Mapping[str, Any]) -> str | None:
+    """A proxy given as a :class:`ProxyConfig`, a string or crawl4ai's dict, as a URL; None for
+    ``ProxyConfig.DIRECT`` (``"direct"``: no proxy)."""
     if isinstance(proxy, ProxyConfig):
         return proxy.url
     if isinstance(proxy, str):
-        return ProxyConfig.from_string(proxy).url
-    if isinstance(proxy, Mapping) and "server" in proxy:
-        return ProxyConfig(**{k: proxy[k] for k in ("server", "username", "password", "ip") if k in proxy}).url
+        return None if proxy.strip().lower() == ProxyConfig.DIRECT else ProxyConfig.from_string(proxy).url
+    if isinstance(proxy, Mapping):
+        return ProxyConfig.from_dict(proxy).url
+    if isinstance(proxy, list | tuple):
+        raise ConfigurationError(
+            "proxy_config=[...]: a list of proxies to try in turn is not supported; rotate them with "
+            "proxy_rotation_strategy=RoundRobinProxyStrategy([...]), or give a website's fetch profile "
+            "proxy tiers (docs/fetch-profile.md)"
+        )
     raise ConfigurationError(f"proxy_config={type(proxy).__name__}: give a ProxyConfig, a URL or a dict with 'server'")
 
 
@@ -140,7 +179,9 @@ class RunSession:
             raise ConfigurationError(
                 "proxy_rotation_strategy: needs an async get_next_proxy() (RoundRobinProxyStrategy)"
             )
-        self._headers = {"User-Agent": config.user_agent} if config.user_agent else {}
+        # the run's headers go with its session too: the browser sends a session's headers, not a request's
+        self._headers = {**dict(getattr(config, "headers", None) or {}),
+                         **({"User-Agent": config.user_agent} if config.user_agent else {})}
         self._given = config.cookies
         self._jar: list[Cookie] = []
 

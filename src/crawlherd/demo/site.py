@@ -14,6 +14,9 @@ Pages (all GET; the markup is in :mod:`crawlherd.demo.pages`):
 ``/fail/search?...``                   always 500 (a site that fails every time)
 ``/private/...``                       disallowed by ``/robots.txt``
 ``/robots.txt``
+``/ip``, ``/headers``, ``/cookies``    who asked, as httpbin answers: ``{"origin": client address}``, the
+                                       request's headers, the cookies it sent
+``/cookies/set?NAME=VALUE``            sets the cookies, then redirects to ``/cookies``
 
 Every request is counted (:attr:`DemoSite.log`) with its time, path, query and status.
 """
@@ -95,6 +98,10 @@ class DemoSite:
         app.router.add_get("/jobs/{job_id}", self._detail)
         app.router.add_get("/fail/search", self._fail)
         app.router.add_get("/private/{tail:.*}", self._private)
+        app.router.add_get("/ip", self._ip)
+        app.router.add_get("/headers", self._headers)
+        app.router.add_get("/cookies", self._cookies)
+        app.router.add_get("/cookies/set", self._set_cookies)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -208,6 +215,24 @@ class DemoSite:
 
     async def _private(self, request: web.Request) -> web.Response:
         return _html("Private", "<p class='secret'>robots.txt asked you not to come here</p>")
+
+    # -- who is asking: /ip, /headers, /cookies (httpbin's answers, for proxy and session examples) --
+
+    async def _ip(self, request: web.Request) -> web.Response:
+        return web.json_response({"origin": request.remote})
+
+    async def _headers(self, request: web.Request) -> web.Response:
+        return web.json_response({"headers": dict(request.headers)})
+
+    async def _cookies(self, request: web.Request) -> web.Response:
+        return web.json_response({"cookies": dict(request.cookies)})
+
+    async def _set_cookies(self, request: web.Request) -> web.Response:
+        """``/cookies/set?name=value``: sets the cookies, then redirects to ``/cookies``."""
+        redirect = web.HTTPFound("/cookies")
+        for name, value in request.query.items():
+            redirect.set_cookie(name, value)
+        raise redirect
 
     # -- listings: /search (page_param, the deliberate 429s) and /browse (next_link) -------------
 

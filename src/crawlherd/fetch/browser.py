@@ -38,11 +38,12 @@ from crawlherd.errors import (
 from crawlherd.fetch.actions import PageActions, run_actions
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
 from crawlherd.fetch.chromium import CHROMIUM_ARGS, LOCAL_NETWORK_ARGS, BrowserOptions, find_chromium, open_browser
-from crawlherd.fetch.contexts import BrowserSession, ContextPool, SessionContext
+from crawlherd.fetch.contexts import BrowserSession, ContextPool, SessionContext, proxy_settings
 from crawlherd.fetch.gate import SendGate, pass_gate
 from crawlherd.fetch.guard import check_address, parse_networks
 from crawlherd.fetch.hops import AcceptedTypes, Hop, check_size, follow, response_of
 from crawlherd.fetch.routes import AddressCheck, PageRoutes, PageState, first_line, host_port
+from crawlherd.fetch.socks_relay import SocksRelay, needs_relay
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
@@ -102,6 +103,8 @@ class BrowserFetcher(PageRoutes):
         self._playwright: Any = None
         self._browser: Any = None
         self._contexts: ContextPool | None = None
+        #: SOCKS5 proxies with credentials, by URL: the local relays Chromium goes through instead.
+        self._relays: dict[str, SocksRelay] = {}
         self._errors: Any = None  # the playwright.async_api module, for its exception classes
         self.pages_open = 0
         self._page_states: dict[Any, PageState] = {}
@@ -152,7 +155,8 @@ class BrowserFetcher(PageRoutes):
             )
             self._errors = pw_api
             self._playwright, self._browser = playwright, browser
-            self._contexts = ContextPool(self._new_context)
+            self._contexts = ContextPool(self._new_context, base_headers=self.options.headers,
+                                         base_cookies=self.options.cookies)
             try:
                 await self._contexts.start()
             except pw_api.Error as exc:
@@ -160,23 +164,41 @@ class BrowserFetcher(PageRoutes):
                 raise BrowserUnavailableError(f"could not open a browser context: {first_line(exc)}") from None
 
     async def _new_context(self, session: BrowserSession | None) -> Any:
-        """A browser context: the default one, or a session's with its proxy (whose address the guard
-        checks, as a target's), user agent and headers."""
+        """A browser context: the default one, or a session's, with its proxy (the session's, else the
+        browser's; its address checked by the guard, as a target's), user agent, headers and cookies."""
+        browser = self.options
         options: dict[str, Any] = {"user_agent": self.limits.user_agent, "service_workers": "block",
                                    "accept_downloads": False, **self._viewport()}
+        proxy = browser.proxy
         if session is not None:
-            proxy = session.proxy_settings()
-            if proxy is not None:
-                assert session.proxy is not None
-                host, port = host_port(proxy["server"])
-                await self._address_check(host, port, redact_url(session.proxy))
-                options["proxy"] = proxy
+            proxy = session.proxy or proxy
             options["user_agent"] = session.user_agent or self.limits.user_agent
-        return await self._browser.new_context(**options)
+        if proxy is not None:
+            options["proxy"] = await self._proxy_option(proxy)
+        if browser.headers:
+            options["extra_http_headers"] = dict(browser.headers)
+        context = await self._browser.new_context(**options)
+        if browser.cookies:
+            await context.add_cookies([dict(c) for c in browser.cookies])
+        return context
+
+    async def _proxy_option(self, proxy: str) -> dict[str, str]:
+        """Playwright's ``proxy`` option for ``proxy``, once the guard has passed its address; a
+        SOCKS5 proxy with credentials through a relay of this fetcher's (:mod:`crawlherd.fetch.socks_relay`)."""
+        settings = proxy_settings(proxy)
+        host, port = host_port(settings["server"])
+        await self._address_check(host, port, redact_url(proxy))
+        if not needs_relay(proxy):
+            return settings
+        relay = self._relays.get(proxy)
+        if relay is None:
+            relay = self._relays[proxy] = await SocksRelay(proxy, self._address_check).start()
+        return {"server": relay.url}
 
     async def _shutdown(self) -> None:
         contexts, browser, playwright = self._contexts, self._browser, self._playwright
         self._contexts = self._browser = self._playwright = None
+        relays, self._relays = list(self._relays.values()), {}
         if contexts is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(contexts.close(), timeout=10)
@@ -186,6 +208,8 @@ class BrowserFetcher(PageRoutes):
         if playwright is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(playwright.stop(), timeout=10)
+        for relay in relays:
+            await relay.close()
 
     async def close(self) -> None:
         """Close the browser and stop Playwright. Idempotent."""
@@ -218,7 +242,8 @@ class BrowserFetcher(PageRoutes):
         assert self._contexts is not None
         total = Timeouts.of(request, self.limits).total
         async with self._semaphore:
-            state = PageState(deadline=time.monotonic() + total, actions=actions)
+            state = PageState(deadline=time.monotonic() + total, actions=actions,
+                              headers=dict(request._headers or {}))  # noqa: SLF001 - not the dict-making property
             entry = await self._contexts.get(session)
             try:
                 return await self._render(request, state, entry, session, total)

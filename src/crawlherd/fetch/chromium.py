@@ -16,11 +16,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from crawlherd._options import Count, Seconds, check_options
+from crawlherd._redact import redact_url
 from crawlherd.errors import BrowserUnavailableError, ConfigurationError
 
 __all__ = [
@@ -105,7 +107,13 @@ class BrowserOptions:
     ``launch_timeout`` seconds for the browser to start (or to connect to); ``cdp_url`` a running
     Chromium's DevTools endpoint to connect to instead of launching one (default
     ``$CRAWLHERD_CHROMIUM_CDP_URL``); ``viewport_width`` / ``viewport_height`` of every page in CSS
-    pixels (None: Playwright's 1280 x 720)."""
+    pixels (None: Playwright's 1280 x 720).
+
+    The browser's own identity, for every page (crawl4ai's ``BrowserConfig(proxy_config=, cookies=,
+    headers=)``): ``proxy`` a URL (``http://``, ``https://``, ``socks5://``, credentials in it) every
+    context goes through unless a request's session names its own; ``cookies`` (crawl4ai's
+    ``{"name", "value", "domain" | "url", "path"}``) every context starts with; ``headers`` every page
+    sends (a session's own headers over them)."""
 
     executable_path: str | None = None
     max_pages: Count = 4
@@ -118,9 +126,16 @@ class BrowserOptions:
     viewport_width: Count | None = None
     viewport_height: Count | None = None
     cdp_url: str | None = None
+    proxy: str | None = field(default=None, repr=False)
+    cookies: Iterable[Mapping[str, str]] = field(default=(), repr=False)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         check_options(self, "BrowserFetcher")
+        object.__setattr__(self, "cookies", check_cookies(self.cookies))
+        object.__setattr__(self, "headers", {str(k): str(v) for k, v in dict(self.headers or {}).items()})
+        if self.proxy is not None:
+            check_proxy(self.proxy, "BrowserFetcher proxy")
         if self.wait_for is not None and (not isinstance(self.wait_for, str) or not self.wait_for.strip()):
             raise ConfigurationError(f"BrowserFetcher wait_for must be a non-empty selector, got {self.wait_for!r}")
         blocked = frozenset(self.block_resource_types)
@@ -133,6 +148,39 @@ class BrowserOptions:
             raise ConfigurationError("BrowserFetcher block_resource_types cannot block 'document'")
         object.__setattr__(self, "block_resource_types", blocked)
         object.__setattr__(self, "extra_args", tuple(self.extra_args))
+
+
+#: The proxy schemes Chromium speaks.
+BROWSER_PROXY_SCHEMES = ("http", "https", "socks5")
+
+
+def check_proxy(url: str, label: str) -> None:
+    """Refuse a proxy URL Chromium cannot use (the message never shows its password)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a bad port raises here
+    except (ValueError, AttributeError):
+        raise ConfigurationError(f"{label} {redact_url(str(url))!r}: not a proxy URL") from None
+    if parts.scheme not in BROWSER_PROXY_SCHEMES or not parts.hostname:
+        raise ConfigurationError(
+            f"{label} {redact_url(url)!r}: must be an http://, https:// or socks5:// URL with a host"
+        )
+
+
+def check_cookies(cookies: Iterable[Mapping[str, str]]) -> tuple[dict[str, str], ...]:
+    """crawl4ai's / Playwright's cookies, checked: each a ``name`` and ``value``, and a ``domain`` (with
+    ``path``, "/" by default) or a ``url``."""
+    out = []
+    for c in cookies or ():
+        if not isinstance(c, Mapping) or not c.get("name") or "value" not in c:
+            raise ConfigurationError(f"cookie {c!r}: needs a 'name' and a 'value'")
+        cookie = {str(k): v for k, v in c.items()}
+        if cookie.get("domain"):
+            cookie.setdefault("path", "/")
+        elif not cookie.get("url"):
+            raise ConfigurationError(f"cookie {cookie['name']!r}: give its 'domain' (and 'path') or a 'url'")
+        out.append(cookie)
+    return tuple(out)
 
 
 def launch_args(options: BrowserOptions, *, allow_private: bool) -> list[str]:

@@ -23,13 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from crawlherd._redact import redact_url
 from crawlherd.errors import ConfigurationError
+from crawlherd.fetch.chromium import BROWSER_PROXY_SCHEMES
 from crawlherd.request import Request
 
 __all__ = ["SESSION_META", "BrowserSession", "ContextPool", "Cookie", "SessionContext"]
@@ -38,7 +39,6 @@ __all__ = ["SESSION_META", "BrowserSession", "ContextPool", "Cookie", "SessionCo
 SESSION_META = "crawlherd.session"
 #: A cookie as sessions carry it: ``name``, ``value``, ``domain``, ``path``.
 Cookie = dict[str, str]
-_PROXY_SCHEMES = ("http", "https", "socks5")
 
 
 def _cookie(c: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -49,6 +49,18 @@ def _cookie(c: Mapping[str, Any]) -> tuple[str, str, str, str]:
 def _same(c: tuple[str, str, str, str]) -> tuple[str, str, str, str]:
     """What tells two cookies apart for "did the site set it": the domain without its leading dot."""
     return c[0], c[1], c[2].lstrip("."), c[3]
+
+
+def proxy_settings(url: str) -> dict[str, str]:
+    """Playwright's ``proxy`` option for a proxy URL: ``server`` (scheme, host, port) and the
+    credentials apart."""
+    parts = urlsplit(url)
+    server = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    settings = {"server": server}
+    if parts.username:
+        settings["username"] = unquote(parts.username)
+        settings["password"] = unquote(parts.password or "")
+    return settings
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,7 @@ class BrowserSession:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("id"), str) or not raw["id"]:
             raise ConfigurationError(f"meta[{SESSION_META!r}] needs an 'id' (a non-empty string)")
         proxy = raw.get("proxy")
-        if proxy is not None and (not isinstance(proxy, str) or urlsplit(proxy).scheme not in _PROXY_SCHEMES):
+        if proxy is not None and (not isinstance(proxy, str) or urlsplit(proxy).scheme not in BROWSER_PROXY_SCHEMES):
             raise ConfigurationError(
                 f"session {raw['id']!r}: proxy {redact_url(str(proxy))!r} must be an http://, https:// or socks5:// URL"
             )
@@ -95,15 +107,7 @@ class BrowserSession:
 
     def proxy_settings(self) -> dict[str, str] | None:
         """Playwright's ``proxy`` option: ``server`` (scheme, host, port) and the credentials apart."""
-        if self.proxy is None:
-            return None
-        parts = urlsplit(self.proxy)
-        server = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-        settings = {"server": server}
-        if parts.username:
-            settings["username"] = unquote(parts.username)
-            settings["password"] = unquote(parts.password or "")
-        return settings
+        return None if self.proxy is None else proxy_settings(self.proxy)
 
     def playwright_cookies(self, url: str) -> list[dict[str, str]]:
         """The cookies in Playwright's form (a cookie without a domain is bound to ``url``)."""
@@ -125,6 +129,10 @@ class SessionContext:
     idle_pages: list[Any] = field(default_factory=list)
     in_use: int = 0
     applied: tuple[Any, ...] = ()
+    #: The headers every page of the browser sends (BrowserOptions.headers); a session's over them.
+    base_headers: Mapping[str, str] = field(default_factory=dict)
+    #: The cookies every context starts with (BrowserOptions.cookies): not reported as set by the site.
+    base_cookies: frozenset[tuple[str, str, str, str]] = frozenset()
 
     async def apply(self, session: BrowserSession, url: str) -> None:
         """Bring the context's cookies and headers up to the session's (when they changed)."""
@@ -133,13 +141,14 @@ class SessionContext:
             return
         if session.cookies:
             await self.context.add_cookies(session.playwright_cookies(url))
-        await self.context.set_extra_http_headers(session.extra_headers())
+        await self.context.set_extra_http_headers({**self.base_headers, **session.extra_headers()})
         self.applied = state
         self.session = session
 
     async def new_cookies(self) -> list[Cookie]:
         """The context's cookies that the session did not carry (new ones, or new values)."""
         given = {_same(c) for c in self.session.cookies} if self.session is not None else set()
+        given |= self.base_cookies
         out: list[Cookie] = []
         for c in await self.context.cookies():
             name, value, domain, path = same = _same(_cookie(c))
@@ -158,9 +167,12 @@ class ContextPool:
     makes one. At most ``max_contexts`` session contexts: past it, the least recently used idle one
     is closed."""
 
-    def __init__(self, open_context: Callable[[BrowserSession | None], Awaitable[Any]], *, max_contexts: int = 16):
+    def __init__(self, open_context: Callable[[BrowserSession | None], Awaitable[Any]], *, max_contexts: int = 16,
+                 base_headers: Mapping[str, str] | None = None, base_cookies: Iterable[Mapping[str, str]] = ()):
         self._open = open_context
         self._max = max_contexts
+        self._base_headers = dict(base_headers or {})
+        self._base_cookies = frozenset(_same(_cookie(c)) for c in base_cookies if c.get("domain"))
         self.default: SessionContext | None = None
         self._opening = asyncio.Lock()
         self._sessions: OrderedDict[tuple[str, str | None], SessionContext] = OrderedDict()
@@ -183,7 +195,9 @@ class ContextPool:
                 found = self._sessions.get(key)
                 if found is None:
                     await self._evict()
-                    found = self._sessions[key] = SessionContext(await self._open(session))
+                    found = self._sessions[key] = SessionContext(await self._open(session),
+                                                                 base_headers=self._base_headers,
+                                                                 base_cookies=self._base_cookies)
                 self._sessions.move_to_end(key)
             entry = found
         entry.in_use += 1

@@ -51,6 +51,8 @@ class PageState:
     refused: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     actions: PageActions = field(default_factory=PageActions)
+    #: The request's own headers (a run's ``CrawlerRunConfig(headers=)``), sent with the main document.
+    headers: dict[str, str] = field(default_factory=dict)
     navigated: bool = False  # the main document was rendered: a screenshot of a failure shows something
 
     stage: str = "starting"
@@ -129,7 +131,8 @@ class PageRoutes:
         redirect is not followed: the navigation is aborted and :func:`follow` makes the next hop."""
         url = routed.url
         try:
-            fetched = await route.fetch(max_redirects=0, timeout=state.timeout_ms())
+            own = {"headers": {**routed.headers, **state.headers}} if state.headers else {}
+            fetched = await route.fetch(max_redirects=0, timeout=state.timeout_ms(), **own)
         except self._errors.Error as exc:
             state.error = self._translate(exc, url, None)
             await route.abort("failed")

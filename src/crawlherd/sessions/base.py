@@ -168,6 +168,12 @@ class SessionStore(Protocol):
         """The websites the store holds something for."""
         ...
 
+    async def purge(self) -> int:
+        """Forget everything: every website's sessions and proxy health (its tier), the claims and
+        counters; how many websites it held something for. ``crawlherd frontier purge`` calls it with
+        the frontier's own purge; stop the workers first."""
+        ...
+
     async def close(self) -> None:
         """Release what the store opened. Idempotent."""
         ...

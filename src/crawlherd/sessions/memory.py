@@ -116,5 +116,13 @@ class MemorySessions:
     async def sites(self) -> list[str]:
         return sorted(set(self._sessions) | set(self._health))
 
+    async def purge(self) -> int:
+        n = len(await self.sites())
+        self._sessions.clear()
+        self._health.clear()
+        self._claims.clear()
+        self._counts.clear()
+        return n
+
     async def close(self) -> None:
         return None

@@ -12,6 +12,7 @@ one Lua script (``lua/*.lua``): atomic across the fleet. Redis's errors come out
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
@@ -170,6 +171,23 @@ class RedisSessions:
     async def sites(self) -> list[str]:
         members = await self._call(lambda: self._r.smembers(self._k + "sites"))
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+
+    async def purge(self) -> int:
+        n = len(await self.sites())
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self._k) + "*"  # the key prefix, its glob characters escaped
+
+        async def wipe() -> None:
+            batch: list[Any] = []
+            async for key in self._r.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 500:
+                    await self._r.unlink(*batch)
+                    batch = []
+            if batch:
+                await self._r.unlink(*batch)
+
+        await self._call(wipe)
+        return n
 
     async def close(self) -> None:
         if self._owns:

@@ -1,17 +1,23 @@
 """The SQLite sessions store: a resumable crawl's, in a file beside the frontier's (``sqlite:///path``
 keeps its sessions in ``path.sessions``; ``sqlite://`` with no path: in memory). Every change is one
 ``BEGIN IMMEDIATE`` transaction, so processes sharing the file change it one at a time; SQLite's
-errors come out as :class:`~crawlherd.errors.BackendUnavailableError` (role ``frontier``)."""
+errors come out as :class:`~crawlherd.errors.BackendUnavailableError` (role ``frontier``).
+
+SQLite's calls block -- ``BEGIN IMMEDIATE`` waits up to its busy timeout for another process's
+transaction -- so none runs on the event loop: the connection lives on a thread of its own (one
+worker, as the SQLite broker's), and each method is one transaction run there."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from crawlherd.errors import BackendUnavailableError
@@ -28,12 +34,16 @@ from crawlherd.sessions.base import (
 
 __all__ = ["SQLiteSessions"]
 
+_T = TypeVar("_T")
+_BUSY_TIMEOUT = 10.0  # seconds a transaction waits for another process's
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (site TEXT NOT NULL, id TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (site, id));
 CREATE TABLE IF NOT EXISTS site_health (site TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, until REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS counts (key TEXT PRIMARY KEY, started REAL NOT NULL, n INTEGER NOT NULL);
 """
+_TABLES = ("sessions", "site_health", "claims", "counts")
 
 
 class SQLiteSessions:
@@ -43,6 +53,8 @@ class SQLiteSessions:
         self._path = path
         self._clock = clock
         self._db: sqlite3.Connection | None = None
+        self._thread: ThreadPoolExecutor | None = None
+        self._opening = asyncio.Lock()
 
     @classmethod
     def from_url(cls, url: str = "sqlite://", **options: Any) -> SQLiteSessions:
@@ -56,68 +68,85 @@ class SQLiteSessions:
         return f"<SQLiteSessions {self._path}>"
 
     async def __aenter__(self) -> SessionStore:
-        self._conn()
+        await self._open()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    def _conn(self) -> sqlite3.Connection:
-        if self._db is None:
-            try:
-                db = sqlite3.connect(self._path, timeout=10.0, isolation_level=None)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.executescript(_SCHEMA)
-            except sqlite3.Error as exc:
-                raise _outage(self._path, exc) from exc
-            self._db = db
-        return self._db
+    # -- plumbing: the connection's thread -----------------------------------------------------------
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        db = self._conn()
-        try:
+    async def _open(self) -> tuple[sqlite3.Connection, ThreadPoolExecutor]:
+        async with self._opening:
+            if self._db is not None and self._thread is not None:
+                return self._db, self._thread
+            thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlherd-sqlite-sessions")
+
+            def connect() -> sqlite3.Connection:
+                db = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
+                try:
+                    db.execute("PRAGMA journal_mode=WAL")
+                    db.executescript(_SCHEMA)
+                except BaseException:
+                    db.close()
+                    raise
+                return db
+
+            try:
+                self._db = await asyncio.get_running_loop().run_in_executor(thread, connect)
+            except sqlite3.Error as exc:
+                thread.shutdown(wait=False)
+                raise _outage(self._path, exc) from exc
+            except BaseException:
+                thread.shutdown(wait=False)
+                raise
+            self._thread = thread
+            return self._db, thread
+
+    async def _tx(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``work(db)`` in one ``BEGIN IMMEDIATE`` transaction, on the connection's thread."""
+        db, thread = await self._open()
+
+        def run() -> _T:
             db.execute("BEGIN IMMEDIATE")
             try:
-                yield db
+                out = work(db)
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
+            return out
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(thread, run)
         except sqlite3.OperationalError as exc:
             raise _outage(self._path, exc) from exc
 
-    def _read(self, db: sqlite3.Connection, site: str) -> dict[str, Session]:
-        rows = db.execute("SELECT doc FROM sessions WHERE site = ?", (site,)).fetchall()
-        return {s.id: s for s in (Session.from_json(r[0]) for r in rows)}
+    # -- the store -------------------------------------------------------------------------------
 
     async def sessions(self, site: str) -> list[Session]:
-        with self._tx() as db:
-            kept = self._read(db, site)
+        def work(db: sqlite3.Connection) -> list[Session]:
+            kept = _read(db, site)
             for old in keep_retired(kept):
                 db.execute("DELETE FROM sessions WHERE site = ? AND id = ?", (site, old))
                 del kept[old]
-        return list(kept.values())
+            return list(kept.values())
 
-    def _put(self, db: sqlite3.Connection, site: str, s: Session) -> None:
-        db.execute("INSERT OR REPLACE INTO sessions (site, id, doc) VALUES (?, ?, ?)", (site, s.id, s.to_json()))
-
-    def _get(self, db: sqlite3.Connection, site: str, session_id: str) -> Session | None:
-        row = db.execute("SELECT doc FROM sessions WHERE site = ? AND id = ?", (site, session_id)).fetchone()
-        return None if row is None else Session.from_json(row[0])
+        return await self._tx(work)
 
     async def add(self, site: str, session: Session) -> None:
-        with self._tx() as db:
-            self._put(db, site, session)
+        await self._tx(lambda db: _put(db, site, session))
 
     async def use(self, site: str, session_id: str) -> Session | None:
-        with self._tx() as db:
-            s = self._get(db, site, session_id)
+        def work(db: sqlite3.Connection) -> Session | None:
+            s = _get(db, site, session_id)
             if s is None or s.retired is not None:
                 return None
             s = s.updated(uses=s.uses + 1)
-            self._put(db, site, s)
-        return s
+            _put(db, site, s)
+            return s
+
+        return await self._tx(work)
 
     async def update(
         self,
@@ -129,8 +158,8 @@ class SQLiteSessions:
         login_epoch: int | None = None,
         retire: str | None = None,
     ) -> Session | None:
-        with self._tx() as db:
-            s = self._get(db, site, session_id)
+        def work(db: sqlite3.Connection) -> Session | None:
+            s = _get(db, site, session_id)
             if s is None:
                 return None
             changes: dict[str, Any] = {}
@@ -143,56 +172,101 @@ class SQLiteSessions:
             if retire is not None and s.retired is None:
                 changes["retired"] = retire
             s = s.updated(**changes)
-            self._put(db, site, s)
-        return s
+            _put(db, site, s)
+            return s
 
-    def _health(self, db: sqlite3.Connection, site: str) -> SiteHealth:
-        row = db.execute("SELECT doc FROM site_health WHERE site = ?", (site,)).fetchone()
-        if row is None:
-            return SiteHealth()
-        raw = json.loads(row[0])
-        proxies = {k: ProxyHealth(**v) for k, v in raw.pop("proxies").items()}
-        return SiteHealth(**raw, proxies=proxies)
+        return await self._tx(work)
 
     async def record(self, site: str, proxy: str, outcome: Outcome, *, now: float, rule: TierRule) -> SiteHealth:
-        with self._tx() as db:
-            health = apply_outcome(self._health(db, site), proxy, outcome, now, rule)
+        def work(db: sqlite3.Connection) -> SiteHealth:
+            health = apply_outcome(_health(db, site), proxy, outcome, now, rule)
             db.execute(
                 "INSERT OR REPLACE INTO site_health (site, doc) VALUES (?, ?)", (site, json.dumps(asdict(health)))
             )
-        return health
+            return health
+
+        return await self._tx(work)
 
     async def health(self, site: str) -> SiteHealth:
-        with self._tx() as db:
-            return self._health(db, site)
+        return await self._tx(lambda db: _health(db, site))
 
     async def claim(self, key: str, ttl: float) -> bool:
         now = self._clock()
-        with self._tx() as db:
+
+        def work(db: sqlite3.Connection) -> bool:
             row = db.execute("SELECT until FROM claims WHERE key = ?", (key,)).fetchone()
             if row is not None and row[0] > now:
                 return False
             db.execute("DELETE FROM claims WHERE until <= ?", (now,))
             db.execute("INSERT OR REPLACE INTO claims (key, until) VALUES (?, ?)", (key, now + ttl))
-        return True
+            return True
+
+        return await self._tx(work)
 
     async def count(self, key: str, ttl: float) -> int:
         now = self._clock()
-        with self._tx() as db:
+
+        def work(db: sqlite3.Connection) -> int:
             row = db.execute("SELECT started, n FROM counts WHERE key = ?", (key,)).fetchone()
             started, n = (now, 0) if row is None or row[0] + ttl <= now else (row[0], row[1])
             db.execute("INSERT OR REPLACE INTO counts (key, started, n) VALUES (?, ?, ?)", (key, started, n + 1))
-        return int(n) + 1
+            return int(n) + 1
+
+        return await self._tx(work)
 
     async def sites(self) -> list[str]:
-        with self._tx() as db:
-            rows = db.execute("SELECT site FROM sessions UNION SELECT site FROM site_health ORDER BY 1").fetchall()
-        return [r[0] for r in rows]
+        return await self._tx(_sites)
+
+    async def purge(self) -> int:
+        def work(db: sqlite3.Connection) -> int:
+            n = len(_sites(db))
+            for table in _TABLES:
+                db.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
+            return n
+
+        return await self._tx(work)
 
     async def close(self) -> None:
-        db, self._db = self._db, None
+        async with self._opening:
+            db, thread = self._db, self._thread
+            self._db = self._thread = None
+        if thread is None:
+            return
         if db is not None:
-            db.close()
+            with contextlib.suppress(sqlite3.Error):
+                await asyncio.get_running_loop().run_in_executor(thread, db.close)
+        thread.shutdown(wait=False)
+
+
+# -- one transaction's statements (run on the connection's thread) ---------------------------------
+
+
+def _read(db: sqlite3.Connection, site: str) -> dict[str, Session]:
+    rows = db.execute("SELECT doc FROM sessions WHERE site = ?", (site,)).fetchall()
+    return {s.id: s for s in (Session.from_json(r[0]) for r in rows)}
+
+
+def _put(db: sqlite3.Connection, site: str, s: Session) -> None:
+    db.execute("INSERT OR REPLACE INTO sessions (site, id, doc) VALUES (?, ?, ?)", (site, s.id, s.to_json()))
+
+
+def _get(db: sqlite3.Connection, site: str, session_id: str) -> Session | None:
+    row = db.execute("SELECT doc FROM sessions WHERE site = ? AND id = ?", (site, session_id)).fetchone()
+    return None if row is None else Session.from_json(row[0])
+
+
+def _health(db: sqlite3.Connection, site: str) -> SiteHealth:
+    row = db.execute("SELECT doc FROM site_health WHERE site = ?", (site,)).fetchone()
+    if row is None:
+        return SiteHealth()
+    raw = json.loads(row[0])
+    proxies = {k: ProxyHealth(**v) for k, v in raw.pop("proxies").items()}
+    return SiteHealth(**raw, proxies=proxies)
+
+
+def _sites(db: sqlite3.Connection) -> list[str]:
+    rows = db.execute("SELECT site FROM sessions UNION SELECT site FROM site_health ORDER BY 1").fetchall()
+    return [r[0] for r in rows]
 
 
 def _outage(path: str, exc: sqlite3.Error) -> BackendUnavailableError:

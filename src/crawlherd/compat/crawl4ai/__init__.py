@@ -3,12 +3,12 @@
 ``from crawlherd.compat.crawl4ai.<module> import X`` for the modules mirrored here:
 ``async_webcrawler``, ``async_configs``, ``async_dispatcher``, ``cache_context``, ``models``,
 ``components.crawler_monitor``, ``markdown_generation_strategy``, ``content_filter_strategy``,
-``extraction_strategy``. What each name does and where it differs from crawl4ai:
+``extraction_strategy``, ``proxy_strategy``. What each name does and where it differs from crawl4ai:
 ``docs/migrating-from-crawl4ai.md``."""
 
 from __future__ import annotations
 
-from crawlherd.compat.crawl4ai.async_configs import BrowserConfig, CrawlerRunConfig
+from crawlherd.compat.crawl4ai.async_configs import BrowserConfig, CrawlerRunConfig, ProxyConfig
 from crawlherd.compat.crawl4ai.async_dispatcher import (
     BaseDispatcher,
     MemoryAdaptiveDispatcher,
@@ -30,6 +30,7 @@ from crawlherd.compat.crawl4ai.models import (
     DisplayMode,
     MarkdownGenerationResult,
 )
+from crawlherd.compat.crawl4ai.proxy_strategy import ProxyRotationStrategy, RoundRobinProxyStrategy
 
 __all__ = [
     "AsyncWebCrawler",
@@ -49,8 +50,11 @@ __all__ = [
     "MarkdownGenerationResult",
     "MarkdownGenerationStrategy",
     "MemoryAdaptiveDispatcher",
+    "ProxyConfig",
+    "ProxyRotationStrategy",
     "PruningContentFilter",
     "RateLimiter",
     "RelevantContentFilter",
+    "RoundRobinProxyStrategy",
     "SemaphoreDispatcher",
 ]

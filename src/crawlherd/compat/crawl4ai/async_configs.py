@@ -1,5 +1,6 @@
 """crawl4ai's configuration objects (``crawl4ai.async_configs``): :class:`BrowserConfig` for the
-crawler, :class:`CrawlerRunConfig` for a run.
+crawler, :class:`CrawlerRunConfig` for a run, :class:`ProxyConfig` for a proxy (crawlherd's
+:class:`~crawlherd.crawler.proxies.ProxyConfig`).
 
 Every option crawl4ai documents is either honoured or refused with a :class:`~crawlherd.errors.ConfigurationError`
 naming it and saying why -- never accepted and ignored.
@@ -9,16 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from crawlherd.compat.crawl4ai.cache_context import CacheMode, engine_cache_mode
 from crawlherd.crawler.config import CrawlerRunConfig as EngineRunConfig
+from crawlherd.crawler.proxies import ProxyConfig, proxy_url
 from crawlherd.errors import ConfigurationError
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.fetch.chromium import BrowserOptions
 
-__all__ = ["BrowserConfig", "CacheMode", "CrawlerRunConfig"]
+__all__ = ["BrowserConfig", "CacheMode", "CrawlerRunConfig", "ProxyConfig"]
 
 #: crawl4ai run options crawlherd does not have, and why (or what to use instead).
 _REFUSED_RUN = {
@@ -33,6 +37,11 @@ _REFUSED_RUN = {
     "scan_full_page": "scrolling and load-more pagination belong to crawlherd's Pagination (crawlherd.extract)",
     "virtual_scroll_config": "scrolling and load-more pagination belong to crawlherd's Pagination (crawlherd.extract)",
     "url_matcher": "arun_many runs one config for all its URLs: call it once per group of URLs",
+    "proxy_session_id": "a run config's proxy and cookies already hold for every request made with it; "
+    "a website's sessions bound to a proxy are its fetch profile (docs/fetch-profile.md)",
+    "proxy_session_ttl": "a website's fetch profile sets a session's max_age (docs/fetch-profile.md)",
+    "proxy_session_auto_release": "a website's fetch profile retires its sessions (docs/fetch-profile.md)",
+    "fetch_ssl_certificate": "crawlherd does not report the site's certificate",
 }
 #: crawl4ai browser options crawlherd does not have, and why.
 _REFUSED_BROWSER = {
@@ -42,7 +51,7 @@ _REFUSED_BROWSER = {
     "cdp_url": "see BrowserOptions for connecting to a running Chromium",
     "user_data_dir": "crawlherd's browser contexts keep no profile",
     "use_persistent_context": "crawlherd's browser contexts keep no profile",
-    "cookies": "crawlherd sends no cookies of its own",
+    "storage_state": "crawlherd's browser contexts keep no profile; give cookies=[...]",
     "java_script_enabled": "crawlherd's BrowserFetcher always runs the page's scripts (use HttpFetcher for none)",
 }
 
@@ -144,6 +153,9 @@ _BROWSER_DEFAULTS: dict[str, Any] = {
     "extra_args": (),
     "text_mode": False,
     "java_script_enabled": True,
+    "proxy_config": None,
+    "cookies": None,
+    "headers": None,
 }
 
 
@@ -153,11 +165,20 @@ class BrowserConfig:
 
     Honoured: ``viewport_width`` / ``viewport_height`` (crawl4ai's 1080 x 600 by default),
     ``user_agent``, ``extra_args`` (Chromium switches), ``text_mode`` (no images, media or fonts),
-    ``verbose``; ``browser_type="chromium"``, ``headless=True`` and ``java_script_enabled=True`` are
-    what crawlherd does, so they are accepted and other values refused. Other crawl4ai options are
-    refused by name."""
+    ``verbose``; the browser's identity for every page: ``proxy_config`` (a ``ProxyConfig``, a URL, or
+    crawl4ai's dict; the deprecated ``proxy="http://..."`` too, with crawl4ai's warning), ``cookies``
+    (crawl4ai's list of ``{"name", "value", "domain", "path"}`` or ``{"name", "value", "url"}``) and
+    ``headers``. A run's own ``CrawlerRunConfig(proxy_config=...)`` or rotation wins over the browser's
+    proxy. ``browser_type="chromium"``, ``headless=True`` and ``java_script_enabled=True`` are what
+    crawlherd does, so they are accepted and other values refused. Other crawl4ai options are refused by
+    name."""
 
     def __init__(self, **options: Any) -> None:
+        legacy = options.pop("proxy", None)
+        if legacy is not None:
+            warnings.warn("The 'proxy' parameter is deprecated and will be removed in a future release. Use "
+                          "'proxy_config' instead.", UserWarning, stacklevel=2)
+            options.setdefault("proxy_config", legacy)
         for name, value in options.items():
             if name not in _BROWSER_DEFAULTS:
                 raise _refuse("BrowserConfig", name, sorted(_BROWSER_DEFAULTS), _REFUSED_BROWSER)
@@ -174,12 +195,18 @@ class BrowserConfig:
         self.user_agent: str | None = values["user_agent"]
         self.extra_args: tuple[str, ...] = tuple(values["extra_args"] or ())
         self.text_mode: bool = bool(values["text_mode"])
+        self.proxy_config: ProxyConfig | None = _proxy_config(values["proxy_config"])
+        self.cookies: list[dict[str, str]] = [dict(c) for c in values["cookies"] or ()]
+        headers = values["headers"] or {}
+        if not isinstance(headers, Mapping):
+            raise ConfigurationError(f"BrowserConfig(headers={type(headers).__name__}): a dict of name: value")
+        self.headers: dict[str, str] = dict(headers)
         self.browser_options()  # checked now, not at the first fetch
 
     def __repr__(self) -> str:
         return (
             f"BrowserConfig(viewport_width={self.viewport_width}, viewport_height={self.viewport_height}, "
-            f"text_mode={self.text_mode}, verbose={self.verbose})"
+            f"text_mode={self.text_mode}, verbose={self.verbose}, proxy_config={self.proxy_config!r})"
         )
 
     def clone(self, **changes: Any) -> BrowserConfig:
@@ -193,6 +220,8 @@ class BrowserConfig:
         return BrowserOptions(
             viewport_width=self.viewport_width, viewport_height=self.viewport_height,
             extra_args=self.extra_args, block_resource_types=blocked,
+            proxy=self.proxy_config.url if self.proxy_config is not None else None,
+            cookies=self.cookies, headers=self.headers,
         )
 
     def limits(self, base: FetchLimits) -> FetchLimits:
@@ -200,3 +229,11 @@ class BrowserConfig:
         return dataclasses.replace(base, user_agent=self.user_agent) if self.user_agent else base
 
 
+def _proxy_config(value: Any) -> ProxyConfig | None:
+    """A browser's ``proxy_config`` as crawl4ai normalises it: a ProxyConfig, or None (none or "direct")."""
+    if value is None or isinstance(value, ProxyConfig):
+        return value
+    if isinstance(value, Mapping):
+        return ProxyConfig.from_dict(value)  # its "ip" kept
+    url = proxy_url(value)  # a string ("direct": None), or the error that says what to give
+    return ProxyConfig.from_string(url) if url is not None else None

@@ -100,15 +100,20 @@ class AsyncWebCrawler(Crawler):
         self.ready = True
         return self
 
-    async def arun(self, url_or_request: str | Request, config: EngineRunConfig | None = None,
-                   **kwargs: Any) -> CrawlResult:
-        """Fetch one URL. crawl4ai's other keywords (``session_id`` ...) are refused by name."""
+    async def arun(self, url_or_request: str | Request | None = None, config: EngineRunConfig | None = None,
+                   *, url: str | Request | None = None, **kwargs: Any) -> CrawlResult:
+        """Fetch one URL: ``arun(url, config)`` or crawl4ai's ``arun(url=..., config=...)``. crawl4ai's
+        other keywords (``session_id`` ...) are refused by name."""
         if kwargs:
             raise ConfigurationError(
                 f"arun({', '.join(f'{k}=...' for k in kwargs)}): not supported by crawlherd; put run options in "
                 "CrawlerRunConfig"
             )
-        return await super().arun(url_or_request, _first(config) or CrawlerRunConfig())
+        if (url is None) == (url_or_request is None):
+            raise ConfigurationError("arun: pass one URL, positionally or as url=")
+        target = url if url is not None else url_or_request
+        assert target is not None
+        return await super().arun(target, _first(config) or CrawlerRunConfig())
 
     async def arun_many(
         self,
