@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd import metrics
-from crawlherd._resilience import OutageLog, Retrier, Stopped, backoff_delay, role_of, with_role
+from crawlherd._resilience import OutageLog, Retrier, Stopped, backoff_delay, role_of, service_name, with_role
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler
 from crawlherd.db.heartbeat import Heartbeat
@@ -180,11 +180,16 @@ class Worker:
         """Take deliveries, ``slots`` at a time, each handled in a task of ``tasks``, until ``stop`` or
         the broker is closed. The broker gone: said once, consumed again after a back-off."""
         attempts = self.retrier.attempts("broker", stop=stop)
+        # Down at start-up (said by the command before the worker ran): ended by the first answer here.
+        said_at_start = service_name("broker") in self.outages.down_now
         while not stop.is_set():
             try:
-                if attempts.failures:  # still down? (a cheap call; consume() would raise the same)
+                if attempts.failures or said_at_start:  # still down? (a cheap call; consume() would raise the same)
                     await asyncio.wait_for(self.broker.pending(), 15.0)
                     attempts.succeeded()
+                    if said_at_start:
+                        self.outages.up("broker")
+                        said_at_start = False
                 deliveries = self.broker.consume(prefetch=self.options.concurrency)
                 try:
                     async for delivery in deliveries:

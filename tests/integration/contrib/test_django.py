@@ -199,9 +199,11 @@ def test_manage_py_crawlherd_dispatch_once_then_crawlherd_worker(project: Any) -
     assert sorted(keys) == sorted(ids)
     assert pending == 3
 
-    # The worker command takes the jobs. Their site (a closed loopback port, refused by the address
-    # guard) cannot be crawled: each run is recorded as failed and retried later; SIGTERM stops it cleanly.
-    worker = subprocess.Popen([sys.executable, "manage.py", "crawlherd_worker", "--backoff", "60"], cwd=home,
+    # The worker command takes the jobs. Their site (a closed loopback port; --allow-private lets the
+    # worker try it -- without it the worker would give the jobs back untried) cannot be crawled: each
+    # run is recorded as failed and retried later; SIGTERM stops it cleanly.
+    worker = subprocess.Popen([sys.executable, "manage.py", "crawlherd_worker", "--backoff", "60", "--allow-private"],
+                              cwd=home,
                               env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60
