@@ -85,6 +85,11 @@ JOB_DURATION = Histogram(
     registry=REGISTRY,
 )
 JOBS_IN_FLIGHT = Gauge("crawlherd_jobs_in_flight", "Jobs a worker holds now.", registry=REGISTRY)
+DETAILS_OUT = Gauge(
+    "crawlherd_detail_pages_out",
+    "Detail pages of the jobs a worker holds whose listing is done, queued and not settled yet.",
+    registry=REGISTRY,
+)
 JOB_PAGES = Counter("crawlherd_job_pages", "Listing pages crawled by jobs.", registry=REGISTRY)
 FETCHES = Counter("crawlherd_fetches", "Fetches by HTTP status class.", ["status_class"], registry=REGISTRY)
 FETCH_DURATION = Histogram("crawlherd_fetch_duration_seconds", "One fetch.", registry=REGISTRY)

@@ -47,8 +47,9 @@ from crawlherd.sessions import open_sessions
 from crawlherd.sinks import DETAIL_AT, Sink
 from crawlherd.sinks.base import UpsertCounts
 from crawlherd.sitespec import SiteSpec
+from crawlherd.worker.details import DetailLedger
 from crawlherd.worker.grouped import GroupedWrites
-from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
+from crawlherd.worker.jobcrawl import DETAIL_META, DetailPage, ListingOutcome, ListingState, detail_requests
 from crawlherd.worker.options import WorkerOptions, WorkerStats
 from crawlherd.worker.runs import RunStore
 from crawlherd.worker.screenshots import keep_screenshot
@@ -84,6 +85,7 @@ class PagePipeline:
         name: str,
         stats: WorkerStats,
         runs: RunStore,
+        details: DetailLedger,
         sink: Sink,
         retrier: Retrier,
         browser_factory: Callable[[FetchLimits], Crawler] | None = None,
@@ -94,6 +96,7 @@ class PagePipeline:
         self._http: Crawler | None = None
         self._browser_factory = browser_factory or default_browser
         self.runs = runs
+        self.details = details
         self.sink = sink
         self.retrier = retrier
         self._browser: Crawler | None = None
@@ -126,6 +129,7 @@ class PagePipeline:
         if self._writes is not None:
             await self._writes.close()
             self._writes = None
+        await self.details.close()
         for crawler in (self._http, self._browser):
             if crawler is not None:
                 await crawler.close()
@@ -148,6 +152,17 @@ class PagePipeline:
         if not await self.frontier.enqueue_request(request):
             raise JobError(f"the frontier refused listing page {request.url}")
         self._new_pages.set()
+
+    async def requeue(self, site: SiteSpec, request: Request) -> bool:
+        """Queue ``request`` again (a job's first listing page, as :meth:`queue_listing` queued it):
+        False -- the frontier still knows it -- unless the frontier has lost it. Then its politeness is
+        set again too (lost with it), and the loop woken."""
+        assert self.frontier is not None
+        if not await self.frontier.enqueue_request(request):
+            return False
+        await self._politeness(site, request.host)
+        self._new_pages.set()
+        return True
 
     async def frontier_counts(self) -> dict[str, Any]:
         """The frontier's counts, for the heartbeat (and the console's Frontier page)."""
@@ -294,7 +309,7 @@ class PagePipeline:
         details = detail_requests(job, new.values())
         for host in {r.host for r in details}:
             await self._politeness(site, host)
-        queued = await self.frontier.enqueue_requests(details) if details else 0
+        queued = await self._queue_details(job.target_id, job.slot_at, details) if details else 0
         after = state.next(new=new.values(), items_new=counts.new, items_updated=counts.updated, details_queued=queued)
         paginator = site.paginator
         url = request.url
@@ -315,6 +330,22 @@ class PagePipeline:
         await self._report(state, outcome)  # cancelled at shutdown: the lease goes back
         return result
 
+    async def _queue_details(self, target_id: int, slot_at: datetime, details: list[Request]) -> int:
+        """Queue a listing page's detail pages, each with its row in ``job_details`` written first (see
+        :mod:`crawlherd.worker.details`); how many the frontier queued. A fresh row whose page the
+        frontier did not queue (queued in this revisit period already, by another run) is removed."""
+        assert self.frontier is not None
+        run = (target_id, slot_at)
+        items = {r.meta[DETAIL_META]["item"]: r for r in details}
+        fresh = await self.details.expect(run, list(items))
+        held = [r for i, r in items.items() if i not in fresh]
+        queued = await self.frontier.enqueue_requests(held) if held else 0
+        fresh_items = [i for i in items if i in fresh]
+        # one by one: which of them the frontier refused (their calls share round trips where it can)
+        flags = await asyncio.gather(*(self.frontier.enqueue_request(items[i]) for i in fresh_items))
+        await self.details.forget(run, [i for i, ok in zip(fresh_items, flags, strict=True) if not ok])
+        return queued + sum(flags)
+
     async def _page_failed(self, result: CrawlResult) -> None:
         """A page the dispatcher gave up on: a listing page fails its job; a detail page is counted
         (the listing's fields are kept; the revisit period brings it back)."""
@@ -323,7 +354,12 @@ class PagePipeline:
         shot = await self._keep_screenshot(result, state)
         if state is None:
             self.stats.detail_failures += 1
-            self.stats.remember(f"detail page {result.url}: {result.error_message}{shot}")
+            why = f"detail page {result.url}: {result.error_message or result.status_code}{shot}"
+            self.stats.remember(why)
+            detail = DetailPage.of(request) if request is not None else None
+            if detail is not None:  # settled, failed with its reason: its runs stop waiting for it
+                settle = self.details.settle
+                await self.retrier.call(lambda: settle(detail.item, why), role="database", stop=self._stop)
             return
         if state.owner == self.name and state.run not in self.chains:
             return  # its job run has ended
@@ -369,6 +405,7 @@ class PagePipeline:
         fields[DETAIL_AT] = now.isoformat()
         item = Item(website=detail.site.name, url=result.url, fingerprint=bytes.fromhex(detail.item), fields=fields)
         counts = await self._store([item], website_id=detail.website_id, target_id=detail.target_id)
+        await self.details.settle(detail.item)  # before the ack: a page not settled is fetched again
         metrics.items_stored(new=counts.new, updated=counts.updated)  # a listing's count with its job's
         self.stats.detail_pages += 1
 

@@ -79,6 +79,7 @@ class RunStore:
             "finished_at": None,
             "worker": worker,
             "error": None,
+            "listed_at": None,
             "created_at": now,
             "updated_at": now,
         }
@@ -143,7 +144,7 @@ class RunStore:
         """The two upserts of :meth:`start`, built once (their values are the execution's parameters)."""
         if self._starts is None:
             run = self._insert(JobRun)
-            changed = ("status", "attempts", "started_at", "finished_at", "worker", "error", "updated_at")
+            changed = ("status", "attempts", "started_at", "finished_at", "worker", "error", "listed_at", "updated_at")
             attempt = self._insert(JobAttempt)
             self._starts = (
                 run.on_conflict_do_update(
@@ -168,10 +169,12 @@ class RunStore:
         )
 
     async def report(self, job: JobMessage, *, worker: str, outcome: ListingOutcome) -> None:
-        """Record the end of ``job``'s listing, read by a worker other than its owner ``worker``: the
-        run becomes succeeded, failed or (``outcome.permanent``) dead -- only while it is still the
-        owner's running attempt (a run given up and taken again meanwhile is left alone)."""
-        status = "succeeded" if outcome.error is None else ("dead" if outcome.permanent else "failed")
+        """Record the end of ``job``'s listing (read by any worker; ``worker`` is its owner) -- only while
+        it is still the owner's running attempt (a run given up and taken again meanwhile is left
+        alone): a listing that failed makes the run failed or (``outcome.permanent``) dead; one that
+        ended well leaves it ``running`` with ``listed_at`` set -- the owner succeeds it once its detail
+        pages are settled (see :mod:`crawlherd.worker.details`)."""
+        status: Any = JobRun.status if outcome.error is None else ("dead" if outcome.permanent else "failed")
         now = datetime.now(UTC)
         with translate_db_errors("reporting a listing's end"):
             async with self.engine.begin() as conn:
@@ -184,7 +187,8 @@ class RunStore:
                         pages=outcome.pages,
                         items_new=outcome.items_new,
                         items_updated=outcome.items_updated,
-                        finished_at=now,
+                        finished_at=None if outcome.error is None else now,
+                        listed_at=now,
                         updated_at=now,
                     )
                 )
@@ -196,18 +200,17 @@ class RunStore:
             async with self.engine.connect() as conn:
                 row = (
                     await conn.execute(
-                        select(JobRun.status, JobRun.error, JobRun.pages, JobRun.items_new, JobRun.items_updated).where(
-                            self._owned(job, worker)
-                        )
+                        select(JobRun.status, JobRun.error, JobRun.pages, JobRun.items_new, JobRun.items_updated,
+                               JobRun.listed_at).where(self._owned(job, worker))
                     )
                 ).first()
-            if row is None or row.status not in ("succeeded", "failed", "dead"):
+            if row is None or (row.status == "running" and row.listed_at is None) or row.status == "queued":
                 return None
             return ListingOutcome(
                 pages=row.pages or 0,
                 items_new=row.items_new or 0,
                 items_updated=row.items_updated or 0,
-                error=None if row.status == "succeeded" else (row.error or row.status),
+                error=None if row.status in ("succeeded", "running") else (row.error or row.status),
                 permanent=row.status == "dead",
             )
 

@@ -65,7 +65,9 @@ from crawlherd.errors import (
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.frontier import Frontier
 from crawlherd.messages import JobMessage, decode_job, encode_job
+from crawlherd.request import Request
 from crawlherd.sinks import Sink, SQLSink
+from crawlherd.worker.details import DetailLedger
 from crawlherd.worker.jobcrawl import ListingOutcome, ListingState
 from crawlherd.worker.options import PAGE_DISPATCHERS, WorkerOptions, WorkerStats
 from crawlherd.worker.pages import PagePipeline
@@ -98,12 +100,13 @@ class Worker:
         self.name = options.name or f"{socket.gethostname()}:{os.getpid()}"
         self.stats = WorkerStats()
         self.runs = RunStore(engine)
+        self.details = DetailLedger(engine)
         self.sink: Sink = sink if sink is not None else SQLSink(engine)
         self.outages = OutageLog(log, f"worker {self.name}")
         self.retrier = Retrier(self.outages)  # temporary: BackendUnavailableError (a service's outage)
         self.pages = PagePipeline(
-            options, name=self.name, stats=self.stats, runs=self.runs, sink=self.sink, retrier=self.retrier,
-            browser_factory=browser_factory,
+            options, name=self.name, stats=self.stats, runs=self.runs, details=self.details, sink=self.sink,
+            retrier=self.retrier, browser_factory=browser_factory,
         )
 
     @property
@@ -339,7 +342,7 @@ class Worker:
         self.stats.succeeded += 1
         self.stats.pages += outcome.pages
         log.info(
-            "worker %s: job %s done: %d listing pages, %d new and %d updated items, %d detail pages queued",
+            "worker %s: job %s done: %d listing pages, %d new and %d updated items, %d detail pages settled",
             self.name,
             job.idempotency_key,
             outcome.pages,
@@ -349,8 +352,11 @@ class Worker:
         )
 
     async def _crawl(self, job: JobMessage) -> ListingOutcome:
-        """Queue the job's first listing page and wait for the end of its chain: reported in process
-        when this worker reads the last page, else found in the job's ``job_runs`` row."""
+        """Queue the job's first listing page, wait for the end of its chain -- reported in process when
+        this worker reads the last page, else found in the job's ``job_runs`` row -- then for its detail
+        pages (:meth:`_details`). Meanwhile the first page is queued again every ``poll_interval``: a
+        frontier that takes it again has lost the job's pages (a Redis restarted empty), and the chain
+        starts again from it (the items are upserted, the detail pages out queued again)."""
         site = job.site
         site.extractor()  # no rules and no handler: fail now, not on every page
         state = ListingState(job=job, owner=self.name)
@@ -363,12 +369,53 @@ class Worker:
             while True:
                 done, _ = await asyncio.wait({outcome}, timeout=self.options.poll_interval)
                 if done:
-                    return outcome.result()
+                    listed = outcome.result()
+                    break
                 remote = await self.runs.reported(job, worker=self.name)
                 if remote is not None:
-                    return remote
+                    listed = remote
+                    break
+                await self._requeue_if_lost(job, request)
+            if listed.error is not None:
+                return listed
+            await self.runs.report(job, worker=self.name, outcome=listed)  # listed_at: "listing done"
+            return await self._details(job, request, listed)
         finally:
             self.pages.chains.pop(state.run, None)
+
+    async def _requeue_if_lost(self, job: JobMessage, first: Request) -> None:
+        """Queue ``job``'s first listing page again: the frontier takes it only when it forgot it."""
+        with with_role("frontier"):
+            if await self.pages.requeue(job.site, first):
+                log.warning("worker %s: the frontier lost job %s's pages (restarted empty?): its listing is "
+                            "read again from the first page", self.name, job.idempotency_key)
+
+    async def _details(self, job: JobMessage, first: Request, listed: ListingOutcome) -> ListingOutcome:
+        """Wait until none of ``job``'s detail pages is out (stored, or failed with a reason), or until
+        their number has not moved for ``details_stall`` seconds -- those are then failed with that reason."""
+        last, since, shown = -1, time.monotonic(), 0
+        try:
+            while True:
+                out = await self.details.out(job)
+                metrics.DETAILS_OUT.inc(out - shown)
+                shown = out
+                if out == 0:
+                    failed = await self.details.done(job)
+                    if failed:
+                        log.info("worker %s: job %s: %d detail page(s) failed (`crawlherd explain %d` says why)",
+                                 self.name, job.idempotency_key, failed, job.target_id)
+                    return listed
+                if out != last:
+                    last, since = out, time.monotonic()
+                elif time.monotonic() - since >= self.options.details_stall:
+                    why = f"not settled within details_stall={self.options.details_stall:g}s of no progress"
+                    n = await self.details.give_up(job, why)
+                    log.warning("worker %s: job %s: %d detail page(s) %s", self.name, job.idempotency_key, n, why)
+                    return listed
+                await asyncio.sleep(self.options.poll_interval)
+                await self._requeue_if_lost(job, first)
+        finally:
+            metrics.DETAILS_OUT.dec(shown)
 
     async def _failed(self, delivery: Delivery, job: JobMessage, reason: str, *, started: float,
                       permanent: bool = False, record: bool = True) -> None:
