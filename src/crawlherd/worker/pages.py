@@ -33,7 +33,7 @@ from crawlherd._resilience import Retrier, Stopped
 from crawlherd.crawler import Crawler, CrawlerRunConfig
 from crawlherd.crawler.concurrency import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
 from crawlherd.crawler.concurrency.base import Dispatcher
-from crawlherd.errors import BackendUnavailableError, JobError
+from crawlherd.errors import BackendUnavailableError, JobError, RetryLater
 from crawlherd.extract.handlers import run_extractor
 from crawlherd.extract.rules import Page
 from crawlherd.extract.selectors import call_for_page
@@ -49,7 +49,15 @@ from crawlherd.sinks.base import UpsertCounts
 from crawlherd.sitespec import SiteSpec
 from crawlherd.worker.details import DetailLedger
 from crawlherd.worker.grouped import GroupedWrites
-from crawlherd.worker.jobcrawl import DETAIL_META, DetailPage, ListingOutcome, ListingState, detail_requests
+from crawlherd.worker.jobcrawl import (
+    DETAIL_META,
+    MARKER_HOST,
+    MARKER_META,
+    DetailPage,
+    ListingOutcome,
+    ListingState,
+    detail_requests,
+)
 from crawlherd.worker.options import WorkerOptions, WorkerStats
 from crawlherd.worker.runs import RunStore
 from crawlherd.worker.screenshots import keep_screenshot
@@ -58,6 +66,9 @@ from crawlherd.worker.sessions import SessionPool
 __all__ = ["PagePipeline", "default_browser"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds before a page put back by a service's outage is leased again.
+_OUTAGE_RETRY = 1.0
 
 
 def default_browser(limits: FetchLimits) -> Crawler:
@@ -153,14 +164,13 @@ class PagePipeline:
             raise JobError(f"the frontier refused listing page {request.url}")
         self._new_pages.set()
 
-    async def requeue(self, site: SiteSpec, request: Request) -> bool:
-        """Queue ``request`` again (a job's first listing page, as :meth:`queue_listing` queued it):
-        False -- the frontier still knows it -- unless the frontier has lost it. Then its politeness is
-        set again too (lost with it), and the loop woken."""
+    async def mark(self, marker: Request) -> bool:
+        """Queue a job's marker (:func:`~crawlherd.worker.jobcrawl.marker_request`): True the first time,
+        and again only when the frontier has lost it (then with everything else it held)."""
         assert self.frontier is not None
-        if not await self.frontier.enqueue_request(request):
+        if not await self.frontier.enqueue_request(marker):
             return False
-        await self._politeness(site, request.host)
+        await self.frontier.set_host_policy(MARKER_HOST, delay=0.0, max_in_flight=64)  # no politeness to keep
         self._new_pages.set()
         return True
 
@@ -234,7 +244,18 @@ class PagePipeline:
     async def _page(self, request: Request) -> CrawlResult:
         """The dispatcher's work for one page: fetch it *and* store what it holds, so that the lease is
         acked only once that is done (a worker stopped or killed in between loses nothing: the lease
-        comes back, and storing again is idempotent)."""
+        comes back, and storing again is idempotent). A service's outage meanwhile (the frontier, the
+        config DB, the sink) is not the page's failure: it goes back to the frontier (RetryLater), and
+        a listing page so keeps its job's chain going."""
+        try:
+            return await self._page_work(request)
+        except BackendUnavailableError as exc:
+            log.debug("worker %s: page %s put back: %s unavailable: %s", self.name, request.url, exc.role, exc)
+            raise RetryLater(f"{exc.role} unavailable", delay=_OUTAGE_RETRY) from exc
+
+    async def _page_work(self, request: Request) -> CrawlResult:
+        if MARKER_META in request.meta:  # a job's marker: nothing to fetch
+            return CrawlResult(url=request.url, success=True, request=request)
         listing = ListingState.of(request)
         if listing is not None:
             return await self._listing_page(request, listing)
@@ -318,8 +339,10 @@ class PagePipeline:
         )
         if nxt is None and paginator.type == "next_link" and state.page < paginator.max_pages:
             nxt = extraction.next_url
-        if nxt is not None and nxt != url and await self.frontier.enqueue_request(after.request(nxt)):
-            self._new_pages.set()
+        if nxt is not None and nxt != url:
+            if await self.frontier.enqueue_request(after.request(nxt)):
+                self._new_pages.set()
+            # else: this page was read before (its lease came back): that reading carries the chain on
             return result
         outcome = ListingOutcome(
             pages=state.page,

@@ -45,7 +45,9 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -65,10 +67,9 @@ from crawlherd.errors import (
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.frontier import Frontier
 from crawlherd.messages import JobMessage, decode_job, encode_job
-from crawlherd.request import Request
 from crawlherd.sinks import Sink, SQLSink
 from crawlherd.worker.details import DetailLedger
-from crawlherd.worker.jobcrawl import ListingOutcome, ListingState
+from crawlherd.worker.jobcrawl import ListingOutcome, ListingState, marker_request
 from crawlherd.worker.options import PAGE_DISPATCHERS, WorkerOptions, WorkerStats
 from crawlherd.worker.pages import PagePipeline
 from crawlherd.worker.runs import RunStore
@@ -76,6 +77,15 @@ from crawlherd.worker.runs import RunStore
 __all__ = ["PAGE_DISPATCHERS", "Worker", "WorkerOptions", "WorkerStats"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Chains:
+    """A job's listing chains: the first, then one more each time the frontier lost its pages; ``lost``
+    while the frontier took the job's marker again but the new chain's first page is not queued yet."""
+
+    states: list[ListingState]
+    lost: bool = False
 
 
 class Worker:
@@ -342,30 +352,30 @@ class Worker:
         self.stats.succeeded += 1
         self.stats.pages += outcome.pages
         log.info(
-            "worker %s: job %s done: %d listing pages, %d new and %d updated items, %d detail pages settled",
+            "worker %s: job %s done: %d listing pages, %d new and %d updated items, its detail pages settled",
             self.name,
             job.idempotency_key,
             outcome.pages,
             outcome.items_new,
             outcome.items_updated,
-            outcome.details_queued,
         )
 
     async def _crawl(self, job: JobMessage) -> ListingOutcome:
-        """Queue the job's first listing page, wait for the end of its chain -- reported in process when
-        this worker reads the last page, else found in the job's ``job_runs`` row -- then for its detail
-        pages (:meth:`_details`). Meanwhile the first page is queued again every ``poll_interval``: a
-        frontier that takes it again has lost the job's pages (a Redis restarted empty), and the chain
-        starts again from it (the items are upserted, the detail pages out queued again)."""
+        """Queue the job's first listing page and its marker, wait for the end of its chain -- reported
+        in process when this worker reads the last page, else found in the job's ``job_runs`` row --
+        then for its detail pages (:meth:`_details`). Meanwhile the marker is queued again every
+        ``poll_interval``: a frontier that takes it again has lost the job's pages (a Redis restarted
+        empty), and the listing is read again by a new chain (:meth:`_restart_if_lost`)."""
         site = job.site
         site.extractor()  # no rules and no handler: fail now, not on every page
         state = ListingState(job=job, owner=self.name)
-        request = state.request(site.paginator.first_url(job.search_url))
         outcome: asyncio.Future[ListingOutcome] = asyncio.get_running_loop().create_future()
+        chains = _Chains([state])
         self.pages.chains[state.run] = outcome
         try:
             with with_role("frontier"):
-                await self.pages.queue_listing(site, request)
+                await self.pages.queue_listing(site, state.request(site.paginator.first_url(job.search_url)))
+                await self.pages.mark(marker_request(state.run))
             while True:
                 done, _ = await asyncio.wait({outcome}, timeout=self.options.poll_interval)
                 if done:
@@ -375,22 +385,41 @@ class Worker:
                 if remote is not None:
                     listed = remote
                     break
-                await self._requeue_if_lost(job, request)
+                await self._restart_if_lost(chains, outcome)
             if listed.error is not None:
                 return listed
             await self.runs.report(job, worker=self.name, outcome=listed)  # listed_at: "listing done"
-            return await self._details(job, request, listed)
+            return await self._details(job, chains, listed)
         finally:
-            self.pages.chains.pop(state.run, None)
+            for chain in chains.states:
+                self.pages.chains.pop(chain.run, None)
 
-    async def _requeue_if_lost(self, job: JobMessage, first: Request) -> None:
-        """Queue ``job``'s first listing page again: the frontier takes it only when it forgot it."""
-        with with_role("frontier"):
-            if await self.pages.requeue(job.site, first):
-                log.warning("worker %s: the frontier lost job %s's pages (restarted empty?): its listing is "
-                            "read again from the first page", self.name, job.idempotency_key)
+    async def _restart_if_lost(self, chains: _Chains, outcome: asyncio.Future[ListingOutcome]) -> None:
+        """Queue the job's marker again: the frontier takes it only when it lost it, with the job's pages;
+        the listing is then read again from its first page by a new chain (a new run: the dedup keys
+        of the pages of the old one, which may still be in flight somewhere, do not cut it short). Its
+        end is the job's listing outcome while the job waits for it; the detail pages out that it
+        finds again are queued again. The frontier down: tried again next time."""
+        first = chains.states[0]
+        job = first.job
+        try:
+            with with_role("frontier"):
+                if not chains.lost and not await self.pages.mark(marker_request(first.run)):
+                    return
+                chains.lost = True  # until the listing is queued again
+                again = first.model_copy(update={"run": uuid.uuid4().hex})
+                self.pages.chains[again.run] = (
+                    outcome if not outcome.done() else asyncio.get_running_loop().create_future())
+                chains.states.append(again)
+                await self.pages.queue_listing(job.site, again.request(job.site.paginator.first_url(job.search_url)))
+                chains.lost = False
+        except BackendUnavailableError as exc:
+            log.debug("worker %s: could not check job %s's pages: %s", self.name, job.idempotency_key, exc)
+            return
+        log.warning("worker %s: the frontier lost job %s's pages (restarted empty?): its listing is read "
+                    "again from the first page", self.name, job.idempotency_key)
 
-    async def _details(self, job: JobMessage, first: Request, listed: ListingOutcome) -> ListingOutcome:
+    async def _details(self, job: JobMessage, chains: _Chains, listed: ListingOutcome) -> ListingOutcome:
         """Wait until none of ``job``'s detail pages is out (stored, or failed with a reason), or until
         their number has not moved for ``details_stall`` seconds -- those are then failed with that reason."""
         last, since, shown = -1, time.monotonic(), 0
@@ -413,7 +442,7 @@ class Worker:
                     log.warning("worker %s: job %s: %d detail page(s) %s", self.name, job.idempotency_key, n, why)
                     return listed
                 await asyncio.sleep(self.options.poll_interval)
-                await self._requeue_if_lost(job, first)
+                await self._restart_if_lost(chains, asyncio.get_running_loop().create_future())
         finally:
             metrics.DETAILS_OUT.dec(shown)
 

@@ -28,7 +28,7 @@ from crawlherd._aio import cancel_and_wait
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.crawler.concurrency.memory_usage import ProcessMemory
 from crawlherd.crawler.concurrency.rate_limiter import parse_retry_after
-from crawlherd.errors import LeaseError, RetryLater
+from crawlherd.errors import BackendUnavailableError, LeaseError, RetryLater
 from crawlherd.frontier.base import Frontier, Lease
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult, DispatchInfo
@@ -166,6 +166,22 @@ class BaseDispatcher:
     async def _drive(self, state: _RunState, emit: Callable[[object], None]) -> None:
         raise NotImplementedError
 
+    async def _retry_later(self, state: _RunState, lease: Lease, delay: float) -> None:
+        """Put ``lease`` back to be leased again after ``delay``. A frontier that just came back from an
+        outage may fail a call or two more (its stale connections): tried three times before the error
+        goes up (the lease then comes back when it expires). A lease lost meanwhile (expired, or a
+        frontier that restarted empty) has nothing to put back."""
+        for attempt in range(3):
+            try:
+                await state.frontier.retry(lease, delay)
+                return
+            except LeaseError:
+                return
+            except BackendUnavailableError:
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(0.1 * 2**attempt)
+
     async def _give_back(self, state: _RunState, lease: Lease) -> None:
         """Put a lease whose work was cancelled back into the frontier (best effort, bounded)."""
         with contextlib.suppress(Exception, asyncio.CancelledError):
@@ -188,7 +204,7 @@ class BaseDispatcher:
         try:
             result = await self._run_one(state, request)
         except RetryLater as later:  # not a failure: leased again after its delay
-            await state.frontier.retry(lease, later.delay)
+            await self._retry_later(state, lease, later.delay)
             if monitor is not None:
                 monitor.task_retried()
             return None
