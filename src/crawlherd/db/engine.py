@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from crawlherd._redact import redact_url
 from crawlherd.db.dialect import sql_capabilities
-from crawlherd.errors import ConfigurationError
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, disk_full, is_disk_full
 
 __all__ = ["async_database_url", "count_rows", "create_engine", "db_now", "dialect_of"]
 
@@ -198,6 +198,14 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout: float) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _on_error(context: Any) -> None:
+        # the file's disk full: said with the file and what to do (the caller's outage, retried)
+        if is_disk_full(context.original_exception):
+            what = f"config DB {engine.url.database}"
+            raise BackendUnavailableError(disk_full(what, context.original_exception), backend="database",
+                                          role="database") from context.original_exception
 
 
 async def db_now(conn: AsyncConnection) -> datetime:

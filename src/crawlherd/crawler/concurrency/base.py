@@ -46,6 +46,10 @@ _DONE = object()
 log = logging.getLogger("crawlherd.crawler.concurrency")
 
 
+#: Seconds a page put back (RetryLater) is tried again while the frontier cannot take it.
+GIVE_BACK_PATIENCE = 60.0
+
+
 @runtime_checkable
 class Dispatcher(Protocol):
     """Runs the requests of a frontier under some concurrency policy."""
@@ -167,20 +171,25 @@ class BaseDispatcher:
         raise NotImplementedError
 
     async def _retry_later(self, state: _RunState, lease: Lease, delay: float) -> None:
-        """Put ``lease`` back to be leased again after ``delay``. A frontier that just came back from an
-        outage may fail a call or two more (its stale connections): tried three times before the error
-        goes up (the lease then comes back when it expires). A lease lost meanwhile (expired, or a
-        frontier that restarted empty) has nothing to put back."""
-        for attempt in range(3):
+        """Put ``lease`` back to be leased again after ``delay``. The frontier unavailable (down, a disk
+        full, stale connections just after it came back): tried again with back-off for up to
+        ``GIVE_BACK_PATIENCE`` seconds -- the slot waits, as the whole loop would -- before the error goes up
+        (the lease then comes back when it expires). A lease lost meanwhile (expired, or a frontier that
+        restarted empty) has nothing to put back."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + GIVE_BACK_PATIENCE
+        pause = 0.1
+        while True:
             try:
                 await state.frontier.retry(lease, delay)
                 return
             except LeaseError:
                 return
             except BackendUnavailableError:
-                if attempt == 2:
+                if loop.time() + pause > give_up:
                     raise
-                await asyncio.sleep(0.1 * 2**attempt)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
 
     async def _give_back(self, state: _RunState, lease: Lease) -> None:
         """Put a lease whose work was cancelled back into the frontier (best effort, bounded)."""
