@@ -29,7 +29,7 @@ class CliProcess:
     resolve), its stdout and stderr in ``log_path``."""
 
     def __init__(self, args: Sequence[str], log_path: Path, *, env: dict[str, str] | None = None) -> None:
-        self.args = ["-m", "crawlherd", os.environ.get("CW_VERBOSE", "-v"), *args]
+        self.args = ["-m", "crawlherd", "-v", *args]
         self.log_path = log_path
         self.env = {**os.environ, "PYTHONWARNINGS": "default", **(env or {})}
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), self.env.get("PYTHONPATH", "")) if p)
