@@ -336,7 +336,8 @@ async def test_a_job_succeeds_only_once_its_detail_pages_are_stored_or_failed(
 ) -> None:
     """Its listing done, the job stays ``running`` ("listing done, 3 detail pages still out") while
     the server holds its detail pages; released, it succeeds, one of them failed with its reason."""
-    from crawlherd.console.jobs import JobFilter, list_jobs
+    from crawlherd.console.explain import explain
+    from crawlherd.console.jobs import JobFilter, get_job, list_jobs
     from crawlherd.dispatch.dispatch_service import DispatchService
 
     board.hold, board.missing = asyncio.Event(), {"go-2"}
@@ -364,6 +365,8 @@ async def test_a_job_succeeds_only_once_its_detail_pages_are_stored_or_failed(
             [shown] = await list_jobs(engine, JobFilter())
             assert shown.status == "running" and shown.details_out == 3
             assert "listing done, 3 detail pages still out" in shown.progress
+            why = await explain(engine, shown.target_id)
+            assert why.verdict == "running" and "3 detail page(s) still out" in why.summary, why
             board.hold.set()
 
             async def finished() -> bool:
@@ -376,5 +379,7 @@ async def test_a_job_succeeds_only_once_its_detail_pages_are_stored_or_failed(
     async with engine.connect() as conn:
         error = (await conn.execute(select(JobDetail.error))).scalar_one()
     assert status == "failed" and "404" in (error or ""), error
+    job = await get_job(engine, shown.id)
+    assert job.status == "succeeded" and job.details_failed == 1 and "404" in job.detail_errors[0]
     stored = await items(engine)
     assert sorted(f.get("salary", "-") for f in stored.values()) == ["-", "salary of go-0", "salary of go-1"]
