@@ -361,11 +361,18 @@ class PagePipeline:
         run = (target_id, slot_at)
         items = {r.meta[DETAIL_META]["item"]: r for r in details}
         fresh = await self.details.expect(run, list(items))
-        held = [r for i, r in items.items() if i not in fresh]
-        queued = await self.frontier.enqueue_requests(held) if held else 0
         fresh_items = [i for i in items if i in fresh]
-        # one by one: which of them the frontier refused (their calls share round trips where it can)
-        flags = await asyncio.gather(*(self.frontier.enqueue_request(items[i]) for i in fresh_items))
+        try:
+            held = [r for i, r in items.items() if i not in fresh]
+            queued = await self.frontier.enqueue_requests(held) if held else 0
+            # one by one: which of them the frontier refused (their calls share round trips where it can)
+            flags = await asyncio.gather(*(self.frontier.enqueue_request(items[i]) for i in fresh_items))
+        except BaseException:
+            # Not known to be queued (the frontier failed): their fresh rows go, so that reading this page
+            # again decides anew (a row kept with no page behind it would hold the job until details_stall).
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.details.forget(run, fresh_items))
+            raise
         await self.details.forget(run, [i for i, ok in zip(fresh_items, flags, strict=True) if not ok])
         return queued + sum(flags)
 
