@@ -39,6 +39,7 @@ the user can fix it, how.
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 
@@ -209,3 +210,29 @@ def summarize(exc: BaseException) -> str:
     what happened."""
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+#: The file system's "no room" errors: no space, over the quota, over the process's file size limit.
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True when ``exc`` (or an error it was raised from) says the disk is full: SQLite's
+    ``SQLITE_FULL`` (its error code, not its text) or the file system's ``ENOSPC`` / ``EDQUOT`` / ``EFBIG``."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if getattr(seen, "sqlite_errorname", None) == "SQLITE_FULL":
+            return True
+        if isinstance(seen, OSError) and seen.errno in _NO_ROOM:
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+    return False
+
+
+def disk_full(what: str, exc: BaseException) -> str:
+    """What an operator reads when ``what`` (a store and its file) cannot be written: the disk is full,
+    what to do, and that crawlherd carries on by itself."""
+    return (f"{what}: the disk is full ({summarize(exc)}): free space on its file system -- crawlherd "
+            "carries on by itself once it can write again")

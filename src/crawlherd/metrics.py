@@ -87,6 +87,11 @@ JOB_DURATION = Histogram(
 JOBS_IN_FLIGHT = Gauge("crawlherd_jobs_in_flight", "Jobs a worker holds now.", registry=REGISTRY)
 JOB_PAGES = Counter("crawlherd_job_pages", "Listing pages of the jobs that succeeded.", registry=REGISTRY)
 DETAIL_PAGES = Counter("crawlherd_detail_pages", "Detail pages read and stored.", registry=REGISTRY)
+DETAILS_OUT = Gauge(
+    "crawlherd_detail_pages_out",
+    "Detail pages of the jobs a worker holds whose listing is done, queued and not settled yet.",
+    registry=REGISTRY,
+)
 FETCHES = Counter("crawlherd_fetches", "Fetches by HTTP status class.", ["status_class"], registry=REGISTRY)
 FETCH_DURATION = Histogram("crawlherd_fetch_duration_seconds", "One fetch.", registry=REGISTRY)
 ITEMS = Counter("crawlherd_items", "Items the listing pages of the jobs that succeeded stored, by change "

@@ -92,6 +92,12 @@ class Settings(BaseSettings):
     heartbeat_interval: float = Field(
         10.0, ge=0.1, description="worker/run: seconds between the worker's heartbeats in the config DB."
     )
+    shutdown_timeout: float = Field(
+        30.0, ge=0, description="worker/run: seconds the jobs in flight get at SIGTERM before they are given back."
+    )
+    details_stall: float = Field(
+        900.0, gt=0, description="worker/run: seconds a job waits for detail pages that make no progress.",
+    )
     screenshot_dir: str = Field(
         "crawlherd-screenshots",
         description="worker/run: where the screenshots of failed pages are kept, for websites with "

@@ -20,12 +20,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
 from crawlherd.db import JobRun, ScrapeTarget, StoredItem, Website
+from crawlherd.db.models import JobDetail
 from crawlherd.dispatch.embedded import run_embedded
 from crawlherd.dispatch.targets import import_targets
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.messages import idempotency_key, job_id_for
 from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.support.httpserver import serve
+from tests.support.processes import wait_until
 
 ROBOTS = "User-agent: *\nDisallow: /private/\n"
 
@@ -41,6 +43,9 @@ class Board:
     in_flight: int = 0
     most_in_flight: int = 0
     url: str = ""
+    #: Detail pages wait for it when set; ``missing`` detail pages answer 404.
+    hold: asyncio.Event | None = None
+    missing: set[str] = field(default_factory=set)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -72,6 +77,10 @@ class Board:
 
     async def _job(self, request: web.Request) -> web.Response:
         self.paths.append(request.path)
+        if self.hold is not None:
+            await self.hold.wait()
+        if request.match_info["n"] in self.missing:
+            raise web.HTTPNotFound()
         return web.Response(
             text=f"<html><body><p class='salary'>salary of {request.match_info['n']}</p></body></html>",
             content_type="text/html",
@@ -319,3 +328,60 @@ async def test_a_listing_read_by_another_worker_is_reported_to_the_jobs_owner(
     assert other.stats.detail_pages == 3 and other.stats.received == 0
     stored = await items(engine)
     assert sorted(f["salary"] for f in stored.values()) == [f"salary of go-{n}" for n in range(3)]
+
+
+# -- honest completion: a job succeeds once its detail pages are settled -------------------------
+
+
+async def test_a_job_succeeds_only_once_its_detail_pages_are_stored_or_failed(
+    engine: AsyncEngine, board: Board, tmp_path: Path
+) -> None:
+    """Its listing done, the job stays ``running`` ("listing done, 3 detail pages still out") while
+    the server holds its detail pages; released, it succeeds, one of them failed with its reason."""
+    from crawlherd.console.explain import explain
+    from crawlherd.console.jobs import JobFilter, get_job, list_jobs
+    from crawlherd.dispatch.dispatch_service import DispatchService
+
+    board.hold, board.missing = asyncio.Event(), {"go-2"}
+    await load(engine, tmp_path, website(board, robots="ignore"), ["go"], due=True)
+    limits = FetchLimits(allow_private_addresses=True)
+
+    async def details() -> dict[str, str]:
+        async with engine.connect() as conn:
+            return {i: st for i, st in await conn.execute(select(JobDetail.item, JobDetail.status))}
+
+    async def listed_and_held() -> bool:
+        async with engine.connect() as conn:
+            run = (await conn.execute(select(JobRun.status, JobRun.listed_at))).first()
+        return run is not None and run.listed_at is not None and len(board.fetched("/jobs/")) == 3
+
+    async with open_broker(str(engine.url)) as broker:
+        worker = Worker(engine, broker, WorkerOptions(limits=limits, poll_interval=0.05, backoff=0.1))
+        await DispatchService(engine, broker).run_once()
+        stop = asyncio.Event()
+        async with worker:
+            task = asyncio.create_task(worker.run(stop))
+            await wait_until(listed_and_held, deadline=20)
+            assert [r[0] for r in await runs(engine)] == ["running"]
+            assert sorted((await details()).values()) == ["out"] * 3
+            [shown] = await list_jobs(engine, JobFilter())
+            assert shown.status == "running" and shown.details_out == 3
+            assert "listing done, 3 detail pages still out" in shown.progress
+            why = await explain(engine, shown.target_id)
+            assert why.verdict == "running" and "3 detail page(s) still out" in why.summary, why
+            board.hold.set()
+
+            async def finished() -> bool:
+                return [r[0] for r in await runs(engine)] == ["succeeded"]
+
+            await wait_until(finished, deadline=20)
+            stop.set()
+            await task
+    [(item, status)] = (await details()).items()  # the stored ones are cleared, the failed one kept
+    async with engine.connect() as conn:
+        error = (await conn.execute(select(JobDetail.error))).scalar_one()
+    assert status == "failed" and "404" in (error or ""), error
+    job = await get_job(engine, shown.id)
+    assert job.status == "succeeded" and job.details_failed == 1 and "404" in job.detail_errors[0]
+    stored = await items(engine)
+    assert sorted(f.get("salary", "-") for f in stored.values()) == ["-", "salary of go-0", "salary of go-1"]

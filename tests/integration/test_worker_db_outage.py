@@ -1,4 +1,5 @@
-"""``crawlherd worker`` through a config-DB outage: its heartbeat says it once.
+"""``crawlherd worker`` through a config-DB outage: its heartbeat says it once; a config DB that hangs
+(a TCP proxy that stops forwarding) is bounded by the connect and statement timeouts.
 
 A PRIVATE PostgreSQL cluster (``pg_ctl`` on its own data directory and port, killed by its
 postmaster's PID and started again) is the worker's config DB; the broker is the shared Redis (a
@@ -11,6 +12,7 @@ warning per failed beat -- and no traceback; after the outage, the beats land ag
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 
@@ -18,7 +20,8 @@ import pytest
 from sqlalchemy import select
 
 from crawlherd.db import create_engine, upgrade
-from crawlherd.db.models import ProcessHeartbeat
+from crawlherd.db.models import ProcessHeartbeat, StoredItem
+from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
 from tests.support.private_postgres import PrivatePostgres
 from tests.support.processes import CliProcess, outage_lines, wait_until
 from tests.support.real_brokers import remove
@@ -107,3 +110,72 @@ async def test_a_beat_lands_when_its_details_fail(tmp_path: Path) -> None:
         assert "config DB" not in outages.down_now
     finally:
         await engine.dispose()
+
+
+@pytest.mark.timeout(120)
+async def test_a_config_db_that_hangs_under_a_working_worker(
+    tmp_path: Path, redis_url: str, unique_name: str, board: Board  # noqa: F811
+) -> None:
+    """The config DB (a private PostgreSQL cluster behind a test-owned TCP proxy) stops answering --
+    connections stay open, nothing comes back -- while a worker runs jobs: its statements and connects
+    fail after the URL's ``command_timeout`` / ``connect_timeout`` instead of waiting forever; the
+    worker says the outage once, and once the proxy forwards again every job succeeds once and every
+    item is stored once with its detail page."""
+    from crawlherd.brokers import open_broker
+    from crawlherd.db import JobRun
+    from crawlherd.dispatch.dispatch_service import DispatchService
+    from tests._netutil import TcpProxy
+
+    board.slow = 0.3
+    keywords = [f"h{n}" for n in range(6)]
+    pg = PrivatePostgres()
+    await asyncio.to_thread(pg.start)
+    engine = create_engine(pg.url)  # the test's own way in, not through the proxy
+    broker_url = f"{redis_url}?prefix={unique_name}"
+    async with TcpProxy("127.0.0.1", pg.port) as proxy:
+        proxied = pg.url.replace(f":{pg.port}/", f":{proxy.port}/") + "?connect_timeout=1&command_timeout=2"
+        worker = CliProcess(
+            ["worker", "--database-url", proxied, "--broker-url", broker_url, "--frontier-url", "memory://",
+             "--allow-private", "--concurrency", "2", "--backoff", "0.2"],
+            tmp_path / "worker.log", env={"CRAWLHERD_HEARTBEAT_INTERVAL": str(BEAT)})
+
+        async def statuses() -> list[str]:
+            async with engine.connect() as conn:
+                return list((await conn.execute(select(JobRun.status))).scalars())
+
+        try:
+            await upgrade(engine)
+            await load(engine, tmp_path, website(board, robots="ignore"), keywords, due=True)
+            async with open_broker(broker_url) as broker:
+                await DispatchService(engine, broker).run_once()
+            await worker.start()
+
+            async def running() -> bool:
+                return "running" in await statuses()
+
+            await wait_until(running, alive=[worker])
+            proxy.hang()  # every byte held, both ways; new connections accepted and held too
+            await wait_until(lambda: _logged(worker, ": config DB unavailable ("), alive=[worker], deadline=20)
+            await asyncio.sleep(2.0)  # a few more timeouts meanwhile: said once
+            proxy.resume()
+
+            async def all_succeeded() -> bool:
+                return sorted(await statuses()) == ["succeeded"] * len(keywords)
+
+            await wait_until(all_succeeded, alive=[worker], deadline=40)
+            await worker.stop()
+            async with engine.connect() as conn:
+                stored = [d if isinstance(d, dict) else json.loads(d)
+                          for d in (await conn.execute(select(StoredItem.data))).scalars()]
+        finally:
+            if worker.proc is not None:
+                await worker.stop()
+            await engine.dispose()
+            await asyncio.to_thread(pg.stop)
+            await remove(broker_url, "redis", unique_name)
+    worker.assert_clean()
+    lost, back = outage_lines(worker.log, "config DB")
+    assert len(lost) == 1 and len(back) == 1, (lost, back, worker.log)
+    assert sorted(f.get("salary", "-") for f in stored) == sorted(
+        f"salary of {k}-{n}" for k in keywords for n in range(3))
+

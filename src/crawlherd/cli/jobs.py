@@ -141,6 +141,7 @@ def list_cmd(
     lines += [
         f"{j.id:>7}  {j.target_id:>6}  {j.website[:16]:16}  {j.slot_at:%Y-%m-%d %H:%M:%S}  {j.status:9}  "
         f"{j.attempts:>3}  {j.pages:>5}  {j.items_new} new, {j.items_updated} updated"
+        + (f" ({j.progress})" if j.progress else "")
         for j in rows
     ]
     Output(quiet=quiet, as_json=as_json).result("\n".join(lines) if rows else "no jobs match",
@@ -159,12 +160,14 @@ def show_cmd(ctx: click.Context, run_id: int, database_url: str | None, quiet: b
         f"job {job.id}: target {job.target_id} ({job.keywords!r} on {job.website}), "
         f"slot {job.slot_at:%Y-%m-%d %H:%M:%S}" + (" (run now)" if job.manual else ""),
         f"  status {job.status} after {job.attempts} attempt(s); {job.pages} pages, {job.items_new} new and "
-        f"{job.items_updated} updated items" + (f"; error: {job.error}" if job.error else ""),
+        f"{job.items_updated} updated items" + (f"; {job.progress}" if job.progress else "")
+        + (f"; error: {job.error}" if job.error else ""),
     ]
     for a in job.history:
         took = f"{a.seconds:.2f}s" if a.seconds is not None else "-"
         lines.append(f"  attempt {a.attempt} on {a.worker}: {a.status}, started {a.started_at:%H:%M:%S}, took {took}"
                      + (f", error: {a.error}" if a.error else ""))
+    lines += [f"  detail page failed: {e}" for e in job.detail_errors]
     Output(quiet=quiet, as_json=as_json).result("\n".join(lines), job.as_dict())
 
 

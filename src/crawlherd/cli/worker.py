@@ -101,6 +101,8 @@ def make_worker(engine: AsyncEngine, broker: Broker, settings: Settings) -> Work
             frontier_url=settings.effective_frontier_url,
             heartbeat_interval=settings.heartbeat_interval,
             screenshot_dir=settings.screenshot_dir,
+            shutdown_timeout=settings.shutdown_timeout,
+            details_stall=settings.details_stall,
         ),
     )
 

@@ -42,7 +42,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd._redact import redact_url
-from crawlherd.console.jobs import AttemptInfo
+from crawlherd.console.jobs import AttemptInfo, details_in
 from crawlherd.db.engine import db_now
 from crawlherd.db.heartbeat import ProcessInfo, list_processes
 from crawlherd.db.models import DispatchOutbox, JobAttempt, JobRun, ManualRun, OutboxTrail, ScrapeTarget, Website
@@ -104,6 +104,10 @@ class SlotTrail:
     pages: int = 0
     items_new: int = 0
     items_updated: int = 0
+    #: When the running attempt's listing ended; the run's detail pages still out, and failed.
+    listed_at: datetime | None = None
+    details_out: int = 0
+    details_failed: int = 0
     attempts: list[AttemptInfo] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -168,7 +172,8 @@ def _slots_query(target_id: int) -> Any:
         select(
             ob.slot_at, M.requested_by, ob.created_at, tr.claimed_by, ob.status, ob.attempts, ob.last_error,
             ob.published_at, tr.published_by, tr.broker, R.id, R.status, R.attempts, R.worker, R.started_at,
-            R.finished_at, R.error, R.pages, R.items_new, R.items_updated,
+            R.finished_at, R.error, R.pages, R.items_new, R.items_updated, R.listed_at, details_in("out"),
+            details_in("failed"),
         )
         .select_from(ob)
         .outerjoin(tr, tr.outbox_id == ob.id)
@@ -203,7 +208,7 @@ async def _trails(conn: AsyncConnection, rows: list[Any], target_id: int) -> lis
         values = list(r)
         if values[12] is None:
             values[12] = 0
-        for i in (17, 18, 19):
+        for i in (17, 18, 19, 21, 22):
             values[i] = values[i] or 0
         for i in (6, 16):  # last publish error, job error: they may quote a URL
             values[i] = redact_url(values[i]) if values[i] else values[i]
@@ -362,7 +367,9 @@ def _explain_slot(
     return answer(
         "ran",
         f"{head} ran: succeeded at {_ts(s.finished_at)} on {s.worker} ({s.pages} page(s), {s.items_new} new and "
-        f"{s.items_updated} updated item(s))",
+        f"{s.items_updated} updated item(s))"
+        + (f"; {s.details_failed} detail page(s) failed (`crawlherd jobs show {s.run_id}`)"
+           if s.details_failed else ""),
         s,
     )
 
@@ -402,6 +409,8 @@ def _explain_running(
             s,
         )
     running = f"{head} is running on worker {s.worker} since {_ts(s.started_at)}"
+    if s.listed_at is not None:
+        running += f", listing done at {_ts(s.listed_at)}, {s.details_out} detail page(s) still out"
     held = _politeness_hold(hosts, beat, processes) if beat is not None else None
     if held:
         return answer("politeness", f"{running}, its pages held by the website's politeness: {held}", s)

@@ -7,14 +7,14 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._redact import redact_url
-from crawlherd.db.models import RUN_STATUSES, JobAttempt, JobRun, ManualRun, ScrapeTarget, Website
+from crawlherd.db.models import RUN_STATUSES, JobAttempt, JobDetail, JobRun, ManualRun, ScrapeTarget, Website
 from crawlherd.errors import CrawlherdError
 
-__all__ = ["JOB_STATUSES", "AttemptInfo", "JobFilter", "JobInfo", "get_job", "list_jobs"]
+__all__ = ["JOB_STATUSES", "AttemptInfo", "JobFilter", "JobInfo", "details_in", "get_job", "list_jobs"]
 
 #: Statuses a job can be listed by; "retrying" is a failed run waiting for its next attempt.
 JOB_STATUSES = ("queued", "running", "succeeded", "retrying", "dead")
@@ -82,11 +82,30 @@ class JobInfo:
     items_new: int
     items_updated: int
     error: str | None
+    #: When the running attempt's listing ended, and the run's detail pages still out and failed.
+    listed_at: datetime | None = None
+    details_out: int = 0
+    details_failed: int = 0
     manual: bool = False
     history: list[AttemptInfo] = field(default_factory=list)
+    #: Some of the run's failed detail pages, with their reasons (``get_job``).
+    detail_errors: list[str] = field(default_factory=list)
+
+    @property
+    def progress(self) -> str:
+        """Where a job stands beyond its status: "listing done, N detail pages still out" while a running
+        job waits for its detail pages (it succeeds once none is out); "N detail pages failed"."""
+        parts = []
+        if self.status == "running":
+            parts.append("reading its listing" if self.listed_at is None else
+                         f"listing done, {self.details_out} detail pages still out")
+        if self.details_failed:
+            parts.append(f"{self.details_failed} detail pages failed")
+        return "; ".join(parts)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        out["progress"] = self.progress
         for k, v in list(out.items()):
             if isinstance(v, datetime):
                 out[k] = v.isoformat()
@@ -96,12 +115,23 @@ class JobInfo:
         return out
 
 
+def details_in(status: str) -> Any:
+    """How many of a run's detail pages are in ``status`` (a subquery of the run's row)."""
+    D, R = JobDetail, JobRun  # noqa: N806
+    return (
+        select(func.count()).select_from(D)
+        .where(D.target_id == R.target_id, D.slot_at == R.slot_at, D.status == status)
+        .scalar_subquery()
+    )
+
+
 def _select() -> Any:
     R, T, W = JobRun, ScrapeTarget, Website  # noqa: N806
     return (
         select(
             R.id, R.target_id, W.name, T.keywords, T.location, R.slot_at, R.status, R.attempts, R.worker,
-            R.started_at, R.finished_at, R.pages, R.items_new, R.items_updated, R.error,
+            R.started_at, R.finished_at, R.pages, R.items_new, R.items_updated, R.error, R.listed_at,
+            details_in("out"), details_in("failed"),
         )
         .join(T, T.id == R.target_id)
         .join(W, W.id == T.website_id)
@@ -154,6 +184,12 @@ async def get_job(engine: AsyncEngine, run_id: int) -> JobInfo:
                 .order_by(A.started_at, A.attempt)
             )
         ).all()
+        detail_errors = (await conn.execute(
+            select(JobDetail.error)
+            .where(JobDetail.target_id == info.target_id, JobDetail.slot_at == info.slot_at,
+                   JobDetail.status == "failed")
+            .order_by(JobDetail.id).limit(10)
+        )).scalars().all()
         manual = (
             await conn.execute(
                 select(ManualRun.id).where(ManualRun.target_id == info.target_id, ManualRun.slot_at == info.slot_at)
@@ -162,7 +198,8 @@ async def get_job(engine: AsyncEngine, run_id: int) -> JobInfo:
     history = [
         AttemptInfo(n, *a[1:8], redact_url(a[8]) if a[8] else None) for n, a in enumerate(attempts, start=1)
     ]
-    return replace(info, manual=manual, history=history)
+    return replace(info, manual=manual, history=history,
+                   detail_errors=[redact_url(e) for e in detail_errors if e])
 
 
 assert set(RUN_STATUSES) - {"failed"} <= set(JOB_STATUSES)

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from crawlherd._redact import redact_url
 from crawlherd.db.dialect import sql_capabilities
-from crawlherd.errors import ConfigurationError
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, disk_full, is_disk_full
 
 __all__ = ["async_database_url", "count_rows", "create_engine", "db_now", "dialect_of"]
 
@@ -82,9 +82,55 @@ def create_engine(
         engine = create_async_engine(parsed, echo=echo, connect_args={"timeout": busy_timeout})
         _configure_sqlite(engine, busy_timeout)
         return engine
-    engine = create_async_engine(parsed, echo=echo, pool_size=pool_size, max_overflow=pool_size)
+    timeouts, parsed = _timeouts(parsed, url)
+    engine = create_async_engine(
+        parsed, echo=echo, pool_size=pool_size, max_overflow=pool_size, connect_args=timeouts
+    )
     _ping_when_idle(engine, PING_IDLE)
+    _drop_timed_out(engine)
     return engine
+
+
+#: A PostgreSQL config DB's client-side bounds, in seconds (the URL's ``?connect_timeout=`` and
+#: ``?command_timeout=`` change them): a server that stops answering without closing the connection (a
+#: network partition, a proxy that hangs) fails a connect or a statement after this long -- an outage,
+#: said once and retried -- instead of holding the caller forever. Server-side timeouts cannot help there.
+CONNECT_TIMEOUT = 10.0
+COMMAND_TIMEOUT = 120.0
+
+
+def _timeouts(parsed: Any, url: str) -> tuple[dict[str, float], Any]:
+    """asyncpg's ``timeout`` (connect) and ``command_timeout`` (every statement) from the URL's query
+    (taken out of it: asyncpg knows neither name as a URL option), or the defaults."""
+    query = dict(parsed.query)
+    values: dict[str, float] = {}
+    for name, default in (("connect_timeout", CONNECT_TIMEOUT), ("command_timeout", COMMAND_TIMEOUT)):
+        raw = query.pop(name, None)
+        try:
+            value = default if raw is None else float(raw if isinstance(raw, str) else raw[-1])
+        except ValueError:
+            raise ConfigurationError(f"{name}={raw!r} in {redact_url(url)}: not a number of seconds") from None
+        if value <= 0:
+            raise ConfigurationError(f"{name}={raw!r} in {redact_url(url)}: must be > 0 seconds")
+        values["timeout" if name == "connect_timeout" else name] = value
+    return values, parsed.set(query=query)
+
+
+def _drop_timed_out(engine: AsyncEngine) -> None:
+    """A statement that ran out of ``command_timeout`` leaves its connection in an unknown state (the
+    server may still answer it later): that connection is closed, not put back in the pool -- the others
+    are kept (a timeout is not a disconnect of the server)."""
+
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _on_error(context: Any) -> None:
+        error = context.original_exception
+        for _ in range(8):  # the driver's error may be wrapped by the adapter's
+            if error is None or isinstance(error, TimeoutError):
+                break
+            error = error.__cause__ or error.__context__
+        if isinstance(error, TimeoutError):
+            context.is_disconnect = True
+            context.invalidate_pool_on_disconnect = False
 
 
 #: A pooled PostgreSQL connection idle longer than this many seconds is pinged before it is used again.
@@ -152,6 +198,14 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout: float) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _on_error(context: Any) -> None:
+        # the file's disk full: said with the file and what to do (the caller's outage, retried)
+        if is_disk_full(context.original_exception):
+            what = f"config DB {engine.url.database}"
+            raise BackendUnavailableError(disk_full(what, context.original_exception), backend="database",
+                                          role="database") from context.original_exception
 
 
 async def db_now(conn: AsyncConnection) -> datetime:

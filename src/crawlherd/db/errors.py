@@ -37,7 +37,7 @@ def describe_db_error(exc: BaseException) -> str:
     """What went wrong, in the operator's words: the database is missing, the login was refused, the
     server cannot be reached or its host name is unknown; else the driver's first line."""
     root: BaseException = exc
-    while True:  # SQLAlchemy wraps the DBAPI adapter's error, which wraps the driver's own
+    while not isinstance(root, TimeoutError):  # SQLAlchemy wraps the adapter's error, which wraps the driver's
         inner = getattr(root, "orig", None) or root.__cause__
         if inner is None or inner is root:
             break

@@ -38,7 +38,9 @@ __all__ = [
     "ConsoleSession",
     "DiscardedRun",
     "DispatchOutbox",
+    "DETAIL_STATUSES",
     "JobAttempt",
+    "JobDetail",
     "JobRun",
     "LoginThrottle",
     "ManualRun",
@@ -193,7 +195,30 @@ class JobRun(TargetSlotRow, Base):
     items_updated: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     worker: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    #: When the running attempt's listing chain ended (its detail pages may still be out), else None.
+    listed_at: Mapped[datetime | None] = mapped_column(nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=lambda: datetime.now(UTC))
+    updated_at: Mapped[datetime] = mapped_column(default=lambda: datetime.now(UTC))
+
+
+#: A detail page of a run: ``out`` (queued, not settled yet), ``stored`` or ``failed`` (with the reason).
+DETAIL_STATUSES = ("out", "stored", "failed")
+
+
+class JobDetail(TargetSlotRow, Base):
+    """A detail page a job run queued (one per run and item): the run succeeds once none is ``out``.
+    Settled by item (whichever run's request fetched the page settles every run waiting for it)."""
+
+    __tablename__ = "job_details"
+    __table_args__ = (
+        UniqueConstraint("target_id", "slot_at", "item", name="uq_job_details_run_item"),
+        CheckConstraint(_in("status", DETAIL_STATUSES), name="ck_job_details_status"),
+        Index("ix_job_details_item_status", "item", "status"),
+    )
+
+    item: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(8), default="out")
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(default=lambda: datetime.now(UTC))
 
 

@@ -18,7 +18,7 @@ from typing import IO, Literal
 
 from crawlherd._options import Count, check_options
 from crawlherd.clock import Clock
-from crawlherd.errors import BackendUnavailableError, ConfigurationError
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, disk_full, is_disk_full
 from crawlherd.frontier._index import HostIndex
 from crawlherd.frontier.dupefilter import BloomFilter, ExactFilter, make_dupefilter
 from crawlherd.frontier.options import FrontierOptions, HostPolicy
@@ -79,7 +79,9 @@ def sqlite_errors(path: Path) -> Iterator[None]:
     try:
         yield
     except (sqlite3.Error, OSError) as exc:
-        raise BackendUnavailableError(f"sqlite frontier {path}: {exc}", backend="sqlite", role="frontier") from exc
+        what = f"sqlite frontier {path}"
+        message = disk_full(what, exc) if is_disk_full(exc) else f"{what}: {exc}"
+        raise BackendUnavailableError(message, backend="sqlite", role="frontier") from exc
 
 
 def open_file(path: Path, synchronous: str) -> tuple[sqlite3.Connection, IO[bytes]]:

@@ -35,11 +35,14 @@ __all__ = [
     "LISTING_META",
     "LOCAL_META",
     "LISTING_PRIORITY",
+    "MARKER_HOST",
+    "MARKER_META",
     "DetailPage",
     "ListingOutcome",
     "ListingState",
     "browser_meta",
     "detail_requests",
+    "marker_request",
 ]
 
 #: The ``meta`` key of a listing request (a :class:`ListingState`, JSON).
@@ -50,6 +53,17 @@ DETAIL_META = "crawlherd.detail"
 LOCAL_META = "crawlherd.local"
 #: Listing pages are leased before detail pages: a job waits on its listing, not on its details.
 LISTING_PRIORITY = 10
+#: The ``meta`` key of a job's marker (its run): a request never fetched (whoever leases it acks it).
+MARKER_META = "crawlherd.marker"
+#: The host of the markers' URLs (``.invalid``: no such host can exist).
+MARKER_HOST = "crawlherd-marker.invalid"
+
+
+def marker_request(run: str) -> Request:
+    """A job's marker in the frontier: queued with the job's first listing page and queued again by its
+    owner while the job runs -- the frontier takes it again only when it has lost what it held (a Redis
+    restarted empty), and the owner then starts its listing again. Leased, it is acked unfetched."""
+    return Request(f"http://{MARKER_HOST}/{run}", meta={MARKER_META: run}, dedup_key=f"marker:{run}")
 
 
 class ListingState(BaseModel):
@@ -70,12 +84,13 @@ class ListingState(BaseModel):
 
     def request(self, url: str) -> Request:
         """The listing request for ``url`` carrying this state (and what the browser does on the page,
-        for a website that needs one). Its dedup key is the run: a page is queued once per run, and a
-        later run (another attempt, another slot) queues it again."""
+        for a website that needs one). Its dedup key is the run and the page's number: a page is queued
+        once per run and place in the chain -- a listing page read twice (its lease came back) does not
+        queue its next page twice -- and a later run (another attempt, another slot) queues it again."""
         meta = {LISTING_META: self.model_dump(mode="json"), LOCAL_META: _KNOWN.add(self)}
         return Request(
             url, priority=LISTING_PRIORITY, meta={**meta, **browser_meta(self.job.site, listing=True)},
-            dedup_key=f"listing:{self.run}",
+            dedup_key=f"listing:{self.run}:{self.page}",
         )
 
     @classmethod

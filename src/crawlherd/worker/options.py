@@ -76,7 +76,9 @@ class WorkerOptions:
     flight at shutdown; ``name`` of the process (default: host and pid); ``poll_interval`` seconds
     between two looks at ``job_runs`` while a job's listing is read by another worker;
     ``heartbeat_interval`` seconds between the process's heartbeats; ``screenshot_dir`` where the
-    screenshots of failed pages are kept, for websites that ask (``failure_screenshots``)."""
+    screenshots of failed pages are kept, for websites that ask (``failure_screenshots``); ``details_stall``
+    seconds a job waits while none of its detail pages out is settled before it fails them (longer
+    than the frontier's lease, so that a dead worker's pages come back first)."""
 
     concurrency: Count = 4
     page_dispatcher: PageDispatcher = "semaphore"
@@ -92,6 +94,7 @@ class WorkerOptions:
     poll_interval: Seconds = 1.0
     heartbeat_interval: Seconds = 10.0
     screenshot_dir: str = "crawlherd-screenshots"
+    details_stall: Seconds = 900.0
 
     def __post_init__(self) -> None:
         check_options(self, "worker")

@@ -33,7 +33,7 @@ from crawlherd._resilience import Retrier, Stopped
 from crawlherd.crawler import Crawler, CrawlerRunConfig
 from crawlherd.crawler.concurrency import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
 from crawlherd.crawler.concurrency.base import Dispatcher
-from crawlherd.errors import BackendUnavailableError, JobError
+from crawlherd.errors import BackendUnavailableError, JobError, RetryLater
 from crawlherd.extract.handlers import run_extractor
 from crawlherd.extract.rules import Page
 from crawlherd.extract.selectors import call_for_page
@@ -47,8 +47,17 @@ from crawlherd.sessions import open_sessions
 from crawlherd.sinks import DETAIL_AT, Sink
 from crawlherd.sinks.base import UpsertCounts
 from crawlherd.sitespec import SiteSpec
+from crawlherd.worker.details import DetailLedger
 from crawlherd.worker.grouped import GroupedWrites
-from crawlherd.worker.jobcrawl import DetailPage, ListingOutcome, ListingState, detail_requests
+from crawlherd.worker.jobcrawl import (
+    DETAIL_META,
+    MARKER_HOST,
+    MARKER_META,
+    DetailPage,
+    ListingOutcome,
+    ListingState,
+    detail_requests,
+)
 from crawlherd.worker.options import WorkerOptions, WorkerStats
 from crawlherd.worker.runs import RunStore
 from crawlherd.worker.screenshots import keep_screenshot
@@ -57,6 +66,9 @@ from crawlherd.worker.sessions import SessionPool
 __all__ = ["PagePipeline", "default_browser"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds before a page put back by a service's outage is leased again.
+_OUTAGE_RETRY = 1.0
 
 
 def default_browser(limits: FetchLimits) -> Crawler:
@@ -84,6 +96,7 @@ class PagePipeline:
         name: str,
         stats: WorkerStats,
         runs: RunStore,
+        details: DetailLedger,
         sink: Sink,
         retrier: Retrier,
         browser_factory: Callable[[FetchLimits], Crawler] | None = None,
@@ -94,6 +107,7 @@ class PagePipeline:
         self._http: Crawler | None = None
         self._browser_factory = browser_factory or default_browser
         self.runs = runs
+        self.details = details
         self.sink = sink
         self.retrier = retrier
         self._browser: Crawler | None = None
@@ -126,6 +140,7 @@ class PagePipeline:
         if self._writes is not None:
             await self._writes.close()
             self._writes = None
+        await self.details.close()
         for crawler in (self._http, self._browser):
             if crawler is not None:
                 await crawler.close()
@@ -148,6 +163,16 @@ class PagePipeline:
         if not await self.frontier.enqueue_request(request):
             raise JobError(f"the frontier refused listing page {request.url}")
         self._new_pages.set()
+
+    async def mark(self, marker: Request) -> bool:
+        """Queue a job's marker (:func:`~crawlherd.worker.jobcrawl.marker_request`): True the first time,
+        and again only when the frontier has lost it (then with everything else it held)."""
+        assert self.frontier is not None
+        if not await self.frontier.enqueue_request(marker):
+            return False
+        await self.frontier.set_host_policy(MARKER_HOST, delay=0.0, max_in_flight=64)  # no politeness to keep
+        self._new_pages.set()
+        return True
 
     async def frontier_counts(self) -> dict[str, Any]:
         """The frontier's counts, for the heartbeat (and the console's Frontier page)."""
@@ -219,7 +244,18 @@ class PagePipeline:
     async def _page(self, request: Request) -> CrawlResult:
         """The dispatcher's work for one page: fetch it *and* store what it holds, so that the lease is
         acked only once that is done (a worker stopped or killed in between loses nothing: the lease
-        comes back, and storing again is idempotent)."""
+        comes back, and storing again is idempotent). A service's outage meanwhile (the frontier, the
+        config DB, the sink) is not the page's failure: it goes back to the frontier (RetryLater), and
+        a listing page so keeps its job's chain going."""
+        try:
+            return await self._page_work(request)
+        except BackendUnavailableError as exc:
+            log.debug("worker %s: page %s put back: %s unavailable: %s", self.name, request.url, exc.role, exc)
+            raise RetryLater(f"{exc.role} unavailable", delay=_OUTAGE_RETRY) from exc
+
+    async def _page_work(self, request: Request) -> CrawlResult:
+        if MARKER_META in request.meta:  # a job's marker: nothing to fetch
+            return CrawlResult(url=request.url, success=True, request=request)
         listing = ListingState.of(request)
         if listing is not None:
             return await self._listing_page(request, listing)
@@ -294,7 +330,7 @@ class PagePipeline:
         details = detail_requests(job, new.values())
         for host in {r.host for r in details}:
             await self._politeness(site, host)
-        queued = await self.frontier.enqueue_requests(details) if details else 0
+        queued = await self._queue_details(job.target_id, job.slot_at, details) if details else 0
         after = state.next(new=new.values(), items_new=counts.new, items_updated=counts.updated, details_queued=queued)
         paginator = site.paginator
         url = request.url
@@ -303,8 +339,10 @@ class PagePipeline:
         )
         if nxt is None and paginator.type == "next_link" and state.page < paginator.max_pages:
             nxt = extraction.next_url
-        if nxt is not None and nxt != url and await self.frontier.enqueue_request(after.request(nxt)):
-            self._new_pages.set()
+        if nxt is not None and nxt != url:
+            if await self.frontier.enqueue_request(after.request(nxt)):
+                self._new_pages.set()
+            # else: this page was read before (its lease came back): that reading carries the chain on
             return result
         outcome = ListingOutcome(
             pages=state.page,
@@ -315,6 +353,29 @@ class PagePipeline:
         await self._report(state, outcome)  # cancelled at shutdown: the lease goes back
         return result
 
+    async def _queue_details(self, target_id: int, slot_at: datetime, details: list[Request]) -> int:
+        """Queue a listing page's detail pages, each with its row in ``job_details`` written first (see
+        :mod:`crawlherd.worker.details`); how many the frontier queued. A fresh row whose page the
+        frontier did not queue (queued in this revisit period already, by another run) is removed."""
+        assert self.frontier is not None
+        run = (target_id, slot_at)
+        items = {r.meta[DETAIL_META]["item"]: r for r in details}
+        fresh = await self.details.expect(run, list(items))
+        fresh_items = [i for i in items if i in fresh]
+        try:
+            held = [r for i, r in items.items() if i not in fresh]
+            queued = await self.frontier.enqueue_requests(held) if held else 0
+            # one by one: which of them the frontier refused (their calls share round trips where it can)
+            flags = await asyncio.gather(*(self.frontier.enqueue_request(items[i]) for i in fresh_items))
+        except BaseException:
+            # Not known to be queued (the frontier failed): their fresh rows go, so that reading this page
+            # again decides anew (a row kept with no page behind it would hold the job until details_stall).
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.details.forget(run, fresh_items))
+            raise
+        await self.details.forget(run, [i for i, ok in zip(fresh_items, flags, strict=True) if not ok])
+        return queued + sum(flags)
+
     async def _page_failed(self, result: CrawlResult) -> None:
         """A page the dispatcher gave up on: a listing page fails its job; a detail page is counted
         (the listing's fields are kept; the revisit period brings it back)."""
@@ -323,7 +384,12 @@ class PagePipeline:
         shot = await self._keep_screenshot(result, state)
         if state is None:
             self.stats.detail_failures += 1
-            self.stats.remember(f"detail page {result.url}: {result.error_message}{shot}")
+            why = f"detail page {result.url}: {result.error_message or result.status_code}{shot}"
+            self.stats.remember(why)
+            detail = DetailPage.of(request) if request is not None else None
+            if detail is not None:  # settled, failed with its reason: its runs stop waiting for it
+                settle = self.details.settle
+                await self.retrier.call(lambda: settle(detail.item, why), role="database", stop=self._stop)
             return
         if state.owner == self.name and state.run not in self.chains:
             return  # its job run has ended
@@ -370,6 +436,7 @@ class PagePipeline:
         item = Item(website=detail.site.name, url=result.url, fingerprint=bytes.fromhex(detail.item), fields=fields)
         # a detail page completes its item: counted as a detail page, not as an item again
         await self._store([item], website_id=detail.website_id, target_id=detail.target_id)
+        await self.details.settle(detail.item)  # before the ack: a page not settled is fetched again
         metrics.DETAIL_PAGES.inc()
         self.stats.detail_pages += 1
 

@@ -99,6 +99,7 @@ class RunStore:
             "finished_at": None,
             "worker": worker,
             "error": None,
+            "listed_at": None,
             "created_at": now,
             "updated_at": now,
         }
@@ -186,7 +187,7 @@ class RunStore:
         """The two upserts of :meth:`start`, built once (their values are the execution's parameters)."""
         if self._starts is None:
             run = self._insert(JobRun)
-            changed = ("status", "attempts", "started_at", "finished_at", "worker", "error", "updated_at")
+            changed = ("status", "attempts", "started_at", "finished_at", "worker", "error", "listed_at", "updated_at")
             attempt = self._insert(JobAttempt)
             self._starts = (
                 run.on_conflict_do_update(
@@ -211,10 +212,12 @@ class RunStore:
         )
 
     async def report(self, job: JobMessage, *, worker: str, outcome: ListingOutcome) -> None:
-        """Record the end of ``job``'s listing, read by a worker other than its owner ``worker``: the
-        run becomes succeeded, failed or (``outcome.permanent``) dead -- only while it is still the
-        owner's running attempt (a run given up and taken again meanwhile is left alone)."""
-        status = "succeeded" if outcome.error is None else ("dead" if outcome.permanent else "failed")
+        """Record the end of ``job``'s listing (read by any worker; ``worker`` is its owner) -- only while
+        it is still the owner's running attempt (a run given up and taken again meanwhile is left
+        alone): a listing that failed makes the run failed or (``outcome.permanent``) dead; one that
+        ended well leaves it ``running`` with ``listed_at`` set -- the owner succeeds it once its detail
+        pages are settled (see :mod:`crawlherd.worker.details`)."""
+        status: Any = JobRun.status if outcome.error is None else ("dead" if outcome.permanent else "failed")
         now = datetime.now(UTC)
         with translate_db_errors("reporting a listing's end"):
             async with self.engine.begin() as conn:
@@ -227,7 +230,8 @@ class RunStore:
                         pages=outcome.pages,
                         items_new=outcome.items_new,
                         items_updated=outcome.items_updated,
-                        finished_at=now,
+                        finished_at=None if outcome.error is None else now,
+                        listed_at=now,
                         updated_at=now,
                     )
                 )
@@ -242,7 +246,7 @@ class RunStore:
                 row = (
                     await conn.execute(
                         select(JobRun.status, JobRun.error, JobRun.pages, JobRun.items_new, JobRun.items_updated,
-                               JobRun.worker, JobRun.started_at, JobRun.attempts).where(
+                               JobRun.worker, JobRun.started_at, JobRun.attempts, JobRun.listed_at).where(
                             JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at
                         )
                     )
@@ -251,13 +255,14 @@ class RunStore:
                 return ListingOutcome(error=f"the run was taken over by worker {row.worker}")
             if row is None or (row.worker, row.attempts) != (worker, job.attempt_count + 1):
                 return None
-            if row.status not in ("succeeded", "failed", "dead"):
+            # a listing that ended well leaves the run running with listed_at set (see report)
+            if row.status == "queued" or (row.status == "running" and row.listed_at is None):
                 return None
             return ListingOutcome(
                 pages=row.pages or 0,
                 items_new=row.items_new or 0,
                 items_updated=row.items_updated or 0,
-                error=None if row.status == "succeeded" else (row.error or row.status),
+                error=None if row.status in ("succeeded", "running") else (row.error or row.status),
                 permanent=row.status == "dead",
             )
 

@@ -3,8 +3,8 @@
 For each delivery: decode and validate the message (an invalid one is dead-lettered with the
 reason) -> record the run as ``running`` -- or skip it when its run already succeeded (idempotency:
 the same target and slot; the check and the start are one statement) -> queue the job's first
-listing page in the worker's frontier -> wait for the listing chain's outcome -> record
-``succeeded`` -> ack.
+listing page in the worker's frontier -> wait for the listing chain's outcome and for the detail
+pages it queued to be settled (:mod:`crawlherd.worker.completion`) -> record ``succeeded`` -> ack.
 
 This module is the lifecycle -- deliveries, the claims on them, outages; every page, listing or
 detail, of any job, goes through the worker's page pipeline (:mod:`crawlherd.worker.pages`: its one
@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd import metrics
-from crawlherd._resilience import OutageLog, Retrier, Stopped, backoff_delay, role_of, service_name, with_role
+from crawlherd._resilience import OutageLog, Retrier, Stopped, backoff_delay, role_of, service_name
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler
 from crawlherd.db.heartbeat import Heartbeat
@@ -70,7 +70,9 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.frontier import Frontier
 from crawlherd.messages import JobMessage, decode_job, encode_job
 from crawlherd.sinks import Sink, SQLSink
-from crawlherd.worker.jobcrawl import ListingOutcome, ListingState
+from crawlherd.worker.completion import JobCompletion
+from crawlherd.worker.details import DetailLedger
+from crawlherd.worker.jobcrawl import ListingOutcome
 from crawlherd.worker.options import PAGE_DISPATCHERS, WorkerOptions, WorkerStats
 from crawlherd.worker.pages import PagePipeline
 from crawlherd.worker.refusals import Refusals, own_refusal
@@ -103,14 +105,17 @@ class Worker:
         self.name = options.name or f"{socket.gethostname()}:{os.getpid()}"
         self.stats = WorkerStats()
         self.runs = RunStore(engine)
+        self.details = DetailLedger(engine)
         self.sink: Sink = sink if sink is not None else SQLSink(engine)
         self.outages = OutageLog(log, f"worker {self.name}")
         self.retrier = Retrier(self.outages)  # temporary: BackendUnavailableError (a service's outage)
         self.refusals = Refusals(log, f"worker {self.name}")
         self.pages = PagePipeline(
-            options, name=self.name, stats=self.stats, runs=self.runs, sink=self.sink, retrier=self.retrier,
-            browser_factory=browser_factory,
+            options, name=self.name, stats=self.stats, runs=self.runs, details=self.details, sink=self.sink,
+            retrier=self.retrier, browser_factory=browser_factory,
         )
+        self.completion = JobCompletion(options, name=self.name, pages=self.pages, runs=self.runs,
+                                        details=self.details)
 
     @property
     def frontier(self) -> Frontier | None:
@@ -366,13 +371,12 @@ class Worker:
         self.stats.items_new += outcome.items_new
         self.stats.items_updated += outcome.items_updated
         log.info(
-            "worker %s: job %s done: %d listing pages, %d new and %d updated items, %d detail pages queued",
+            "worker %s: job %s done: %d listing pages, %d new and %d updated items, its detail pages settled",
             self.name,
             job.idempotency_key,
             outcome.pages,
             outcome.items_new,
             outcome.items_updated,
-            outcome.details_queued,
         )
 
     async def _disowned(self, delivery: Delivery, job: JobMessage) -> None:
@@ -389,26 +393,8 @@ class Worker:
             log.debug("worker %s: %s", self.name, exc)
 
     async def _crawl(self, job: JobMessage) -> ListingOutcome:
-        """Queue the job's first listing page and wait for the end of its chain: reported in process
-        when this worker reads the last page, else found in the job's ``job_runs`` row."""
-        site = job.site
-        site.extractor()  # no rules and no handler: fail now, not on every page
-        state = ListingState(job=job, owner=self.name)
-        request = state.request(site.paginator.first_url(job.search_url))
-        outcome: asyncio.Future[ListingOutcome] = asyncio.get_running_loop().create_future()
-        self.pages.chains[state.run] = outcome
-        try:
-            with with_role("frontier"):
-                await self.pages.queue_listing(site, request)
-            while True:
-                done, _ = await asyncio.wait({outcome}, timeout=self.options.poll_interval)
-                if done:
-                    return outcome.result()
-                remote = await self.runs.reported(job, worker=self.name)
-                if remote is not None:
-                    return remote
-        finally:
-            self.pages.chains.pop(state.run, None)
+        """Crawl ``job``: its listing chain, then its detail pages (:mod:`crawlherd.worker.completion`)."""
+        return await self.completion.crawl(job)
 
     async def _failed(self, delivery: Delivery, job: JobMessage, reason: str, *, started: float,
                       permanent: bool = False, record: bool = True) -> None:

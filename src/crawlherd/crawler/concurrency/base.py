@@ -28,7 +28,7 @@ from crawlherd._aio import cancel_and_wait
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.crawler.concurrency.memory_usage import ProcessMemory
 from crawlherd.crawler.concurrency.rate_limiter import parse_retry_after
-from crawlherd.errors import LeaseError, RetryLater
+from crawlherd.errors import BackendUnavailableError, LeaseError, RetryLater
 from crawlherd.frontier.base import Frontier, Lease
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult, DispatchInfo
@@ -44,6 +44,10 @@ ProcessFn = Callable[[Request], Awaitable[CrawlResult]]
 
 _DONE = object()
 log = logging.getLogger("crawlherd.crawler.concurrency")
+
+
+#: Seconds a page put back (RetryLater) is tried again while the frontier cannot take it.
+GIVE_BACK_PATIENCE = 60.0
 
 
 @runtime_checkable
@@ -166,6 +170,27 @@ class BaseDispatcher:
     async def _drive(self, state: _RunState, emit: Callable[[object], None]) -> None:
         raise NotImplementedError
 
+    async def _retry_later(self, state: _RunState, lease: Lease, delay: float) -> None:
+        """Put ``lease`` back to be leased again after ``delay``. The frontier unavailable (down, a disk
+        full, stale connections just after it came back): tried again with back-off for up to
+        ``GIVE_BACK_PATIENCE`` seconds -- the slot waits, as the whole loop would -- before the error goes up
+        (the lease then comes back when it expires). A lease lost meanwhile (expired, or a frontier that
+        restarted empty) has nothing to put back."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + GIVE_BACK_PATIENCE
+        pause = 0.1
+        while True:
+            try:
+                await state.frontier.retry(lease, delay)
+                return
+            except LeaseError:
+                return
+            except BackendUnavailableError:
+                if loop.time() + pause > give_up:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+
     async def _give_back(self, state: _RunState, lease: Lease) -> None:
         """Put a lease whose work was cancelled back into the frontier (best effort, bounded)."""
         with contextlib.suppress(Exception, asyncio.CancelledError):
@@ -188,7 +213,7 @@ class BaseDispatcher:
         try:
             result = await self._run_one(state, request)
         except RetryLater as later:  # not a failure: leased again after its delay
-            await state.frontier.retry(lease, later.delay)
+            await self._retry_later(state, lease, later.delay)
             if monitor is not None:
                 monitor.task_retried()
             return None

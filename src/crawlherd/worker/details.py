@@ -1,0 +1,130 @@
+"""The detail pages a job run waits for: ``job_details``, one row per run and item (:class:`DetailLedger`).
+
+A job is ``succeeded`` only when its listing chain has ended **and** every detail page it queued is
+settled -- stored, or failed with its reason. The listing page that queues a detail page writes its
+row (``out``) *before* queueing it, so that no worker can settle a page whose row is not written yet;
+a page the frontier did not queue (its dedup key: queued in this revisit period already, by another
+run) is not this run's to wait for, and its fresh row is removed again. Whoever fetches a detail page
+settles it by item: every run waiting for that item's page is settled with it (a run and another one
+that found the same item, or two attempts of one run, wait for the same page). The owner of the job
+counts the run's ``out`` rows (:meth:`DetailLedger.out`) until none is left.
+
+Settles are group-committed (the resilience kernel's :class:`~crawlherd._resilience.Batcher`): the
+detail pages that finish while a write is out are settled in the next one. A settle that cannot be
+written (the config DB down) fails the page: its lease goes back and it is fetched and settled again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from crawlherd._resilience import Batcher
+from crawlherd.db.dialect import sql_capabilities
+from crawlherd.db.errors import translate_db_errors
+from crawlherd.db.models import JobDetail
+from crawlherd.messages import JobMessage
+
+__all__ = ["DetailLedger", "RunKey"]
+
+#: A job run's key: its target and slot.
+RunKey = tuple[int, datetime]
+
+_Settle = tuple[str, "str | None"]
+
+
+class DetailLedger:
+    """``job_details`` on ``engine`` (the caller's): :meth:`expect` rows before the pages are queued,
+    :meth:`settle` them as the pages are stored or fail, :meth:`out` for the owner."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._insert = sql_capabilities(engine).insert
+        self._settles: Batcher[_Settle, None] | None = None
+
+    async def expect(self, run: RunKey, items: Sequence[str]) -> set[str]:
+        """Write an ``out`` row for each of ``items`` (hex fingerprints) of ``run``; the items whose row
+        is new (a row already there -- the same run's earlier attempt queued the page -- is kept)."""
+        if not items:
+            return set()
+        target_id, slot_at = run
+        now = datetime.now(UTC)
+        rows = [{"target_id": target_id, "slot_at": slot_at, "item": i, "status": "out", "updated_at": now}
+                for i in items]
+        with translate_db_errors("recording a run's detail pages"):
+            async with self.engine.begin() as conn:
+                held = set((await conn.execute(select(JobDetail.item).where(
+                    JobDetail.target_id == target_id, JobDetail.slot_at == slot_at, JobDetail.item.in_(items)
+                ))).scalars())
+                await conn.execute(self._insert(JobDetail).on_conflict_do_nothing(), rows)
+        return set(items) - held
+
+    async def forget(self, run: RunKey, items: Sequence[str]) -> None:
+        """Remove ``run``'s rows of ``items``: pages the frontier did not queue for it."""
+        if not items:
+            return
+        target_id, slot_at = run
+        with translate_db_errors("recording a run's detail pages"):
+            async with self.engine.begin() as conn:
+                await conn.execute(delete(JobDetail).where(
+                    JobDetail.target_id == target_id, JobDetail.slot_at == slot_at, JobDetail.item.in_(items)
+                ))
+
+    async def settle(self, item: str, error: str | None = None) -> None:
+        """The detail page of ``item`` is stored (``error`` None) or failed for good (``error`` says why):
+        every run waiting for it is settled. Returns once written (with the settles waiting meanwhile)."""
+        if self._settles is None:
+            self._settles = Batcher(self._write, max_batch=500, name="crawlherd-detail-settles")
+        await self._settles((item, error))
+
+    async def _write(self, settles: list[_Settle]) -> list[None | BaseException]:
+        now = datetime.now(UTC)
+        stmt = (
+            update(JobDetail)
+            .where(JobDetail.item == bindparam("b_item"), JobDetail.status == "out")
+            .values(status=bindparam("b_status"), error=bindparam("b_error"), updated_at=now)
+        )
+        params = [{"b_item": item, "b_status": "stored" if error is None else "failed", "b_error": error}
+                  for item, error in settles]
+        with translate_db_errors("settling detail pages"):
+            async with self.engine.begin() as conn:
+                await conn.execute(stmt.execution_options(synchronize_session=False), params)
+        return [None] * len(settles)
+
+    async def out(self, job: JobMessage) -> int:
+        """How many of ``job``'s run's detail pages are still out."""
+        with translate_db_errors("counting a run's detail pages"):
+            async with self.engine.connect() as conn:
+                return int((await conn.execute(select(func.count()).select_from(JobDetail).where(
+                    JobDetail.target_id == job.target_id, JobDetail.slot_at == job.slot_at, JobDetail.status == "out"
+                ))).scalar_one())
+
+    async def give_up(self, job: JobMessage, reason: str) -> int:
+        """Fail ``job``'s run's pages still out with ``reason`` (they made no progress); how many."""
+        with translate_db_errors("settling a run's detail pages"):
+            async with self.engine.begin() as conn:
+                result = await conn.execute(
+                    update(JobDetail)
+                    .where(JobDetail.target_id == job.target_id, JobDetail.slot_at == job.slot_at,
+                           JobDetail.status == "out")
+                    .values(status="failed", error=reason, updated_at=datetime.now(UTC))
+                )
+                return int(result.rowcount or 0)
+
+    async def done(self, job: JobMessage) -> int:
+        """The run succeeded: drop its stored rows (failed ones stay, with their reasons, for ``explain``);
+        how many failed."""
+        key = (JobDetail.target_id == job.target_id) & (JobDetail.slot_at == job.slot_at)
+        with translate_db_errors("clearing a run's detail pages"):
+            async with self.engine.begin() as conn:
+                await conn.execute(delete(JobDetail).where(key, JobDetail.status == "stored"))
+                return int((await conn.execute(select(func.count()).select_from(JobDetail).where(
+                    key, JobDetail.status == "failed"))).scalar_one())
+
+    async def close(self) -> None:
+        if self._settles is not None:
+            await self._settles.close()
+            self._settles = None
