@@ -7,6 +7,7 @@ import json
 import logging
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from crawlherd.frontier import open_scheduler
 from crawlherd.frontier.dupefilter import fp_to_int
 from crawlherd.frontier.redis import RedisFrontier
 from crawlherd.request import Request
+from tests.support.private_redis import PrivateRedis
 
 from .test_durable_frontier import delete_prefix
 
@@ -377,3 +379,34 @@ async def test_renewal_drops_what_was_settled_or_taken_back_and_says_only_the_la
     finally:
         await frontier.close()
         await other.close()
+
+
+async def test_a_lease_given_back_during_an_outage_is_not_kept_alive(tmp_path: Path) -> None:
+    """A retry (a page given back: its work cancelled, or put back) that cannot reach Redis leaves the
+    lease unrenewed: it comes back about ``liveness`` after, not at its deadline (``lease_timeout``)
+    while the live holder renews a page nothing fetches -- after a frontier restart, that held a job's
+    detail pages out for the whole test. A private Redis (AOF), killed and started again."""
+    from crawlherd.clock import SystemClock
+
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    holder = await open_redis(redis.url, "gb", clock=SystemClock(), liveness=0.6, lease_timeout=60)
+    other: RedisFrontier | None = None
+    try:
+        await holder.enqueue_request(Request("http://given-back.test/1"))
+        lease = await holder.next_request()
+        assert lease is not None and lease.token in holder.renewal.held
+        redis.kill()
+        with pytest.raises(BackendUnavailableError):
+            await holder.retry(lease)
+        assert lease.token not in holder.renewal.held
+        redis.start()  # the AOF has the lease
+        other = await open_redis(redis.url, "gb", clock=SystemClock(), liveness=0.6, lease_timeout=60)
+        again = await other.wait_next(timeout=10.0)
+        assert again is not None and again.request.url == "http://given-back.test/1"
+        await other.ack(again)
+    finally:
+        await holder.close()
+        if other is not None:
+            await other.close()
+        redis.kill()
