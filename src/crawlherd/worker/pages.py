@@ -362,19 +362,27 @@ class PagePipeline:
         items = {r.meta[DETAIL_META]["item"]: r for r in details}
         fresh = await self.details.expect(run, list(items))
         fresh_items = [i for i in items if i in fresh]
+        frontier = self.frontier
+        # one by one: which of them the frontier refused (their calls share round trips where it can)
+        flags: list[bool | BaseException] = [False] * len(fresh_items)
         try:
             held = [r for i, r in items.items() if i not in fresh]
-            queued = await self.frontier.enqueue_requests(held) if held else 0
-            # one by one: which of them the frontier refused (their calls share round trips where it can)
-            flags = await asyncio.gather(*(self.frontier.enqueue_request(items[i]) for i in fresh_items))
+            queued = await frontier.enqueue_requests(held) if held else 0
+            flags = await asyncio.gather(*(frontier.enqueue_request(items[i]) for i in fresh_items),
+                                         return_exceptions=True)
+            failed = next((f for f in flags if isinstance(f, BaseException)), None)
+            if failed is not None:
+                raise failed
         except BaseException:
-            # Not known to be queued (the frontier failed): their fresh rows go, so that reading this page
-            # again decides anew (a row kept with no page behind it would hold the job until details_stall).
+            # The fresh rows of pages not known to be queued (the frontier failed) go, so that reading this
+            # page again decides anew (a row kept with no page behind it would hold the job until
+            # details_stall); those queued stay: their pages settle them.
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.details.forget(run, fresh_items))
+                await asyncio.shield(self.details.forget(run, [i for i, ok in zip(fresh_items, flags, strict=True)
+                                                               if ok is not True]))
             raise
-        await self.details.forget(run, [i for i, ok in zip(fresh_items, flags, strict=True) if not ok])
-        return queued + sum(flags)
+        await self.details.forget(run, [i for i, ok in zip(fresh_items, flags, strict=True) if ok is not True])
+        return queued + sum(1 for ok in flags if ok is True)
 
     async def _page_failed(self, result: CrawlResult) -> None:
         """A page the dispatcher gave up on: a listing page fails its job; a detail page is counted
