@@ -48,6 +48,8 @@ log = logging.getLogger("crawlherd.crawler.concurrency")
 
 #: Seconds a page put back (RetryLater) is tried again while the frontier cannot take it.
 GIVE_BACK_PATIENCE = 60.0
+#: Seconds a lease whose work was cancelled (shutdown, the loop lost its frontier) is tried to be given back.
+_GIVE_BACK_BOUND = 5.0
 
 
 @runtime_checkable
@@ -176,8 +178,19 @@ class BaseDispatcher:
         ``GIVE_BACK_PATIENCE`` seconds -- the slot waits, as the whole loop would -- before the error goes up
         (the lease then comes back when it expires). A lease lost meanwhile (expired, or a frontier that
         restarted empty) has nothing to put back."""
+        await self._put_back(state, lease, delay, patience=GIVE_BACK_PATIENCE)
+
+    async def _give_back(self, state: _RunState, lease: Lease) -> None:
+        """Put a lease whose work was cancelled back into the frontier (best effort, bounded: tried again
+        for a few seconds, so that the stale connections a frontier that just came back leaves behind do
+        not keep the page out until its lease runs out)."""
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(self._put_back(state, lease, 0.0, patience=_GIVE_BACK_BOUND), _GIVE_BACK_BOUND)
+
+    @staticmethod
+    async def _put_back(state: _RunState, lease: Lease, delay: float, *, patience: float) -> None:
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + GIVE_BACK_PATIENCE
+        give_up = loop.time() + patience
         pause = 0.1
         while True:
             try:
@@ -190,11 +203,6 @@ class BaseDispatcher:
                     raise
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 2.0)
-
-    async def _give_back(self, state: _RunState, lease: Lease) -> None:
-        """Put a lease whose work was cancelled back into the frontier (best effort, bounded)."""
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(state.frontier.retry(lease), 5.0)
 
     async def _handle(self, state: _RunState, lease: Lease) -> CrawlResult | None:
         """Run one lease; the result to emit, or None when the URL went back to the frontier."""
