@@ -99,8 +99,9 @@ async def test_finish_changes_only_a_run_the_caller_still_owns(db_url: str) -> N
 
 
 async def test_finish_never_rewrites_a_finished_run_with_another_outcome(db_url: str) -> None:
-    """Another worker read the last listing page of w1's run and reported it succeeded; w1, resumed,
-    fails its own (stale) copy of the page: the run stays succeeded."""
+    """Another worker read the last listing page of w1's run and reported it: the run stays running,
+    its listing done (``listed_at``), until w1 succeeds it once its detail pages are settled; a stale
+    failure afterwards (w1's own copy of the page) leaves it succeeded."""
     engine = create_engine(db_url)
     try:
         await upgrade(engine)
@@ -110,7 +111,18 @@ async def test_finish_never_rewrites_a_finished_run_with_another_outcome(db_url:
         runs = RunStore(engine)
         assert await runs.start(_job(target, slot), worker="w1") is None
         await RunStore(engine).report(_job(target, slot), worker="w1", outcome=ListingOutcome(pages=2))
+        assert await runs.status(_job(target, slot)) == "running"
+        reported = await runs.reported(_job(target, slot), worker="w1")
+        assert reported is not None and (reported.error, reported.pages) == (None, 2)
+        assert await runs.finish(_job(target, slot), status="succeeded", pages=2)
         assert not await runs.finish(_job(target, slot), status="failed", error="HTTP 404")
+        # a listing that ended for good (dead), reported by another worker: the owner's stale success
+        # is not written over it (the row is checked, the owner's claim still held)
+        dead = _job(target, slot + timedelta(hours=1))
+        assert await runs.start(dead, worker="w1") is None
+        await RunStore(engine).report(dead, worker="w1", outcome=ListingOutcome(error="robots", permanent=True))
+        assert not await runs.finish(dead, status="succeeded", pages=2)
+        assert await runs.status(dead) == "dead"
         assert await runs.status(_job(target, slot)) == "succeeded"
         assert await runs.start(_job(target, slot, attempt=1), worker="w1") == "succeeded"
     finally:

@@ -84,7 +84,12 @@ class JobCompletion:
                     break
                 await self._restart_if_lost(chains, outcome)
             if listed.error is not None:
-                return listed
+                # a stale copy of a listing page that failed here, while another worker read the listing to
+                # its end and reported it: the reported end wins (the run's row is the listing's record)
+                remote = await self.runs.reported(job, worker=self.name)
+                if remote is None or remote.error is not None:
+                    return listed
+                listed = remote
             await self.runs.report(job, worker=self.name, outcome=listed)  # listed_at: "listing done"
             return await self._details(job, chains, listed)
         finally:
