@@ -385,3 +385,37 @@ async def test_a_job_succeeds_only_once_its_detail_pages_are_stored_or_failed(
     assert job.status == "succeeded" and job.details_failed == 1 and "404" in job.detail_errors[0]
     stored = await items(engine)
     assert sorted(f.get("salary", "-") for f in stored.values()) == ["-", "salary of go-0", "salary of go-1"]
+
+
+async def test_a_stop_gives_back_a_job_that_waits_on_its_detail_pages(
+    engine: AsyncEngine, board: Board, tmp_path: Path
+) -> None:
+    """Stopped while its job's listing is done and its detail pages are held at the server: the
+    worker waits ``shutdown_timeout`` for it, then stops (the wait for detail pages does not outlive
+    the drain) and gives the delivery back; the run is not succeeded."""
+    from crawlherd.dispatch.dispatch_service import DispatchService
+
+    board.hold = asyncio.Event()  # never set: the detail pages hang
+    await load(engine, tmp_path, website(board, robots="ignore"), ["wait"], due=True)
+    limits = FetchLimits(allow_private_addresses=True)
+
+    async def listed_and_held() -> bool:
+        async with engine.connect() as conn:
+            run = (await conn.execute(select(JobRun.listed_at))).first()
+        return run is not None and run.listed_at is not None and len(board.fetched("/jobs/")) == 3
+
+    async with open_broker(str(engine.url)) as broker:
+        options = WorkerOptions(limits=limits, poll_interval=0.05, backoff=0.1, shutdown_timeout=0.5)
+        worker = Worker(engine, broker, options)
+        await DispatchService(engine, broker).run_once()
+        stop = asyncio.Event()
+        async with worker:
+            task = asyncio.create_task(worker.run(stop))
+            await wait_until(listed_and_held, deadline=20)
+            stop.set()
+            done, _ = await asyncio.wait({task}, timeout=20)
+            assert done, "the worker did not stop: its job's wait for detail pages outlived the drain"
+            stats = task.result()
+        assert stats.requeued == 1 and stats.succeeded == 0
+        assert await broker.pending() == 1  # given back: another worker takes it
+    assert [r[0] for r in await runs(engine)] == ["running"]
