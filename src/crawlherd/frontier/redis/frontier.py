@@ -412,10 +412,8 @@ class RedisFrontier(WaitingMixin):
         return {shards.token(shards.all[k], text(t)) for k, reply in zip(groups, replies, strict=True) for t in reply}
 
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
-        # A retry gives the lease back: no longer renewed from here on, even when it cannot reach Redis --
-        # the lease then comes back by itself once its liveness runs out. (Held again, as a failed ack is,
-        # a page whose work was given up -- cancelled, put back during an outage -- would be kept alive by
-        # this live process until its deadline, lease_timeout, with nothing fetching it meanwhile.)
+        # a give-back: not renewed any more even if Redis cannot be reached (it then comes back after
+        # liveness, instead of being kept alive until lease_timeout with nothing fetching its page)
         self.renewal.drop([lease.token])
         await self._init()
         shard, inner = self._shards.split(lease.token)
