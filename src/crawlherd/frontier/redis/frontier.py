@@ -412,8 +412,7 @@ class RedisFrontier(WaitingMixin):
         return {shards.token(shards.all[k], text(t)) for k, reply in zip(groups, replies, strict=True) for t in reply}
 
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
-        # a give-back: not renewed any more even if Redis cannot be reached (it then comes back after
-        # liveness, instead of being kept alive until lease_timeout with nothing fetching its page)
+        # a give-back: never renewed again, even unsent (back after liveness, not kept until lease_timeout)
         self.renewal.drop([lease.token])
         await self._init()
         shard, inner = self._shards.split(lease.token)
