@@ -57,26 +57,39 @@ async def wait_while_progressing(aw: Awaitable[T], timeout: float, progress: Cal
 
     A deadline for a stalled peer, not for a busy one: with thousands of publishes in flight the last
     confirms come long after their publish began, yet every one of them comes; timing those out would
-    publish again what the broker kept."""
-    task = asyncio.ensure_future(aw)
+    publish again what the broker kept. ``aw`` runs in the caller's task under one timer that re-arms
+    itself while there is progress (no task of its own: a relay awaits thousands of these a second)."""
+    loop = asyncio.get_running_loop()
     began = time.monotonic()
+    stalled = False
+    turns = 0
+    handle: asyncio.Handle
+
+    def check() -> None:
+        nonlocal handle, stalled, turns
+        left = max(began, progress()) + timeout - time.monotonic()
+        if left > 0:
+            turns = 0
+            handle = loop.call_later(left, check)
+        elif turns < _CATCH_UP_TURNS:
+            # Our own process may have been the one stalled (a busy machine): let the answers that
+            # piled up meanwhile be read before calling the peer silent.
+            turns += 1
+            handle = loop.call_soon(check)
+        else:
+            stalled = True
+            limit.reschedule(loop.time())  # cancels ``aw`` (this task) now; TimeoutError on the way out
+
+    handle = loop.call_later(timeout, check)
     try:
-        while True:
-            left = max(began, progress()) + timeout - time.monotonic()
-            if left <= 0:
-                # Our own process may have been the one stalled (a busy machine): let the answers that
-                # piled up meanwhile be read before calling the peer silent.
-                for _ in range(_CATCH_UP_TURNS):
-                    await asyncio.sleep(0)
-                left = max(began, progress()) + timeout - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"nothing moved for {timeout:g}s")
-            done, _ = await asyncio.wait({task}, timeout=left)
-            if done:
-                return task.result()
+        async with asyncio.timeout(None) as limit:
+            return await aw
+    except TimeoutError:
+        if stalled:
+            raise TimeoutError(f"nothing moved for {timeout:g}s") from None
+        raise
     finally:
-        if not task.done():
-            await cancel_and_wait(task)
+        handle.cancel()
 
 
 async def until_done(source: AsyncIterator[T], stop: asyncio.Future[Any]) -> AsyncIterator[T]:

@@ -33,7 +33,7 @@ __all__ = ["dispatch"]
 @database_option
 @broker_option
 @click.option("--batch-size", "dispatch_batch_size", type=click.IntRange(1, 100_000), default=None,
-              help="Targets per tick.  [default: setting dispatch_batch_size, 500]")
+              help="Targets per tick.  [default: setting dispatch_batch_size, 5000]")
 @click.option(
     "--lease", "dispatch_lease", type=click.FloatRange(min=1.0), default=None,
     help="Outbox lease (seconds): how long a relay holds a row it publishes; a relay round may take half of it.  "

@@ -60,7 +60,7 @@ class DispatchOptions(RelayOptions):
     nothing, is published again (:mod:`crawlherd.dispatch.unstarted`; None: never);
     ``heartbeat_interval`` seconds between the process's heartbeats (None: no heartbeat)."""
 
-    batch_size: Count = 500
+    batch_size: Count = 5000
     max_slots_per_target: Count = 1000
     relay_rounds: Count = 2
     outbox_retention: Seconds = 7 * 86400.0
@@ -134,13 +134,19 @@ class DispatchService:
         ticked, relayed = TickResult(), RelayResult()
         new_rows, ticks_done = asyncio.Event(), asyncio.Event()
         handoff = Handoff(self.options.relay_rounds)
+        # Whether a relay round should lease: at first (rows left pending before), whenever a tick wrote
+        # rows it could not hand over, and at the end -- not while every row comes handed over (a lease
+        # then finds nothing: a transaction for nothing).
+        unleased = True
 
         async def ticks() -> None:
-            nonlocal ticked
+            nonlocal ticked, unleased
             try:
                 while not stop.is_set():
                     tick = await self.tick(handoff)
                     ticked += tick
+                    if tick.inserted > len(tick.leased):
+                        unleased = True
                     if tick.slots:
                         new_rows.set()
                     if tick.targets < self.options.batch_size:
@@ -149,12 +155,19 @@ class DispatchService:
                 ticks_done.set()
 
         async def relays() -> None:
-            nonlocal relayed
+            nonlocal relayed, unleased
             while not stop.is_set():
                 # no row can come after this round's lease (nor be handed over)
                 last_chance = ticks_done.is_set() and not handoff
                 new_rows.clear()
-                relay = await self.relay(handoff)
+                relay = RelayResult()
+                if handoff:
+                    relay = await self.relay(handoff)
+                elif unleased or last_chance:
+                    unleased = False
+                    relay = await self.relay()
+                    # a full batch: more may be pending
+                    unleased = unleased or relay.leased >= self.options.relay_batch
                 relayed += relay
                 if relay.failed:
                     break

@@ -156,7 +156,7 @@ class RelayOptions:
     attempts before a refused row is dead; ``owner`` names this relay in ``lease_owner`` (default: host,
     pid and a random part); ``broker_label`` names the broker in the lineage (default: its class)."""
 
-    relay_batch: Count = 1000
+    relay_batch: Count = 5000
     lease: Seconds = 60.0
     publish_concurrency: Count = 500
     publish_timeout: Seconds = 10.0
