@@ -22,7 +22,8 @@ reach it): aio-pika with confirms, or redis-py ``XADD``, ``--in-flight`` (500) a
         --amqp-url amqp://guest:guest@127.0.0.1:5672/ --redis-url redis://127.0.0.1:6379/0 \\
         --targets 30000 --rounds 3
 
-Every queue and key is a scratch one, removed afterwards. ``--brokers amqp`` / ``redis`` runs one only.
+crawlherd's modules are byte-compiled first, as an installed package's are. Every queue and key is a
+scratch one, removed afterwards. ``--brokers amqp`` / ``redis`` runs one only.
 ``--floor`` adds, to each round, crawlherd in this process dispatching to the in-process ``memory://``
 broker (a publish costs next to nothing): the database's and crawlherd's own share.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import json
 import os
 import statistics
@@ -293,6 +295,9 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=500, help="the publish-only figure's publishes outstanding")
     parser.add_argument("--floor", action="store_true", help="also dispatch to memory:// in process")
     args = parser.parse_args()
+    # crawlherd's modules as installed: compiled once (this machine's PYTHONDONTWRITEBYTECODE would
+    # otherwise have every ``crawlherd`` process compile them from source).
+    compileall.compile_dir(ROOT / "src", quiet=1)
     with fresh_postgres_database(args.database_url) as scratch:
         asyncio.run(run(args, scratch))
 

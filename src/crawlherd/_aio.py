@@ -59,37 +59,57 @@ async def wait_while_progressing(aw: Awaitable[T], timeout: float, progress: Cal
     confirms come long after their publish began, yet every one of them comes; timing those out would
     publish again what the broker kept. ``aw`` runs in the caller's task under one timer that re-arms
     itself while there is progress (no task of its own: a relay awaits thousands of these a second)."""
-    loop = asyncio.get_running_loop()
-    began = time.monotonic()
-    stalled = False
-    turns = 0
-    handle: asyncio.Handle
-
-    def check() -> None:
-        nonlocal handle, stalled, turns
-        left = max(began, progress()) + timeout - time.monotonic()
-        if left > 0:
-            turns = 0
-            handle = loop.call_later(left, check)
-        elif turns < _CATCH_UP_TURNS:
-            # Our own process may have been the one stalled (a busy machine): let the answers that
-            # piled up meanwhile be read before calling the peer silent.
-            turns += 1
-            handle = loop.call_soon(check)
-        else:
-            stalled = True
-            limit.reschedule(loop.time())  # cancels ``aw`` (this task) now; TimeoutError on the way out
-
-    handle = loop.call_later(timeout, check)
+    watch: _StallWatch | None = None
     try:
         async with asyncio.timeout(None) as limit:
-            return await aw
+            watch = _StallWatch(limit, timeout, progress)
+            try:
+                return await aw
+            finally:
+                watch.stop()
     except TimeoutError:
-        if stalled:
+        if watch is not None and watch.stalled:
             raise TimeoutError(f"nothing moved for {timeout:g}s") from None
         raise
-    finally:
-        handle.cancel()
+    raise AssertionError("unreachable")  # pragma: no cover - asyncio.timeout swallows nothing
+
+
+class _StallWatch:
+    """The timer of :func:`wait_while_progressing`: expires ``limit`` once ``timeout`` seconds passed
+    since it began and since ``progress()``. No closure: its handle refers to it, it drops the handle
+    when stopped -- no cycle left for the garbage collector (thousands a second)."""
+
+    __slots__ = ("began", "handle", "limit", "progress", "stalled", "timeout", "turns")
+
+    def __init__(self, limit: asyncio.Timeout, timeout: float, progress: Callable[[], float]) -> None:
+        self.limit, self.timeout, self.progress = limit, timeout, progress
+        self.began = time.monotonic()
+        self.stalled = False
+        self.turns = 0
+        self.handle: asyncio.Handle | None = asyncio.get_running_loop().call_later(timeout, self.check)
+
+    def check(self) -> None:
+        if self.handle is None:
+            return
+        loop = asyncio.get_running_loop()
+        left = max(self.began, self.progress()) + self.timeout - time.monotonic()
+        if left > 0:
+            self.turns = 0
+            self.handle = loop.call_later(left, self.check)
+        elif self.turns < _CATCH_UP_TURNS:
+            # Our own process may have been the one stalled (a busy machine): let the answers that
+            # piled up meanwhile be read before calling the peer silent.
+            self.turns += 1
+            self.handle = loop.call_soon(self.check)
+        else:
+            self.stalled = True
+            self.handle = None
+            self.limit.reschedule(loop.time())  # cancels the wait now: TimeoutError on the way out
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
 
 
 async def until_done(source: AsyncIterator[T], stop: asyncio.Future[Any]) -> AsyncIterator[T]:
