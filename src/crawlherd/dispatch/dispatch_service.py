@@ -53,7 +53,9 @@ ProgressFn = Callable[[TickResult, RelayResult], None]
 class DispatchOptions(RelayOptions):
     """The dispatch service's options: the relay's (:class:`~crawlherd.dispatch.relay.RelayOptions`) and
     the tick's: ``batch_size`` targets claimed per tick transaction; ``max_slots_per_target`` slots one
-    target may emit in one tick; ``relay_rounds`` relay rounds under way at once (2: while one waits for
+    target may emit in one tick; ``tick_rounds`` ticks under way at once (2: while one waits for the
+    database, the other plans its batch; they claim disjoint targets, ``SKIP LOCKED``, as two
+    dispatchers do); ``relay_rounds`` relay rounds under way at once (2: while one waits for
     the broker's confirms, the other leases and marks rows in the database); ``outbox_retention``
     seconds a published outbox row is kept (then pruned, every ``PRUNE_EVERY`` seconds);
     ``republish_after`` seconds after which a published job that never started, while the broker holds
@@ -62,6 +64,7 @@ class DispatchOptions(RelayOptions):
 
     batch_size: Count = 5000
     max_slots_per_target: Count = 1000
+    tick_rounds: Count = 2
     relay_rounds: Count = 2
     outbox_retention: Seconds = 7 * 86400.0
     republish_after: Seconds | None = 300.0
@@ -138,9 +141,10 @@ class DispatchService:
         # rows it could not hand over, and at the end -- not while every row comes handed over (a lease
         # then finds nothing: a transaction for nothing).
         unleased = True
+        ticking = self.options.tick_rounds
 
         async def ticks() -> None:
-            nonlocal ticked, unleased
+            nonlocal ticked, unleased, ticking
             try:
                 while not stop.is_set():
                     tick = await self.tick(handoff)
@@ -152,7 +156,9 @@ class DispatchService:
                     if tick.targets < self.options.batch_size:
                         break
             finally:
-                ticks_done.set()
+                ticking -= 1
+                if not ticking:
+                    ticks_done.set()
 
         async def relays() -> None:
             nonlocal relayed, unleased
@@ -185,7 +191,8 @@ class DispatchService:
 
         try:
             async with asyncio.TaskGroup() as group:
-                group.create_task(ticks(), name="dispatch-once-tick")
+                for n in range(self.options.tick_rounds):
+                    group.create_task(ticks(), name=f"dispatch-once-tick-{n}")
                 for n in range(self.options.relay_rounds):
                     group.create_task(relays(), name=f"dispatch-once-relay-{n}")
         except BaseExceptionGroup as group_error:  # the first failure as itself (an outage: BackendUnavailableError)
@@ -197,8 +204,8 @@ class DispatchService:
     async def run(
         self, *, interval: float = 1.0, stop: asyncio.Event | None = None, on_cycle: ProgressFn | None = None
     ) -> None:
-        """Run the tick loop and ``relay_rounds`` relay loops until ``stop`` is set: each works every ``interval``
-        seconds, at once while work is left, and the relay also as soon as a tick wrote new rows.
+        """Run ``tick_rounds`` tick loops and ``relay_rounds`` relay loops until ``stop`` is set: each works every
+        ``interval`` seconds, at once while work is left, and the relay also as soon as a tick wrote new rows.
         ``on_cycle`` sees each tick and each relay round that did something. A database or broker
         outage is retried with back-off and said once (:attr:`outages`: a warning when it starts, an
         info line when it ends); neither loop dies of it, nor waits for the other.
@@ -255,7 +262,8 @@ class DispatchService:
                     beat = Heartbeat(self.engine, kind="dispatcher", name=self.owner,
                                      interval=self.options.heartbeat_interval, outages=self.outages)
                     group.create_task(beat.run(stop), name="dispatch-heartbeat")
-                group.create_task(self._repeat(tick, interval, stop, retrier), name="dispatch-tick")
+                for n in range(self.options.tick_rounds):
+                    group.create_task(self._repeat(tick, interval, stop, retrier), name=f"dispatch-tick-{n}")
                 for n in range(self.options.relay_rounds):
                     group.create_task(self._repeat(relay, interval, stop, retrier, wake=new_rows),
                                       name=f"dispatch-relay-{n}")
