@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import gc
 import time
@@ -38,7 +39,10 @@ def settled_heap() -> Iterator[None]:
     generation is collected every :data:`GC_YOUNG_THRESHOLD` allocations. A relay allocates a few
     dozen short-lived objects per job; with the defaults a fifth of ``dispatch --once``'s CPU went to
     collections that traversed the whole heap and found nothing. Restored afterwards (the command
-    may run inside another program: a test, a notebook)."""
+    may run inside another program: a test, a notebook); at the process's exit the heap is frozen
+    again, so that the interpreter's last collection does not walk it only to free it anyway."""
+    atexit.unregister(_freeze_at_exit)  # once per process, however many runs
+    atexit.register(_freeze_at_exit)
     thresholds = gc.get_threshold()
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *thresholds[1:])
@@ -47,6 +51,10 @@ def settled_heap() -> Iterator[None]:
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()
+
+
+def _freeze_at_exit() -> None:
+    gc.freeze()
 
 
 @click.command()
