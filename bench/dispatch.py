@@ -272,12 +272,15 @@ async def run(args: argparse.Namespace, database_url: str) -> None:
     finally:
         await engine.dispose()
     print(f"\n{n} due targets, median of {rounds} interleaved rounds, load average {min(loads):.1f}-{max(loads):.1f}")
-    print(f"{'path':34} {'crawlherd':>10} {'bound':>10} {'ratio':>6} {'publish only':>13}")
+    # ratio: of the medians; per round: the median of each round's own ratio (its two runs are
+    # neighbours in time -- steadier when the shared machine's load moves during the run)
+    print(f"{'path':34} {'crawlherd':>10} {'bound':>10} {'ratio':>6} {'per round':>9} {'publish only':>13}")
     labels = {"amqp": "PostgreSQL -> RabbitMQ", "redis": "PostgreSQL -> Redis Streams"}
     for name, per in results.items():
         ours, bound = statistics.median(per["crawlherd"]), statistics.median(per["bound"])
+        paired = statistics.median(c / b for c, b in zip(per["crawlherd"], per["bound"], strict=True))
         raw_rate = statistics.median(per["raw"])
-        print(f"{labels[name]:34} {ours:8.0f}/s {bound:8.0f}/s {ours / bound:6.2f} {raw_rate:11.0f}/s")
+        print(f"{labels[name]:34} {ours:8.0f}/s {bound:8.0f}/s {ours / bound:6.2f} {paired:9.2f} {raw_rate:11.0f}/s")
         if per["floor"]:
             floor = statistics.median(per["floor"])
             print(f"{'  in-process, memory:// (floor)':34} {floor:8.0f}/s {bound:8.0f}/s {floor / bound:6.2f}")
