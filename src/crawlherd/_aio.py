@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Self, TypeVar
 
-__all__ = ["AsyncClosing", "cancel_and_wait", "until_done", "wait_while_progressing"]
+__all__ = ["AsyncClosing", "cancel_and_wait", "pipe", "until_done", "wait_while_progressing"]
 
 T = TypeVar("T")
 
@@ -136,3 +136,17 @@ async def until_done(source: AsyncIterator[T], stop: asyncio.Future[Any]) -> Asy
         if step is not None and not step.done():
             step.cancel()
             await asyncio.wait({step})
+
+
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy ``reader`` to ``writer`` until the end or a connection error, then close ``writer`` (one
+    direction of a TCP relay: the loopback proxies, the browser's SOCKS5 relay)."""
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
