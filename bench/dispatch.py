@@ -1,43 +1,45 @@
-"""Benchmark: ``crawlherd dispatch --once`` against the raw broker driver, in the same run.
+"""Benchmark: ``crawlherd dispatch --once`` against the honest bound, in the same run.
 
-For each broker, each round runs the raw-driver baseline and then crawlherd, interleaved (baseline,
-crawlherd, baseline, crawlherd, ...); the medians of the rounds are printed with their ratio:
+For each broker, each round runs the **bound** and then **crawlherd**, interleaved (bound, crawlherd,
+bound, crawlherd, ...), each as a process of its own timed from its start to its exit, on the same
+``--targets`` due targets (each with one due slot) in a scratch PostgreSQL database (created next to
+``--database-url``, dropped afterwards; the targets are written and ``VACUUM ANALYZE``-d before the
+clock starts); the medians of the rounds are printed with their ratio:
 
-- **crawlherd**: ``--targets`` scrape targets, each with one due slot, in a scratch PostgreSQL
-  database (created next to ``--database-url``, dropped afterwards), dispatched by
-  ``DispatchService.run_once()`` (what ``crawlherd dispatch --once`` runs): tick (claim, outbox, advance)
-  and relay (lease, publish with broker confirms, mark published) until every slot is confirmed. The
-  targets are written before the clock starts; the timed part is the whole dispatch.
-- **raw aio-pika**: the same number of job messages (built beforehand, same size as crawlherd's),
-  persistent, on a channel with publisher confirms, ``--in-flight`` (500) publishes outstanding, to a
-  durable classic queue like the one crawlherd's broker declares.
-- **raw redis-py**: the same messages ``XADD``-ed to a stream, pipelined ``--in-flight`` (500) per
-  round trip (no transaction).
+- **bound**: ``bench/dispatch_bound.py``, the raw drivers (asyncpg, aio-pika / redis-py) doing the
+  same transactional work plainly: claim and advance the due targets (``UPDATE ... FOR UPDATE SKIP
+  LOCKED ... RETURNING``, 5,000 a batch), write the outbox rows (``unnest``), publish them (RabbitMQ:
+  confirms, 500 in flight; Redis: ``XADD`` pipelined 500 per round trip), delete the sent rows.
+- **crawlherd**: ``python -m crawlherd dispatch --once --database-url ... --broker-url ...`` with its
+  defaults, on a scratch queue / key prefix.
+
+Both sides' messages are counted in their queue / stream afterwards (the run fails unless each holds
+exactly ``--targets``). For reference, each round also times the **publish only** figure: the raw
+driver publishing as many of crawlherd's job bodies in this process (no database; no outbox can
+reach it): aio-pika with confirms, or redis-py ``XADD``, ``--in-flight`` (500) at a time.
 
     .venv/bin/python bench/dispatch.py --database-url postgresql://postgres@127.0.0.1:5432/test \\
         --amqp-url amqp://guest:guest@127.0.0.1:5672/ --redis-url redis://127.0.0.1:6379/0 \\
-        --targets 10000 --rounds 3
+        --targets 30000 --rounds 3
 
-Every queue and key is a scratch one, removed afterwards. ``--brokers amqp`` / ``redis`` runs one only;
-``--database-url sqlite:///`` runs the crawlherd side on a scratch SQLite file instead.
-
-``--floor`` adds, to each round, crawlherd dispatching to the in-process ``memory://`` broker (a
-publish costs next to nothing): the database's and crawlherd's own share, the rate no broker can
-raise -- ``floor / raw`` is the highest ratio this database side allows against each raw driver.
+crawlherd's modules are byte-compiled first, as an installed package's are. Every queue and key is a
+scratch one, removed afterwards. ``--brokers amqp`` / ``redis`` runs one only.
+``--floor`` adds, to each round, crawlherd in this process dispatching to the in-process ``memory://``
+broker (a publish costs next to nothing): the database's and crawlherd's own share.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
+import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,6 @@ import redis.asyncio as aioredis  # noqa: E402
 from sqlalchemy import delete, select, text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine  # noqa: E402
 from tests.support.db import add_targets, add_website, fresh_postgres_database  # noqa: E402
-from tests.support.real_brokers import delete_queues  # noqa: E402
 
 from crawlherd.brokers import open_broker  # noqa: E402
 from crawlherd.brokers.base import Broker  # noqa: E402
@@ -139,45 +140,100 @@ async def raw_redis(url: str, bodies: list[bytes], in_flight: int) -> float:
     return elapsed
 
 
-# -- the run --------------------------------------------------------------------------------------
+# -- the processes -------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-@asynccontextmanager
-async def scratch_broker(url: str) -> AsyncIterator[Broker]:
-    """crawlherd's broker on a scratch queue / key prefix, removed afterwards."""
-    tag = f"bench{uuid.uuid4().hex[:10]}"
-    sep = "&" if "?" in url else "?"
-    if url.startswith("amqp"):
-        async with open_broker(f"{url}{sep}queue={tag}") as broker:
-            try:
-                yield broker
-            finally:
-                await delete_queues(broker)
-        return
-    async with open_broker(f"{url}{sep}prefix={tag}") as broker:
+async def timed_process(*argv: str) -> tuple[float, str]:
+    """Run ``argv`` (with this tree's ``src`` first on the path); seconds from start to exit, its stdout."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    t0 = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(*argv, env=env, stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[:4]} exited with {proc.returncode}")
+    return elapsed, out.decode()
+
+
+def with_option(url: str, name: str, value: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{name}={value}"
+
+
+async def bound_process(database_url: str, broker_url: str, name: str, n: int) -> float:
+    """``bench/dispatch_bound.py`` to queue / stream ``name``; checks it published ``n``."""
+    elapsed, out = await timed_process(
+        sys.executable, str(ROOT / "bench" / "dispatch_bound.py"),
+        "--database-url", database_url, "--broker-url", broker_url, "--queue", name,
+    )
+    assert int(out.split()[-1]) == n, (out, n)
+    return elapsed
+
+
+async def crawlherd_process(database_url: str, broker_url: str, n: int) -> float:
+    """``crawlherd dispatch --once`` as a process; checks it says it published ``n``."""
+    elapsed, out = await timed_process(
+        sys.executable, "-m", "crawlherd", "dispatch", "--once", "--json",
+        "--database-url", database_url, "--broker-url", broker_url,
+    )
+    data = json.loads(out[out.index("{") :])
+    assert data["jobs"] == data["published"] == n and data["failed"] == 0, (data, n)
+    return elapsed
+
+
+async def count_and_remove(broker_url: str, name: str, *, crawlherd: bool) -> int:
+    """How many messages queue / stream ``name`` holds; then it (and crawlherd's dead queue) goes."""
+    if broker_url.startswith("amqp"):
+        connection = await aio_pika.connect(broker_url)
         try:
-            yield broker
+            channel = await connection.channel()
+            queue = await channel.declare_queue(name, passive=True)
+            count = queue.declaration_result.message_count
+            await channel.queue_delete(name)
+            if crawlherd:
+                await channel.queue_delete(f"{name}.dead")
+                await channel.exchange_delete(f"{name}.dlx")
         finally:
-            client = aioredis.from_url(url.split("?", 1)[0])
-            try:
-                keys = [key async for key in client.scan_iter(match=f"{tag}:*", count=1000)]
-                if keys:
-                    await client.delete(*keys)
-            finally:
-                await client.aclose()
+            await connection.close()
+        return int(count)
+    client = aioredis.from_url(broker_url)
+    try:
+        stream = f"{name}:jobs" if crawlherd else name
+        count = await client.xlen(stream)
+        keys = [key async for key in client.scan_iter(match=f"{name}*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+    return int(count)
 
+
+async def bound_round(engine: AsyncEngine, database_url: str, broker_url: str, site: int, n: int) -> float:
+    await make_due(engine, site, n)
+    name = f"bench.bound.{uuid.uuid4().hex[:10]}"
+    elapsed = await bound_process(database_url, broker_url, name, n)
+    assert (got := await count_and_remove(broker_url, name, crawlherd=False)) == n, (got, n)
+    return n / elapsed
+
+
+async def crawlherd_round(engine: AsyncEngine, database_url: str, broker_url: str, site: int, n: int) -> float:
+    await make_due(engine, site, n)
+    name = f"bench{uuid.uuid4().hex[:10]}"
+    option = "queue" if broker_url.startswith("amqp") else "prefix"
+    elapsed = await crawlherd_process(database_url, with_option(broker_url, option, name), n)
+    assert (got := await count_and_remove(broker_url, name, crawlherd=True)) == n, (got, n)
+    return n / elapsed
+
+
+# -- the run --------------------------------------------------------------------------------------
 
 Timed = Callable[[], Coroutine[Any, Any, float]]
 
 
 async def run(args: argparse.Namespace, database_url: str) -> None:
     n, rounds = args.targets, args.rounds
-    options = {
-        "batch_size": args.batch,
-        "relay_batch": args.relay_batch,
-        "publish_concurrency": args.publish_concurrency or args.in_flight,
-    }
-    engine = create_engine(database_url, pool_size=8)
+    engine = create_engine(database_url, pool_size=2)
     brokers = {"amqp": args.amqp_url, "redis": args.redis_url}
     results: dict[str, dict[str, list[float]]] = {}
     loads: list[float] = [load()]
@@ -185,8 +241,8 @@ async def run(args: argparse.Namespace, database_url: str) -> None:
         await upgrade(engine)
         site = await add_website(engine, name=f"bench-{uuid.uuid4().hex[:6]}")
         await make_due(engine, site, min(n, 1000))
-        async with scratch_broker(brokers[args.brokers[0]]) as broker:  # warm-up; also gives real bodies
-            await crawlherd_once(engine, broker, min(n, 1000), options)
+        async with open_broker("memory://") as memory:  # warm-up; also gives real bodies
+            await crawlherd_once(engine, memory, min(n, 1000), {})
         bodies = await sample_bodies(engine, n)
         for name in args.brokers:
             url = brokers[name]
@@ -195,60 +251,58 @@ async def run(args: argparse.Namespace, database_url: str) -> None:
                 raw = lambda url=url: raw_amqp(url, bodies, args.in_flight)  # noqa: E731
             else:
                 raw = lambda url=url: raw_redis(url, bodies, args.in_flight)  # noqa: E731
-            per = results[name] = {"raw": [], "crawlherd": [], "floor": []}
-            async with scratch_broker(url) as broker:
-                for r in range(rounds):
-                    per["raw"].append(n / await raw())
+            per = results[name] = {"bound": [], "crawlherd": [], "raw": [], "floor": []}
+            for r in range(rounds):
+                per["bound"].append(await bound_round(engine, database_url, url, site, n))
+                per["crawlherd"].append(await crawlherd_round(engine, database_url, url, site, n))
+                per["raw"].append(n / await raw())
+                floor = ""
+                if args.floor:
                     await make_due(engine, site, n)
-                    per["crawlherd"].append(n / await crawlherd_once(engine, broker, n, options))
-                    floor = ""
-                    if args.floor:
-                        await make_due(engine, site, n)
-                        async with open_broker("memory://") as memory:
-                            per["floor"].append(n / await crawlherd_once(engine, memory, n, options))
-                        floor = f"  memory:// {per['floor'][-1]:8.0f} targets/s"
-                    loads.append(load())
-                    print(
-                        f"  {name} round {r + 1}: raw {per['raw'][-1]:8.0f} msg/s  crawlherd "
-                        f"{per['crawlherd'][-1]:8.0f} targets/s{floor}  (load {loads[-1]:.1f})",
-                        flush=True,
-                    )
+                    async with open_broker("memory://") as memory:
+                        per["floor"].append(n / await crawlherd_once(engine, memory, n, {}))
+                    floor = f"  memory:// {per['floor'][-1]:8.0f}/s"
+                loads.append(load())
+                print(
+                    f"  {name} round {r + 1}: bound {per['bound'][-1]:8.0f}/s  crawlherd {per['crawlherd'][-1]:8.0f}/s"
+                    f"  ({per['crawlherd'][-1] / per['bound'][-1]:.2f})  publish only {per['raw'][-1]:8.0f}/s"
+                    f"{floor}  (load {loads[-1]:.1f})",
+                    flush=True,
+                )
     finally:
         await engine.dispose()
-    db = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
     print(f"\n{n} due targets, median of {rounds} interleaved rounds, load average {min(loads):.1f}-{max(loads):.1f}")
-    print(f"{'path':32} {'crawlherd':>12} {'raw driver':>12} {'ratio':>6}")
-    labels = {"amqp": "RabbitMQ (aio-pika, confirms)", "redis": "Redis Streams (XADD pipelined)"}
+    # ratio: of the medians; per round: the median of each round's own ratio (its two runs are
+    # neighbours in time -- steadier when the shared machine's load moves during the run)
+    print(f"{'path':34} {'crawlherd':>10} {'bound':>10} {'ratio':>6} {'per round':>9} {'publish only':>13}")
+    labels = {"amqp": "PostgreSQL -> RabbitMQ", "redis": "PostgreSQL -> Redis Streams"}
     for name, per in results.items():
-        ours, base = statistics.median(per["crawlherd"]), statistics.median(per["raw"])
-        path = f"{db} -> {labels[name]}"
-        print(f"{path[:32]:32} {ours:10.0f}/s {base:10.0f}/s {ours / base:6.2f}")
+        ours, bound = statistics.median(per["crawlherd"]), statistics.median(per["bound"])
+        paired = statistics.median(c / b for c, b in zip(per["crawlherd"], per["bound"], strict=True))
+        raw_rate = statistics.median(per["raw"])
+        print(f"{labels[name]:34} {ours:8.0f}/s {bound:8.0f}/s {ours / bound:6.2f} {paired:9.2f} {raw_rate:11.0f}/s")
         if per["floor"]:
             floor = statistics.median(per["floor"])
-            print(f"{'  same, memory:// broker (floor)':32} {floor:10.0f}/s {base:10.0f}/s {floor / base:6.2f}")
+            print(f"{'  in-process, memory:// (floor)':34} {floor:8.0f}/s {bound:8.0f}/s {floor / bound:6.2f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test",
+                        help="a PostgreSQL server (a scratch database is made on it)")
     parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--brokers", nargs="+", choices=["amqp", "redis"], default=["amqp", "redis"])
-    parser.add_argument("--targets", type=int, default=10_000)
+    parser.add_argument("--targets", type=int, default=30_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--in-flight", type=int, default=500, help="publishes outstanding (both sides)")
-    parser.add_argument("--publish-concurrency", type=int, default=None, help="crawlherd's (default: --in-flight)")
-    parser.add_argument("--batch", type=int, default=1000, help="targets claimed per tick")
-    parser.add_argument("--relay-batch", type=int, default=1000, help="outbox rows leased per relay round")
-    parser.add_argument("--floor", action="store_true", help="also dispatch to memory:// (the database's share)")
+    parser.add_argument("--in-flight", type=int, default=500, help="the publish-only figure's publishes outstanding")
+    parser.add_argument("--floor", action="store_true", help="also dispatch to memory:// in process")
     args = parser.parse_args()
-    url = args.database_url
-    if url.startswith("postgres"):
-        with fresh_postgres_database(url) as scratch:
-            asyncio.run(run(args, scratch))
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            asyncio.run(run(args, f"sqlite:///{url[len('sqlite:///'):] or os.path.join(tmp, 'bench.db')}"))
+    # crawlherd's modules as installed: compiled once (this machine's PYTHONDONTWRITEBYTECODE would
+    # otherwise have every ``crawlherd`` process compile them from source).
+    compileall.compile_dir(ROOT / "src", quiet=1)
+    with fresh_postgres_database(args.database_url) as scratch:
+        asyncio.run(run(args, scratch))
 
 
 if __name__ == "__main__":

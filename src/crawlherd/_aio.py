@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Self, TypeVar
 
-__all__ = ["AsyncClosing", "cancel_and_wait", "until_done", "wait_while_progressing"]
+__all__ = ["AsyncClosing", "cancel_and_wait", "pipe", "until_done", "wait_while_progressing"]
 
 T = TypeVar("T")
 
@@ -57,26 +57,59 @@ async def wait_while_progressing(aw: Awaitable[T], timeout: float, progress: Cal
 
     A deadline for a stalled peer, not for a busy one: with thousands of publishes in flight the last
     confirms come long after their publish began, yet every one of them comes; timing those out would
-    publish again what the broker kept."""
-    task = asyncio.ensure_future(aw)
-    began = time.monotonic()
+    publish again what the broker kept. ``aw`` runs in the caller's task under one timer that re-arms
+    itself while there is progress (no task of its own: a relay awaits thousands of these a second)."""
+    watch: _StallWatch | None = None
     try:
-        while True:
-            left = max(began, progress()) + timeout - time.monotonic()
-            if left <= 0:
-                # Our own process may have been the one stalled (a busy machine): let the answers that
-                # piled up meanwhile be read before calling the peer silent.
-                for _ in range(_CATCH_UP_TURNS):
-                    await asyncio.sleep(0)
-                left = max(began, progress()) + timeout - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"nothing moved for {timeout:g}s")
-            done, _ = await asyncio.wait({task}, timeout=left)
-            if done:
-                return task.result()
-    finally:
-        if not task.done():
-            await cancel_and_wait(task)
+        async with asyncio.timeout(None) as limit:
+            watch = _StallWatch(limit, timeout, progress)
+            try:
+                return await aw
+            finally:
+                watch.stop()
+    except TimeoutError:
+        if watch is not None and watch.stalled:
+            raise TimeoutError(f"nothing moved for {timeout:g}s") from None
+        raise
+    raise AssertionError("unreachable")  # pragma: no cover - asyncio.timeout swallows nothing
+
+
+class _StallWatch:
+    """The timer of :func:`wait_while_progressing`: expires ``limit`` once ``timeout`` seconds passed
+    since it began and since ``progress()``. No closure: its handle refers to it, it drops the handle
+    when stopped -- no cycle left for the garbage collector (thousands a second)."""
+
+    __slots__ = ("began", "handle", "limit", "progress", "stalled", "timeout", "turns")
+
+    def __init__(self, limit: asyncio.Timeout, timeout: float, progress: Callable[[], float]) -> None:
+        self.limit, self.timeout, self.progress = limit, timeout, progress
+        self.began = time.monotonic()
+        self.stalled = False
+        self.turns = 0
+        self.handle: asyncio.Handle | None = asyncio.get_running_loop().call_later(timeout, self.check)
+
+    def check(self) -> None:
+        if self.handle is None:
+            return
+        loop = asyncio.get_running_loop()
+        left = max(self.began, self.progress()) + self.timeout - time.monotonic()
+        if left > 0:
+            self.turns = 0
+            self.handle = loop.call_later(left, self.check)
+        elif self.turns < _CATCH_UP_TURNS:
+            # Our own process may have been the one stalled (a busy machine): let the answers that
+            # piled up meanwhile be read before calling the peer silent.
+            self.turns += 1
+            self.handle = loop.call_soon(self.check)
+        else:
+            self.stalled = True
+            self.handle = None
+            self.limit.reschedule(loop.time())  # cancels the wait now: TimeoutError on the way out
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
 
 
 async def until_done(source: AsyncIterator[T], stop: asyncio.Future[Any]) -> AsyncIterator[T]:
@@ -103,3 +136,17 @@ async def until_done(source: AsyncIterator[T], stop: asyncio.Future[Any]) -> Asy
         if step is not None and not step.done():
             step.cancel()
             await asyncio.wait({step})
+
+
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy ``reader`` to ``writer`` until the end or a connection error, then close ``writer`` (one
+    direction of a TCP relay: the loopback proxies, the browser's SOCKS5 relay)."""
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()

@@ -16,6 +16,7 @@ instead of any deeper parsing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import uuid
@@ -57,6 +58,7 @@ MAX_BODY_BYTES = 1_000_000
 #: The deepest JSON nesting decoded (a real message nests about 6 levels).
 MAX_DEPTH = 32
 _JOB_NAMESPACE = uuid.UUID("6f1c2a8e-5b0e-4a4e-9d7c-63726177686c")
+_JOB_NAMESPACE_BYTES = _JOB_NAMESPACE.bytes
 
 
 def format_slot(slot_at: datetime) -> str:
@@ -75,7 +77,16 @@ def idempotency_key(target_id: int, slot_at: datetime) -> str:
 
 def job_id_for(target_id: int, slot_at: datetime) -> str:
     """A UUID derived from the idempotency key, so a republished job keeps its id."""
-    return str(uuid.uuid5(_JOB_NAMESPACE, idempotency_key(target_id, slot_at)))
+    return _job_uuid(idempotency_key(target_id, slot_at))
+
+
+def _job_uuid(key: str) -> str:
+    """``str(uuid.uuid5(_JOB_NAMESPACE, key))``, a third of its cost (a tick makes thousands)."""
+    digest = bytearray(hashlib.sha1(_JOB_NAMESPACE_BYTES + key.encode(), usedforsecurity=False).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class JobMessage(BaseModel):
@@ -202,7 +213,7 @@ class SlotBodies:
         ):
             slot = format_slot(slot_at)
             key = f"{target_id}:{slot}"
-            job_id = uuid.uuid5(_JOB_NAMESPACE, key)
+            job_id = _job_uuid(key)
             location = "null" if location_used is None else _dumps(location_used)
             body = (
                 f'{{"schema_version":{SCHEMA_VERSION},"job_id":"{job_id}","idempotency_key":"{key}",'

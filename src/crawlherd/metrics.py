@@ -85,7 +85,7 @@ JOB_DURATION = Histogram(
     registry=REGISTRY,
 )
 JOBS_IN_FLIGHT = Gauge("crawlherd_jobs_in_flight", "Jobs a worker holds now.", registry=REGISTRY)
-JOB_PAGES = Counter("crawlherd_job_pages", "Listing pages of the jobs that succeeded.", registry=REGISTRY)
+JOB_PAGES = Counter("crawlherd_job_pages", "Listing pages read by the jobs' attempts (any outcome).", registry=REGISTRY)
 DETAIL_PAGES = Counter("crawlherd_detail_pages", "Detail pages read and stored.", registry=REGISTRY)
 DETAILS_OUT = Gauge(
     "crawlherd_detail_pages_out",
@@ -94,7 +94,7 @@ DETAILS_OUT = Gauge(
 )
 FETCHES = Counter("crawlherd_fetches", "Fetches by HTTP status class.", ["status_class"], registry=REGISTRY)
 FETCH_DURATION = Histogram("crawlherd_fetch_duration_seconds", "One fetch.", registry=REGISTRY)
-ITEMS = Counter("crawlherd_items", "Items the listing pages of the jobs that succeeded stored, by change "
+ITEMS = Counter("crawlherd_items", "Items the listing pages of the jobs' attempts stored, by change "
                 "(new, updated: fields changed).", ["change"], registry=REGISTRY)
 FRONTIER = Gauge("crawlherd_frontier_requests", "The worker's frontier, by state.", ["state"], registry=REGISTRY)
 BACKOFFS = Counter(
@@ -155,7 +155,7 @@ def job_finished(outcome: str, *, seconds: float, pages: int = 0, items_new: int
 
 
 def items_stored(*, new: int, updated: int) -> None:
-    """Count the items of a job that succeeded (its listing pages'; see WorkerStats)."""
+    """Count the items a job attempt's listing pages stored (see WorkerStats)."""
     ITEMS.labels(change="new").inc(new)
     ITEMS.labels(change="updated").inc(updated)
 

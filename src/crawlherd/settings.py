@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     max_attempts: int = Field(3, ge=1, le=100, description="worker/run: attempts before a job is dead.")
     backoff: float = Field(5.0, ge=0, description="worker/run: first retry delay (s), doubling per attempt.")
     dispatch_interval: float = Field(1.0, ge=0.01, description="dispatch/run: seconds between dispatch cycles.")
-    dispatch_batch_size: int = Field(500, ge=1, le=100_000, description="dispatch: targets per tick.")
+    dispatch_batch_size: int = Field(5000, ge=1, le=100_000, description="dispatch: targets per tick.")
     dispatch_lease: float = Field(60.0, ge=1.0, description="dispatch: outbox lease (s) of a relay's rows.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "WARNING", description="Logging level (-v and -vv raise it to INFO and DEBUG)."

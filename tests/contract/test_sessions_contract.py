@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlherd.sessions import Session, SessionStore, TierRule, open_sessions
+from crawlherd.sessions import Session, SessionChange, SessionStore, TierRule, open_sessions
 from crawlherd.sessions.base import SiteHealth, apply_outcome
 
 STORES = ["memory", "sqlite", "redis", "redis-cluster"]
@@ -47,18 +47,18 @@ async def test_sessions_are_added_used_updated_and_retired(store: SessionStore) 
     assert used is not None and used.uses == 1
     assert (await store.use("site", "s1")).uses == 2  # type: ignore[union-attr]
     cookie = {"name": "sid", "value": "v", "domain": "h", "path": "/"}
-    after = await store.update("site", "s1", cookies=[cookie], error=True, login_epoch=2)
+    after = await store.update("site", "s1", SessionChange(cookies=[cookie], error=True, login_epoch=2))
     assert after is not None
     assert (after.cookies, after.errors, after.login_epoch, after.uses) == ([cookie], 1, 2, 2)
-    emptied = await store.update("site", "s1", cookies=[])
+    emptied = await store.update("site", "s1", SessionChange(cookies=[]))
     assert emptied is not None and emptied.cookies == [] and emptied.headers == {"User-Agent": "x"}
-    retired = await store.update("site", "s1", retire="blocked: HTTP 403")
+    retired = await store.update("site", "s1", SessionChange(retire="blocked: HTTP 403"))
     assert retired is not None and retired.retired == "blocked: HTTP 403"
     assert await store.use("site", "s1") is None  # a retired session is not used again
-    again = await store.update("site", "s1", retire="other")
+    again = await store.update("site", "s1", SessionChange(retire="other"))
     assert again is not None and again.retired == "blocked: HTTP 403"  # the first reason stays
     assert await store.use("site", "nope") is None
-    assert await store.update("site", "nope", error=True) is None
+    assert await store.update("site", "nope", SessionChange(error=True)) is None
     assert "site" in await store.sites()
 
 

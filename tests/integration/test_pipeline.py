@@ -28,6 +28,7 @@ from crawlherd.brokers import open_broker
 from crawlherd.cli import main as cli
 from crawlherd.cli.demo import _demo
 from crawlherd.db import JobRun, ScrapeTarget, StoredItem, create_engine, upgrade
+from crawlherd.db.models import JobAttempt
 from crawlherd.demo import DemoSite
 from crawlherd.demo.targets import demo_targets, expected_results, targets_toml, without_browser
 from crawlherd.dispatch.dispatch_service import DispatchService
@@ -368,6 +369,9 @@ async def test_failing_site_goes_dead_with_growing_delays_and_can_be_sent_again(
         assert "sent 1 job(s) again" in sent.output
         async with engine.connect() as conn:
             assert (await conn.execute(select(JobRun.status))).scalar_one() == "queued"
+            # the three failed attempts stay, numbered out of the next round's way (as the console's retry)
+            kept = (await conn.execute(select(JobAttempt.attempt, JobAttempt.error).order_by(JobAttempt.attempt))).all()
+        assert [a for a, _ in kept] == [-2, -1, 0] and all("500" in (e or "") for _, e in kept), kept
         async with open_broker(db_url) as broker:
             assert await broker.pending() == 1
         nothing = await invoke("jobs", "retry", "--database-url", db_url)

@@ -19,8 +19,9 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
+from crawlherd.console.overview import overview
 from crawlherd.db import JobRun, ScrapeTarget, StoredItem, Website
-from crawlherd.db.models import JobDetail
+from crawlherd.db.models import JobAttempt, JobDetail
 from crawlherd.dispatch.embedded import run_embedded
 from crawlherd.dispatch.targets import import_targets
 from crawlherd.fetch.base import FetchLimits
@@ -39,6 +40,7 @@ class Board:
     is logged; ``slow`` seconds per listing page, with the number of requests in flight recorded."""
 
     slow: float = 0.0
+    failing_pages: set[str] = field(default_factory=set)  # listing pages (``page=``) answered with a 500
     paths: list[str] = field(default_factory=list)
     in_flight: int = 0
     most_in_flight: int = 0
@@ -65,6 +67,8 @@ class Board:
         try:
             if self.slow:
                 await asyncio.sleep(self.slow)
+            if request.query.get("page") in self.failing_pages:
+                return web.Response(status=500, text="down")
             prefix = request.match_info["prefix"]
             job_prefix = request.query.get("jobs", prefix)
             q = request.query.get("q", "")
@@ -419,3 +423,28 @@ async def test_a_stop_gives_back_a_job_that_waits_on_its_detail_pages(
         assert stats.requeued == 1 and stats.succeeded == 0
         assert await broker.pending() == 1  # given back: another worker takes it
     assert [r[0] for r in await runs(engine)] == ["running"]
+# -- counters ------------------------------------------------------------------------------------
+
+
+async def test_an_attempt_that_fails_after_storing_items_counts_them_once(board: Board, engine: AsyncEngine,
+                                                                          tmp_path: Path) -> None:
+    """Page 1 stores three new items, page 2 answers 500 every time: both attempts fail. The items are
+    counted once -- by the attempt that stored them -- alike in the worker's counters, the attempts'
+    rows and the console's 24-hour totals (they used to be counted nowhere: only a success counted)."""
+    board.failing_pages = {"2"}
+    paged = {"pagination": {"type": "page_param", "param": "page", "start": 1, "max_pages": 2}}
+    await load(engine, tmp_path, website(board, robots="ignore", **paged), ["rust"], due=True)
+    worker = await run_until_idle(engine, tmp_path, max_attempts=2)
+
+    assert [status for status, _, _ in await runs(engine)] == ["dead"]
+    stored = await items(engine)
+    assert len(stored) == 3
+    async with engine.connect() as conn:
+        attempts = (await conn.execute(
+            select(JobAttempt.attempt, JobAttempt.pages, JobAttempt.items_new, JobAttempt.items_updated)
+            .order_by(JobAttempt.attempt))).all()
+    assert [(a.attempt, a.pages, a.items_new) for a in attempts] == [(1, 1, 3), (2, 1, 0)]
+    assert (worker.stats.pages, worker.stats.items_new) == (2, 3)
+    assert worker.stats.items_updated == sum(a.items_updated for a in attempts)
+    totals = await overview(engine)
+    assert (totals.items_new_last_day, totals.items_updated_last_day) == (3, worker.stats.items_updated)

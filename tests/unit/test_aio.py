@@ -70,3 +70,16 @@ async def test_wait_while_progressing_gives_up_on_a_stall_and_cancels() -> None:
     with pytest.raises(TimeoutError):
         await wait_while_progressing(stalled, 0.1, lambda: 0.0)
     assert stalled.cancelled()
+
+
+async def test_wait_while_progressing_keeps_the_callers_cancellation_and_the_awaitables_own_timeout() -> None:
+    async def times_out() -> None:
+        raise TimeoutError("its own")
+
+    with pytest.raises(TimeoutError, match="its own"):
+        await wait_while_progressing(times_out(), 10, lambda: 0.0)
+    waiting = asyncio.create_task(wait_while_progressing(asyncio.sleep(3600), 10, lambda: 0.0))
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting

@@ -303,11 +303,14 @@ class RedisBroker(BrokerBase):
         """Publish each ``(body, key, headers)`` (no delay) in one pipelined round trip; per message,
         in order, None (Redis replied to its XADD) or the error. An outage raises for the whole batch."""
         entries: list[dict[str | bytes, bytes | str]] = []
+        encoded: tuple[object, str] = (None, "")  # the last headers and their JSON (a relay's are all one)
         for body, key, headers in messages:
             hdrs = check_publish(body, key, headers, 0.0)
             fields: dict[str | bytes, bytes | str] = {"k": key, "b": bytes(body)}
             if hdrs:
-                fields["h"] = json.dumps(hdrs)
+                if encoded[0] is not headers:
+                    encoded = (headers, json.dumps(hdrs))
+                fields["h"] = encoded[1]
             entries.append(fields)
 
         async def send(c: _Client) -> list[Any]:

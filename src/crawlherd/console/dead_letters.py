@@ -5,7 +5,7 @@ relay publishes the original message (attempt 0) again under its key, and the wo
 is not finished, runs it. Nothing here needs the broker: the console stays a config-DB application.
 
 The new round's attempts are numbered from 1 again by the worker (the message is the original one), so
-a retry first moves the run's earlier attempts out of their way (:func:`_keep_attempts`): every
+a retry first moves the run's earlier attempts out of their way (:func:`~crawlherd.worker.runs.keep_attempts`): every
 attempt, and its error, stays in ``job_attempts`` and on the job's page.
 """
 
@@ -14,14 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import exists, func, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import exists, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._redact import redact_url
 from crawlherd.console.audit import record
 from crawlherd.db.engine import db_now
-from crawlherd.db.models import DiscardedRun, DispatchOutbox, JobAttempt, JobRun, ScrapeTarget, Website
+from crawlherd.db.models import DiscardedRun, DispatchOutbox, JobRun, ScrapeTarget, Website
 from crawlherd.errors import CrawlherdError
+from crawlherd.worker.runs import keep_attempts
 
 __all__ = ["DeadLetter", "discard", "list_dead_letters", "retry_dead"]
 
@@ -66,26 +67,6 @@ async def list_dead_letters(engine: AsyncEngine, *, limit: int = 100, website: s
     ]
 
 
-async def _keep_attempts(conn: AsyncConnection, target_id: int, slot_at: datetime) -> None:
-    """Renumber the run's attempts 1..n below every number it used (below 1 and below earlier rounds),
-    keeping their order, so the next round's attempt 1, 2 ... add rows instead of overwriting these.
-    (The new numbers are below every existing one at every step: no unique-key clash mid-update.)"""
-    A = JobAttempt  # noqa: N806
-    lo, hi = (
-        await conn.execute(
-            select(func.min(A.attempt), func.max(A.attempt)).where(A.target_id == target_id, A.slot_at == slot_at)
-        )
-    ).one()
-    if hi is None or hi < 1:
-        return
-    shift = hi - min(lo, 1) + 1
-    await conn.execute(
-        update(A)
-        .where(A.target_id == target_id, A.slot_at == slot_at, A.attempt >= 1)
-        .values(attempt=A.attempt - shift)
-    )
-
-
 async def retry_dead(engine: AsyncEngine, run_ids: list[int] | None, *, actor: str) -> int:
     """Send dead runs again (``None``: every dead letter) through the outbox; how many were sent."""
     R, ob = JobRun, DispatchOutbox  # noqa: N806
@@ -105,7 +86,7 @@ async def retry_dead(engine: AsyncEngine, run_ids: list[int] | None, *, actor: s
             )
             if not done.rowcount:
                 continue  # no outbox row (a message from elsewhere): cannot be sent from here
-            await _keep_attempts(conn, target_id, slot_at)
+            await keep_attempts(conn, target_id, slot_at)
             await conn.execute(update(R).where(R.id == run_id).values(status="queued", error=None, updated_at=now))
             sent += 1
         if sent:

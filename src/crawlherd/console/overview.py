@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db.engine import count_rows, db_now
 from crawlherd.db.heartbeat import ProcessInfo, list_processes
-from crawlherd.db.models import DispatchOutbox, JobRun, ScrapeTarget, Website
+from crawlherd.db.models import DispatchOutbox, JobAttempt, JobRun, ScrapeTarget, Website
 from crawlherd.dispatch.gauges import due_conditions, outbox_backlog
 
 __all__ = ["OVERDUE_AFTER", "Overview", "overview"]
@@ -103,10 +103,11 @@ async def overview(engine: AsyncEngine, *, failing: int = 5) -> Overview:
                 await conn.execute(select(R.status, func.count()).where(R.updated_at >= day).group_by(R.status))
             ).all()
         }
+        A = JobAttempt  # noqa: N806 - what the attempts started in the last 24 h stored (see WorkerStats)
         items_new, items_updated = (
             await conn.execute(
-                select(func.coalesce(func.sum(R.items_new), 0), func.coalesce(func.sum(R.items_updated), 0))
-                .where(R.updated_at >= day, R.status == "succeeded")
+                select(func.coalesce(func.sum(A.items_new), 0), func.coalesce(func.sum(A.items_updated), 0))
+                .where(A.started_at >= day)
             )
         ).one()
         failing_rows = (

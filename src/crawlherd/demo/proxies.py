@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from urllib.parse import urlsplit
 
+from crawlherd._aio import pipe
+
 __all__ = ["LoopbackProxy", "start_http_proxy", "start_socks5_proxy"]
 
 _Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -96,20 +98,8 @@ class LoopbackProxy:
         return handle
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        with contextlib.suppress(Exception):
-            writer.close()
-
-
 async def _splice(a: _Stream, b: _Stream) -> None:
-    await asyncio.gather(_pipe(a[0], b[1]), _pipe(b[0], a[1]))
+    await asyncio.gather(pipe(a[0], b[1]), pipe(b[0], a[1]))
 
 
 async def start_http_proxy(source: str = "127.0.0.2", *, auth: str | None = None) -> LoopbackProxy:
@@ -150,7 +140,7 @@ async def start_http_proxy(source: str = "127.0.0.2", *, auth: str | None = None
             up_w.write(await reader.readexactly(length))
             await up_w.drain()
         try:
-            await _pipe(up_r, writer)
+            await pipe(up_r, writer)
         finally:
             up_w.close()
 

@@ -53,15 +53,18 @@ ProgressFn = Callable[[TickResult, RelayResult], None]
 class DispatchOptions(RelayOptions):
     """The dispatch service's options: the relay's (:class:`~crawlherd.dispatch.relay.RelayOptions`) and
     the tick's: ``batch_size`` targets claimed per tick transaction; ``max_slots_per_target`` slots one
-    target may emit in one tick; ``relay_rounds`` relay rounds under way at once (2: while one waits for
+    target may emit in one tick; ``tick_rounds`` ticks under way at once (2: while one waits for the
+    database, the other plans its batch; they claim disjoint targets, ``SKIP LOCKED``, as two
+    dispatchers do); ``relay_rounds`` relay rounds under way at once (2: while one waits for
     the broker's confirms, the other leases and marks rows in the database); ``outbox_retention``
     seconds a published outbox row is kept (then pruned, every ``PRUNE_EVERY`` seconds);
     ``republish_after`` seconds after which a published job that never started, while the broker holds
     nothing, is published again (:mod:`crawlherd.dispatch.unstarted`; None: never);
     ``heartbeat_interval`` seconds between the process's heartbeats (None: no heartbeat)."""
 
-    batch_size: Count = 500
+    batch_size: Count = 5000
     max_slots_per_target: Count = 1000
+    tick_rounds: Count = 2
     relay_rounds: Count = 2
     outbox_retention: Seconds = 7 * 86400.0
     republish_after: Seconds | None = 300.0
@@ -134,27 +137,43 @@ class DispatchService:
         ticked, relayed = TickResult(), RelayResult()
         new_rows, ticks_done = asyncio.Event(), asyncio.Event()
         handoff = Handoff(self.options.relay_rounds)
+        # Whether a relay round should lease: at first (rows left pending before), whenever a tick wrote
+        # rows it could not hand over, and at the end -- not while every row comes handed over (a lease
+        # then finds nothing: a transaction for nothing).
+        unleased = True
+        ticking = self.options.tick_rounds
 
         async def ticks() -> None:
-            nonlocal ticked
+            nonlocal ticked, unleased, ticking
             try:
                 while not stop.is_set():
                     tick = await self.tick(handoff)
                     ticked += tick
+                    if tick.inserted > len(tick.leased):
+                        unleased = True
                     if tick.slots:
                         new_rows.set()
                     if tick.targets < self.options.batch_size:
                         break
             finally:
-                ticks_done.set()
+                ticking -= 1
+                if not ticking:
+                    ticks_done.set()
 
         async def relays() -> None:
-            nonlocal relayed
+            nonlocal relayed, unleased
             while not stop.is_set():
                 # no row can come after this round's lease (nor be handed over)
                 last_chance = ticks_done.is_set() and not handoff
                 new_rows.clear()
-                relay = await self.relay(handoff)
+                relay = RelayResult()
+                if handoff:
+                    relay = await self.relay(handoff)
+                elif unleased or last_chance:
+                    unleased = False
+                    relay = await self.relay()
+                    # a full batch: more may be pending
+                    unleased = unleased or relay.leased >= self.options.relay_batch
                 relayed += relay
                 if relay.failed:
                     break
@@ -172,7 +191,8 @@ class DispatchService:
 
         try:
             async with asyncio.TaskGroup() as group:
-                group.create_task(ticks(), name="dispatch-once-tick")
+                for n in range(self.options.tick_rounds):
+                    group.create_task(ticks(), name=f"dispatch-once-tick-{n}")
                 for n in range(self.options.relay_rounds):
                     group.create_task(relays(), name=f"dispatch-once-relay-{n}")
         except BaseExceptionGroup as group_error:  # the first failure as itself (an outage: BackendUnavailableError)
@@ -184,8 +204,8 @@ class DispatchService:
     async def run(
         self, *, interval: float = 1.0, stop: asyncio.Event | None = None, on_cycle: ProgressFn | None = None
     ) -> None:
-        """Run the tick loop and ``relay_rounds`` relay loops until ``stop`` is set: each works every ``interval``
-        seconds, at once while work is left, and the relay also as soon as a tick wrote new rows.
+        """Run ``tick_rounds`` tick loops and ``relay_rounds`` relay loops until ``stop`` is set: each works every
+        ``interval`` seconds, at once while work is left, and the relay also as soon as a tick wrote new rows.
         ``on_cycle`` sees each tick and each relay round that did something. A database or broker
         outage is retried with back-off and said once (:attr:`outages`: a warning when it starts, an
         info line when it ends); neither loop dies of it, nor waits for the other.
@@ -242,7 +262,8 @@ class DispatchService:
                     beat = Heartbeat(self.engine, kind="dispatcher", name=self.owner,
                                      interval=self.options.heartbeat_interval, outages=self.outages)
                     group.create_task(beat.run(stop), name="dispatch-heartbeat")
-                group.create_task(self._repeat(tick, interval, stop, retrier), name="dispatch-tick")
+                for n in range(self.options.tick_rounds):
+                    group.create_task(self._repeat(tick, interval, stop, retrier), name=f"dispatch-tick-{n}")
                 for n in range(self.options.relay_rounds):
                     group.create_task(self._repeat(relay, interval, stop, retrier, wake=new_rows),
                                       name=f"dispatch-relay-{n}")

@@ -156,7 +156,7 @@ class RelayOptions:
     attempts before a refused row is dead; ``owner`` names this relay in ``lease_owner`` (default: host,
     pid and a random part); ``broker_label`` names the broker in the lineage (default: its class)."""
 
-    relay_batch: Count = 1000
+    relay_batch: Count = 5000
     lease: Seconds = 60.0
     publish_concurrency: Count = 500
     publish_timeout: Seconds = 10.0
@@ -300,7 +300,7 @@ class Relay:
                     await wait_while_progressing(
                         self.broker.publish(row.body.encode(), key=row.key, headers=JOB_HEADERS),
                         self.options.publish_timeout,
-                        lambda: self._confirmed_at,
+                        self.last_confirmed,
                     )
                 except Exception as exc:  # noqa: BLE001 - any failure keeps the row for a retry
                     publishes.settled(row, exc)
@@ -333,6 +333,10 @@ class Relay:
         time -- a publish cut off by the deadline may be published again, a duplicate; a row not
         started is released, and published by the next round."""
         return deadline - min(self.round_timeout / 2, self.options.publish_timeout)
+
+    def last_confirmed(self) -> float:
+        """The monotonic time of the last confirmed publish (-inf before the first)."""
+        return self._confirmed_at
 
     def confirmed_now(self) -> None:
         """A publish was confirmed: the broker answers (no error under way)."""

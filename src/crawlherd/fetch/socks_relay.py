@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from python_socks import ProxyConnectionError, ProxyError, ProxyTimeoutError
 from python_socks.async_.asyncio import Proxy
 
+from crawlherd._aio import pipe
 from crawlherd._redact import redact_url
 from crawlherd.errors import CrawlherdError
 
@@ -125,7 +126,7 @@ class SocksRelay:
         writer.write(_REPLY_OK)
         await writer.drain()
         try:
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
         finally:
             up_writer.close()
 
@@ -156,13 +157,3 @@ async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
     return host, port
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        with contextlib.suppress(Exception):
-            writer.close()

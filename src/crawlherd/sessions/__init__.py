@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from crawlherd._registry import open_backend
-from crawlherd.sessions.base import Outcome, ProxyHealth, Session, SessionStore, SiteHealth, TierRule
+from crawlherd.sessions.base import Outcome, ProxyHealth, Session, SessionChange, SessionStore, SiteHealth, TierRule
 
 __all__ = [
     "BACKEND_ALIASES",
     "Outcome",
     "ProxyHealth",
     "Session",
+    "SessionChange",
     "SessionStore",
     "SiteHealth",
     "TierRule",

@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-__all__ = ["Outcome", "ProxyHealth", "Session", "SessionStore", "SiteHealth", "TierRule"]
+__all__ = ["Outcome", "ProxyHealth", "Session", "SessionChange", "SessionStore", "SiteHealth", "TierRule"]
 
 #: What one fetch through a proxy came to.
 Outcome = Literal["ok", "blocked", "error"]
@@ -54,6 +54,31 @@ class Session:
 
     def updated(self, **changes: Any) -> Session:
         return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionChange:
+    """A change to a session, made in one step by :meth:`SessionStore.update`: replace its ``cookies``,
+    count an ``error``, set its ``login_epoch``, ``retire`` it with a reason (a retired session keeps
+    its first reason)."""
+
+    cookies: list[dict[str, str]] | None = None
+    error: bool = False
+    login_epoch: int | None = None
+    retire: str | None = None
+
+    def apply(self, s: Session) -> Session:
+        """``s`` changed (what the in-process stores keep; the Redis store does the same in Lua)."""
+        changes: dict[str, Any] = {}
+        if self.cookies is not None:
+            changes["cookies"] = self.cookies
+        if self.error:
+            changes["errors"] = s.errors + 1
+        if self.login_epoch is not None:
+            changes["login_epoch"] = self.login_epoch
+        if self.retire is not None and s.retired is None:
+            changes["retired"] = self.retire
+        return s.updated(**changes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,18 +159,8 @@ class SessionStore(Protocol):
         """Count one use of a live session and return it, as now stored; None when it is retired or gone."""
         ...
 
-    async def update(
-        self,
-        site: str,
-        session_id: str,
-        *,
-        cookies: list[dict[str, str]] | None = None,
-        error: bool = False,
-        login_epoch: int | None = None,
-        retire: str | None = None,
-    ) -> Session | None:
-        """Change a session in one step: replace its ``cookies``, count an ``error``, set its
-        ``login_epoch``, ``retire`` it with a reason. The session as now stored (None: gone)."""
+    async def update(self, site: str, session_id: str, change: SessionChange) -> Session | None:
+        """Make ``change`` to a session in one step. The session as now stored (None: gone)."""
         ...
 
     async def record(self, site: str, proxy: str, outcome: Outcome, *, now: float, rule: TierRule) -> SiteHealth:

@@ -9,6 +9,7 @@ from typing import Any
 from crawlherd.sessions.base import (
     Outcome,
     Session,
+    SessionChange,
     SessionStore,
     SiteHealth,
     TierRule,
@@ -58,31 +59,13 @@ class MemorySessions:
         s = kept[session_id] = s.updated(uses=s.uses + 1)
         return s
 
-    async def update(
-        self,
-        site: str,
-        session_id: str,
-        *,
-        cookies: list[dict[str, str]] | None = None,
-        error: bool = False,
-        login_epoch: int | None = None,
-        retire: str | None = None,
-    ) -> Session | None:
+    async def update(self, site: str, session_id: str, change: SessionChange) -> Session | None:
         kept = self._sessions.get(site, {})
         s = kept.get(session_id)
         if s is None:
             return None
-        changes: dict[str, Any] = {}
-        if cookies is not None:
-            changes["cookies"] = cookies
-        if error:
-            changes["errors"] = s.errors + 1
-        if login_epoch is not None:
-            changes["login_epoch"] = login_epoch
-        if retire is not None and s.retired is None:
-            changes["retired"] = retire
-        s = kept[session_id] = s.updated(**changes)
-        if retire is not None:
+        s = kept[session_id] = change.apply(s)
+        if change.retire is not None:
             for old in keep_retired(kept):
                 del kept[old]
         return s

@@ -31,6 +31,7 @@ from crawlherd.sessions.base import (
     Outcome,
     ProxyHealth,
     Session,
+    SessionChange,
     SessionStore,
     SiteHealth,
     TierRule,
@@ -123,22 +124,13 @@ class RedisSessions:
         raw = await self._call(lambda: self._use(keys=[self._k + "s:" + site], args=[session_id]))
         return _session(raw) if raw else None
 
-    async def update(
-        self,
-        site: str,
-        session_id: str,
-        *,
-        cookies: list[dict[str, str]] | None = None,
-        error: bool = False,
-        login_epoch: int | None = None,
-        retire: str | None = None,
-    ) -> Session | None:
+    async def update(self, site: str, session_id: str, change: SessionChange) -> Session | None:
         args = [
             session_id,
-            "" if cookies is None else json.dumps(cookies) if cookies else "[]",
-            "1" if error else "0",
-            "" if login_epoch is None else str(login_epoch),
-            retire or "",
+            "" if change.cookies is None else json.dumps(change.cookies) if change.cookies else "[]",
+            "1" if change.error else "0",
+            "" if change.login_epoch is None else str(change.login_epoch),
+            change.retire or "",
         ]
         raw = await self._call(lambda: self._update(keys=[self._k + "s:" + site], args=args))
         return _session(raw) if raw else None

@@ -25,6 +25,7 @@ from crawlherd.sessions.base import (
     Outcome,
     ProxyHealth,
     Session,
+    SessionChange,
     SessionStore,
     SiteHealth,
     TierRule,
@@ -148,30 +149,12 @@ class SQLiteSessions:
 
         return await self._tx(work)
 
-    async def update(
-        self,
-        site: str,
-        session_id: str,
-        *,
-        cookies: list[dict[str, str]] | None = None,
-        error: bool = False,
-        login_epoch: int | None = None,
-        retire: str | None = None,
-    ) -> Session | None:
+    async def update(self, site: str, session_id: str, change: SessionChange) -> Session | None:
         def work(db: sqlite3.Connection) -> Session | None:
             s = _get(db, site, session_id)
             if s is None:
                 return None
-            changes: dict[str, Any] = {}
-            if cookies is not None:
-                changes["cookies"] = cookies
-            if error:
-                changes["errors"] = s.errors + 1
-            if login_epoch is not None:
-                changes["login_epoch"] = login_epoch
-            if retire is not None and s.retired is None:
-                changes["retired"] = retire
-            s = s.updated(**changes)
+            s = change.apply(s)
             _put(db, site, s)
             return s
 

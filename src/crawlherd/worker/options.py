@@ -4,11 +4,14 @@ lifecycle (:mod:`crawlherd.worker.worker`) and its page pipeline (:mod:`crawlher
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from crawlherd._options import Count, Delay, Seconds, check_options
 from crawlherd.errors import ConfigurationError
 from crawlherd.fetch.base import FetchLimits
+
+if TYPE_CHECKING:
+    from crawlherd.worker.jobcrawl import ListingOutcome
 
 __all__ = ["PAGE_DISPATCHERS", "PageDispatcher", "WorkerOptions", "WorkerStats"]
 
@@ -25,11 +28,13 @@ class WorkerStats:
 
     - jobs ``succeeded`` / ``retried`` / ``dead``: attempts that ended so (a retry is an attempt that
       failed and was sent again); ``skipped``, ``invalid``, ``requeued``, ``refused`` as named;
-    - ``pages`` (listing): the listing pages of the jobs that succeeded (``job_runs.pages``);
-      ``detail_pages``: the detail pages read and stored;
-    - ``items_new`` / ``items_updated``: what the listing pages of the jobs that succeeded stored --
-      new rows, and existing rows whose fields changed (``job_runs.items_new`` / ``items_updated``).
-      A detail page completes its item: it counts as a detail page, not as an item again.
+    - ``pages`` (listing): the listing pages read by the jobs' attempts, whatever their outcome
+      (``job_attempts.pages``; ``job_runs`` has the latest attempt's); ``detail_pages``: the detail
+      pages read and stored;
+    - ``items_new`` / ``items_updated``: what those listing pages stored -- new rows, and existing rows
+      whose fields changed (``job_attempts.items_new`` / ``items_updated``): an attempt that fails after
+      storing items counts them, and its retry finds them stored. A detail page completes its item: it
+      counts as a detail page, not as an item again.
     """
 
     received: int = 0
@@ -48,6 +53,12 @@ class WorkerStats:
     items_updated: int = 0
     in_flight: int = 0
     last_errors: list[str] = field(default_factory=list)
+
+    def count(self, attempt: ListingOutcome) -> None:
+        """Count what an attempt's listing pages read and stored (the attempt succeeded or failed)."""
+        self.pages += attempt.pages
+        self.items_new += attempt.items_new
+        self.items_updated += attempt.items_updated
 
     def counters(self) -> dict[str, int]:
         """The counters under their one set of names (the statistics dump's, the heartbeat's)."""

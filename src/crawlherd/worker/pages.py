@@ -405,7 +405,10 @@ class PagePipeline:
         reason = f"listing page {result.url} failed: {result.error_message or result.status_code}{shot}"
         if result.error_type == "BlockedError":  # the message starts "blocked: ..." and says why
             reason = f"{result.error_message} (listing page {result.url}){shot}"
-        outcome = ListingOutcome(pages=state.page - 1, error=reason, permanent=robots)
+        outcome = ListingOutcome(  # what the pages before it stored counts, as a success's would
+            pages=state.page - 1, items_new=state.items_new, items_updated=state.items_updated,
+            error=reason, permanent=robots,
+        )
         await self._report(state, outcome, stop=self._stop)  # Stopped at shutdown: the loop ends
 
     async def _keep_screenshot(self, result: CrawlResult, state: ListingState | None) -> str:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd.db.dialect import sql_capabilities
 from crawlherd.db.errors import translate_db_errors
@@ -33,7 +33,7 @@ from crawlherd.errors import PermanentJobError, summarize
 from crawlherd.messages import JobMessage
 from crawlherd.worker.jobcrawl import ListingOutcome
 
-__all__ = ["DeadRun", "RunStore"]
+__all__ = ["DeadRun", "RunStore", "keep_attempts"]
 
 #: A run in one of these states is not started again (the run key: at most one success per slot).
 _FINISHED = ("succeeded", "dead")
@@ -292,6 +292,9 @@ class RunStore:
             ).first()
             if row is None:
                 return None
+            target_id, slot_at = (await conn.execute(
+                select(JobRun.target_id, JobRun.slot_at).where(JobRun.id == run_id))).one()
+            await keep_attempts(conn, target_id, slot_at)  # the earlier attempts stay visible
             await conn.execute(
                 update(JobRun)
                 .where(JobRun.id == run_id)
@@ -306,8 +309,27 @@ class RunStore:
 
     async def counts(self) -> dict[str, int]:
         """Runs by status."""
-        from sqlalchemy import func
 
         async with self.engine.connect() as conn:
             rows = await conn.execute(select(JobRun.status, func.count()).group_by(JobRun.status))
             return {status: n for status, n in rows}
+
+
+async def keep_attempts(conn: AsyncConnection, target_id: int, slot_at: datetime) -> None:
+    """Renumber the run's attempts (``job_attempts``) 1..n below every number it used (below 1 and below
+    earlier rounds), keeping their order, so the next round's attempt 1, 2 ... add rows instead of overwriting these.
+    (The new numbers are below every existing one at every step: no unique-key clash mid-update.)"""
+    A = JobAttempt  # noqa: N806
+    lo, hi = (
+        await conn.execute(
+            select(func.min(A.attempt), func.max(A.attempt)).where(A.target_id == target_id, A.slot_at == slot_at)
+        )
+    ).one()
+    if hi is None or hi < 1:
+        return
+    shift = hi - min(lo, 1) + 1
+    await conn.execute(
+        update(A)
+        .where(A.target_id == target_id, A.slot_at == slot_at, A.attempt >= 1)
+        .values(attempt=A.attempt - shift)
+    )

@@ -44,7 +44,7 @@ from crawlherd.fetch.session import SESSION_META, SessionMeta, merge_cookies
 from crawlherd.fetchprofile import DIRECT, FetchProfile, proxy_label, with_secrets
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
-from crawlherd.sessions import Session, SessionStore, SiteHealth, TierRule
+from crawlherd.sessions import Session, SessionChange, SessionStore, SiteHealth, TierRule
 from crawlherd.sitespec import SiteSpec
 
 __all__ = ["SessionPool", "Verdict", "verdict_of"]
@@ -147,7 +147,7 @@ class SessionPool:
         rule = _rule(profile)
         if outcome == "ok":
             if result.cookies:
-                await store.update(name, used.id, cookies=merge_cookies(used.cookies, result.cookies))  # type: ignore[arg-type]
+                await store.update(name, used.id, SessionChange(cookies=merge_cookies(used.cookies, result.cookies)))  # type: ignore[arg-type]
             await store.record(name, used.proxy, "ok", now=self._clock(), rule=rule)
             return result
         if outcome == "lapsed":
@@ -157,9 +157,9 @@ class SessionPool:
                 return await self._blocked(site, request, used, blocked.why)
             raise RetryLater(why or "the login lapsed")
         if outcome == "error":
-            s = await store.update(name, used.id, error=True)
+            s = await store.update(name, used.id, SessionChange(error=True))
             if s is not None and s.errors >= profile.session.max_errors:
-                await store.update(name, used.id, retire=f"{s.errors} errors")
+                await store.update(name, used.id, SessionChange(retire=f"{s.errors} errors"))
             await store.record(name, used.proxy, "error", now=self._clock(), rule=rule)
             return result  # a transport error: the page fails as any fetch that got no answer
         return await self._blocked(site, request, used, why)
@@ -168,7 +168,7 @@ class SessionPool:
         """A block page met through ``used``: the session retired, its proxy rested for the website; the
         page fetched again through another session (RetryLater), or -- past its attempts -- failed."""
         profile, store, name = site.fetch, self.store, site.name
-        await store.update(name, used.id, retire=f"blocked: {why}")
+        await store.update(name, used.id, SessionChange(retire=f"blocked: {why}"))
         health = await store.record(name, used.proxy, "blocked", now=self._clock(), rule=_rule(profile))
         blocks = await store.count(f"blocked:{name}:{request.fingerprint.hex()}", _PAGE_MEMORY)
         log.info("%s: blocked through %s (%s); the page met %d block(s), the site is on tier %d",
@@ -200,7 +200,8 @@ class SessionPool:
             if s.retired is not None or s.proxy not in urls:
                 continue
             if s.created + limits.max_age <= now or s.uses >= limits.max_uses:
-                await store.update(site.name, s.id, retire="max age" if s.uses < limits.max_uses else "max uses")
+                why = "max age" if s.uses < limits.max_uses else "max uses"
+                await store.update(site.name, s.id, SessionChange(retire=why))
                 continue
             live.setdefault(s.proxy, []).append(s)
         label = labels[0]
@@ -270,11 +271,12 @@ class SessionPool:
             answer.status_code, answer.final_url or answer.url, answer.text
         ):
             metrics.LOGINS.labels(site=site.name, outcome="failed").inc()
-            await self.store.update(site.name, session.id, retire="login failed")
+            await self.store.update(site.name, session.id, SessionChange(retire="login failed"))
             why = answer.error_message or f"HTTP {answer.status_code} at {answer.final_url or answer.url}"
             log.warning("%s: login through %s failed (%s)", site.name, session.proxy, why)
             return _failed(request, f"login to {site.name} failed ({why}): check its login settings and secrets")
-        await self.store.update(site.name, session.id, cookies=cookies, login_epoch=session.login_epoch + 1)  # type: ignore[arg-type]
+        logged_in = SessionChange(cookies=cookies, login_epoch=session.login_epoch + 1)  # type: ignore[arg-type]
+        await self.store.update(site.name, session.id, logged_in)
         metrics.LOGINS.labels(site=site.name, outcome="ok").inc()
         log.info("%s: logged in through %s (session %s, login %d)", site.name, session.proxy, session.id[:8],
                  session.login_epoch + 1)

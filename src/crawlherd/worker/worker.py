@@ -347,7 +347,8 @@ class Worker:
         except CrawlherdError as exc:
             outcome = ListingOutcome(error=str(exc))
         if outcome.error is not None:
-            await self._failed(delivery, job, outcome.error, started=started, permanent=outcome.permanent)
+            await self._failed(delivery, job, outcome.error, started=started, permanent=outcome.permanent,
+                               done=outcome)
             return
         if not await self.runs.finish(
             job,
@@ -366,10 +367,8 @@ class Worker:
             items_new=outcome.items_new,
             items_updated=outcome.items_updated,
         )
-        self.stats.succeeded += 1  # the job's counters, as job_runs and the metrics have them
-        self.stats.pages += outcome.pages
-        self.stats.items_new += outcome.items_new
-        self.stats.items_updated += outcome.items_updated
+        self.stats.succeeded += 1
+        self.stats.count(outcome)
         log.info(
             "worker %s: job %s done: %d listing pages, %d new and %d updated items, its detail pages settled",
             self.name,
@@ -397,18 +396,22 @@ class Worker:
         return await self.completion.crawl(job)
 
     async def _failed(self, delivery: Delivery, job: JobMessage, reason: str, *, started: float,
-                      permanent: bool = False, record: bool = True) -> None:
+                      permanent: bool = False, record: bool = True, done: ListingOutcome | None = None) -> None:
         """Retry ``job`` after a back-off, or dead-letter it. ``record``: in ``job_runs`` too (best effort
-        when False: the run may not be recordable). ``started``: when the attempt began (metrics)."""
+        when False: the run may not be recordable). ``started``: when the attempt began (metrics).
+        ``done``: what the attempt's listing pages read and stored before it failed (counted as a
+        success's are: a retry finds those items stored already)."""
         attempts = job.attempt_count + 1
         self.stats.remember(f"{job.idempotency_key} attempt {attempts}: {reason}")
+        done = done or ListingOutcome()
+        counts = {"pages": done.pages, "items_new": done.items_new, "items_updated": done.items_updated}
 
         async def finish(status: str) -> bool:
             """False: the run is another worker's now (fencing), nothing recorded."""
             if record:
-                return await self.runs.finish(job, status=status, error=reason)
+                return await self.runs.finish(job, status=status, error=reason, **counts)
             try:
-                await self.runs.finish(job, status=status, error=reason)
+                await self.runs.finish(job, status=status, error=reason, **counts)
             except Exception as exc:  # noqa: BLE001 - the broker is what keeps the job
                 log.debug("worker %s: could not record %s as %s: %s", self.name, job.idempotency_key, status, exc)
             return True
@@ -422,7 +425,8 @@ class Worker:
             )
             await self._settle(lambda: self.broker.dead_letter(delivery, f"{why}: {reason}"))
             self.stats.dead += 1
-            metrics.job_finished("dead", seconds=time.monotonic() - started)
+            metrics.job_finished("dead", seconds=time.monotonic() - started, **counts)
+            self.stats.count(done)
             log.error("worker %s: job %s is dead (%s): %s", self.name, job.idempotency_key, why, reason)
             return
         delay = self.retry_delay(attempts)
@@ -432,7 +436,8 @@ class Worker:
         body = encode_job(job.model_copy(update={"attempt_count": attempts}))
         await self._settle(lambda: self.broker.retry(delivery, delay=delay, body=body))
         self.stats.retried += 1
-        metrics.job_finished("retried", seconds=time.monotonic() - started)
+        metrics.job_finished("retried", seconds=time.monotonic() - started, **counts)
+        self.stats.count(done)
         log.warning(
             "worker %s: job %s failed (attempt %d of %d), retrying in %.1fs: %s",
             self.name,

@@ -4,6 +4,7 @@ ones raise MessageError, never crash; version-1 bodies still on a broker decode 
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -13,9 +14,11 @@ from hypothesis import strategies as st
 
 from crawlherd.errors import MessageError
 from crawlherd.messages import (
+    _JOB_NAMESPACE,
     BODY_FIELDS,
     JobMessage,
     SlotBodies,
+    _job_uuid,
     decode_job,
     encode_job,
     idempotency_key,
@@ -204,3 +207,8 @@ def test_slot_bodies_encode_as_the_model_does(
     key, body = SlotBodies(website_id=7, site=site, created_at=created).encode(**fields)
     assert (key, body) == (message.idempotency_key, encode_job(message).decode())
     assert decode_job(body) == message
+
+
+@pytest.mark.parametrize("key", ["1:2026-01-05T07:00:00Z", "987654321:2026-03-29T01:30:00.250000Z", "5:é"])
+def test_job_ids_are_uuid5_of_the_idempotency_key(key: str) -> None:
+    assert _job_uuid(key) == str(uuid.uuid5(_JOB_NAMESPACE, key))

@@ -1,12 +1,7 @@
 -- ACK (after prelude.lua). ARGV[5] mode: 'ack' | 'fail'; tokens follow. Returns the tokens that were not
 -- valid leases.
 local MODE = ARGV[5]
-local tokens, ids = {}, {}
-for i = 6, #ARGV do
-  tokens[#tokens + 1] = ARGV[i]
-  ids[#ids + 1] = string.match(ARGV[i], '^(%d+):') or '0'
-end
-local infos = hmget(K_LEASE, ids)
+local tokens, ids, infos = leases_in_argv(6)
 local bad, done, perhost, hosts, settled, robots_done = {}, {}, {}, {}, {}, {}
 for i, token in ipairs(tokens) do
   local info = infos[i]

@@ -94,6 +94,17 @@ local function hmget(key, fields)
   return out
 end
 
+-- The lease tokens in ARGV[first], ARGV[first + 1], ...: the tokens, their lease ids and their lease
+-- records (false where there is none).
+local function leases_in_argv(first)
+  local tokens, ids = {}, {}
+  for i = first, #ARGV do
+    tokens[#tokens + 1] = ARGV[i]
+    ids[#ids + 1] = string.match(ARGV[i], '^(%d+):') or '0'
+  end
+  return tokens, ids, hmget(K_LEASE, ids)
+end
+
 -- A host's packed state: leases out, ready time.
 local function unpack_state(v)
   if not v then return 0, 0 end

@@ -4,12 +4,7 @@
 -- Returns the tokens that are no longer valid leases (settled, or expired and taken back: the holder has
 -- lost them).
 local LIVE = tonumber(ARGV[5])
-local tokens, ids = {}, {}
-for i = 6, #ARGV do
-  tokens[#tokens + 1] = ARGV[i]
-  ids[#ids + 1] = string.match(ARGV[i], '^(%d+):') or '0'
-end
-local infos = hmget(K_LEASE, ids)
+local tokens, ids, infos = leases_in_argv(6)
 local lost, lexp = {}, {}
 for i, token in ipairs(tokens) do
   local info = infos[i]
