@@ -82,7 +82,7 @@ class SQSBrokerOptions(BrokerOptions):
     endpoint_url: str | None = None
     dead_queue: str | None = None
     create: bool = True
-    visibility_timeout: Annotated[int, Ge(1), Le(43200)] = 30
+    visibility_timeout: Annotated[int, Ge(1), Le(43200)] = 15
     heartbeat: Delay = 0.0
     wait_time: Annotated[int, Ge(0), Le(20)] = 20
     max_deliveries: AtLeast0 = 0
