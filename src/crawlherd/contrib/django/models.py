@@ -146,6 +146,8 @@ class JobRun(_TargetSlot):
     status = models.CharField(max_length=10, choices=_choices(RUN_STATUSES), default="queued")
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    #: when its listing ended (its detail pages may still be out: the run stays ``running`` until they settle)
+    listed_at = models.DateTimeField(null=True, blank=True)
     pages = models.IntegerField(default=0)
     items_new = models.IntegerField(default=0)
     items_updated = models.IntegerField(default=0)
