@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from crawlherd._aio import until_done
 
-__all__ = ["stop_on_signals", "until_stopped"]
+__all__ = ["awaiting", "stop_on_signals", "until_stopped"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("crawlherd.cli")
+
+#: Seconds a stop may take beyond what the command waits for before it says what it still waits on.
+OVERDUE = 30.0
 
 
 async def until_stopped(source: AsyncIterator[T], stop: asyncio.Event) -> AsyncIterator[T]:
@@ -28,14 +34,37 @@ async def until_stopped(source: AsyncIterator[T], stop: asyncio.Event) -> AsyncI
         stopped.cancel()
 
 
+def awaiting(task: asyncio.Task[Any]) -> str:
+    """Where ``task`` waits: its chain of awaits, outermost first (``func file:line <- ...``)."""
+    where: list[str] = []
+    step: Any = task.get_coro()
+    while step is not None and len(where) < 40:
+        frame = getattr(step, "cr_frame", None) or getattr(step, "ag_frame", None) or getattr(step, "gi_frame", None)
+        if frame is not None:
+            where.append(f"{frame.f_code.co_name} {frame.f_code.co_filename}:{frame.f_lineno}")
+        step = getattr(step, "cr_await", None) or getattr(step, "ag_await", None) or getattr(step, "gi_yieldfrom", None)
+    return " -> ".join(where) or repr(task)
+
+
+def _still_stopping(after: float) -> None:
+    """A stop that takes far longer than it should: say what every task still waits on (a hang to report)."""
+    tasks = sorted(asyncio.all_tasks(), key=lambda t: t.get_name())
+    log.warning("still stopping after %.0f s; %d task(s) still running:\n%s", after, len(tasks),
+                "\n".join(f"  {t.get_name()}: {awaiting(t)}" for t in tasks))
+
+
 @contextmanager
-def stop_on_signals(stop: asyncio.Event, waiting_for: Callable[[], str] | None = None) -> Iterator[None]:
+def stop_on_signals(
+    stop: asyncio.Event, waiting_for: Callable[[], str] | None = None, *, overdue: float = OVERDUE
+) -> Iterator[None]:
     """The first SIGTERM or Ctrl+C sets ``stop`` (finish what is in flight) and prints, at once,
     ``stopping… waiting for <waiting_for()> (Ctrl+C again to abort)`` on stderr; a second one cancels
-    the current task (abort now) and says so. Outside the main thread (where no signal arrives) it
-    does nothing."""
+    the current task (abort now) and says so. A stop still under way ``overdue`` seconds later logs
+    what each task still waits on (a hang, to report). Outside the main thread (where no signal
+    arrives) it does nothing."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
+    report: list[asyncio.TimerHandle] = []
 
     def on_signal() -> None:
         if stop.is_set() and task is not None:
@@ -45,6 +74,7 @@ def stop_on_signals(stop: asyncio.Event, waiting_for: Callable[[], str] | None =
         what = waiting_for() if waiting_for is not None else "what is in flight"
         click.echo(f"\nstopping… waiting for {what} (Ctrl+C again to abort)", err=True)
         stop.set()
+        report.append(loop.call_later(overdue, _still_stopping, overdue))
 
     if threading.current_thread() is not threading.main_thread():
         yield  # signals reach only the main thread: embedded elsewhere, the caller stops us
@@ -54,5 +84,7 @@ def stop_on_signals(stop: asyncio.Event, waiting_for: Callable[[], str] | None =
     try:
         yield
     finally:
+        for handle in report:
+            handle.cancel()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

@@ -20,7 +20,7 @@ from crawlherd.cli._common import (
 )
 from crawlherd.cli._console import console_options, console_or_none, start_metrics
 from crawlherd.cli._loop import run_async
-from crawlherd.cli._signals import stop_on_signals
+from crawlherd.cli._signals import OVERDUE, stop_on_signals
 from crawlherd.cli.worker import (
     make_worker,
     run_options,
@@ -81,7 +81,8 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                 stop = asyncio.Event()
                 rates = Rates()
                 start_metrics(metrics_port)
-                with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
+                # before the banner: Ctrl+C from then on is clean
+                with stop_on_signals(stop, waiting_for(w), overdue=w.options.shutdown_timeout + OVERDUE):
                     out.info(
                         f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
                         f"frontier {redact_url(w.options.frontier_url)}"

@@ -26,7 +26,7 @@ from crawlherd.cli._common import (
 )
 from crawlherd.cli._console import metrics_port_option, start_metrics
 from crawlherd.cli._loop import loop_option, run_async
-from crawlherd.cli._signals import stop_on_signals
+from crawlherd.cli._signals import OVERDUE, stop_on_signals
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
 from crawlherd.worker.worker import PAGE_DISPATCHERS, Worker, WorkerOptions
@@ -172,7 +172,8 @@ def worker(
             w = make_worker(engine, broker, settings)
             stop = asyncio.Event()
             rates = Rates()
-            with stop_on_signals(stop, waiting_for(w)):  # before the banner: Ctrl+C from then on is clean
+            # before the banner: Ctrl+C from then on is clean
+            with stop_on_signals(stop, waiting_for(w), overdue=w.options.shutdown_timeout + OVERDUE):
                 out.info(
                     f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
                     f"{w.options.concurrency} job(s) at once, frontier {redact_url(w.options.frontier_url)}"

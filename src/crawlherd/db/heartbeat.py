@@ -126,8 +126,8 @@ class Heartbeat:
         """One beat: ``last_seen`` = now, ``jobs_in_hand`` refreshed; ``stopped`` marks a clean exit."""
         values: dict[str, Any] = {"jobs_in_hand": self.jobs_in_hand()}
         if self.details is not None:
-            try:  # before the transaction: no DB connection held while the frontier answers
-                values["info"] = {**self.info, **await self.details()}
+            try:  # before the transaction, and bounded: a frontier that hangs must not stop the beats
+                values["info"] = {**self.info, **await asyncio.wait_for(self.details(), self.interval)}
             except Exception as exc:  # noqa: BLE001 - the frontier down is not the config DB down: beat anyway
                 log.debug("heartbeat %s: no details this beat: %s", self.id, summarize(exc))
         with translate_db_errors("beating"):
