@@ -8,6 +8,8 @@ in which case it fails.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 
@@ -29,6 +31,23 @@ __all__ = ["REQUIRE_SERVICES", "require_service"]
 POSTGRES_URL = os.environ.get("CRAWLHERD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("CRAWLHERD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AMQP_URL = os.environ.get("CRAWLHERD_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+
+#: Where scratch files go when the caller did not choose (TMPDIR): a RAM file system, if the machine has one.
+RAM_DIR = "/dev/shm"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Scratch files (``tmp_path``, the private servers' data, the SQLite files of the processes the tests
+    start) on a RAM file system where there is one and TMPDIR does not say otherwise: the tests kill
+    processes, never machines, so what a file system keeps across a power cut is not theirs to test, and
+    each commit's fsync on a disk is 20-40 ms of waiting (a SQLite frontier opened for every example of a
+    property test). Set TMPDIR to keep them on disk."""
+    if os.environ.get("TMPDIR") or not os.path.isdir(RAM_DIR) or not os.access(RAM_DIR, os.W_OK):
+        return
+    if shutil.disk_usage(RAM_DIR).free < 2 << 30:
+        return
+    os.environ["TMPDIR"] = tempfile.tempdir = RAM_DIR
 
 
 @pytest.fixture(scope="session")
@@ -99,9 +118,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     itself on the shared services (unique names, prefixes, databases, free ports) -- but the tests that
     load RabbitMQ hardest (25,000 publishes each with a stall deadline: the three dispatcher processes
     on each broker) share the group ``rabbitmq-heavy`` (their own marker), one after the other: run
-    together, one starved the other's confirms for seconds."""
+    together, one starved the other's confirms for seconds.
+
+    The longest tests (:data:`LONGEST`) go first, the rest keep their order: xdist hands tests out in
+    this order, and a long test handed out last is the run's tail."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = callspec.params.values() if callspec is not None else ()
         if "redis_cluster_url" in getattr(item, "fixturenames", ()) or "redis-cluster" in params:
             item.add_marker(pytest.mark.xdist_group("redis-cluster"))
+    items.sort(key=_longest_first)
+
+
+#: The longest tests (30 s and more on an idle machine), handed out first, longest first: one of them handed
+#: out late would be the run's tail.
+LONGEST = (
+    "test_a_75_second_broker_hang_loses_no_slot",
+    "test_three_dispatcher_processes_500_targets_50_slots",
+    "test_dispatch_says_each_outage_once_and_loses_nothing",
+    "test_sigterm_to_every_worker_at_once_then_a_restart",
+    "test_celery_beat_and_worker_targets_to_items_once_per_slot",
+    "test_the_console_end_to_end",
+    "test_two_dispatchers_and_two_workers_carry_on_through_a_restart",
+)
+
+
+def _longest_first(item: pytest.Item) -> int:
+    """The sort key of :func:`pytest_collection_modifyitems`: the place of the test in :data:`LONGEST`."""
+    name = getattr(item, "originalname", item.name)
+    return LONGEST.index(name) if name in LONGEST else len(LONGEST)

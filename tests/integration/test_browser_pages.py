@@ -266,6 +266,7 @@ every = "1d"
 """
 
 
+@pytest.mark.slow
 async def test_crawlherd_run_collects_every_item_of_scroll_and_load_more_listings(
     board: tuple[JsListing, Served], shared_chromium: str, tmp_path: Path
 ) -> None:

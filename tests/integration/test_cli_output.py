@@ -216,6 +216,7 @@ async def test_ctrl_c_on_crawl_stops_at_once_and_still_prints_the_summary(server
 # -- -q and --json on the long-running commands -------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_run_and_dispatch_once_are_silent_with_q_and_speak_json_with_json(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path}/c.db"
     assert await crawlherd("run", "--until-idle", "--no-web", "-q", "--database-url", db) == (0, "", "")

@@ -92,6 +92,7 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("snippet", snippets(), ids=lambda s: s.id)
 def test_snippet_runs_as_written(snippet: Snippet, scratch: Path, request: pytest.FixtureRequest) -> None:

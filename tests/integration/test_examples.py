@@ -35,6 +35,7 @@ def test_every_example_file_is_tested() -> None:
     assert sorted(p.name for p in EXAMPLES.iterdir()) == ["targets.toml", "targets.yaml"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["targets.toml", "targets.yaml"])
 async def test_example_crawls_the_demo_site(name: str, tmp_path: Path) -> None:
     async with DemoSite() as site:  # one /search page in four answers 429 first: the example must cope

@@ -159,6 +159,7 @@ async def assert_all_done(engine: AsyncEngine, procs: list[CliProcess], *, deadl
     assert without == [], f"{len(without)} of {ITEMS} items have no detail page: {without[:10]}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_the_frontiers_redis_restarted_empty_under_three_workers(
     engine: AsyncEngine, paged_board: PagedBoard, tmp_path: Path, redis_url: str, unique_name: str
@@ -200,6 +201,7 @@ async def test_the_frontiers_redis_restarted_empty_under_three_workers(
         assert bad not in logs
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_sigterm_to_every_worker_at_once_then_a_restart(
     engine: AsyncEngine, paged_board: PagedBoard, tmp_path: Path, redis_url: str, unique_name: str

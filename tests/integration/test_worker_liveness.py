@@ -140,6 +140,7 @@ async def _items(engine: AsyncEngine) -> list[dict[str, Any]]:
         return list((await conn.execute(select(StoredItem.data))).scalars().all())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_a_killed_workers_detail_pages_are_fetched_within_30s_with_default_leases(
     engine: AsyncEngine, board: HoldingBoard, tmp_path: Path, urls: tuple[str, str]
@@ -184,6 +185,7 @@ async def test_a_killed_workers_detail_pages_are_fetched_within_30s_with_default
         proc.assert_clean()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_a_resumed_hung_worker_changes_no_run_it_no_longer_owns(
     engine: AsyncEngine, board: HoldingBoard, tmp_path: Path, urls: tuple[str, str]

@@ -82,6 +82,7 @@ async def wait_for_text(page: Any, url: str, selector: str, text: str, *, tries:
     raise AssertionError(f"{text!r} never appeared in {selector} of {url}: {shown} {await page.content()}")
 
 
+@pytest.mark.slow
 async def test_the_console_end_to_end(tmp_path: Path, shared_chromium: str, shots: Path) -> None:
     url = f"sqlite:///{tmp_path}/config.db"
     await upgrade(url)

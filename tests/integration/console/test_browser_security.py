@@ -178,6 +178,7 @@ async def test_an_old_cookie_is_refused_after_logout(console: Console, context: 
         await attacker.close()
 
 
+@pytest.mark.slow
 async def test_ended_sessions_removal_revoke_and_new_password(
     console: Console, context: Any, chromium_browser: Any
 ) -> None:

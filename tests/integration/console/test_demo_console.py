@@ -59,6 +59,7 @@ def _get(url: str) -> str:
         return str(response.read().decode("utf-8"))
 
 
+@pytest.mark.slow
 def test_demo_serve_keeps_the_console_up_until_ctrl_c(tmp_path: Path) -> None:
     proc = _start("demo", "--dir", "d", "--no-browser", "--console-port", "0", "--serve", cwd=tmp_path)
     seen: list[str] = []
@@ -80,6 +81,7 @@ def test_demo_serve_keeps_the_console_up_until_ctrl_c(tmp_path: Path) -> None:
         _end(proc)
 
 
+@pytest.mark.slow
 def test_plain_demo_prints_the_console_and_exits_by_itself(tmp_path: Path) -> None:
     proc = _start("demo", "--dir", "d", "--no-browser", "--console-port", "0", cwd=tmp_path)
     try:

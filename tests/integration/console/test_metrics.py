@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
@@ -121,6 +122,7 @@ def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str],
     raise AssertionError(f"{args[0]} never served metrics; exit {proc.wait()}")
 
 
+@pytest.mark.slow
 async def test_each_process_serves_metrics(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/config.db"
     await upgrade(url)

@@ -187,6 +187,7 @@ def test_admin_lists_and_edits_targets(project: Any) -> None:
     assert (row.keywords, row.location, row.active) == ("rust developer", "Berlin", False)
 
 
+@pytest.mark.slow
 def test_manage_py_crawlherd_dispatch_once_then_crawlherd_worker(project: Any) -> None:
     home, db_url, env = project
     run_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(home), str(ROOT / "src"), str(ROOT)])}

@@ -46,6 +46,7 @@ def manage(project: tuple[Path, dict[str, str]], *args: str) -> subprocess.Compl
                           timeout=120)
 
 
+@pytest.mark.slow
 def test_makemigrations_check_is_clean(project: tuple[Path, dict[str, str]]) -> None:
     done = manage(project, "makemigrations", "--check", "--dry-run")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -62,6 +63,7 @@ def test_the_settings_fragment_stands_on_its_own(monkeypatch: pytest.MonkeyPatch
     assert namespace["CRAWLHERD"] == {"broker_url": "memory://"}
 
 
+@pytest.mark.slow
 def test_crawlherd_worker_takes_the_clis_flags(project: tuple[Path, dict[str, str]]) -> None:
     wanted = {opt for p in cli_worker.params if isinstance(p, click.Option) for opt in p.opts} - NOT_THE_WORKERS
     assert {"--allow-private", "--concurrency", "--frontier-url"} <= wanted

@@ -198,6 +198,7 @@ async def test_killed_between_publish_and_mark_republishes_with_the_same_key(db_
     await killed_between_publish_and_mark(db_url, None)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.parametrize("broker_url", BROKERS[1:], indirect=True)
 async def test_killed_between_publish_and_mark_real_broker(pg_database: str, broker_url: str) -> None:
