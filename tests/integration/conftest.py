@@ -3,6 +3,6 @@ console packages offer their own, on SQLite and PostgreSQL); ``demo_pipeline``, 
 DB with its targets due, for the ``crawlherd`` commands."""
 
 from tests.support.cli import demo_pipeline
-from tests.support.fixtures import engine
+from tests.support.fixtures import config_db, engine
 
-__all__ = ["demo_pipeline", "engine"]
+__all__ = ["config_db", "demo_pipeline", "engine"]

@@ -52,7 +52,6 @@ def fill(disk: Path) -> Path:
     return filler
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_the_disk_filling_under_crawlherd_run(small_disk: Path, board: Board, tmp_path: Path) -> None:  # noqa: F811
     board.slow = 0.3

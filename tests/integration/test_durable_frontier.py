@@ -104,7 +104,6 @@ async def seed(url: str, site: CrawlSite) -> None:
 # -- kill -9 of a worker ---------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 async def test_sqlite_worker_killed_and_restarted_loses_nothing(tmp_path: Path) -> None:
     db = tmp_path / "crawl.db"
     url = f"sqlite:///{db}"
@@ -137,7 +136,6 @@ async def test_sqlite_worker_killed_and_restarted_loses_nothing(tmp_path: Path) 
             assert not await frontier.enqueue_request(Request(site.url(PAGES - 1)))
 
 
-@pytest.mark.slow
 @pytest.mark.redis
 async def test_redis_worker_killed_and_restarted_loses_nothing(
     tmp_path: Path, redis_frontier: str, redis_url: str
@@ -172,7 +170,6 @@ async def test_redis_worker_killed_and_restarted_loses_nothing(
 # -- four workers, one frontier --------------------------------------------------------------------
 
 
-@pytest.mark.slow
 @pytest.mark.redis
 async def test_four_workers_share_one_redis_frontier_and_its_politeness(tmp_path: Path, redis_frontier: str) -> None:
     delay = 0.05
@@ -213,7 +210,6 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     yield from private_redis_server(tmp_path)
 
 
-@pytest.mark.slow
 @pytest.mark.redis
 async def test_redis_restarted_mid_crawl_the_crawl_resumes_and_loses_nothing(
     tmp_path: Path, private_redis: PrivateRedis

@@ -30,13 +30,13 @@ from crawlherd.brokers import open_broker
 from crawlherd.db import JobRun, ScrapeTarget, StoredItem
 from crawlherd.dispatch.dispatch_service import DispatchService
 from crawlherd.dispatch.targets import import_targets
-from tests.support.db import open_engine
+from tests.support.fixtures import ON_POSTGRES
 from tests.support.httpserver import serve
 from tests.support.private_redis import PrivateRedis
 from tests.support.processes import BAD_LOG, CliProcess, wait_until
 from tests.support.real_brokers import remove
 
-pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow, ON_POSTGRES]
 
 KEYWORDS = [f"k{n}" for n in range(8)]
 PAGES, PER_PAGE = 5, 10
@@ -84,12 +84,6 @@ async def paged_board() -> AsyncIterator[PagedBoard]:
     async with serve(site.app()) as served:
         site.url = served.url
         yield site
-
-
-@pytest.fixture
-async def engine(postgres_db_url: str) -> AsyncIterator[AsyncEngine]:
-    async for engine in open_engine(postgres_db_url):
-        yield engine
 
 
 async def load_jobs(engine: AsyncEngine, board: PagedBoard, tmp_path: Path, broker_url: str) -> None:
@@ -159,8 +153,7 @@ async def assert_all_done(engine: AsyncEngine, procs: list[CliProcess], *, deadl
     assert without == [], f"{len(without)} of {ITEMS} items have no detail page: {without[:10]}"
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(240)  # the waits inside have deadlines of their own, which say more
 async def test_the_frontiers_redis_restarted_empty_under_three_workers(
     engine: AsyncEngine, paged_board: PagedBoard, tmp_path: Path, redis_url: str, unique_name: str
 ) -> None:
@@ -201,8 +194,7 @@ async def test_the_frontiers_redis_restarted_empty_under_three_workers(
         assert bad not in logs
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(240)  # the waits inside have deadlines of their own, which say more
 async def test_sigterm_to_every_worker_at_once_then_a_restart(
     engine: AsyncEngine, paged_board: PagedBoard, tmp_path: Path, redis_url: str, unique_name: str
 ) -> None:

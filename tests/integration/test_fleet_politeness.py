@@ -108,7 +108,6 @@ async def crawl_with_workers(
         await remove(frontier_url, "redis", f"{unique_name}f")
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_five_workers_on_one_redis_frontier_keep_one_websites_min_delay(
     engine: AsyncEngine, tmp_path: Path, redis_url: str, unique_name: str
@@ -162,7 +161,6 @@ CARDS = 3
 CAP = 2
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_four_workers_on_one_redis_frontier_keep_one_websites_max_concurrency(
     engine: AsyncEngine, tmp_path: Path, redis_url: str, unique_name: str

@@ -121,7 +121,6 @@ async def wait_settled(engine: AsyncEngine, timeout: float) -> None:
 # -- 1. embedded defaults ------------------------------------------------------------------------
 
 
-@pytest.mark.slow
 async def test_demo_on_the_embedded_defaults_stores_every_item(
     tmp_path: Path, shared_chromium: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -149,7 +148,6 @@ async def test_demo_on_the_embedded_defaults_stores_every_item(
         await engine.dispose()
 
 
-@pytest.mark.slow
 def test_demo_command_reports_as_json(tmp_path: Path) -> None:
     """(Its report for people: ``tests/integration/console/test_demo_console.py``, which runs the plain demo.)"""
     as_json = CliRunner().invoke(cli, ["demo", "--dir", str(tmp_path / "j"), "--no-browser", "--timeout", "240",
@@ -250,7 +248,6 @@ async def dispatch_once(engine: AsyncEngine, broker_url: str) -> int:
     return tick.inserted
 
 
-@pytest.mark.slow
 async def test_three_worker_processes_on_postgres_and_a_real_broker(
     scaled: tuple[AsyncEngine, str, str, str], tmp_path: Path
 ) -> None:
@@ -281,7 +278,6 @@ async def test_three_worker_processes_on_postgres_and_a_real_broker(
 # -- 3. a worker killed with -9 in the middle of a job ---------------------------------------------
 
 
-@pytest.mark.slow
 async def test_worker_killed_mid_job_is_redelivered_and_completed(
     scaled: tuple[AsyncEngine, str, str, str], tmp_path: Path
 ) -> None:

@@ -50,7 +50,6 @@ async def proxies() -> AsyncIterator[list[LoopbackProxy]]:
         await p.close()
 
 
-@pytest.mark.slow
 async def test_three_workers_share_bans_logins_and_politeness(
     engine: AsyncEngine, tmp_path: Path, redis_url: str, unique_name: str, proxies: list[LoopbackProxy],
     monkeypatch: pytest.MonkeyPatch,

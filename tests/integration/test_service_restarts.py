@@ -40,7 +40,6 @@ async def statuses(engine: AsyncEngine) -> list[str]:
         return list((await conn.execute(select(JobRun.status))).scalars().all())
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_redis_restarted_under_crawlherd_run(
     engine: AsyncEngine, board: Board, tmp_path: Path  # noqa: F811
@@ -94,7 +93,6 @@ async def test_redis_restarted_under_crawlherd_run(
     assert any(" is back after " in line for line in log.replace("\r", "\n").splitlines()), log
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(150)
 async def test_postgres_restarted_under_crawlherd_run(
     board: Board, tmp_path: Path, redis_url: str, unique_name: str  # noqa: F811
@@ -220,7 +218,6 @@ FLEET_KEYWORDS = ["f0", "f1", "f2"]
 EVERY = 3  # seconds between two slots of a target
 
 
-@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("fault", ["postgres", "redis", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])

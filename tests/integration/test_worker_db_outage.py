@@ -31,7 +31,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 BEAT = 1.0  # seconds between the worker's heartbeats
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(150)
 async def test_worker_heartbeat_says_a_config_db_outage_once(
     tmp_path: Path, redis_url: str, unique_name: str
@@ -113,7 +112,6 @@ async def test_a_beat_lands_when_its_details_fail(tmp_path: Path) -> None:
         await engine.dispose()
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_a_config_db_that_hangs_under_a_working_worker(
     tmp_path: Path, redis_url: str, unique_name: str, board: Board  # noqa: F811

@@ -34,13 +34,13 @@ from crawlherd.brokers import open_broker
 from crawlherd.db import JobRun, StoredItem
 from crawlherd.dispatch.dispatch_service import DispatchService
 from tests.integration.test_worker import load
-from tests.support.db import open_engine
 from tests.support.dispatch import dispatch_due, relay_all
+from tests.support.fixtures import ON_POSTGRES
 from tests.support.httpserver import serve
 from tests.support.processes import CliProcess, job_statuses, wait_until
 from tests.support.real_brokers import remove
 
-pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow, ON_POSTGRES]
 
 
 @dataclass
@@ -107,12 +107,6 @@ async def board() -> AsyncIterator[HoldingBoard]:
 
 
 @pytest.fixture
-async def engine(postgres_db_url: str) -> AsyncIterator[AsyncEngine]:
-    async for engine in open_engine(postgres_db_url):
-        yield engine
-
-
-@pytest.fixture
 async def urls(redis_url: str, unique_name: str) -> AsyncIterator[tuple[str, str]]:
     """(broker URL, frontier URL) on the test's own Redis prefixes, every option at its default."""
     broker = f"{redis_url}?prefix={unique_name}"
@@ -140,7 +134,6 @@ async def _items(engine: AsyncEngine) -> list[dict[str, Any]]:
         return list((await conn.execute(select(StoredItem.data))).scalars().all())
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_a_killed_workers_detail_pages_are_fetched_within_30s_with_default_leases(
     engine: AsyncEngine, board: HoldingBoard, tmp_path: Path, urls: tuple[str, str]
@@ -185,7 +178,6 @@ async def test_a_killed_workers_detail_pages_are_fetched_within_30s_with_default
         proc.assert_clean()
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_a_resumed_hung_worker_changes_no_run_it_no_longer_owns(
     engine: AsyncEngine, board: HoldingBoard, tmp_path: Path, urls: tuple[str, str]

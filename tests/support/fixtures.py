@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.support.db import open_engine
 from tests.support.real_brokers import remove, scratch_url
 
-__all__ = ["BROKERS", "broker_url", "engine", "scratch_broker"]
+__all__ = ["BROKERS", "ON_POSTGRES", "broker_url", "config_db", "engine", "scratch_broker"]
 
 #: Every broker kind of the package, the service ones marked (skipped loudly when the service is missing).
 BROKERS = [
@@ -25,10 +25,22 @@ BROKERS = [
 ]
 
 
+#: Put on a test module for an ``engine`` on PostgreSQL instead of SQLite.
+ON_POSTGRES = pytest.mark.parametrize("config_db", ["postgres"], indirect=True)
+
+
 @pytest.fixture
-async def engine(sqlite_db_url: str) -> AsyncIterator[AsyncEngine]:
-    """A migrated config DB in a SQLite file of the test's own."""
-    async for engine in open_engine(sqlite_db_url):
+def config_db(request: pytest.FixtureRequest) -> str:
+    """The URL of a migrated config DB of the test's own: a SQLite file, or (:data:`ON_POSTGRES`) a
+    PostgreSQL database."""
+    on_postgres = getattr(request, "param", "sqlite") == "postgres"
+    return str(request.getfixturevalue("postgres_db_url" if on_postgres else "sqlite_db_url"))
+
+
+@pytest.fixture
+async def engine(config_db: str) -> AsyncIterator[AsyncEngine]:
+    """An engine on :func:`config_db`."""
+    async for engine in open_engine(config_db):
         yield engine
 
 

@@ -89,7 +89,6 @@ async def _delete_queue(amqp_url: str, name: str) -> None:
         await channel.queue_delete(name)
 
 
-@pytest.mark.slow
 async def test_celery_beat_and_worker_targets_to_items_once_per_slot(
     pg_db: str, amqp_url: str, site: str, tmp_path: Path, unique_name: str
 ) -> None:

@@ -33,7 +33,6 @@ TARGETS = 5
 EVERY = timedelta(seconds=1)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(240)
 async def test_dispatch_says_each_outage_once_and_loses_nothing(
     tmp_path: Path, amqp_url: str, unique_name: str
