@@ -11,27 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from crawlherd._aio import AsyncClosing
 from crawlherd.errors import BackendUnavailableError
-from crawlherd.sessions.base import (
-    Outcome,
-    ProxyHealth,
-    Session,
-    SessionChange,
-    SessionStore,
-    SiteHealth,
-    TierRule,
-    apply_outcome,
-    keep_retired,
-)
+from crawlherd.sessions.base import Outcome, Session, SessionChange, SiteHealth, TierRule, apply_outcome, keep_retired
 
 __all__ = ["SQLiteSessions"]
 
@@ -47,7 +36,7 @@ CREATE TABLE IF NOT EXISTS counts (key TEXT PRIMARY KEY, started REAL NOT NULL, 
 _TABLES = ("sessions", "site_health", "claims", "counts")
 
 
-class SQLiteSessions:
+class SQLiteSessions(AsyncClosing):
     """Sessions and proxy health in an SQLite file (see the module's docstring)."""
 
     def __init__(self, path: str, *, clock: Callable[[], float] = time.time) -> None:
@@ -68,12 +57,9 @@ class SQLiteSessions:
     def __repr__(self) -> str:
         return f"<SQLiteSessions {self._path}>"
 
-    async def __aenter__(self) -> SessionStore:
+    async def __aenter__(self) -> Self:
         await self._open()
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     # -- plumbing: the connection's thread -----------------------------------------------------------
 
@@ -163,9 +149,7 @@ class SQLiteSessions:
     async def record(self, site: str, proxy: str, outcome: Outcome, *, now: float, rule: TierRule) -> SiteHealth:
         def work(db: sqlite3.Connection) -> SiteHealth:
             health = apply_outcome(_health(db, site), proxy, outcome, now, rule)
-            db.execute(
-                "INSERT OR REPLACE INTO site_health (site, doc) VALUES (?, ?)", (site, json.dumps(asdict(health)))
-            )
+            db.execute("INSERT OR REPLACE INTO site_health (site, doc) VALUES (?, ?)", (site, health.to_json()))
             return health
 
         return await self._tx(work)
@@ -240,11 +224,7 @@ def _get(db: sqlite3.Connection, site: str, session_id: str) -> Session | None:
 
 def _health(db: sqlite3.Connection, site: str) -> SiteHealth:
     row = db.execute("SELECT doc FROM site_health WHERE site = ?", (site,)).fetchone()
-    if row is None:
-        return SiteHealth()
-    raw = json.loads(row[0])
-    proxies = {k: ProxyHealth(**v) for k, v in raw.pop("proxies").items()}
-    return SiteHealth(**raw, proxies=proxies)
+    return SiteHealth() if row is None else SiteHealth.from_json(row[0])
 
 
 def _sites(db: sqlite3.Connection) -> list[str]:
