@@ -3,22 +3,20 @@ keeps its sessions in ``path.sessions``; ``sqlite://`` with no path: in memory).
 ``BEGIN IMMEDIATE`` transaction, so processes sharing the file change it one at a time; SQLite's
 errors come out as :class:`~crawlherd.errors.BackendUnavailableError` (role ``frontier``).
 
-SQLite's calls block -- ``BEGIN IMMEDIATE`` waits up to its busy timeout for another process's
-transaction -- so none runs on the event loop: the connection lives on a thread of its own (one
-worker, as the SQLite broker's), and each method is one transaction run there."""
+The connection lives on a thread of its own (:class:`~crawlherd._sqlite.SQLiteThread`, as the SQLite
+broker's), and each method is one transaction run there."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from crawlherd._aio import AsyncClosing
+from crawlherd._sqlite import SQLiteThread
 from crawlherd.errors import BackendUnavailableError
 from crawlherd.sessions.base import Outcome, Session, SessionChange, SiteHealth, TierRule, apply_outcome, keep_retired
 
@@ -42,8 +40,7 @@ class SQLiteSessions(AsyncClosing):
     def __init__(self, path: str, *, clock: Callable[[], float] = time.time) -> None:
         self._path = path
         self._clock = clock
-        self._db: sqlite3.Connection | None = None
-        self._thread: ThreadPoolExecutor | None = None
+        self._db: SQLiteThread | None = None
         self._opening = asyncio.Lock()
 
     @classmethod
@@ -63,11 +60,10 @@ class SQLiteSessions(AsyncClosing):
 
     # -- plumbing: the connection's thread -----------------------------------------------------------
 
-    async def _open(self) -> tuple[sqlite3.Connection, ThreadPoolExecutor]:
+    async def _open(self) -> SQLiteThread:
         async with self._opening:
-            if self._db is not None and self._thread is not None:
-                return self._db, self._thread
-            thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlherd-sqlite-sessions")
+            if self._db is not None:
+                return self._db
 
             def connect() -> sqlite3.Connection:
                 db = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
@@ -80,21 +76,16 @@ class SQLiteSessions(AsyncClosing):
                 return db
 
             try:
-                self._db = await asyncio.get_running_loop().run_in_executor(thread, connect)
+                self._db = await SQLiteThread.open(connect, name="crawlherd-sqlite-sessions")
             except sqlite3.Error as exc:
-                thread.shutdown(wait=False)
                 raise _outage(self._path, exc) from exc
-            except BaseException:
-                thread.shutdown(wait=False)
-                raise
-            self._thread = thread
-            return self._db, thread
+            return self._db
 
     async def _tx(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(db)`` in one ``BEGIN IMMEDIATE`` transaction, on the connection's thread."""
-        db, thread = await self._open()
+        conn = await self._open()
 
-        def run() -> _T:
+        def run(db: sqlite3.Connection) -> _T:
             db.execute("BEGIN IMMEDIATE")
             try:
                 out = work(db)
@@ -105,7 +96,7 @@ class SQLiteSessions(AsyncClosing):
             return out
 
         try:
-            return await asyncio.get_running_loop().run_in_executor(thread, run)
+            return await conn.run(run)
         except sqlite3.OperationalError as exc:
             raise _outage(self._path, exc) from exc
 
@@ -195,14 +186,9 @@ class SQLiteSessions(AsyncClosing):
 
     async def close(self) -> None:
         async with self._opening:
-            db, thread = self._db, self._thread
-            self._db = self._thread = None
-        if thread is None:
-            return
+            db, self._db = self._db, None
         if db is not None:
-            with contextlib.suppress(sqlite3.Error):
-                await asyncio.get_running_loop().run_in_executor(thread, db.close)
-        thread.shutdown(wait=False)
+            await db.close()
 
 
 # -- one transaction's statements (run on the connection's thread) ---------------------------------
