@@ -4,6 +4,8 @@ password or a removal ends that user's open sessions (:mod:`crawlherd.console.us
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -27,17 +29,28 @@ async def _form(request: Request) -> tuple[str, dict[str, str]]:
     return form.get("name", "").strip(), form
 
 
+async def _change(work: Callable[[], Awaitable[str]], refused: str) -> Response:
+    """Back to the users page saying what ``work`` did, or ``refused`` and why when it raises a
+    :class:`~crawlherd.errors.CrawlherdError` (a bad role, an unknown or existing user...)."""
+    try:
+        done = await work()
+    except CrawlherdError as exc:
+        return back("/users", f"{refused}: {exc}")
+    return back("/users", done)
+
+
 @needs(Action.USERS)
 async def user_add(request: Request) -> Response:
     name, form = await _form(request)
-    try:
+
+    async def add() -> str:
         role = Role.parse(form.get("role", "viewer"))
         if await _exists(request, name):
             raise CrawlherdError(f"user {name!r} exists already: change their password below")
         await add_user(engine(request), name, form.get("password", ""), role=role, actor=actor(request))
-    except CrawlherdError as exc:
-        return back("/users", f"not added: {exc}")
-    return back("/users", f"user {name} added as {role.label}")
+        return f"user {name} added as {role.label}"
+
+    return await _change(add, "not added")
 
 
 async def _exists(request: Request, name: str) -> bool:
@@ -47,24 +60,26 @@ async def _exists(request: Request, name: str) -> bool:
 @needs(Action.USERS)
 async def user_role(request: Request) -> Response:
     name, form = await _form(request)
-    try:
+
+    async def change_role() -> str:
         role = Role.parse(form.get("role", ""))
         await set_role(engine(request), name, role, actor=actor(request))
-    except CrawlherdError as exc:
-        return back("/users", f"role not changed: {exc}")
-    return back("/users", f"{name} is now {role.label}")
+        return f"{name} is now {role.label}"
+
+    return await _change(change_role, "role not changed")
 
 
 @needs(Action.USERS)
 async def user_password(request: Request) -> Response:
     name, form = await _form(request)
-    try:
+
+    async def change_password() -> str:
         if not await _exists(request, name):
             raise CrawlherdError(f"no user named {name!r}")
         await add_user(engine(request), name, form.get("password", ""), actor=actor(request))
-    except CrawlherdError as exc:
-        return back("/users", f"password not changed: {exc}")
-    return back("/users", f"password of {name} changed; their sessions ended")
+        return f"password of {name} changed; their sessions ended"
+
+    return await _change(change_password, "password not changed")
 
 
 @needs(Action.USERS)
@@ -79,11 +94,12 @@ async def user_remove(request: Request) -> Response:
     name, form = await _form(request)
     if form.get("confirm", "") != name:
         return back("/users", f"{name} not removed: type the name to confirm")
-    try:
+
+    async def remove() -> str:
         gone = await remove_user(engine(request), name, actor=actor(request))
-    except CrawlherdError as exc:
-        return back("/users", f"not removed: {exc}")
-    return back("/users", f"user {name} removed" if gone else f"no user named {name}")
+        return f"user {name} removed" if gone else f"no user named {name}"
+
+    return await _change(remove, "not removed")
 
 
 routes = [
