@@ -5,24 +5,34 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
-from crawlherd.console.browse import website_names
 from crawlherd.console.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
 from crawlherd.console.users import Action
-from crawlherd.web.auth import needs
-from crawlherd.web.common import PAGE, choice_param, engine, found, int_param, next_key, render, time_param
+from crawlherd.web.common import (
+    PAGE,
+    RouteTable,
+    choice_param,
+    engine,
+    found,
+    int_param,
+    next_key,
+    render,
+    time_param,
+    website_filter,
+)
 
 __all__ = ["job_page", "jobs_page", "routes"]
 
+routes = RouteTable()
 
-@needs(Action.READ)
+
+@routes.get("/jobs", Action.READ)
 async def jobs_page(request: Request) -> Response:
     p = request.query_params
-    names = await website_names(engine(request))
+    website, names = await website_filter(request)
     flt = JobFilter(
         status=choice_param("status", p.get("status"), JOB_STATUSES),
-        website=choice_param("website", p.get("website"), names),
+        website=website,
         target_id=int_param(p.get("target")),
         since=time_param(p.get("since")),
         until=time_param(p.get("until")),
@@ -38,13 +48,7 @@ async def jobs_page(request: Request) -> Response:
     )
 
 
-@needs(Action.READ)
+@routes.get("/jobs/{run_id:int}", Action.READ)
 async def job_page(request: Request) -> Response:
     job = await found(get_job(engine(request), int(request.path_params["run_id"])))
     return render(request, "job.html", job=job)
-
-
-routes = [
-    Route("/jobs", jobs_page, methods=["GET"]),
-    Route("/jobs/{run_id:int}", job_page, methods=["GET"]),
-]

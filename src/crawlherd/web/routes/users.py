@@ -8,18 +8,19 @@ from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from crawlherd.console.sessions import revoke_sessions
 from crawlherd.console.users import Action, Role, add_user, list_users, remove_user, set_role
 from crawlherd.errors import CrawlherdError
-from crawlherd.web.auth import actor, checked_form, needs
-from crawlherd.web.common import back, engine, render
+from crawlherd.web.auth import actor, checked_form
+from crawlherd.web.common import RouteTable, back, engine, render
 
 __all__ = ["routes", "user_add", "user_password", "user_remove", "user_revoke", "user_role", "users_page"]
 
+routes = RouteTable()
 
-@needs(Action.USERS)
+
+@routes.get("/users", Action.USERS)
 async def users_page(request: Request) -> Response:
     return render(request, "users.html", users=await list_users(engine(request)), roles=[r.label for r in Role])
 
@@ -39,7 +40,7 @@ async def _change(work: Callable[[], Awaitable[str]], refused: str) -> Response:
     return back("/users", done)
 
 
-@needs(Action.USERS)
+@routes.post("/users/add", Action.USERS)
 async def user_add(request: Request) -> Response:
     name, form = await _form(request)
 
@@ -57,7 +58,7 @@ async def _exists(request: Request, name: str) -> bool:
     return any(u.name == name for u in await list_users(engine(request)))
 
 
-@needs(Action.USERS)
+@routes.post("/users/role", Action.USERS)
 async def user_role(request: Request) -> Response:
     name, form = await _form(request)
 
@@ -69,7 +70,7 @@ async def user_role(request: Request) -> Response:
     return await _change(change_role, "role not changed")
 
 
-@needs(Action.USERS)
+@routes.post("/users/password", Action.USERS)
 async def user_password(request: Request) -> Response:
     name, form = await _form(request)
 
@@ -82,14 +83,14 @@ async def user_password(request: Request) -> Response:
     return await _change(change_password, "password not changed")
 
 
-@needs(Action.USERS)
+@routes.post("/users/revoke", Action.USERS)
 async def user_revoke(request: Request) -> Response:
     name, _form_values = await _form(request)
     ended = await revoke_sessions(engine(request), name, actor=actor(request))
     return back("/users", f"{ended} session(s) of {name} ended")
 
 
-@needs(Action.USERS)
+@routes.post("/users/remove", Action.USERS)
 async def user_remove(request: Request) -> Response:
     name, form = await _form(request)
     if form.get("confirm", "") != name:
@@ -100,13 +101,3 @@ async def user_remove(request: Request) -> Response:
         return f"user {name} removed" if gone else f"no user named {name}"
 
     return await _change(remove, "not removed")
-
-
-routes = [
-    Route("/users", users_page, methods=["GET"]),
-    Route("/users/add", user_add, methods=["POST"]),
-    Route("/users/role", user_role, methods=["POST"]),
-    Route("/users/password", user_password, methods=["POST"]),
-    Route("/users/revoke", user_revoke, methods=["POST"]),
-    Route("/users/remove", user_remove, methods=["POST"]),
-]
