@@ -6,8 +6,8 @@
   :func:`error_page` (a refusal, on a page of the console) and :func:`back` (a 303 redirect after a
   form, with a flash message);
 - reading forms and query strings: :func:`raw_form`, :func:`int_param`, :func:`time_param`,
-  :func:`choice_param`, :func:`website_filter`, :func:`duration`; :data:`PAGE` rows a page, and the next
-  page's key (:func:`next_key`);
+  :func:`choice_param`, :func:`website_filter` (and a whole :class:`Listing`), :func:`duration`;
+  :data:`PAGE` rows a page, and the next page's key (:func:`next_key`);
 - :func:`form_errors` (a form's save, and what it refused, by field), :func:`found` (a 404 when a lookup
   finds nothing) and :func:`json_response`;
 - :class:`RouteTable`: a module's routes, each declared on its endpoint.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
 from typing import Any, TypeVar
@@ -40,6 +41,7 @@ from crawlherd.web.auth import Endpoint, actor, csrf_token, needs, role
 
 __all__ = [
     "PAGE",
+    "Listing",
     "RouteTable",
     "back",
     "choice_param",
@@ -237,6 +239,27 @@ async def website_filter(request: Request) -> tuple[str | None, list[str]]:
     the names it may be (the filter's choices)."""
     names = await website_names(engine(request))
     return choice_param("website", request.query_params.get("website"), names), names
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What a listing page filtered by website and paged by ``?before=`` reads from its query: the
+    query itself (``params``), the website chosen (:func:`website_filter`) and the names it may be,
+    and the key the page starts before."""
+
+    params: Mapping[str, str]
+    website: str | None
+    websites: list[str]
+    before: int | None
+
+    @classmethod
+    async def read(cls, request: Request) -> Listing:
+        website, names = await website_filter(request)
+        return cls(request.query_params, website, names, int_param(request.query_params.get("before")))
+
+    def context(self, rows: Sequence[Any]) -> dict[str, Any]:
+        """The template's part: the query, the websites to choose from, the next page's key."""
+        return {"params": dict(self.params), "websites": self.websites, "next_before": next_key(rows)}
 
 
 def duration(value: str) -> str | float:

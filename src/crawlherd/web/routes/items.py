@@ -13,7 +13,7 @@ from starlette.responses import Response
 from crawlherd.console.browse import browse_items
 from crawlherd.console.users import Action
 from crawlherd.sinks.export import FORMATS, export_items
-from crawlherd.web.common import PAGE, RouteTable, engine, int_param, next_key, render, website_filter
+from crawlherd.web.common import PAGE, Listing, RouteTable, engine, render, website_filter
 
 __all__ = ["items_export", "items_page", "routes"]
 
@@ -22,17 +22,12 @@ routes = RouteTable()
 
 @routes.get("/items", Action.READ)
 async def items_page(request: Request) -> Response:
-    p = request.query_params
-    website, names = await website_filter(request)
+    listing = await Listing.read(request)
     rows = await browse_items(
-        engine(request), website=website, q=p.get("q", ""),
-        location=p.get("location", ""),
-        before_id=int_param(p.get("before")), limit=PAGE,
+        engine(request), website=listing.website, q=listing.params.get("q", ""),
+        location=listing.params.get("location", ""), before_id=listing.before, limit=PAGE,
     )
-    return render(
-        request, "items.html", rows=rows, params=dict(p), websites=names,
-        next_before=next_key(rows),
-    )
+    return render(request, "items.html", rows=rows, **listing.context(rows))
 
 
 @routes.get("/items/export", Action.READ)

@@ -10,15 +10,14 @@ from crawlherd.console.jobs import JOB_STATUSES, JobFilter, get_job, list_jobs
 from crawlherd.console.users import Action
 from crawlherd.web.common import (
     PAGE,
+    Listing,
     RouteTable,
     choice_param,
     engine,
     found,
     int_param,
-    next_key,
     render,
     time_param,
-    website_filter,
 )
 
 __all__ = ["job_page", "jobs_page", "routes"]
@@ -28,24 +27,21 @@ routes = RouteTable()
 
 @routes.get("/jobs", Action.READ)
 async def jobs_page(request: Request) -> Response:
-    p = request.query_params
-    website, names = await website_filter(request)
+    listing = await Listing.read(request)
+    p = listing.params
     flt = JobFilter(
         status=choice_param("status", p.get("status"), JOB_STATUSES),
-        website=website,
+        website=listing.website,
         target_id=int_param(p.get("target")),
         since=time_param(p.get("since")),
         until=time_param(p.get("until")),
-        before_id=int_param(p.get("before")),
+        before_id=listing.before,
         limit=PAGE,
     )
     rows = await list_jobs(engine(request), flt)
     if p.get("format") == "json":
         return JSONResponse([r.as_dict() for r in rows])
-    return render(
-        request, "jobs.html", rows=rows, f=flt, statuses=JOB_STATUSES, params=dict(p),
-        websites=names, next_before=next_key(rows),
-    )
+    return render(request, "jobs.html", rows=rows, f=flt, statuses=JOB_STATUSES, **listing.context(rows))
 
 
 @routes.get("/jobs/{run_id:int}", Action.READ)
