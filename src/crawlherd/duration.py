@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
 
 from crawlherd.errors import ScheduleError
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["duration_seconds", "format_duration", "parse_duration"]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.I)
 _UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -54,3 +55,15 @@ def parse_duration(value: str | float | int) -> timedelta:
     if total > _LONGEST:
         raise ScheduleError(f"duration too long: {value!r} (at most {_LONGEST:g} seconds)")
     return timedelta(seconds=total)
+
+
+def duration_seconds(value: Any) -> Any:
+    """A duration (as :func:`parse_duration` takes it) -> seconds, for a pydantic ``mode="before"``
+    validator: a bad one is a ``ValueError`` (a validation error); anything else is left to pydantic's
+    own type check."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return value
+    try:
+        return parse_duration(value).total_seconds()
+    except ScheduleError as exc:
+        raise ValueError(str(exc)) from None

@@ -42,8 +42,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from crawlherd._redact import redact_url
-from crawlherd.duration import parse_duration
-from crawlherd.errors import ConfigurationError, ScheduleError
+from crawlherd.duration import duration_seconds
+from crawlherd.errors import ConfigurationError
 
 __all__ = [
     "DIRECT",
@@ -61,15 +61,6 @@ DIRECT = "direct"
 _PROXY_SCHEMES = ("http", "https", "socks5", "socks5h", "socks4")
 _SECRET_REF = re.compile(r"^(env|file):([A-Za-z0-9_.-]{1,200})$")
 _SECRET_IN_TEXT = re.compile(r"\{((?:env|file):[A-Za-z0-9_.-]{1,200})\}")
-
-
-def _seconds(value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        return value
-    try:
-        return parse_duration(value).total_seconds()
-    except ScheduleError as exc:
-        raise ValueError(str(exc)) from None
 
 
 def _regexes(values: list[str]) -> list[str]:
@@ -99,7 +90,7 @@ class BanSpec(BaseModel):
     descend_after: int = Field(default=50, ge=1, description="successes in a row that move it back down")
     page_attempts: int = Field(default=0, ge=0, description="blocks a page may meet (0: two per identity)")
 
-    _cool = field_validator("cool_off", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+    _cool = field_validator("cool_off", mode="before")(classmethod(lambda cls, v: duration_seconds(v)))
     _re = field_validator("markers", "block_urls")(classmethod(lambda cls, v: _regexes(v)))
 
     def blocked(self, status: int | None, headers: Any, final_url: str, text: str | None) -> str | None:
@@ -129,7 +120,7 @@ class SessionSpec(BaseModel):
     max_errors: int = Field(default=3, ge=1)
     per_proxy: int = Field(default=1, ge=1, le=100, description="live sessions kept per proxy")
 
-    _age = field_validator("max_age", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+    _age = field_validator("max_age", mode="before")(classmethod(lambda cls, v: duration_seconds(v)))
 
 
 class LoginSpec(BaseModel):

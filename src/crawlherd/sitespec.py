@@ -46,8 +46,8 @@ from pydantic import (
     model_validator,
 )
 
-from crawlherd.duration import parse_duration
-from crawlherd.errors import ConfigurationError, ScheduleError
+from crawlherd.duration import duration_seconds
+from crawlherd.errors import ConfigurationError
 from crawlherd.extract.handlers import Handler, resolve_extractor
 from crawlherd.extract.pagination import IN_PAGE_TYPES, Pagination
 from crawlherd.extract.rules import ExtractionRules
@@ -82,17 +82,6 @@ def _require_http(url: str) -> str:
 
 #: A string field that must be an http:// or https:// URL (a website's base URL, a job's search URL).
 HttpURL = Annotated[str, AfterValidator(_require_http)]
-
-
-def _seconds(value: Any) -> Any:
-    """A duration (``"500ms"``, ``"10s"``, ``"1h30m"``, ``"1d"`` or a number) -> seconds; a bad one
-    is a validation error. Anything else is left to pydantic's own type check."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        return value
-    try:
-        return parse_duration(value).total_seconds()
-    except ScheduleError as exc:
-        raise ValueError(str(exc)) from None
 
 
 def template_problems(template: str) -> list[str]:
@@ -132,7 +121,7 @@ class PaginationSpec(BaseModel):
     item_selector: str | None = None
     settle: float = Field(default=2.0, gt=0, le=600, description="seconds; a duration string in files")
 
-    _settle = field_validator("settle", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+    _settle = field_validator("settle", mode="before")(classmethod(lambda cls, v: duration_seconds(v)))
 
     @model_validator(mode="after")
     def _needs(self) -> PaginationSpec:
@@ -160,7 +149,7 @@ class BrowserSpec(BaseModel):
     wait_timeout: float | None = Field(default=None, gt=0, le=3600, description="seconds; a duration in files")
     failure_screenshots: StrictBool = False
 
-    _wait_timeout = field_validator("wait_timeout", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+    _wait_timeout = field_validator("wait_timeout", mode="before")(classmethod(lambda cls, v: duration_seconds(v)))
 
     @field_validator("wait_for")
     @classmethod
@@ -184,7 +173,7 @@ class PolitenessSpec(BaseModel):
     max_concurrency: int = Field(default=2, ge=1, le=1000)
     robots: Literal["obey", "ignore"] = "obey"
 
-    _min_delay = field_validator("min_delay", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+    _min_delay = field_validator("min_delay", mode="before")(classmethod(lambda cls, v: duration_seconds(v)))
 
 
 class SiteSpec(BaseModel):
@@ -211,7 +200,7 @@ class SiteSpec(BaseModel):
     _rules: ExtractionRules | None = PrivateAttr(default=None)
     _paginator: Pagination = PrivateAttr(default_factory=Pagination)
 
-    _revisit = field_validator("revisit_age", mode="before")(classmethod(lambda cls, v: _seconds(v)))
+    _revisit = field_validator("revisit_age", mode="before")(classmethod(lambda cls, v: duration_seconds(v)))
 
     @field_validator("name")
     @classmethod

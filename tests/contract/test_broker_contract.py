@@ -100,7 +100,7 @@ class Harness:
         if self.kind == "memory":
             return b._store is None
         if self.kind == "sqlite":
-            return b._conn is None and b._executor is None
+            return b._db is None
         if self.kind == "redis" or self.kind.startswith("sqs"):
             return b._client is None
         return b._connection is None

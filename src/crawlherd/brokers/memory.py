@@ -56,18 +56,16 @@ class MemoryBrokerOptions(_common.BrokerOptions):
     record: bool = False
 
 
+@dataclass(slots=True, eq=False)
 class _Msg:
-    __slots__ = ("available_at", "body", "deliveries", "headers", "id", "key", "lease", "version")
-
-    def __init__(self, id: int, key: str, body: bytes, headers: dict[str, str], available_at: float) -> None:
-        self.id = id
-        self.key = key
-        self.body = body
-        self.headers = headers
-        self.available_at = available_at
-        self.lease: str | None = None
-        self.deliveries = 0
-        self.version = 0
+    id: int
+    key: str
+    body: bytes
+    headers: dict[str, str]
+    available_at: float
+    lease: str | None = None
+    deliveries: int = 0
+    version: int = 0
 
 
 class MemoryStore:

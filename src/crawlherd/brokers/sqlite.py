@@ -25,7 +25,6 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 from crawlherd._options import Delay, NonEmpty, Seconds
 from crawlherd._resilience import Batcher
+from crawlherd._sqlite import SQLiteThread
 from crawlherd.brokers._common import (
     BrokerBase,
     BrokerOptions,
@@ -134,8 +134,7 @@ class SQLiteBroker(BrokerBase):
         self.options = opts = options or SQLiteBrokerOptions()
         self.queue = opts.queue
         self._clock = opts.clock
-        self._conn: sqlite3.Connection | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._db: SQLiteThread | None = None
         # group commit: every publish made while a transaction runs goes into the next one, in order
         self._publishes: Batcher[tuple[Any, ...], None] = Batcher(
             self._insert_rows, max_batch=5000, name=f"sqlite-broker-publish:{self.path}"
@@ -154,15 +153,13 @@ class SQLiteBroker(BrokerBase):
     async def _run(self, fn: Callable[[sqlite3.Connection], T], *, publishing: bool = False) -> T:
         if not self._opened:
             await self._ensure_open()
-        conn, executor = self._conn, self._executor
-        if conn is None or executor is None:
+        db = self._db
+        if db is None:
             raise BrokerError(f"{self!r} is closed")
         with _driver_errors(self, publishing=publishing):
-            return await asyncio.get_running_loop().run_in_executor(executor, fn, conn)
+            return await db.run(fn)
 
     async def _open(self) -> None:
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlherd-sqlite-broker")
-
         def connect() -> sqlite3.Connection:
             if self.path != ":memory:" and not self.path.startswith("file:") and Path(self.path).parent.exists():
                 # owner only; SQLite gives its -wal and -shm files the permissions of the database file
@@ -180,25 +177,15 @@ class SQLiteBroker(BrokerBase):
                 raise
             return conn
 
-        try:
-            with _driver_errors(self, doing="cannot open the database file: "):
-                self._conn = await asyncio.get_running_loop().run_in_executor(executor, connect)
-        except BaseException:
-            executor.shutdown(wait=False)
-            raise
-        self._executor = executor
+        with _driver_errors(self, doing="cannot open the database file: "):
+            self._db = await SQLiteThread.open(connect, name="crawlherd-sqlite-broker")
 
     async def _shutdown(self) -> None:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._publishes.flush(), 10)
-        conn, executor = self._conn, self._executor
-        self._conn = self._executor = None
-        if executor is None:
-            return
-        if conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                await asyncio.get_running_loop().run_in_executor(executor, conn.close)
-        executor.shutdown(wait=False)
+        db, self._db = self._db, None
+        if db is not None:
+            await db.close()
 
     # -- protocol ----------------------------------------------------------------------------------
 

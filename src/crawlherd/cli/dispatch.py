@@ -13,18 +13,9 @@ import click
 
 from crawlherd._redact import redact_url
 from crawlherd._resilience import watch
-from crawlherd.cli._common import (
-    Output,
-    broker_for_service,
-    broker_option,
-    config_db,
-    database_option,
-    output_options,
-    periodic_status,
-    settings_from,
-)
-from crawlherd.cli._console import metrics_port_option, start_metrics
+from crawlherd.cli._common import Output, periodic_status, settings_from
 from crawlherd.cli._loop import loop_option, run_async
+from crawlherd.cli._service import service_options, service_stores
 from crawlherd.cli._signals import stop_on_signals
 from crawlherd.dispatch.dispatch_service import DispatchOptions, DispatchService, RelayResult, TickResult
 
@@ -63,8 +54,6 @@ def _freeze_at_exit() -> None:
 @click.option("--once", is_flag=True, help="Dispatch what is due, relay what is pending, then exit.")
 @click.option("--interval", "dispatch_interval", type=click.FloatRange(min=0.01), default=None,
               help="Seconds between cycles.  [default: setting dispatch_interval, 1]")
-@database_option
-@broker_option
 @click.option("--batch-size", "dispatch_batch_size", type=click.IntRange(1, 100_000), default=None,
               help="Targets per tick.  [default: setting dispatch_batch_size, 5000]")
 @click.option(
@@ -73,8 +62,7 @@ def _freeze_at_exit() -> None:
     "[default: setting dispatch_lease, 60]",
 )
 @loop_option
-@output_options
-@metrics_port_option
+@service_options
 @click.pass_context
 def dispatch(
     ctx: click.Context,
@@ -122,11 +110,7 @@ def dispatch(
         return f"{text}; {outages}" if outages else text
 
     async def main() -> None:
-        async with (
-            config_db(settings, create=False, waiting=out) as engine,
-            broker_for_service(broker_target) as (broker, broker_down),
-        ):
-            start_metrics(metrics_port)
+        async with service_stores(settings, out, metrics_port=metrics_port) as (engine, broker, broker_down):
             dispatcher = DispatchService(
                 engine,
                 broker,

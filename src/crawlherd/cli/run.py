@@ -20,19 +20,12 @@ from crawlherd.cli._common import (
 )
 from crawlherd.cli._console import console_options, console_or_none, start_metrics
 from crawlherd.cli._loop import run_async
-from crawlherd.cli._signals import OVERDUE, stop_on_signals
-from crawlherd.cli.worker import (
-    make_worker,
-    run_options,
-    waiting_for,
-    worker_pool_size,
-    worker_statistics,
-    worker_status,
-)
+from crawlherd.cli.worker import run_options, worker_pool_size, worker_started, worker_statistics, worker_status
 from crawlherd.db import upgrade
 from crawlherd.dispatch.embedded import run_embedded
 from crawlherd.dispatch.outbox import TickResult
 from crawlherd.dispatch.relay import RelayResult
+from crawlherd.worker.worker import Worker
 
 __all__ = ["run"]
 
@@ -73,22 +66,19 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
     def count(tick: TickResult, relay: RelayResult) -> None:
         ticks[0], relays[0] = ticks[0] + tick, relays[0] + relay
 
+    def banner(w: Worker) -> str:
+        return (
+            f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
+            f"frontier {redact_url(w.options.frontier_url)}"
+        )
+
     async def main() -> None:
         async with config_db(settings, migrate=False, pool_size=worker_pool_size(settings)) as engine:
             await upgrade(engine)
             async with broker_for_service(target) as (broker, broker_down):
-                w = make_worker(engine, broker, settings)
-                stop = asyncio.Event()
                 rates = Rates()
                 start_metrics(metrics_port)
-                # before the banner: Ctrl+C from then on is clean
-                with stop_on_signals(stop, waiting_for(w), overdue=w.options.shutdown_timeout + OVERDUE):
-                    out.info(
-                        f"crawlherd run: {redact_url(settings.database_url)}, broker {redact_url(target)}, "
-                        f"frontier {redact_url(w.options.frontier_url)}"
-                    )
-                    if broker_down is not None:  # said now, and on every status line until it is back
-                        w.outages.down("broker", broker_down)
+                with worker_started(engine, broker, broker_down, settings, out, banner) as (w, stop):
                     async with (
                         w,
                         console_or_none(engine, console_port, enabled=not no_console) as console,

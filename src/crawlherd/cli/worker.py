@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
@@ -12,27 +12,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd._redact import redact_url
 from crawlherd.brokers import Broker
-from crawlherd.cli._common import (
-    Output,
-    Rates,
-    broker_for_service,
-    broker_option,
-    config_db,
-    database_option,
-    output_options,
-    periodic_status,
-    settings_from,
-    stats_dump,
-)
-from crawlherd.cli._console import metrics_port_option, start_metrics
+from crawlherd.cli._common import Output, Rates, periodic_status, settings_from, stats_dump
 from crawlherd.cli._loop import loop_option, run_async
+from crawlherd.cli._service import service_options, service_stores
 from crawlherd.cli._signals import OVERDUE, stop_on_signals
+from crawlherd.errors import BackendUnavailableError
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.settings import Settings
 from crawlherd.worker.worker import PAGE_DISPATCHERS, Worker, WorkerOptions
 
 __all__ = ["make_worker", "run_options", "waiting_for", "worker", "worker_options", "worker_pool_size",
-           "worker_statistics", "worker_status"]
+           "worker_started", "worker_statistics", "worker_status"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,11 +52,9 @@ _OPTIONS = [
 
 
 def run_options(func: F) -> F:
-    """The options of ``worker`` and ``run``: config DB, broker, the worker's options, metrics port, -q
-    and --json."""
-    for option in (database_option, broker_option, worker_options, metrics_port_option, output_options):
-        func = option(func)
-    return func
+    """The options of ``worker`` and ``run``: a service's (config DB, broker, metrics port, -q and
+    --json) and the worker's."""
+    return service_options(worker_options(func))
 
 
 def worker_options(func: F) -> F:
@@ -133,6 +121,23 @@ def worker_status(w: Worker, rates: Rates) -> str:
                       f"{jobs}; {outages}" if outages else jobs)
 
 
+@contextlib.contextmanager
+def worker_started(
+    engine: AsyncEngine, broker: Broker, broker_down: BackendUnavailableError | None, settings: Settings,
+    out: Output, banner: Callable[[Worker], str],
+) -> Iterator[tuple[Worker, asyncio.Event]]:
+    """A worker from the settings and the event that stops it, set by SIGTERM or Ctrl+C from before its
+    ``banner`` on (so that Ctrl+C is clean from then on); a broker down at start-up (``broker_down``) is
+    said now, and on every status line until it is back."""
+    w = make_worker(engine, broker, settings)
+    stop = asyncio.Event()
+    with stop_on_signals(stop, waiting_for(w), overdue=w.options.shutdown_timeout + OVERDUE):
+        out.info(banner(w))
+        if broker_down is not None:
+            w.outages.down("broker", broker_down)
+        yield w, stop
+
+
 def waiting_for(w: Worker) -> Callable[[], str]:
     """What a stopping worker waits for, for the "stopping…" line."""
     return lambda: (
@@ -160,26 +165,19 @@ def worker(
     status_interval seconds; at the end, the statistics (--json: as one JSON object on stdout).
     """
     settings = settings_from(ctx, database_url=database_url, broker_url=broker_url, **options)
-    target = settings.effective_broker_url
     out = Output(quiet=quiet, as_json=as_json)
 
+    def banner(w: Worker) -> str:
+        return (
+            f"worker {w.name}: {redact_url(settings.effective_broker_url)} -> {redact_url(settings.database_url)}, "
+            f"{w.options.concurrency} job(s) at once, frontier {redact_url(w.options.frontier_url)}"
+        )
+
     async def main() -> None:
-        async with (
-            config_db(settings, create=False, pool_size=worker_pool_size(settings), waiting=out) as engine,
-            broker_for_service(target) as (broker, broker_down),
-        ):
-            start_metrics(metrics_port)
-            w = make_worker(engine, broker, settings)
-            stop = asyncio.Event()
+        stores = service_stores(settings, out, metrics_port=metrics_port, pool_size=worker_pool_size(settings))
+        async with stores as (engine, broker, broker_down):
             rates = Rates()
-            # before the banner: Ctrl+C from then on is clean
-            with stop_on_signals(stop, waiting_for(w), overdue=w.options.shutdown_timeout + OVERDUE):
-                out.info(
-                    f"worker {w.name}: {redact_url(target)} -> {redact_url(settings.database_url)}, "
-                    f"{w.options.concurrency} job(s) at once, frontier {redact_url(w.options.frontier_url)}"
-                )
-                if broker_down is not None:  # said now, and on every status line until it is back
-                    w.outages.down("broker", broker_down)
+            with worker_started(engine, broker, broker_down, settings, out, banner) as (w, stop):
                 if not settings.frontier_url and not settings.database_url.startswith("sqlite"):
                     click.secho(
                         "warning: this worker's frontier is memory://, its own: the other workers of a fleet on "

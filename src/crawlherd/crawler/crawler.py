@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from typing import Literal, TypedDict, Unpack, cast, overload
 from urllib.parse import urlsplit
 
+from crawlherd._aio import AsyncClosing
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.crawler.cache import DEFAULT_CACHE_MAX_BYTES, DEFAULT_CACHE_MAX_ENTRIES, ResultCache
 from crawlherd.crawler.concurrency.base import BaseDispatcher, Dispatcher
@@ -36,12 +37,7 @@ from crawlherd.crawler.renderer import Renderer, wants_rendering
 from crawlherd.crawler.robots_work import RobotsWork
 from crawlherd.crawler.run_urls import RunUrlsAdapter, RunUrlsDispatcher
 from crawlherd.crawler.stream import CrawlRun, CrawlStream
-from crawlherd.errors import (
-    ConfigurationError,
-    FetchError,
-    InvalidURLError,
-    PageTooComplexError,
-)
+from crawlherd.errors import ConfigurationError, FetchError, InvalidURLError, PageTooComplexError
 from crawlherd.extract.links import extract_links_async
 from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.gate import HostGate
@@ -80,7 +76,7 @@ class _CrawlOptions(TypedDict, total=False):
     max_in_flight_per_host: int
 
 
-class Crawler:
+class Crawler(AsyncClosing):
     """The crawl engine. ``Crawler(*, fetcher=None, limits=None, allow_private_addresses=None,
     config=None, clock=None, max_connections=100, cache_max_entries=1000, cache_max_bytes=64 MiB)``;
     use it as ``async with Crawler() as crawler``.
@@ -141,9 +137,6 @@ class Crawler:
     async def __aenter__(self) -> Crawler:
         await self.fetcher.__aenter__()
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Stop every open stream and close the fetcher. Idempotent."""

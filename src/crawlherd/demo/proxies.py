@@ -25,10 +25,9 @@ import contextlib
 import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from urllib.parse import urlsplit
 
-from crawlherd._aio import pipe
+from crawlherd._aio import AsyncClosing, pipe
 
 __all__ = ["LoopbackProxy", "start_http_proxy", "start_socks5_proxy"]
 
@@ -37,7 +36,7 @@ _Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None
 
 
 @dataclass
-class LoopbackProxy:
+class LoopbackProxy(AsyncClosing):
     """A running proxy: ``url`` (with its credentials, when it wants some), its ``source`` address."""
 
     scheme: str
@@ -67,14 +66,6 @@ class LoopbackProxy:
         if self.server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 2)
-
-    async def __aenter__(self) -> LoopbackProxy:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
     async def _listen(self, handler: _Handler) -> LoopbackProxy:
         self.server = await asyncio.start_server(self._tracked(handler), "127.0.0.1", 0)

@@ -24,9 +24,9 @@ Every request is counted (:attr:`DemoSite.log`) with its time, path, query and s
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
-from types import TracebackType
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from types import MethodType, TracebackType
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -37,6 +37,22 @@ from crawlherd.demo.log import RequestLog, ServedRequest
 from crawlherd.errors import ConfigurationError
 
 __all__ = ["DemoSite"]
+
+_Handler = Callable[["DemoSite", web.Request], Awaitable[web.StreamResponse]]
+#: The GET routes of the site: (path, handler), in the order the handlers are declared.
+_ROUTES: list[tuple[str, _Handler]] = []
+_H = TypeVar("_H", bound=_Handler)
+
+
+def _get(path: str) -> Callable[[_H], _H]:
+    """Marks a handler of :class:`DemoSite` as the one for GET ``path`` (aiohttp's ``RouteTableDef``,
+    for methods)."""
+
+    def mark(handler: _H) -> _H:
+        _ROUTES.append((path, handler))
+        return handler
+
+    return mark
 
 
 class DemoSite:
@@ -87,21 +103,11 @@ class DemoSite:
         return self._url
 
     def make_app(self) -> web.Application:
-        """The aiohttp application (also usable with aiohttp's test server)."""
+        """The aiohttp application (also usable with aiohttp's test server): every handler marked
+        :func:`_get`, at its path."""
         app = web.Application(middlewares=[self._count])
-        app.router.add_get("/", self._home)
-        app.router.add_get("/robots.txt", self._robots)
-        app.router.add_get("/search", self._search)
-        app.router.add_get("/browse/{keyword}/{location}", self._browse)
-        app.router.add_get("/js/search", self._js_search)
-        app.router.add_get("/api/jobs", self._api_jobs)
-        app.router.add_get("/jobs/{job_id}", self._detail)
-        app.router.add_get("/fail/search", self._fail)
-        app.router.add_get("/private/{tail:.*}", self._private)
-        app.router.add_get("/ip", self._ip)
-        app.router.add_get("/headers", self._headers)
-        app.router.add_get("/cookies", self._cookies)
-        app.router.add_get("/cookies/set", self._set_cookies)
+        for path, handler in _ROUTES:
+            app.router.add_get(path, MethodType(handler, self))
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -201,32 +207,40 @@ class DemoSite:
 
     # -- home, robots, failures ------------------------------------------------------------------
 
+    @_get("/")
     async def _home(self, request: web.Request) -> web.Response:
         return _html("Demo jobs", pages.home(self.searches()))
 
+    @_get("/robots.txt")
     async def _robots(self, request: web.Request) -> web.Response:
         lines = ["User-agent: *", "Disallow: /private/"]
         if self.crawl_delay is not None:
             lines.append(f"Crawl-delay: {self.crawl_delay:g}")
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
+    @_get("/fail/search")
     async def _fail(self, request: web.Request) -> web.Response:
         return web.Response(status=500, text="Internal error (this endpoint always fails)\n")
 
+    @_get("/private/{tail:.*}")
     async def _private(self, request: web.Request) -> web.Response:
         return _html("Private", "<p class='secret'>robots.txt asked you not to come here</p>")
 
     # -- who is asking: /ip, /headers, /cookies (httpbin's answers, for proxy and session examples) --
 
+    @_get("/ip")
     async def _ip(self, request: web.Request) -> web.Response:
         return web.json_response({"origin": request.remote})
 
+    @_get("/headers")
     async def _headers(self, request: web.Request) -> web.Response:
         return web.json_response({"headers": dict(request.headers)})
 
+    @_get("/cookies")
     async def _cookies(self, request: web.Request) -> web.Response:
         return web.json_response({"cookies": dict(request.cookies)})
 
+    @_get("/cookies/set")
     async def _set_cookies(self, request: web.Request) -> web.Response:
         """``/cookies/set?name=value``: sets the cookies, then redirects to ``/cookies``."""
         redirect = web.HTTPFound("/cookies")
@@ -236,6 +250,7 @@ class DemoSite:
 
     # -- listings: /search (page_param, the deliberate 429s) and /browse (next_link) -------------
 
+    @_get("/search")
     async def _search(self, request: web.Request) -> web.Response:
         keyword, location = _query(request)
         page = _page_number(request)
@@ -252,6 +267,7 @@ class DemoSite:
         self._seen_searches.add(key)
         return first
 
+    @_get("/browse/{keyword}/{location}")
     async def _browse(self, request: web.Request) -> web.Response:
         keyword, location = request.match_info["keyword"], request.match_info["location"]
         page = _page_number(request)
@@ -263,10 +279,12 @@ class DemoSite:
 
     # -- the JavaScript-rendered listing and its API ---------------------------------------------
 
+    @_get("/js/search")
     async def _js_search(self, request: web.Request) -> web.Response:
         keyword, location = _query(request)
         return _html(f"{keyword} jobs in {location}", pages.js_shell(keyword, location))
 
+    @_get("/api/jobs")
     async def _api_jobs(self, request: web.Request) -> web.Response:
         keyword, location = _query(request)
         items = [pages.card_fields(job) for job in self.board.search(keyword, location)]
@@ -274,6 +292,7 @@ class DemoSite:
 
     # -- detail pages ----------------------------------------------------------------------------
 
+    @_get("/jobs/{job_id}")
     async def _detail(self, request: web.Request) -> web.Response:
         try:
             job = self.board.job(int(request.match_info["job_id"]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crawlherd._registry import open_backend
+from crawlherd._registry import open_backend, redis_aliases
 from crawlherd.frontier.base import Frontier, FrontierAdmin, FrontierStats, FullPolicy, HostState, Lease
 
 __all__ = [
@@ -28,11 +28,8 @@ __all__ = [
 BACKEND_ALIASES: dict[str, str] = {
     "memory": "crawlherd.frontier.memory:MemoryFrontier",
     "sqlite": "crawlherd.frontier.sqlite:SQLiteFrontier",
-    "redis": "crawlherd.frontier.redis:RedisFrontier",
-    "rediss": "crawlherd.frontier.redis:RedisFrontier",
-    "redis+cluster": "crawlherd.frontier.redis:RedisFrontier",
+    **redis_aliases("crawlherd.frontier.redis:RedisFrontier"),
 }
-_EXTRAS = {"redis": "redis", "rediss": "redis", "redis+cluster": "redis"}
 
 
 def open_scheduler(url: str = "memory://", **options: Any) -> Frontier:
@@ -41,5 +38,5 @@ def open_scheduler(url: str = "memory://", **options: Any) -> Frontier:
     Query parameters of the URL are options too (``redis://host/0?prefix=crawl&dupefilter=bloom``);
     keyword options win over them.
     """
-    frontier: Frontier = open_backend(url, BACKEND_ALIASES, "frontier", _EXTRAS, **options)
+    frontier: Frontier = open_backend(url, BACKEND_ALIASES, "frontier", **options)
     return frontier

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crawlherd._registry import open_backend
+from crawlherd._registry import open_backend, redis_aliases
 from crawlherd.sessions.base import Outcome, ProxyHealth, Session, SessionChange, SessionStore, SiteHealth, TierRule
 
 __all__ = [
@@ -28,14 +28,11 @@ __all__ = [
 BACKEND_ALIASES: dict[str, str] = {
     "memory": "crawlherd.sessions.memory:MemorySessions",
     "sqlite": "crawlherd.sessions.sqlite:SQLiteSessions",
-    "redis": "crawlherd.sessions.redis:RedisSessions",
-    "rediss": "crawlherd.sessions.redis:RedisSessions",
-    "redis+cluster": "crawlherd.sessions.redis:RedisSessions",
+    **redis_aliases("crawlherd.sessions.redis:RedisSessions"),
 }
-_EXTRAS = {"redis": "redis", "rediss": "redis", "redis+cluster": "redis"}
 
 
 def open_sessions(url: str = "memory://", **options: Any) -> SessionStore:
     """The sessions store of the frontier at ``url``: ``async with open_sessions(url) as store: ...``."""
-    store: SessionStore = open_backend(url, BACKEND_ALIASES, "sessions store", _EXTRAS, **options)
+    store: SessionStore = open_backend(url, BACKEND_ALIASES, "sessions store", **options)
     return store

@@ -107,6 +107,15 @@ class SiteHealth:
     def proxy(self, label: str) -> ProxyHealth:
         return self.proxies.get(label) or ProxyHealth(label)
 
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> SiteHealth:
+        raw = json.loads(text)
+        proxies = {label: ProxyHealth(**p) for label, p in raw.pop("proxies").items()}
+        return cls(**raw, proxies=proxies)
+
 
 @dataclass(frozen=True, slots=True)
 class TierRule:

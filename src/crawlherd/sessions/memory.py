@@ -6,21 +6,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crawlherd.sessions.base import (
-    Outcome,
-    Session,
-    SessionChange,
-    SessionStore,
-    SiteHealth,
-    TierRule,
-    apply_outcome,
-    keep_retired,
-)
+from crawlherd._aio import AsyncClosing
+from crawlherd.sessions.base import Outcome, Session, SessionChange, SiteHealth, TierRule, apply_outcome, keep_retired
 
 __all__ = ["MemorySessions"]
 
 
-class MemorySessions:
+class MemorySessions(AsyncClosing):
     """Sessions and proxy health in this process (``memory://``). ``clock`` (monotonic seconds by
     default) ages ``claim`` and ``count``."""
 
@@ -37,12 +29,6 @@ class MemorySessions:
 
     def __repr__(self) -> str:
         return f"<MemorySessions sites={len(self._sessions)}>"
-
-    async def __aenter__(self) -> SessionStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def sessions(self, site: str) -> list[Session]:
         return list(self._sessions.get(site, {}).values())

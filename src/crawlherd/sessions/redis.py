@@ -23,20 +23,12 @@ from redis.exceptions import ClusterDownError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from crawlherd._aio import AsyncClosing
 from crawlherd._lua import lua_script
 from crawlherd._redact import redact_url
 from crawlherd._rediscluster import cluster_address
 from crawlherd.errors import BackendUnavailableError, ConfigurationError
-from crawlherd.sessions.base import (
-    Outcome,
-    ProxyHealth,
-    Session,
-    SessionChange,
-    SessionStore,
-    SiteHealth,
-    TierRule,
-    keep_retired,
-)
+from crawlherd.sessions.base import Outcome, ProxyHealth, Session, SessionChange, SiteHealth, TierRule, keep_retired
 
 __all__ = ["RedisSessions"]
 
@@ -44,7 +36,7 @@ _T = TypeVar("_T")
 _PACKAGE = "crawlherd.sessions"
 
 
-class RedisSessions:
+class RedisSessions(AsyncClosing):
     """Sessions and proxy health in Redis. ``RedisSessions(client, prefix="crawlherd")`` or
     :meth:`from_url`; closes only a client it made."""
 
@@ -87,12 +79,6 @@ class RedisSessions:
 
     def __repr__(self) -> str:
         return f"<RedisSessions {redact_url(self._url)} keys={self._k}*>"
-
-    async def __aenter__(self) -> SessionStore:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def _call(self, fn: Callable[[], Awaitable[_T]]) -> _T:
         try:

@@ -3,35 +3,22 @@ keeps its sessions in ``path.sessions``; ``sqlite://`` with no path: in memory).
 ``BEGIN IMMEDIATE`` transaction, so processes sharing the file change it one at a time; SQLite's
 errors come out as :class:`~crawlherd.errors.BackendUnavailableError` (role ``frontier``).
 
-SQLite's calls block -- ``BEGIN IMMEDIATE`` waits up to its busy timeout for another process's
-transaction -- so none runs on the event loop: the connection lives on a thread of its own (one
-worker, as the SQLite broker's), and each method is one transaction run there."""
+The connection lives on a thread of its own (:class:`~crawlherd._sqlite.SQLiteThread`, as the SQLite
+broker's), and each method is one transaction run there."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import sqlite3
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 from urllib.parse import unquote, urlsplit
 
+from crawlherd._aio import AsyncClosing
+from crawlherd._sqlite import SQLiteThread
 from crawlherd.errors import BackendUnavailableError
-from crawlherd.sessions.base import (
-    Outcome,
-    ProxyHealth,
-    Session,
-    SessionChange,
-    SessionStore,
-    SiteHealth,
-    TierRule,
-    apply_outcome,
-    keep_retired,
-)
+from crawlherd.sessions.base import Outcome, Session, SessionChange, SiteHealth, TierRule, apply_outcome, keep_retired
 
 __all__ = ["SQLiteSessions"]
 
@@ -47,14 +34,13 @@ CREATE TABLE IF NOT EXISTS counts (key TEXT PRIMARY KEY, started REAL NOT NULL, 
 _TABLES = ("sessions", "site_health", "claims", "counts")
 
 
-class SQLiteSessions:
+class SQLiteSessions(AsyncClosing):
     """Sessions and proxy health in an SQLite file (see the module's docstring)."""
 
     def __init__(self, path: str, *, clock: Callable[[], float] = time.time) -> None:
         self._path = path
         self._clock = clock
-        self._db: sqlite3.Connection | None = None
-        self._thread: ThreadPoolExecutor | None = None
+        self._db: SQLiteThread | None = None
         self._opening = asyncio.Lock()
 
     @classmethod
@@ -68,20 +54,16 @@ class SQLiteSessions:
     def __repr__(self) -> str:
         return f"<SQLiteSessions {self._path}>"
 
-    async def __aenter__(self) -> SessionStore:
+    async def __aenter__(self) -> Self:
         await self._open()
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
     # -- plumbing: the connection's thread -----------------------------------------------------------
 
-    async def _open(self) -> tuple[sqlite3.Connection, ThreadPoolExecutor]:
+    async def _open(self) -> SQLiteThread:
         async with self._opening:
-            if self._db is not None and self._thread is not None:
-                return self._db, self._thread
-            thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlherd-sqlite-sessions")
+            if self._db is not None:
+                return self._db
 
             def connect() -> sqlite3.Connection:
                 db = sqlite3.connect(self._path, timeout=_BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
@@ -94,21 +76,16 @@ class SQLiteSessions:
                 return db
 
             try:
-                self._db = await asyncio.get_running_loop().run_in_executor(thread, connect)
+                self._db = await SQLiteThread.open(connect, name="crawlherd-sqlite-sessions")
             except sqlite3.Error as exc:
-                thread.shutdown(wait=False)
                 raise _outage(self._path, exc) from exc
-            except BaseException:
-                thread.shutdown(wait=False)
-                raise
-            self._thread = thread
-            return self._db, thread
+            return self._db
 
     async def _tx(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(db)`` in one ``BEGIN IMMEDIATE`` transaction, on the connection's thread."""
-        db, thread = await self._open()
+        conn = await self._open()
 
-        def run() -> _T:
+        def run(db: sqlite3.Connection) -> _T:
             db.execute("BEGIN IMMEDIATE")
             try:
                 out = work(db)
@@ -119,7 +96,7 @@ class SQLiteSessions:
             return out
 
         try:
-            return await asyncio.get_running_loop().run_in_executor(thread, run)
+            return await conn.run(run)
         except sqlite3.OperationalError as exc:
             raise _outage(self._path, exc) from exc
 
@@ -163,9 +140,7 @@ class SQLiteSessions:
     async def record(self, site: str, proxy: str, outcome: Outcome, *, now: float, rule: TierRule) -> SiteHealth:
         def work(db: sqlite3.Connection) -> SiteHealth:
             health = apply_outcome(_health(db, site), proxy, outcome, now, rule)
-            db.execute(
-                "INSERT OR REPLACE INTO site_health (site, doc) VALUES (?, ?)", (site, json.dumps(asdict(health)))
-            )
+            db.execute("INSERT OR REPLACE INTO site_health (site, doc) VALUES (?, ?)", (site, health.to_json()))
             return health
 
         return await self._tx(work)
@@ -211,14 +186,9 @@ class SQLiteSessions:
 
     async def close(self) -> None:
         async with self._opening:
-            db, thread = self._db, self._thread
-            self._db = self._thread = None
-        if thread is None:
-            return
+            db, self._db = self._db, None
         if db is not None:
-            with contextlib.suppress(sqlite3.Error):
-                await asyncio.get_running_loop().run_in_executor(thread, db.close)
-        thread.shutdown(wait=False)
+            await db.close()
 
 
 # -- one transaction's statements (run on the connection's thread) ---------------------------------
@@ -240,11 +210,7 @@ def _get(db: sqlite3.Connection, site: str, session_id: str) -> Session | None:
 
 def _health(db: sqlite3.Connection, site: str) -> SiteHealth:
     row = db.execute("SELECT doc FROM site_health WHERE site = ?", (site,)).fetchone()
-    if row is None:
-        return SiteHealth()
-    raw = json.loads(row[0])
-    proxies = {k: ProxyHealth(**v) for k, v in raw.pop("proxies").items()}
-    return SiteHealth(**raw, proxies=proxies)
+    return SiteHealth() if row is None else SiteHealth.from_json(row[0])
 
 
 def _sites(db: sqlite3.Connection) -> list[str]:

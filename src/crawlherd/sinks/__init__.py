@@ -28,10 +28,9 @@ SINK_ALIASES: dict[str, str] = {
     "postgresql": "crawlherd.sinks.sql:SQLSink",
     "postgres": "crawlherd.sinks.sql:SQLSink",
 }
-_EXTRAS = {"postgresql": "postgresql", "postgres": "postgresql"}
 
 
 def open_sink(url: str, **options: Any) -> Sink:
     """A sink for ``url``; use it as ``async with open_sink(url) as sink: ...``."""
-    sink: Sink = open_backend(url, SINK_ALIASES, "sink", _EXTRAS, **options)
+    sink: Sink = open_backend(url, SINK_ALIASES, "sink", **options)
     return sink

@@ -6,9 +6,11 @@
   :func:`error_page` (a refusal, on a page of the console) and :func:`back` (a 303 redirect after a
   form, with a flash message);
 - reading forms and query strings: :func:`raw_form`, :func:`int_param`, :func:`time_param`,
-  :func:`choice_param`, :func:`duration`; :data:`PAGE` rows a page, and the next page's key (:func:`next_key`);
+  :func:`choice_param`, :func:`website_filter` (and a whole :class:`Listing`), :func:`duration`;
+  :data:`PAGE` rows a page, and the next page's key (:func:`next_key`);
 - :func:`form_errors` (a form's save, and what it refused, by field), :func:`found` (a 404 when a lookup
-  finds nothing) and :func:`json_response`.
+  finds nothing) and :func:`json_response`;
+- :class:`RouteTable`: a module's routes, each declared on its endpoint.
 
 The CSRF check and the login wall are :mod:`crawlherd.web.auth`'s.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
 from typing import Any, TypeVar
@@ -26,16 +29,20 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from crawlherd._redact import redact_url
+from crawlherd.console.browse import website_names
 from crawlherd.console.editing import FormError
-from crawlherd.console.users import Role
+from crawlherd.console.users import Action, Role
 from crawlherd.errors import CrawlherdError
-from crawlherd.web.auth import actor, csrf_token, role
+from crawlherd.web.auth import Endpoint, actor, csrf_token, needs, role
 
 __all__ = [
     "PAGE",
+    "Listing",
+    "RouteTable",
     "back",
     "choice_param",
     "duration",
@@ -51,6 +58,7 @@ __all__ = [
     "render",
     "time_param",
     "ts",
+    "website_filter",
 ]
 
 #: Rows a listing page shows; a full page links to the next.
@@ -58,6 +66,27 @@ PAGE = 50
 
 _HERE = files("crawlherd.web")
 _T = TypeVar("_T")
+
+
+class RouteTable(list[Route]):
+    """A module's routes, each declared on its endpoint with the action it does (aiohttp's
+    ``RouteTableDef``): ``routes = RouteTable()``, then ``@routes.get("/path", Action.READ)`` or
+    ``@routes.post(...)`` on the endpoint, which is guarded by :func:`~crawlherd.web.auth.needs`
+    (``OPEN``: anyone, even without a login)."""
+
+    def get(self, path: str, action: Action | None) -> Callable[[Endpoint], Endpoint]:
+        return self._add(path, "GET", action)
+
+    def post(self, path: str, action: Action | None) -> Callable[[Endpoint], Endpoint]:
+        return self._add(path, "POST", action)
+
+    def _add(self, path: str, method: str, action: Action | None) -> Callable[[Endpoint], Endpoint]:
+        def add(endpoint: Endpoint) -> Endpoint:
+            guarded = needs(action)(endpoint)
+            self.append(Route(path, guarded, methods=[method]))
+            return guarded
+
+        return add
 
 
 # -- the application's state ---------------------------------------------------------------------------
@@ -203,6 +232,34 @@ def choice_param(name: str, value: str | None, allowed: Sequence[str]) -> str | 
     if value not in allowed:
         raise HTTPException(400, f"unknown {name} {value!r}: use one of {', '.join(allowed)}")
     return value
+
+
+async def website_filter(request: Request) -> tuple[str | None, list[str]]:
+    """A listing's ``?website=`` filter: the website chosen (:func:`choice_param`; None: every one) and
+    the names it may be (the filter's choices)."""
+    names = await website_names(engine(request))
+    return choice_param("website", request.query_params.get("website"), names), names
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What a listing page filtered by website and paged by ``?before=`` reads from its query: the
+    query itself (``params``), the website chosen (:func:`website_filter`) and the names it may be,
+    and the key the page starts before."""
+
+    params: Mapping[str, str]
+    website: str | None
+    websites: list[str]
+    before: int | None
+
+    @classmethod
+    async def read(cls, request: Request) -> Listing:
+        website, names = await website_filter(request)
+        return cls(request.query_params, website, names, int_param(request.query_params.get("before")))
+
+    def context(self, rows: Sequence[Any]) -> dict[str, Any]:
+        """The template's part: the query, the websites to choose from, the next page's key."""
+        return {"params": dict(self.params), "websites": self.websites, "next_before": next_key(rows)}
 
 
 def duration(value: str) -> str | float:

@@ -54,6 +54,7 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd import metrics
+from crawlherd._aio import AsyncClosing
 from crawlherd._resilience import OutageLog, Retrier, Stopped, backoff_delay, role_of, service_name
 from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.crawler import Crawler
@@ -83,7 +84,7 @@ __all__ = ["PAGE_DISPATCHERS", "Worker", "WorkerOptions", "WorkerStats"]
 log = logging.getLogger(__name__)
 
 
-class Worker:
+class Worker(AsyncClosing):
     """Consumes ``broker`` and crawls each job, with ``options`` (:class:`WorkerOptions`). ``engine``
     (config DB) and ``broker`` are the caller's; ``sink`` is where items go (anything with the sink
     protocol of :mod:`crawlherd.sinks.base`; default the SQL sink on ``engine``); ``browser_factory``
@@ -127,9 +128,6 @@ class Worker:
     async def __aenter__(self) -> Worker:
         await self.pages.open()
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def close(self) -> None:
         await self.pages.close()

@@ -1,8 +1,10 @@
-"""The console's endpoints, one module per resource; each module's ``routes`` lists its URLs, and
-:func:`crawlherd.web.app.create_app` puts them together. An endpoint is a plain ``async def (request)``
-that reaches the config DB, the templates and the title through ``request.app.state``
-(:mod:`crawlherd.web.common`), so a test can import and call it; each says the role it needs with
-:func:`crawlherd.web.auth.needs` (``create_app`` refuses one that does not).
+"""The console's endpoints, one module per resource; each module's ``routes``
+(:class:`~crawlherd.web.common.RouteTable`) holds its URLs, each declared on its endpoint with the
+action it does, and :func:`crawlherd.web.app.create_app` puts them together. An endpoint is a plain
+``async def (request)`` that reaches the config DB, the templates and the title through
+``request.app.state`` (:mod:`crawlherd.web.common`), so a test can import and call it; the action
+guards it (:func:`crawlherd.web.auth.needs`: ``create_app`` refuses an endpoint that does not say the
+role it needs).
 
 ========================= ==================================================================
 module                    URLs

@@ -5,26 +5,26 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
-from crawlherd.console.browse import website_names
 from crawlherd.console.dead_letters import discard, list_dead_letters, retry_dead
 from crawlherd.console.users import Action
 from crawlherd.errors import CrawlherdError
-from crawlherd.web.auth import actor, checked_form, needs
-from crawlherd.web.common import back, choice_param, engine, render
+from crawlherd.web.auth import actor, checked_form
+from crawlherd.web.common import RouteTable, back, engine, render, website_filter
 
 __all__ = ["dead_discard", "dead_page", "dead_retry", "routes"]
 
+routes = RouteTable()
 
-@needs(Action.READ)
+
+@routes.get("/dead-letters", Action.READ)
 async def dead_page(request: Request) -> Response:
-    website = choice_param("website", request.query_params.get("website"), await website_names(engine(request)))
+    website, _names = await website_filter(request)
     rows = await list_dead_letters(engine(request), website=website)
     return render(request, "dead_letters.html", rows=rows, flash=request.query_params.get("flash"))
 
 
-@needs(Action.RETRY)
+@routes.post("/dead-letters/retry", Action.RETRY)
 async def dead_retry(request: Request) -> Response:
     form = await checked_form(request)
     ids = None if form.get("all") == "1" else [int(str(v)) for v in form.getlist("run_id")]
@@ -32,7 +32,7 @@ async def dead_retry(request: Request) -> Response:
     return back("/dead-letters", f"{sent} job(s) sent again")
 
 
-@needs(Action.DISCARD)
+@routes.post("/dead-letters/{run_id:int}/discard", Action.DISCARD)
 async def dead_discard(request: Request) -> Response:
     run_id = int(request.path_params["run_id"])
     form = await checked_form(request)
@@ -41,10 +41,3 @@ async def dead_discard(request: Request) -> Response:
     except CrawlherdError as exc:
         return back("/dead-letters", f"not discarded: {exc}")
     return back("/dead-letters", f"run {run_id} discarded")
-
-
-routes = [
-    Route("/dead-letters", dead_page, methods=["GET"]),
-    Route("/dead-letters/retry", dead_retry, methods=["POST"]),
-    Route("/dead-letters/{run_id:int}/discard", dead_discard, methods=["POST"]),
-]

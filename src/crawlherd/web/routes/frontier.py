@@ -8,16 +8,16 @@ from datetime import datetime, timedelta
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from crawlherd.console.overview import overview
 from crawlherd.console.users import Action
 from crawlherd.db.heartbeat import ProcessInfo
 from crawlherd.frontier.base import HostState
-from crawlherd.web.auth import needs
-from crawlherd.web.common import engine, render
+from crawlherd.web.common import RouteTable, engine, render
 
 __all__ = ["HostRow", "frontier_page", "host_rows", "routes"]
+
+routes = RouteTable()
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +40,8 @@ def host_rows(p: ProcessInfo) -> list[HostRow]:
     return rows
 
 
-@needs(Action.READ)
+@routes.get("/frontier", Action.READ)
 async def frontier_page(request: Request) -> Response:
     o = await overview(engine(request))
     workers = [(p, host_rows(p)) for p in o.processes if p.kind == "worker"]
     return render(request, "frontier.html", workers=workers)
-
-
-routes = [Route("/frontier", frontier_page, methods=["GET"])]

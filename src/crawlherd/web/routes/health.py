@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
 
-from crawlherd.web.auth import OPEN, needs
+from crawlherd.web.auth import OPEN
+from crawlherd.web.common import RouteTable
 
 __all__ = ["healthz", "routes"]
 
+routes = RouteTable()
 
-@needs(OPEN)
+
+@routes.get("/healthz", OPEN)
 async def healthz(request: Request) -> Response:
     return PlainTextResponse("ok")
-
-
-routes = [Route("/healthz", healthz, methods=["GET"])]

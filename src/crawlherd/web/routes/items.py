@@ -9,39 +9,34 @@ from datetime import UTC, datetime
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
-from crawlherd.console.browse import browse_items, website_names
+from crawlherd.console.browse import browse_items
 from crawlherd.console.users import Action
 from crawlherd.sinks.export import FORMATS, export_items
-from crawlherd.web.auth import needs
-from crawlherd.web.common import PAGE, choice_param, engine, int_param, next_key, render
+from crawlherd.web.common import PAGE, Listing, RouteTable, engine, render, website_filter
 
 __all__ = ["items_export", "items_page", "routes"]
 
+routes = RouteTable()
 
-@needs(Action.READ)
+
+@routes.get("/items", Action.READ)
 async def items_page(request: Request) -> Response:
-    p = request.query_params
-    names = await website_names(engine(request))
+    listing = await Listing.read(request)
     rows = await browse_items(
-        engine(request), website=choice_param("website", p.get("website"), names), q=p.get("q", ""),
-        location=p.get("location", ""),
-        before_id=int_param(p.get("before")), limit=PAGE,
+        engine(request), website=listing.website, q=listing.params.get("q", ""),
+        location=listing.params.get("location", ""), before_id=listing.before, limit=PAGE,
     )
-    return render(
-        request, "items.html", rows=rows, params=dict(p), websites=names,
-        next_before=next_key(rows),
-    )
+    return render(request, "items.html", rows=rows, **listing.context(rows))
 
 
-@needs(Action.READ)
+@routes.get("/items/export", Action.READ)
 async def items_export(request: Request) -> Response:
     fmt = request.query_params.get("format", "jsonl")
     if fmt not in FORMATS:
         raise HTTPException(400, f"format must be one of {', '.join(FORMATS)}")
     out = io.StringIO()
-    website = choice_param("website", request.query_params.get("website"), await website_names(engine(request)))
+    website, _names = await website_filter(request)
     await export_items(engine(request), out, fmt=fmt, website=website)
     media = "text/csv" if fmt == "csv" else "application/x-ndjson"
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
@@ -49,9 +44,3 @@ async def items_export(request: Request) -> Response:
         out.getvalue(), media_type=media,
         headers={"content-disposition": f'attachment; filename="items-{stamp}.{fmt}"'},
     )
-
-
-routes = [
-    Route("/items", items_page, methods=["GET"]),
-    Route("/items/export", items_export, methods=["GET"]),
-]

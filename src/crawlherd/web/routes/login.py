@@ -8,14 +8,15 @@ import secrets
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
-from starlette.routing import Route
 
 from crawlherd.console.sessions import LoginOutcome, close_session, log_in
 from crawlherd.console.users import Action
-from crawlherd.web.auth import OPEN, checked_form, needs
-from crawlherd.web.common import engine, render
+from crawlherd.web.auth import OPEN, checked_form
+from crawlherd.web.common import RouteTable, engine, render
 
 __all__ = ["login", "login_page", "logout", "routes"]
+
+routes = RouteTable()
 
 
 def _client(request: Request) -> str:
@@ -23,12 +24,12 @@ def _client(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-@needs(OPEN)
+@routes.get("/login", OPEN)
 async def login_page(request: Request) -> Response:
     return render(request, "login.html", next=request.query_params.get("next", "/"), error=None)
 
 
-@needs(OPEN)
+@routes.post("/login", OPEN)
 async def login(request: Request) -> Response:
     form = await checked_form(request)
     name, password = str(form.get("name", "")), str(form.get("password", ""))
@@ -54,7 +55,7 @@ async def login(request: Request) -> Response:
     return RedirectResponse(target, status_code=303)
 
 
-@needs(Action.READ)
+@routes.post("/logout", Action.READ)
 async def logout(request: Request) -> Response:
     await checked_form(request)
     token = request.session.get("sid")
@@ -62,10 +63,3 @@ async def logout(request: Request) -> Response:
         await close_session(engine(request), token)
     request.session.clear()
     return RedirectResponse("/login", status_code=303)
-
-
-routes = [
-    Route("/login", login_page, methods=["GET"]),
-    Route("/login", login, methods=["POST"]),
-    Route("/logout", logout, methods=["POST"]),
-]

@@ -10,7 +10,6 @@ from zoneinfo import ZoneInfo
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from crawlherd.console import editing
 from crawlherd.console.users import Action
@@ -18,10 +17,11 @@ from crawlherd.db.engine import db_now
 from crawlherd.dispatch.schedule import make_schedule, upcoming
 from crawlherd.dispatch.targets_file import TargetSpec
 from crawlherd.errors import CrawlherdError
-from crawlherd.web.auth import needs
-from crawlherd.web.common import duration, engine, ts
+from crawlherd.web.common import RouteTable, duration, engine, ts
 
 __all__ = ["routes", "schedule_fields", "schedule_preview"]
+
+routes = RouteTable()
 
 
 def schedule_fields(form: Mapping[str, str]) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def schedule_fields(form: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
-@needs(Action.READ)
+@routes.get("/api/schedule-preview", Action.READ)
 async def schedule_preview(request: Request) -> Response:
     p = request.query_params
     values: dict[str, Any] = {"website": "preview", "keywords": ["preview"], "timezone": p.get("timezone") or "UTC"}
@@ -56,6 +56,3 @@ async def schedule_preview(request: Request) -> Response:
         for s in upcoming(schedule, after=now, count=10)
     ]
     return JSONResponse({"ok": True, "timezone": spec.timezone, "jitter_seconds": spec.jitter, "runs": runs})
-
-
-routes = [Route("/api/schedule-preview", schedule_preview, methods=["GET"])]

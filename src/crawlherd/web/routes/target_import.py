@@ -5,23 +5,24 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from crawlherd.console import editing
 from crawlherd.console.users import Action
 from crawlherd.errors import CrawlherdError, TargetsFileError
-from crawlherd.web.auth import actor, checked_form, needs
-from crawlherd.web.common import engine, render
+from crawlherd.web.auth import actor, checked_form
+from crawlherd.web.common import RouteTable, engine, render
 
 __all__ = ["import_page", "import_post", "routes"]
 
+routes = RouteTable()
 
-@needs(Action.IMPORT)
+
+@routes.get("/targets/import", Action.IMPORT)
 async def import_page(request: Request) -> Response:
     return render(request, "import.html", errors=[], text="", result=None)
 
 
-@needs(Action.IMPORT)
+@routes.post("/targets/import", Action.IMPORT)
 async def import_post(request: Request) -> Response:
     form = await checked_form(request)
     try:
@@ -41,9 +42,3 @@ async def import_post(request: Request) -> Response:
     except CrawlherdError as exc:
         return render(request, "import.html", status=400, errors=[("(file)", str(exc))], text=text, result=None)
     return render(request, "import.html", errors=[], text="", result=result)
-
-
-routes = [
-    Route("/targets/import", import_page, methods=["GET"]),
-    Route("/targets/import", import_post, methods=["POST"]),
-]

@@ -11,7 +11,6 @@ from zoneinfo import ZoneInfo
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from crawlherd.console import editing
 from crawlherd.console.browse import browse_targets, website_names
@@ -20,9 +19,10 @@ from crawlherd.console.run_now import run_now
 from crawlherd.console.users import Action
 from crawlherd.dispatch.targets import get_target, preview_target
 from crawlherd.errors import CrawlherdError
-from crawlherd.web.auth import actor, checked_form, needs
+from crawlherd.web.auth import actor, checked_form
 from crawlherd.web.common import (
     PAGE,
+    RouteTable,
     back,
     choice_param,
     engine,
@@ -35,6 +35,7 @@ from crawlherd.web.common import (
     render,
     time_param,
     ts,
+    website_filter,
 )
 from crawlherd.web.routes.schedules import schedule_fields
 
@@ -49,6 +50,8 @@ __all__ = [
     "target_schedule",
     "targets_page",
 ]
+
+routes = RouteTable()
 
 
 #: The targets list's state filter.
@@ -71,14 +74,14 @@ def _target_values(raw: dict[str, str]) -> dict[str, Any]:
     return values
 
 
-@needs(Action.READ)
+@routes.get("/targets", Action.READ)
 async def targets_page(request: Request) -> Response:
     p = request.query_params
-    names = await website_names(engine(request))
+    website, names = await website_filter(request)
     now, rows = await browse_targets(
         engine(request),
         q=p.get("q", ""),
-        website=choice_param("website", p.get("website"), names),
+        website=website,
         state=choice_param("state", p.get("state"), TARGET_STATES),
         after_id=int_param(p.get("after")),
         limit=PAGE,
@@ -91,7 +94,7 @@ async def targets_page(request: Request) -> Response:
     )
 
 
-@needs(Action.EDIT)
+@routes.get("/targets/new", Action.EDIT)
 async def target_new(request: Request) -> Response:
     return render(
         request, "target_form.html", websites=await website_names(engine(request)), errors={},
@@ -99,7 +102,7 @@ async def target_new(request: Request) -> Response:
     )
 
 
-@needs(Action.EDIT)
+@routes.post("/targets", Action.EDIT)
 async def target_create(request: Request) -> Response:
     raw = raw_form(await checked_form(request))
     errors = await form_errors(lambda: editing.save_target(engine(request), _target_values(raw), actor=actor(request)))
@@ -111,7 +114,7 @@ async def target_create(request: Request) -> Response:
     )
 
 
-@needs(Action.READ)
+@routes.get("/targets/{target_id:int}", Action.READ)
 async def target_page(request: Request) -> Response:
     db, target_id = engine(request), int(request.path_params["target_id"])
     info = await found(get_target(db, target_id))
@@ -125,7 +128,7 @@ async def target_page(request: Request) -> Response:
     )
 
 
-@needs(Action.RUN_NOW)
+@routes.post("/targets/{target_id:int}/run", Action.RUN_NOW)
 async def target_run(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     form = await checked_form(request)
@@ -135,7 +138,7 @@ async def target_run(request: Request) -> Response:
     return back(f"/targets/{target_id}", f"{message} (slot {ts(result.slot_at)})")
 
 
-@needs(Action.PAUSE)
+@routes.post("/targets/{target_id:int}/active", Action.PAUSE)
 async def target_active(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     active = (await checked_form(request)).get("active") == "1"
@@ -143,7 +146,7 @@ async def target_active(request: Request) -> Response:
     return back(f"/targets/{target_id}", "enabled" if active else "disabled")
 
 
-@needs(Action.EDIT)
+@routes.post("/targets/{target_id:int}/delete", Action.EDIT)
 async def target_delete(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     await checked_form(request)
@@ -151,7 +154,7 @@ async def target_delete(request: Request) -> Response:
     return back("/targets", f"target {target_id} deleted")
 
 
-@needs(Action.EDIT)
+@routes.post("/targets/{target_id:int}/schedule", Action.EDIT)
 async def target_schedule(request: Request) -> Response:
     target_id = int(request.path_params["target_id"])
     info = await get_target(engine(request), target_id)
@@ -162,15 +165,3 @@ async def target_schedule(request: Request) -> Response:
     except CrawlherdError as exc:
         return back(f"/targets/{target_id}", f"schedule not saved: {exc}")
     return back(f"/targets/{target_id}", "schedule saved")
-
-
-routes = [
-    Route("/targets", targets_page, methods=["GET"]),
-    Route("/targets", target_create, methods=["POST"]),
-    Route("/targets/new", target_new, methods=["GET"]),
-    Route("/targets/{target_id:int}", target_page, methods=["GET"]),
-    Route("/targets/{target_id:int}/run", target_run, methods=["POST"]),
-    Route("/targets/{target_id:int}/active", target_active, methods=["POST"]),
-    Route("/targets/{target_id:int}/delete", target_delete, methods=["POST"]),
-    Route("/targets/{target_id:int}/schedule", target_schedule, methods=["POST"]),
-]

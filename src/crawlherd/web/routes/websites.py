@@ -8,7 +8,6 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from crawlherd._redact import redact_url
 from crawlherd.console import editing
@@ -17,8 +16,8 @@ from crawlherd.console.site_sessions import site_sessions
 from crawlherd.console.users import Action
 from crawlherd.duration import format_duration
 from crawlherd.sitespec import SiteSpec
-from crawlherd.web.auth import actor, checked_form, needs
-from crawlherd.web.common import back, duration, engine, form_errors, found, raw_form, render
+from crawlherd.web.auth import actor, checked_form
+from crawlherd.web.common import RouteTable, back, duration, engine, form_errors, found, raw_form, render
 
 __all__ = [
     "routes",
@@ -30,6 +29,8 @@ __all__ = [
     "website_update",
     "websites_page",
 ]
+
+routes = RouteTable()
 
 #: The website form's fields that are shown with their secrets redacted.
 _REDACTED_FIELDS = ("base_url", "search_url_template", "extraction", "metadata")
@@ -110,17 +111,17 @@ async def _website(request: Request) -> tuple[SiteSpec, WebsiteUsage]:
     return await found(get_website(engine(request), request.path_params["website_id"]))
 
 
-@needs(Action.READ)
+@routes.get("/websites", Action.READ)
 async def websites_page(request: Request) -> Response:
     return render(request, "websites.html", websites=await list_websites(engine(request)))
 
 
-@needs(Action.EDIT)
+@routes.get("/websites/new", Action.EDIT)
 async def website_new(request: Request) -> Response:
     return await _form_page(request, values=_website_form(None), errors={})
 
 
-@needs(Action.EDIT)
+@routes.post("/websites", Action.EDIT)
 async def website_create(request: Request) -> Response:
     raw = raw_form(await checked_form(request))
     db, who = engine(request), actor(request)
@@ -131,13 +132,13 @@ async def website_create(request: Request) -> Response:
     return await _form_page(request, values=raw, errors=errors, status=400)
 
 
-@needs(Action.READ)
+@routes.get("/websites/{website_id:int}", Action.READ)
 async def website_page(request: Request) -> Response:
     site, usage = await _website(request)
     return await _form_page(request, values=_website_form(site), errors={}, usage=usage)
 
 
-@needs(Action.EDIT)
+@routes.post("/websites/{website_id:int}", Action.EDIT)
 async def website_update(request: Request) -> Response:
     site, usage = await _website(request)
     raw = raw_form(await checked_form(request))
@@ -158,7 +159,7 @@ async def website_update(request: Request) -> Response:
     return await _form_page(request, values=shown_again, errors=errors, usage=usage, status=400)
 
 
-@needs(Action.PAUSE)
+@routes.post("/websites/{website_id:int}/active", Action.PAUSE)
 async def website_active(request: Request) -> Response:
     _site, usage = await _website(request)
     active = (await checked_form(request)).get("active") == "1"
@@ -166,7 +167,7 @@ async def website_active(request: Request) -> Response:
     return back(f"/websites/{usage.id}", f"{changed} target(s) {'enabled' if active else 'disabled'}")
 
 
-@needs(Action.EDIT)
+@routes.post("/websites/{website_id:int}/delete", Action.EDIT)
 async def website_delete(request: Request) -> Response:
     _site, usage = await _website(request)
     form = await checked_form(request)
@@ -179,14 +180,3 @@ async def website_delete(request: Request) -> Response:
         "/websites", f"website {gone.name} deleted with its {gone.targets} target(s), {gone.runs} job run(s) "
         f"and {gone.items} item(s)",
     )
-
-
-routes = [
-    Route("/websites", websites_page, methods=["GET"]),
-    Route("/websites", website_create, methods=["POST"]),
-    Route("/websites/new", website_new, methods=["GET"]),
-    Route("/websites/{website_id:int}", website_page, methods=["GET"]),
-    Route("/websites/{website_id:int}", website_update, methods=["POST"]),
-    Route("/websites/{website_id:int}/active", website_active, methods=["POST"]),
-    Route("/websites/{website_id:int}/delete", website_delete, methods=["POST"]),
-]

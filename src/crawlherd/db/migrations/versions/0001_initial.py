@@ -1,7 +1,5 @@
 """The config DB: websites, scrape_targets, dispatch_outbox, job_runs, items.
 
-Revision ID: 0001
-Revises:
 Create Date: 2026-11-21
 """
 

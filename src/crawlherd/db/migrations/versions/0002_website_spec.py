@@ -5,8 +5,6 @@ The columns ``base_url``, ``search_url_template``, ``requires_playwright``, ``pa
 are folded into ``spec`` (the revisit age, kept until now as ``metadata.revisit_age_seconds``, becomes
 ``spec.revisit_age``); the downgrade unfolds them again.
 
-Revision ID: 0002
-Revises: 0001
 Create Date: 2026-11-24
 """
 

@@ -1,7 +1,5 @@
 """The outbox is bounded: rows the broker keeps refusing go ``dead``; published rows are pruned.
 
-Revision ID: 0003
-Revises: 0002
 Create Date: 2026-11-24
 """
 

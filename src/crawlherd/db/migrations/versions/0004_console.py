@@ -1,8 +1,6 @@
 """The operator's console: users, audit_log, process_heartbeats, manual_runs, outbox_trail,
 job_attempts, discarded_runs, and the indexes its pages need on job_runs, dispatch_outbox and items.
 
-Revision ID: 0004
-Revises: 0003
 Create Date: 2026-11-24
 """
 
@@ -15,8 +13,6 @@ from crawlherd.db.migrations._ops import TS, BigID, target_slot_columns
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 
 

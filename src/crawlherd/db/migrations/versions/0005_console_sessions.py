@@ -5,8 +5,6 @@ Existing users become ``admin``: until now every login could change everything, 
 right they had; an admin then lowers the others' roles (``crawlherd users add NAME --role viewer`` or
 the Users page).
 
-Revision ID: 0005
-Revises: 0004
 Create Date: 2026-11-27
 """
 
@@ -19,8 +17,6 @@ from crawlherd.db.migrations._ops import TS, BigID
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,8 +1,6 @@
 """Honest job completion: ``job_details`` (the detail pages a run queued, until each is stored or failed)
 and ``job_runs.listed_at`` (the running attempt's listing chain has ended; its detail pages may be out).
 
-Revision ID: 0006
-Revises: 0005
 Create Date: 2026-11-27
 """
 
@@ -15,8 +13,6 @@ from crawlherd.db.migrations._ops import TS, target_slot_columns
 
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

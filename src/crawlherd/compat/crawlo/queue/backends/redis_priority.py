@@ -96,7 +96,6 @@ class RedisPriorityQueue:
         self.serialization_format = serialization_format
         self.options = options
         self._frontier: Frontier | None = None
-        self._redis: Any = None
         self._leases: dict[int, Lease] = {}
         self._attempts: dict[bytes, int] = {}
         self._numbers = itertools.count()
@@ -111,8 +110,6 @@ class RedisPriorityQueue:
         async with self._lock:
             if self._frontier is not None:
                 return
-            import redis.asyncio as aioredis
-
             url = f"{self.redis_url}{'&' if '?' in self.redis_url else '?'}prefix={self.queue_name}"
             last: BaseException | None = None
             for attempt in range(max(1, max_retries)):
@@ -127,7 +124,6 @@ class RedisPriorityQueue:
                         await asyncio.sleep(delay)
                     continue
                 self._frontier = frontier
-                self._redis = aioredis.Redis.from_url(self.redis_url)
                 return
             raise BackendUnavailableError(f"Redis queue {self.queue_name}: no connection ({last})", backend="redis")
 
@@ -209,6 +205,3 @@ class RedisPriorityQueue:
         frontier, self._frontier = self._frontier, None
         if frontier is not None:
             await frontier.close()
-        client, self._redis = self._redis, None
-        if client is not None:
-            await client.aclose()
