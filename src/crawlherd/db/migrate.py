@@ -56,13 +56,17 @@ def head_revision() -> str:
 
 
 async def upgrade(engine_or_url: AsyncEngine | str, revision: str = "head") -> str:
-    """Bring the config DB up to ``revision`` (default: the newest); returns the revision now current."""
-    from alembic import command
-
+    """Bring the config DB up to ``revision`` (default: the newest); returns the revision now current.
+    A config DB already at the newest is left as it is without importing Alembic (``crawlherd run``
+    upgrades at every start)."""
     engine = create_engine(engine_or_url) if isinstance(engine_or_url, str) else engine_or_url
-    cfg = alembic_config()
 
     def _run(sync_conn: Connection) -> None:
+        if revision == "head" and _revision_of(sync_conn) == head_revision():
+            return
+        from alembic import command
+
+        cfg = alembic_config()
         cfg.attributes["connection"] = sync_conn
         command.upgrade(cfg, revision)
 
@@ -78,20 +82,20 @@ async def upgrade(engine_or_url: AsyncEngine | str, revision: str = "head") -> s
 
 async def current_revision(engine: AsyncEngine) -> str | None:
     """The revision the config DB is at, or None when it was never migrated."""
-
-    def _current(sync_conn: Connection) -> str | None:
-        if not inspect(sync_conn).has_table(VERSION_TABLE):
-            return None
-        found = sync_conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
-        if len(found) > 1:  # branches: Alembic says what is wrong
-            from alembic.runtime.migration import MigrationContext
-
-            return MigrationContext.configure(sync_conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
-        return found[0] if found else None
-
     with translate_db_errors("reading its migration", url=_shown(engine)):
         async with engine.connect() as conn:
-            return await conn.run_sync(_current)
+            return await conn.run_sync(_revision_of)
+
+
+def _revision_of(sync_conn: Connection) -> str | None:
+    if not inspect(sync_conn).has_table(VERSION_TABLE):
+        return None
+    found = sync_conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
+    if len(found) > 1:  # branches: Alembic says what is wrong
+        from alembic.runtime.migration import MigrationContext
+
+        return MigrationContext.configure(sync_conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+    return found[0] if found else None
 
 
 def _shown(engine: AsyncEngine) -> str:
