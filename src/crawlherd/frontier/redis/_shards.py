@@ -19,8 +19,9 @@ in :class:`OneRedis` and :class:`ClusterShards`.
   the shards spread evenly over masters that hold equal slot ranges, and all of a shard's keys are in
   one slot. Besides the shards: ``{p}:shards`` (STRING, the shard count, fixed at creation) and
   ``{p}:seq`` (STRING, the request counter the shards share, so that FIFO among equal priorities holds
-  across shards). A lease asks every shard for its best ready heads (``TOP``), then leases from each as
-  many as it has among the best ``limit`` of all (in parallel), and merges them by queue score; ack and
+  across shards). A lease asks every shard for the scores of the best ``limit`` requests it would hand
+  out now (``TOP``), merges them, leases from each shard as many as it has among the best ``limit`` of
+  all (in parallel), and merges the leases by queue score; ack and
   retry go to the shard named in the lease token (``"<shard>/<token>"``). ``max_size`` is checked
   against the shards' counts read just before each batch: concurrent enqueuers may pass it by at most
   their batches. The frontier talks to the master of each shard's slot (:mod:`._cluster`) and finds it
@@ -30,6 +31,7 @@ in :class:`OneRedis` and :class:`ClusterShards`.
 from __future__ import annotations
 
 import heapq
+import itertools
 import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -56,15 +58,13 @@ class Shard(NamedTuple):
 
 
 class LeasePlan(NamedTuple):
-    """How many to lease from which shard (``quota``: shard number -> count, asked in parallel), or,
-    when fewer hosts are ready than asked for, the shards to ask ``in_turn`` (best head first), each
-    for what is still missing."""
+    """How many to lease from which shard (``quota``: shard number -> count, asked in parallel)."""
 
     quota: dict[int, int]
-    in_turn: list[int]
 
 
-#: The TOP of every shard: each shard's best ready queue scores (or the error it raised).
+#: The TOP of every shard: the scores of the best requests each would hand out now, best first (or the
+#: error it raised).
 TopFn = Callable[[], Awaitable[list[Any]]]
 
 
@@ -172,7 +172,7 @@ class OneRedis(Shards):
         return {0: max_size}  # the script checks it, atomically
 
     async def lease_plan(self, limit: int, top: TopFn) -> LeasePlan:
-        return LeasePlan({0: limit}, [])  # the shard's LEASE takes the best itself
+        return LeasePlan({0: limit})  # the shard's LEASE takes the best itself
 
     async def nodes(self) -> list[aioredis.Redis]:
         return [self._client]
@@ -236,17 +236,17 @@ class ClusterShards(Shards):
         return {k: have[k] + share[k] for k in {self.of(host).number for host in hosts}}
 
     async def lease_plan(self, limit: int, top: TopFn) -> LeasePlan:
+        """Each shard's share of the best ``limit`` of all: a k-way merge of the shards' lists (each best
+        first) -- a shard's LEASE then picks the same requests as its TOP, best first."""
         tops = await top()
-        scores = [(float(s), k) for k, reply in enumerate(tops) if not isinstance(reply, BaseException) for s in reply]
-        if not scores:
+        lists = [[(float(s), k) for s in reply] for k, reply in enumerate(tops) if not isinstance(reply, BaseException)]
+        if not any(lists):
             for reply in tops:
                 if isinstance(reply, BaseException):
                     raise reply
-            return LeasePlan({}, [])
-        if len(scores) < limit:
-            # fewer ready hosts than asked for: hosts may give more than their head
-            return LeasePlan({}, list(dict.fromkeys(k for _, k in sorted(scores))))
-        return LeasePlan(dict(sorted(Counter(k for _, k in heapq.nsmallest(limit, scores)).items())), [])
+            return LeasePlan({})
+        best = itertools.islice(heapq.merge(*lists), limit)
+        return LeasePlan(dict(sorted(Counter(k for _, k in best).items())))
 
     async def nodes(self) -> list[aioredis.Redis]:
         return await self._cluster.masters()

@@ -279,26 +279,8 @@ class RedisFrontier(WaitingMixin):
             return await self._calls.fan([(shard, "TOP", (limit,)) for shard in shards])
 
         plan = await self._shards.lease_plan(limit, top)
-        if plan.in_turn:
-            return await self._lease_in_turn(limit, plan.in_turn, out)
         calls = [(shards[k], "LEASE", (n, *lt)) for k, n in plan.quota.items()]
         return self._take(calls, await self._calls.fan(calls), out) if calls else []
-
-    async def _lease_in_turn(self, limit: int, order: list[int], out: list[tuple[float, Lease]]) -> list[_Buried]:
-        """The shards one after the other, best head first, each for what is still missing."""
-        lt = self._lease_args()
-        buried: list[_Buried] = []
-        start = len(out)
-        for k in order:
-            if len(out) - start >= limit:
-                break
-            call = (self._shards.all[k], "LEASE", (limit - (len(out) - start), *lt))
-            try:
-                buried += self._take([call], await self._calls.fan([call]), out)
-            except BackendUnavailableError:
-                if len(out) == start:
-                    raise  # nothing leased: say why; else the leases made are handed out
-        return buried
 
     def _lease_args(self) -> tuple[str, str]:
         """LEASE's lease timeout (a lease's deadline) and liveness (see :mod:`._liveness`)."""
