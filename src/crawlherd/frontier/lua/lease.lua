@@ -14,36 +14,44 @@ if #chosen == 0 then
   return out
 end
 local serial = redis.call('INCR', P..':lseq')
-local ready_add, ready_rem, states_set, leases, lexp, ids, picked = {}, {}, {}, {}, {}, {}, {}
-local batches, n_taken = {}, 0
+-- The leases, in the order picked (best first): the reply is in priority order, FIFO among equals.
+local MID = ':'..serial..'.'
+local leases, lexp, ids, got, batches = {}, {}, {}, {}, {}
+local n, nl, o = 0, 0, 1
+for _, c in ipairs(chosen) do
+  local i, r = c[2], c[3]
+  local host, items = hosts[i], fetched[i]
+  local member = items[2 * r - 1]
+  local id, b = string.match(member, '^(%d+)\t(%d+)\t')
+  if RB[i] then  -- the robots request is out: the host stays pending until it is settled
+    if id then redis.call('HSET', K_RB, host, 'out\t'..id) else redis.call('HDEL', K_RB, host) end
+  end
+  if id then
+    batches[b] = (batches[b] or 0) + 1
+    got[i] = (got[i] or 0) + 1
+    n = n + 1
+    local token = id..MID..n..AT
+    leases[nl + 1] = id
+    leases[nl + 2] = token..'\t'..(-math.floor(c[1] / SHIFT))..'\t'..host..'\t'..member
+    lexp[nl + 1] = EXPIRES
+    lexp[nl + 2] = id
+    nl = nl + 2
+    ids[n] = id
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = token, member, 1, items[2 * r], host
+    o = o + 5
+  else
+    bury(string.match(member, '^(%d+)') or redis.call('INCR', K_SEQ), 'unreadable entry header', member)
+  end
+end
+local ready_add, ready_rem, states_set = {}, {}, {}
+local n_taken = 0
 for i, host in ipairs(hosts) do
   local k = taken[i]
   if k then
     local items = fetched[i]
     if not RB[i] then redis.call('ZREMRANGEBYRANK', qkey(host), 0, k - 1) end
     n_taken = n_taken + k
-    local good = 0
-    for r = 1, k do
-      local member = items[2 * r - 1]
-      local prio = -math.floor(tonumber(items[2 * r]) / SHIFT)
-      local id, b = string.match(member, '^(%d+)\t(%d+)\t')
-      if RB[i] then  -- the robots request is out: the host stays pending until it is settled
-        if id then redis.call('HSET', K_RB, host, 'out\t'..id) else redis.call('HDEL', K_RB, host) end
-      end
-      if id then
-        batches[b] = (batches[b] or 0) + 1
-        good = good + 1
-        local token = id..':'..serial..'.'..(#picked + 1)..AT
-        leases[#leases + 1] = id
-        leases[#leases + 1] = token..'\t'..prio..'\t'..host..'\t'..member
-        lexp[#lexp + 1] = EXPIRES
-        lexp[#lexp + 1] = id
-        ids[#ids + 1] = id
-        picked[#picked + 1] = {token, member, items[2 * r], host}
-      else
-        bury(string.match(member, '^(%d+)') or redis.call('INCR', K_SEQ), 'unreadable entry header', member)
-      end
-    end
+    local good = got[i] or 0
     local inf, ra = INF[i] + good, RA[i]
     local d = delay_of(host)
     if d > 0 and good > 0 then ra = NOW + d end
@@ -71,19 +79,14 @@ if n_taken > 0 then
   redis.call('HINCRBY', K_C, 'queued', -n_taken)
 end
 batches_done(batches)
-if #leases > 0 then
+if n > 0 then
   bulk('HSET', K_LEASE, leases)
   bulk('ZADD', K_LEXP, lexp)
-  local atts = nil
-  if redis.call('EXISTS', K_ATT) == 1 then atts = hmget(K_ATT, ids) end
-  for i, p in ipairs(picked) do
-    out[#out + 1] = p[1]
-    out[#out + 1] = p[2]
-    local att = 1
-    if atts and atts[i] then att = tonumber(atts[i]) + 1 end
-    out[#out + 1] = att
-    out[#out + 1] = p[3]
-    out[#out + 1] = p[4]
+  if redis.call('EXISTS', K_ATT) == 1 then
+    local atts = hmget(K_ATT, ids)
+    for j = 1, n do
+      if atts[j] then out[5 * j - 1] = tonumber(atts[j]) + 1 end
+    end
   end
 end
 return out

@@ -34,6 +34,7 @@ log = logging.getLogger("crawlherd.frontier.redis")
 
 LAYOUT_VERSION = "2"
 _BATCH = 500
+_ENQUEUE_BATCH = 1000  # requests per ENQUEUE: a caller's batch of 1,000 is one script call, about 10 ms
 
 
 class _Buried(NamedTuple):
@@ -172,7 +173,7 @@ class RedisFrontier(WaitingMixin):
         pending = list(requests)
         queued = 0
         while pending:
-            chunk, rest = pending[:_BATCH], pending[_BATCH:]
+            chunk, rest = pending[:_ENQUEUE_BATCH], pending[_ENQUEUE_BATCH:]
             n_new, processed, full = await self._enqueue_chunk(chunk)
             queued += n_new
             if n_new:
@@ -292,21 +293,25 @@ class RedisFrontier(WaitingMixin):
         """The leases in LEASE ``replies`` into ``out``; returns the entries that could not be decoded."""
         buried: list[_Buried] = []
         got = False
+        name = self._shards.token
         for (shard, _, _), reply in zip(calls, replies, strict=True):
             if isinstance(reply, BaseException):
                 continue
             got = True
             expires = float(text(reply[0])) + self.options.lease_timeout
+            tokens = []
             for i in range(1, len(reply), 5):
-                token, payload, attempt = text(reply[i]), raw(reply[i + 1]), int(reply[i + 2])
+                token, payload = text(reply[i]), raw(reply[i + 1])
                 try:
                     request = decode(payload.split(b"\t", 2)[2], text(reply[i + 4]))
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     buried.append(_Buried(shard, token, payload, f"undecodable request record: {exc}"))
                     continue
-                lease = Lease(self._shards.token(shard, token), request, expires, attempt)
-                self.renewal.hold(lease.token)
+                lease = Lease(name(shard, token), request, expires, int(reply[i + 2]))
+                tokens.append(lease.token)
                 out.append((float(reply[i + 3]), lease))
+            if tokens:
+                self.renewal.hold(*tokens)
         if not got:
             raise_first(replies)  # every shard failed: say why (leases made by some are kept)
         return buried
