@@ -193,11 +193,11 @@ class RedisFrontier(WaitingMixin):
         limits = await self._limits(chunk)
         calls = []
         for k, positions in groups.items():
-            args: list[Any] = [limits.get(k, -1), self._kind, self.options.dupefilter_unavailable]
-            args.append("" if first is None else "seq")
-            args.extend(
+            items = "\n".join(
                 enqueue_arg(chunk[i], self._kind, self._bits, "-" if first is None else first + i) for i in positions
             )
+            args = (limits.get(k, -1), self._kind, self.options.dupefilter_unavailable,
+                    "" if first is None else "seq", len(positions), items)
             calls.append((shards.all[k], "ENQUEUE", args))
         replies = await self._calls.fan(calls)
         processed = [False] * len(chunk)
@@ -388,15 +388,20 @@ class RedisFrontier(WaitingMixin):
             return set()
         await self._init()
         shards = self._shards
-        groups = shards.group(lease.token for lease in leases)
+        # a token with a space in it is none of ours (ACK reads the tokens as one argument, space-separated)
+        foreign = {lease.token for lease in leases if not lease.token or any(c.isspace() for c in lease.token)}
+        groups = shards.group(lease.token for lease in leases if lease.token not in foreign)
         self.renewal.drop([lease.token for lease in leases])  # being settled: not renewed (see Renewal.drop)
-        replies = await self._calls.fan([(shards.all[k], "ACK", (mode, *tokens)) for k, tokens in groups.items()])
+        if not groups:
+            return foreign
+        replies = await self._calls.fan([(shards.all[k], "ACK", (mode, " ".join(ts))) for k, ts in groups.items()])
         self._notify()
         for k, reply in zip(groups, replies, strict=True):
             if isinstance(reply, BaseException):  # not settled (an outage): still held, renewed again
                 self.renewal.hold(*(shards.token(shards.all[k], t) for t in groups[k]))
         raise_first(replies)
-        return {shards.token(shards.all[k], text(t)) for k, reply in zip(groups, replies, strict=True) for t in reply}
+        bad = {shards.token(shards.all[k], text(t)) for k, reply in zip(groups, replies, strict=True) for t in reply}
+        return foreign | bad
 
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
         # a give-back: never renewed again, even unsent (back after liveness, not kept until lease_timeout)
