@@ -1,12 +1,13 @@
--- LEASE (after prelude.lua and pick.lua). ARGV[5] limit, [6] lease timeout, [7] liveness. Leases what
+-- LEASE (after prelude.lua and pick.lua). ARGV[5] limit, [6] cutoff (see pick.lua), [7] lease timeout,
+-- [8] liveness. Leases what
 -- pick.lua picked. Returns the time the leases were made at ('%.17g'), then token, member, attempt, score
 -- (its place in the queue: a sharded frontier merges the leases of its shards by it) and host for each
 -- lease; members found unreadable are moved aside.
 -- A lease ends at its deadline (lease timeout: the bound of one page), or sooner when its holder stops
 -- renewing it (RENEW, every third of the liveness bound): it expires LIVENESS after it was made or last
 -- renewed. The deadline travels in the token ('@'), for RENEW.
-local DEADLINE = NOW + tonumber(ARGV[6])
-local EXPIRES = math.min(DEADLINE, NOW + tonumber(ARGV[7]))
+local DEADLINE = NOW + tonumber(ARGV[7])
+local EXPIRES = math.min(DEADLINE, NOW + tonumber(ARGV[8]))
 local AT = '@'..fmt(DEADLINE)
 local out = {fmt(NOW)}
 if #chosen == 0 then

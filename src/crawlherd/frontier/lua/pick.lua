@@ -1,5 +1,6 @@
--- PICK (after prelude.lua; the start of TOP and LEASE). ARGV[5] limit. Brings the shard up to date
--- (expired leases, due requests and hosts), then picks the LIMIT best requests that may be handed out now:
+-- PICK (after prelude.lua; the start of TOP and LEASE). ARGV[5] limit, [6] a cutoff score ('' none: no
+-- request scored after it is wanted). Brings the shard up to date (expired leases, due requests and
+-- hosts), then picks the LIMIT best requests that may be handed out now:
 -- what taking the best ready head LIMIT times would give, in a few calls per host. The candidates are the
 -- best LIMIT ready hosts (no other host's head can be among the LIMIT best) and, of each, as many requests
 -- as its cap and delay allow; the LIMIT best candidates are picked. Leaves: hosts (the candidate hosts),
@@ -7,13 +8,19 @@
 -- chosen (the picked scores, best first), INF/RA (host i's leases out and ready time), RB (robots states)
 -- and stale (hosts found with nothing to hand out now).
 local LIMIT = tonumber(ARGV[5])
+local CUT = tonumber(ARGV[6])
 refresh()
-local top = redis.call('ZRANGE', K_READY, 0, LIMIT - 1, 'WITHSCORES')
+local top
+if CUT then
+  top = redis.call('ZRANGE', K_READY, '-inf', ARGV[6], 'BYSCORE', 'LIMIT', 0, LIMIT, 'WITHSCORES')
+else
+  top = redis.call('ZRANGE', K_READY, 0, LIMIT - 1, 'WITHSCORES')
+end
 local hosts = {}
 for i = 1, #top, 2 do hosts[#hosts + 1] = top[i] end
 -- no request scored after the LIMIT-th best head can be among the LIMIT best
-local cutoff = math.huge
-if #hosts == LIMIT then cutoff = tonumber(top[#top]) end
+local cutoff = CUT or math.huge
+if #hosts == LIMIT and tonumber(top[#top]) < cutoff then cutoff = tonumber(top[#top]) end
 local states = {}
 if #hosts > 0 then states = hmget(K_H, hosts) end
 local RB = robots_states(hosts)

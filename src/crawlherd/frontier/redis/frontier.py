@@ -276,11 +276,15 @@ class RedisFrontier(WaitingMixin):
         lt = self._lease_args()
         shards = self._shards.all
 
-        async def top() -> list[Any]:
-            return await self._calls.fan([(shard, "TOP", (limit,)) for shard in shards])
+        async def heads() -> list[Any]:
+            return await self._calls.fan([(shard, "HEADS", (limit,)) for shard in shards])
 
-        plan = await self._shards.lease_plan(limit, top)
-        calls = [(shards[k], "LEASE", (n, *lt)) for k, n in plan.quota.items()]
+        async def top(numbers: list[int], cutoff: float | None) -> list[Any]:
+            cut = "" if cutoff is None else repr(cutoff)
+            return await self._calls.fan([(shards[k], "TOP", (limit, cut)) for k in numbers])
+
+        plan = await self._shards.lease_plan(limit, heads, top)
+        calls = [(shards[k], "LEASE", (n, "", *lt)) for k, n in plan.quota.items()]
         return self._take(calls, await self._calls.fan(calls), out) if calls else []
 
     def _lease_args(self) -> tuple[str, str]:
