@@ -22,11 +22,10 @@ in :class:`OneRedis` and :class:`ClusterShards`.
   across shards). A lease asks every shard for its best ready heads (``HEADS``), and the shards where a
   host among the best may give more than its head for their best requests up to the cutoff (``TOP``);
   it merges them, leases from each shard as many as it has among the best ``limit`` of all (in
-  parallel), and merges the leases by queue score; ack and
-  retry go to the shard named in the lease token (``"<shard>/<token>"``). ``max_size`` is checked
-  against the shards' counts read just before each batch: concurrent enqueuers may pass it by at most
-  their batches. The frontier talks to the master of each shard's slot (:mod:`._cluster`) and finds it
-  again after a failover.
+  parallel), and merges the leases by queue score; ack and retry go to the shard named in the lease
+  token (``"<shard>/<token>"``). ``max_size`` is checked against the shards' counts read just before
+  each batch: concurrent enqueuers may pass it by at most their batches. The frontier talks to the
+  master of each shard's slot (:mod:`._cluster`) and finds it again after a failover.
 """
 
 from __future__ import annotations
