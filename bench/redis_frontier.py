@@ -12,8 +12,10 @@ politeness, no leases, no expiry.
 
 Each round runs both, interleaved (raw, crawlherd, raw, ...), each on an empty server; the medians are
 printed. Beside the client's wall-clock rate: the Redis server's CPU (``INFO cpu`` used_cpu_sys +
-used_cpu_user delta) per request, and the bytes Redis holds per queued request at the peak (``INFO
-memory`` used_memory delta after the enqueue phase, before the drain).
+used_cpu_user delta) per request, the bytes Redis holds per queued request at the peak (``INFO
+memory`` used_memory delta after the enqueue phase, before the drain), and the priority order: the
+adjacent pairs within a batch out of order (lower priority first, or a later-enqueued request before an
+earlier one of the same priority), summed over the run, the most of any round (goal: 0).
 
 ``--cluster``: then the ``redis+cluster://`` frontier on private local clusters (redis-server
 --cluster-enabled yes, on free ports): 1 master, 3 masters, and 3 masters with one replica each, without
@@ -127,6 +129,7 @@ class _Nodes:
 async def crawlherd_round(
     url: str, reqs: list[Request], admin_urls: list[str] | None = None, query: str = ""
 ) -> dict[str, float]:
+    rank = enqueue_ranks(reqs)  # before the clock starts
     admin: Any = _Nodes(admin_urls) if admin_urls else aioredis.Redis.from_url(url)
     try:
         await admin.flushdb()
@@ -143,8 +146,10 @@ async def crawlherd_round(
             peak = await used_memory(admin) - mem0
             t1b = time.perf_counter()
             done = 0
+            batches = []
             while leases := await frontier.next_requests(500):
                 done += len(leases)
+                batches.append(leases)  # their order is checked after the clock stops
                 await frontier.ack_many(leases)
             t2 = time.perf_counter()
             cpu = await server_cpu(admin) - cpu0
@@ -161,7 +166,22 @@ async def crawlherd_round(
         "busiest_us": busiest / len(reqs) * 1e6,
         "bytes": peak / queued,
         "queued": queued,
+        "inversions": sum(batch_inversions(b, rank) for b in batches),
     }
+
+
+def enqueue_ranks(reqs: list[Request]) -> dict[bytes, tuple[int, int]]:
+    """The place each request must come out in: (-priority, the order it was first enqueued in)."""
+    rank: dict[bytes, tuple[int, int]] = {}
+    for r in reqs:
+        rank.setdefault(r.fingerprint, (-r.priority, len(rank)))
+    return rank
+
+
+def batch_inversions(leases: list[Any], rank: dict[bytes, tuple[int, int]]) -> int:
+    """Adjacent pairs of one batch out of priority order (or, among equal priorities, out of FIFO order)."""
+    ranks = [rank[lease.request.fingerprint] for lease in leases]
+    return sum(1 for a, b in zip(ranks, ranks[1:], strict=False) if b < a)
 
 
 async def main() -> int:
@@ -189,11 +209,15 @@ async def main() -> int:
         med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in results.items()}
         raw = med["raw redis-py"]
         print(f"\nmedians of {args.rounds} interleaved rounds")
-        print(f"{'':<14} {'req/s':>9} {'ratio':>7} {'Redis CPU µs/req':>17} {'CPU ratio':>10} {'B/queued req':>13}")
+        print(
+            f"{'':<14} {'req/s':>9} {'ratio':>7} {'Redis CPU µs/req':>17} {'CPU ratio':>10} {'B/queued req':>13} "
+            f"{'inversions':>11}"
+        )
         for name, m in med.items():
+            inv = f"{max(r['inversions'] for r in results[name]):>11,.0f}" if "inversions" in m else f"{'-':>11}"
             print(
                 f"{name:<14} {m['req_s']:>9,.0f} {m['req_s'] / raw['req_s']:>6.2f}x {m['cpu_us']:>17.2f} "
-                f"{m['cpu_us'] / raw['cpu_us']:>9.2f}x {m['bytes']:>13.0f}"
+                f"{m['cpu_us'] / raw['cpu_us']:>9.2f}x {m['bytes']:>13.0f} {inv}"
             )
         if args.cluster:
             await cluster_bench(args, reqs)
@@ -215,7 +239,7 @@ async def cluster_bench(args: argparse.Namespace, reqs: list[Request]) -> None:
     print("\nredis+cluster:// (12 shards), each row against raw redis-py rounds interleaved with its own")
     print(
         f"{'':<38} {'req/s':>9} {'raw req/s':>10} {'ratio':>7} {'Redis CPU µs/req':>17} {'busiest master':>15} "
-        f"{'B/queued req':>13}"
+        f"{'B/queued req':>13} {'inversions':>11}"
     )
     configs = [(1, 0, ""), (3, 0, ""), (3, 1, ""), (3, 1, "&wait_replicas=1")]
     for masters, replicas, query in configs:
@@ -234,7 +258,7 @@ async def cluster_bench(args: argparse.Namespace, reqs: list[Request]) -> None:
         label = f"{masters} master(s), {replicas} replica(s) each{' WAIT 1' if query else ''}"
         print(
             f"{label:<38} {m['req_s']:>9,.0f} {raw:>10,.0f} {m['req_s'] / raw:>6.2f}x {m['cpu_us']:>17.2f} "
-            f"{m['busiest_us']:>15.2f} {m['bytes']:>13.0f}"
+            f"{m['busiest_us']:>15.2f} {m['bytes']:>13.0f} {max(r['inversions'] for r in rounds):>11,.0f}"
         )
 
 

@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from crawlherd.clock import FakeClock
-from crawlherd.errors import BackendUnavailableError, ConfigurationError
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, LeaseError
 from crawlherd.frontier import open_scheduler
 from crawlherd.frontier.dupefilter import fp_to_int
 from crawlherd.frontier.redis import RedisFrontier
@@ -273,6 +273,31 @@ async def test_negative_and_huge_priorities_keep_their_order(
         assert [lease.request.priority for lease in leases] == [10**9, 7, 0, -3, -3, -(10**9)]
         assert [lease.request.url for lease in leases][3:5] == ["http://n0.test/", "http://n4.test/"]  # FIFO
         await frontier.ack_many(leases)
+    finally:
+        await frontier.close()
+
+
+async def test_foreign_tokens_in_a_batch_settle_are_refused_and_the_others_settled(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    """ACK reads a batch's tokens as one space-separated argument: a token with a space in it (none of
+    ours) must not be split into pieces that pass for others -- it is refused, and so is an unknown one,
+    while the valid leases of the batch are settled."""
+    frontier = await open_redis(redis_url, unique_name)
+    try:
+        await frontier.enqueue_requests([Request(f"http://t{i}.test/") for i in range(3)])
+        leases = await frontier.next_requests(3)
+        good = leases[0]
+        spaced = leases[1]._replace(token=f"{leases[1].token} {leases[2].token}")
+        unknown = leases[2]._replace(token="999:1.1@1e300")
+        with pytest.raises(LeaseError) as info:
+            await frontier.ack_many([good, spaced, unknown])
+        assert "http://t0.test/" not in str(info.value)
+        assert "http://t1.test/" in str(info.value) and "http://t2.test/" in str(info.value)
+        stats = await frontier.stats()
+        assert (stats.acked, stats.in_flight) == (1, 2)  # the spaced token settled neither of its pieces
+        await frontier.ack_many(leases[1:])
+        assert await frontier.idle()
     finally:
         await frontier.close()
 

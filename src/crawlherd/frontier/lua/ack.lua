@@ -1,7 +1,7 @@
--- ACK (after prelude.lua). ARGV[5] mode: 'ack' | 'fail'; tokens follow. Returns the tokens that were not
--- valid leases.
+-- ACK (after prelude.lua). ARGV[5] mode: 'ack' | 'fail'; [6] the tokens, separated by spaces. Returns the
+-- tokens that were not valid leases.
 local MODE = ARGV[5]
-local tokens, ids, infos = leases_in_argv(6)
+local tokens, ids, infos = leases_in_arg(6)
 local bad, done, perhost, hosts, settled, robots_done = {}, {}, {}, {}, {}, {}
 for i, token in ipairs(tokens) do
   local info = infos[i]

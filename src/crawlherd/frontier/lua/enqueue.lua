@@ -1,8 +1,9 @@
 -- ENQUEUE (after prelude.lua). ARGV[5] how many may be queued in this shard at most (-1 unbounded),
 -- [6] dupefilter kind, [7] "allow" when an unusable filter may be bypassed, [8] '' (request numbers from
 -- this shard's P:seq) or 'seq' (each request brings its number: a sharded frontier numbers a batch from
--- one counter, so that FIFO holds across shards), then one argument per request, its fields packed
--- (one argument, one match: cheaper to send and to read than seven):
+-- one counter, so that FIFO holds across shards), [9] how many requests, [10] the requests, one a line
+-- (one argument for all: each argument costs the client and the server more than its bytes), each
+-- request's fields packed (one match: cheaper to read than seven):
 --   "<df_a> <df_b> <not_before|-> <priority> <number|-> <host> <body>"
 -- Exact filter: df_a = bucket, df_b = fingerprint >> bits. Bloom: df_a, df_b = the two hash halves.
 -- Returns {status, queued, processed, message}: status 'ok', 'full' (stopped at processed+1) or
@@ -84,21 +85,22 @@ local queued = tonumber(redis.call('HGET', K_C, 'queued') or '0')
 local n_new, n_dup, n_dfu, processed = 0, 0, 0, 0
 local status, message = 'ok', ''
 local GIVEN = ARGV[8] == 'seq'
-local nitems = #ARGV - 8
+local nitems = tonumber(ARGV[9])
+local ITEMS = ARGV[10] or ''
 local base, top, shift = 0, 0, 0
 if GIVEN then
   top = tonumber(redis.call('GET', K_SEQ) or '0')
   -- numbers this shard has used already (the shared counter lost writes in a failover): move past them,
   -- an id must stay unique in its shard
-  local first = nitems > 0 and tonumber(string.match(ARGV[9], '^%S+ %S+ %S+ %S+ (%d+) '))
+  local first = nitems > 0 and tonumber(string.match(ITEMS, '^%S+ %S+ %S+ %S+ (%d+) '))
   if first and first <= top then shift = top - first + 1 end
 else
   base = redis.call('INCRBY', K_SEQ, nitems) - nitems
 end
 local batch = redis.call('INCR', P..':bseq')
 local delayed, byhost, hostmin, hosts = {}, {}, {}, {}
-for o = 9, #ARGV do
-  local a, b, nb, prio, sq, host, body = string.match(ARGV[o], '^(%d+) (%d+) (%S+) (%-?%d+) (%S+) (%S+) (.*)$')
+for item in string.gmatch(ITEMS, '[^\n]+') do
+  local a, b, nb, prio, sq, host, body = string.match(item, '^(%d+) (%d+) (%S+) (%-?%d+) (%S+) (%S+) (.*)$')
   prio = tonumber(prio)
   if not prio then
     return redis.error_reply('malformed enqueue argument '..(processed + 1))

@@ -94,14 +94,16 @@ local function hmget(key, fields)
   return out
 end
 
--- The lease tokens in ARGV[first], ARGV[first + 1], ...: the tokens, their lease ids and their lease
--- records (false where there is none).
-local function leases_in_argv(first)
-  local tokens, ids = {}, {}
-  for i = first, #ARGV do
-    tokens[#tokens + 1] = ARGV[i]
-    ids[#ids + 1] = string.match(ARGV[i], '^(%d+):') or '0'
+-- The lease tokens in ARGV[i], separated by spaces (one argument for all): the tokens, their lease ids
+-- and their lease records (false where there is none).
+local function leases_in_arg(i)
+  local tokens, ids, n = {}, {}, 0
+  for token in string.gmatch(ARGV[i] or '', '%S+') do
+    n = n + 1
+    tokens[n] = token
+    ids[n] = string.match(token, '^(%d+):') or '0'
   end
+  if n == 0 then return tokens, ids, {} end
   return tokens, ids, hmget(K_LEASE, ids)
 end
 

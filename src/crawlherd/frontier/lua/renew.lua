@@ -1,10 +1,11 @@
--- RENEW (after prelude.lua). ARGV[5] liveness; the tokens of the leases one holder still holds follow.
+-- RENEW (after prelude.lua). ARGV[5] liveness; [6] the tokens of the leases one holder still holds,
+-- separated by spaces.
 -- Each valid lease now expires LIVENESS from now, never after its deadline (the '@' part of its token,
 -- set by LEASE). A lease that expired but was not taken back yet is renewed as well: nobody else holds it.
 -- Returns the tokens that are no longer valid leases (settled, or expired and taken back: the holder has
 -- lost them).
 local LIVE = tonumber(ARGV[5])
-local tokens, ids, infos = leases_in_argv(6)
+local tokens, ids, infos = leases_in_arg(6)
 local lost, lexp = {}, {}
 for i, token in ipairs(tokens) do
   local info = infos[i]

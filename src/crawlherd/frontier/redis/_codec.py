@@ -39,7 +39,8 @@ def priority(request: Request) -> int:
 def encode_body(request: Request) -> str:
     """A request as the frontier stores it (see the module docstring)."""
     rec = request.to_record()
-    if len(rec) == 4 and " " not in request.url:  # v, url, p, d: nothing else to keep
+    # v, url, p, d: nothing else to keep; no space (a field separator) nor newline (ENQUEUE's line separator)
+    if len(rec) == 4 and " " not in request.url and "\n" not in request.url:
         return f"{request.priority} {request.depth} {request.url} {request.fingerprint.hex()}"
     return json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
 

@@ -73,7 +73,9 @@ class Renewal:
         shards = self._calls.shards
         groups = shards.group(held)
         live = repr(float(self.liveness))
-        replies = await self._calls.fan([(shards.all[k], "RENEW", (live, *inner)) for k, inner in groups.items()])
+        replies = await self._calls.fan(
+            [(shards.all[k], "RENEW", (live, " ".join(inner))) for k, inner in groups.items()]
+        )
         lost: list[str] = []
         renewed = 0
         for k, reply in zip(groups, replies, strict=True):

@@ -36,8 +36,9 @@ _T = TypeVar("_T")
 SCRIPTS: dict[str, tuple[str, ...]] = {
     "INIT": ("init",),
     "ENQUEUE": ("prelude", "enqueue"),
-    "TOP": ("prelude", "top"),
-    "LEASE": ("prelude", "lease"),
+    "HEADS": ("prelude", "heads"),
+    "TOP": ("prelude", "pick", "top"),
+    "LEASE": ("prelude", "pick", "lease"),
     "ACK": ("prelude", "ack"),
     "RETRY": ("prelude", "retry"),
     "BURY": ("prelude", "bury"),

@@ -19,17 +19,19 @@ in :class:`OneRedis` and :class:`ClusterShards`.
   the shards spread evenly over masters that hold equal slot ranges, and all of a shard's keys are in
   one slot. Besides the shards: ``{p}:shards`` (STRING, the shard count, fixed at creation) and
   ``{p}:seq`` (STRING, the request counter the shards share, so that FIFO among equal priorities holds
-  across shards). A lease asks every shard for its best ready heads (``TOP``), then leases from each as
-  many as it has among the best ``limit`` of all (in parallel), and merges them by queue score; ack and
-  retry go to the shard named in the lease token (``"<shard>/<token>"``). ``max_size`` is checked
-  against the shards' counts read just before each batch: concurrent enqueuers may pass it by at most
-  their batches. The frontier talks to the master of each shard's slot (:mod:`._cluster`) and finds it
-  again after a failover.
+  across shards). A lease asks every shard for its best ready heads (``HEADS``), and the shards where a
+  host among the best may give more than its head for their best requests up to the cutoff (``TOP``);
+  it merges them, leases from each shard as many as it has among the best ``limit`` of all (in
+  parallel), and merges the leases by queue score; ack and retry go to the shard named in the lease
+  token (``"<shard>/<token>"``). ``max_size`` is checked against the shards' counts read just before
+  each batch: concurrent enqueuers may pass it by at most their batches. The frontier talks to the
+  master of each shard's slot (:mod:`._cluster`) and finds it again after a failover.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -56,16 +58,17 @@ class Shard(NamedTuple):
 
 
 class LeasePlan(NamedTuple):
-    """How many to lease from which shard (``quota``: shard number -> count, asked in parallel), or,
-    when fewer hosts are ready than asked for, the shards to ask ``in_turn`` (best head first), each
-    for what is still missing."""
+    """How many to lease from which shard (``quota``: shard number -> count, asked in parallel)."""
 
     quota: dict[int, int]
-    in_turn: list[int]
 
 
-#: The TOP of every shard: each shard's best ready queue scores (or the error it raised).
-TopFn = Callable[[], Awaitable[list[Any]]]
+#: The HEADS of every shard (or the error it raised): its best ready heads, each a score and a flag (1:
+#: its host may give more than its head).
+HeadsFn = Callable[[], Awaitable[list[Any]]]
+#: The TOP of the shards named, up to a cutoff score (None: none): the scores of the best requests each
+#: would hand out now, best first (or the error it raised).
+TopFn = Callable[[list[int], float | None], Awaitable[list[Any]]]
 
 
 class Shards:
@@ -120,7 +123,7 @@ class Shards:
         shard's queued count)."""
         raise NotImplementedError
 
-    async def lease_plan(self, limit: int, top: TopFn) -> LeasePlan:
+    async def lease_plan(self, limit: int, heads: HeadsFn, top: TopFn) -> LeasePlan:
         """Where to lease the best ``limit`` ready requests from."""
         raise NotImplementedError
 
@@ -171,8 +174,8 @@ class OneRedis(Shards):
                      ) -> dict[int, int]:
         return {0: max_size}  # the script checks it, atomically
 
-    async def lease_plan(self, limit: int, top: TopFn) -> LeasePlan:
-        return LeasePlan({0: limit}, [])  # the shard's LEASE takes the best itself
+    async def lease_plan(self, limit: int, heads: HeadsFn, top: TopFn) -> LeasePlan:
+        return LeasePlan({0: limit})  # the shard's LEASE takes the best itself
 
     async def nodes(self) -> list[aioredis.Redis]:
         return [self._client]
@@ -235,18 +238,34 @@ class ClusterShards(Shards):
         share = Counter(self.of(host).number for host in hosts[:room])
         return {k: have[k] + share[k] for k in {self.of(host).number for host in hosts}}
 
-    async def lease_plan(self, limit: int, top: TopFn) -> LeasePlan:
-        tops = await top()
-        scores = [(float(s), k) for k, reply in enumerate(tops) if not isinstance(reply, BaseException) for s in reply]
-        if not scores:
-            for reply in tops:
+    async def lease_plan(self, limit: int, heads: HeadsFn, top: TopFn) -> LeasePlan:
+        """Each shard's share of the best ``limit`` of all. The shards' best ready heads, merged, give the
+        cutoff (the ``limit``-th best head: nothing after it can be among the best); where a host among
+        them may give more than its head, its shard's best requests up to the cutoff (``TOP``) take the
+        place of its heads; a k-way merge of those lists gives each shard its count -- and its ``LEASE``
+        picks the same requests, best first."""
+        replies = await heads()
+        lists = [
+            [(float(reply[i]), k, int(reply[i + 1])) for i in range(0, len(reply), 2)]
+            for k, reply in enumerate(replies)
+            if not isinstance(reply, BaseException)
+        ]
+        if not any(lists):
+            for reply in replies:
                 if isinstance(reply, BaseException):
                     raise reply
-            return LeasePlan({}, [])
-        if len(scores) < limit:
-            # fewer ready hosts than asked for: hosts may give more than their head
-            return LeasePlan({}, list(dict.fromkeys(k for _, k in sorted(scores))))
-        return LeasePlan(dict(sorted(Counter(k for _, k in heapq.nsmallest(limit, scores)).items())), [])
+            return LeasePlan({})
+        best = list(itertools.islice(heapq.merge(*lists), limit))
+        more = sorted({k for _, k, flag in best if flag})
+        if more:
+            cutoff = best[-1][0] if len(best) == limit else None
+            tops = await top(more, cutoff)
+            candidates = [[(s, k) for s, k, _ in best if k not in more]]
+            for k, reply in zip(more, tops, strict=True):
+                if not isinstance(reply, BaseException):
+                    candidates.append([(float(s), k) for s in reply])
+            best = [(s, k, 0) for s, k in itertools.islice(heapq.merge(*candidates), limit)]
+        return LeasePlan(dict(sorted(Counter(k for _, k, _ in best).items())))
 
     async def nodes(self) -> list[aioredis.Redis]:
         return await self._cluster.masters()

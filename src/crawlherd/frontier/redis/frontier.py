@@ -34,6 +34,7 @@ log = logging.getLogger("crawlherd.frontier.redis")
 
 LAYOUT_VERSION = "2"
 _BATCH = 500
+_ENQUEUE_BATCH = 1000  # requests per ENQUEUE: a caller's batch of 1,000 is one script call, about 10 ms
 
 
 class _Buried(NamedTuple):
@@ -172,7 +173,7 @@ class RedisFrontier(WaitingMixin):
         pending = list(requests)
         queued = 0
         while pending:
-            chunk, rest = pending[:_BATCH], pending[_BATCH:]
+            chunk, rest = pending[:_ENQUEUE_BATCH], pending[_ENQUEUE_BATCH:]
             n_new, processed, full = await self._enqueue_chunk(chunk)
             queued += n_new
             if n_new:
@@ -192,11 +193,11 @@ class RedisFrontier(WaitingMixin):
         limits = await self._limits(chunk)
         calls = []
         for k, positions in groups.items():
-            args: list[Any] = [limits.get(k, -1), self._kind, self.options.dupefilter_unavailable]
-            args.append("" if first is None else "seq")
-            args.extend(
+            items = "\n".join(
                 enqueue_arg(chunk[i], self._kind, self._bits, "-" if first is None else first + i) for i in positions
             )
+            args = (limits.get(k, -1), self._kind, self.options.dupefilter_unavailable,
+                    "" if first is None else "seq", len(positions), items)
             calls.append((shards.all[k], "ENQUEUE", args))
         replies = await self._calls.fan(calls)
         processed = [False] * len(chunk)
@@ -275,30 +276,16 @@ class RedisFrontier(WaitingMixin):
         lt = self._lease_args()
         shards = self._shards.all
 
-        async def top() -> list[Any]:
-            return await self._calls.fan([(shard, "TOP", (limit,)) for shard in shards])
+        async def heads() -> list[Any]:
+            return await self._calls.fan([(shard, "HEADS", (limit,)) for shard in shards])
 
-        plan = await self._shards.lease_plan(limit, top)
-        if plan.in_turn:
-            return await self._lease_in_turn(limit, plan.in_turn, out)
-        calls = [(shards[k], "LEASE", (n, *lt)) for k, n in plan.quota.items()]
+        async def top(numbers: list[int], cutoff: float | None) -> list[Any]:
+            cut = "" if cutoff is None else repr(cutoff)
+            return await self._calls.fan([(shards[k], "TOP", (limit, cut)) for k in numbers])
+
+        plan = await self._shards.lease_plan(limit, heads, top)
+        calls = [(shards[k], "LEASE", (n, "", *lt)) for k, n in plan.quota.items()]
         return self._take(calls, await self._calls.fan(calls), out) if calls else []
-
-    async def _lease_in_turn(self, limit: int, order: list[int], out: list[tuple[float, Lease]]) -> list[_Buried]:
-        """The shards one after the other, best head first, each for what is still missing."""
-        lt = self._lease_args()
-        buried: list[_Buried] = []
-        start = len(out)
-        for k in order:
-            if len(out) - start >= limit:
-                break
-            call = (self._shards.all[k], "LEASE", (limit - (len(out) - start), *lt))
-            try:
-                buried += self._take([call], await self._calls.fan([call]), out)
-            except BackendUnavailableError:
-                if len(out) == start:
-                    raise  # nothing leased: say why; else the leases made are handed out
-        return buried
 
     def _lease_args(self) -> tuple[str, str]:
         """LEASE's lease timeout (a lease's deadline) and liveness (see :mod:`._liveness`)."""
@@ -310,21 +297,25 @@ class RedisFrontier(WaitingMixin):
         """The leases in LEASE ``replies`` into ``out``; returns the entries that could not be decoded."""
         buried: list[_Buried] = []
         got = False
+        name = self._shards.token
         for (shard, _, _), reply in zip(calls, replies, strict=True):
             if isinstance(reply, BaseException):
                 continue
             got = True
             expires = float(text(reply[0])) + self.options.lease_timeout
+            tokens = []
             for i in range(1, len(reply), 5):
-                token, payload, attempt = text(reply[i]), raw(reply[i + 1]), int(reply[i + 2])
+                token, payload = text(reply[i]), raw(reply[i + 1])
                 try:
                     request = decode(payload.split(b"\t", 2)[2], text(reply[i + 4]))
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     buried.append(_Buried(shard, token, payload, f"undecodable request record: {exc}"))
                     continue
-                lease = Lease(self._shards.token(shard, token), request, expires, attempt)
-                self.renewal.hold(lease.token)
+                lease = Lease(name(shard, token), request, expires, int(reply[i + 2]))
+                tokens.append(lease.token)
                 out.append((float(reply[i + 3]), lease))
+            if tokens:
+                self.renewal.hold(*tokens)
         if not got:
             raise_first(replies)  # every shard failed: say why (leases made by some are kept)
         return buried
@@ -401,15 +392,20 @@ class RedisFrontier(WaitingMixin):
             return set()
         await self._init()
         shards = self._shards
-        groups = shards.group(lease.token for lease in leases)
+        # a token with a space in it is none of ours (ACK reads the tokens as one argument, space-separated)
+        foreign = {lease.token for lease in leases if not lease.token or any(c.isspace() for c in lease.token)}
+        groups = shards.group(lease.token for lease in leases if lease.token not in foreign)
         self.renewal.drop([lease.token for lease in leases])  # being settled: not renewed (see Renewal.drop)
-        replies = await self._calls.fan([(shards.all[k], "ACK", (mode, *tokens)) for k, tokens in groups.items()])
+        if not groups:
+            return foreign
+        replies = await self._calls.fan([(shards.all[k], "ACK", (mode, " ".join(ts))) for k, ts in groups.items()])
         self._notify()
         for k, reply in zip(groups, replies, strict=True):
             if isinstance(reply, BaseException):  # not settled (an outage): still held, renewed again
                 self.renewal.hold(*(shards.token(shards.all[k], t) for t in groups[k]))
         raise_first(replies)
-        return {shards.token(shards.all[k], text(t)) for k, reply in zip(groups, replies, strict=True) for t in reply}
+        bad = {shards.token(shards.all[k], text(t)) for k, reply in zip(groups, replies, strict=True) for t in reply}
+        return foreign | bad
 
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
         # a give-back: never renewed again, even unsent (back after liveness, not kept until lease_timeout)
