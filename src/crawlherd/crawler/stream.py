@@ -33,7 +33,7 @@ class CrawlRun:
 
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueue_lock", "enqueued",
                  "frontier", "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier",
-                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session")
+                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session", "shares_gate")
 
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
@@ -64,6 +64,8 @@ class CrawlRun:
         self.ended = False
         #: The per-host delay this run holds in the send gate (a crawl), released when it ends.
         self.gate_delay: float | None = None
+        #: The run shares the send gate's clock with its frontier's other processes (until it ends).
+        self.shares_gate = False
         self.monitor: CrawlerMonitor | None = None
 
     def twins(self, result: CrawlResult) -> list[CrawlResult]:
@@ -74,13 +76,15 @@ class CrawlRun:
         return [dataclasses.replace(result, url=t.url, request=t) for t in repeats]
 
     async def end(self, gate: HostGate) -> None:
-        """Release what the run holds (idempotent): its send-gate delay, and its frontier if it opened
-        it. Called when its stream ends or is closed -- even one that was never iterated."""
+        """Release what the run holds (idempotent): its send-gate delay and shared clock, and its
+        frontier if it opened it. Called when its stream ends or is closed -- even one that was never iterated."""
         if self.ended:
             return
         self.ended = True
         if self.gate_delay is not None:
             gate.release(self.gate_delay)
+        if self.shares_gate:
+            gate.share(None)
         if self.owns_frontier:
             await self.frontier.close()
 
