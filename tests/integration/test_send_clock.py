@@ -18,7 +18,7 @@ from crawlherd.clock import FakeClock
 from crawlherd.fetch.gate import HostGate, pass_gate
 from crawlherd.frontier import open_scheduler
 from crawlherd.frontier.redis import RedisFrontier
-from crawlherd.frontier.redis._sends import SEND_HOLD
+from crawlherd.frontier.redis._fleet import SEND_HOLD
 from tests.servers.timestamping import TimestampingServer
 
 from .test_durable_frontier import delete_prefix
@@ -55,41 +55,41 @@ async def two(redis_url: str, unique_name: str) -> Any:
     await delete_prefix(redis_url, unique_name)
 
 
+GO = True  # stamp_send's second value: the slot is taken (else: ask again)
+
+
 async def test_the_delay_runs_from_the_last_send_or_from_its_answer_when_later(two: Any) -> None:
     clock, one, other = two
-    assert await one.stamp_send(H, "a") == 0.0
-    assert await other.stamp_send(H, "b") == pytest.approx(1.0)  # the other process waits the delay
+    assert await one.stamp_send(H, "a") == (0.0, GO)
+    assert await other.stamp_send(H, "b") == (pytest.approx(1.0), not GO)  # held: ask again after the delay
     clock.advance(0.3)
     await answered(one, H, "a")  # answered 0.3 s after it was sent: the delay runs from there
     clock.advance(0.7)
-    assert await other.stamp_send(H, "b") == pytest.approx(0.3)
-    clock.advance(0.3)
-    assert await other.stamp_send(H, "b") == 0.0
-    assert await one.stamp_send(H, "a") == pytest.approx(1.0)  # stamped by the other one now
+    assert await other.stamp_send(H, "b") == (pytest.approx(0.3), GO)  # its slot, 1 s after the answer
+    assert await one.stamp_send(H, "a") == (pytest.approx(1.3), not GO)  # held by b's until its answer
 
 
 async def test_an_unanswered_request_holds_other_processes_until_its_answer(two: Any) -> None:
     clock, one, other = two
-    assert await one.stamp_send(H, "a") == 0.0
+    assert await one.stamp_send(H, "a") == (0.0, GO)
     clock.advance(1.5)  # a slow answer: past the delay, the host is still held for it
-    wait = await other.stamp_send(H, "b")
-    assert 0 < wait < 0.1  # asks again soon
+    wait, go = await other.stamp_send(H, "b")
+    assert 0 < wait < 0.1 and not go  # asks again soon
     await answered(one, H, "a")
-    assert await other.stamp_send(H, "b") == pytest.approx(1.0)  # the delay from the answer
-    clock.advance(1.0)
-    assert await other.stamp_send(H, "b") == 0.0
+    assert await other.stamp_send(H, "b") == (pytest.approx(1.0), GO)  # the delay from the answer
 
 
 async def test_an_answer_that_never_comes_holds_the_host_for_the_delay_plus_the_hold_at_most(
     two: Any, redis_url: str, unique_name: str
 ) -> None:
-    """A cancelled request, a process gone: its hold ends by itself; nothing piles up in Redis."""
+    """A request cancelled after its slot, a process gone: its hold ends by itself; nothing piles up."""
     clock, one, other = two
-    assert await one.stamp_send(H, "a") == 0.0
+    assert await one.stamp_send(H, "a") == (0.0, GO)
     clock.advance(1.0 + SEND_HOLD - 0.01)
-    assert 0 < await other.stamp_send(H, "b") <= 0.01 + 1e-9
+    wait, go = await other.stamp_send(H, "b")
+    assert 0 < wait <= 0.01 + 1e-9 and not go
     clock.advance(0.01)
-    assert await other.stamp_send(H, "b") == 0.0
+    assert await other.stamp_send(H, "b") == (0.0, GO)
     client = aioredis.Redis.from_url(redis_url)
     try:
         assert await client.hkeys(f"{unique_name}:out:{H}") == [b"b"]  # a's hold was dropped
@@ -99,14 +99,44 @@ async def test_an_answer_that_never_comes_holds_the_host_for_the_delay_plus_the_
         await client.aclose()
 
 
-async def test_a_gate_is_not_held_by_its_own_unanswered_request_only_by_the_delay(two: Any) -> None:
-    """The next hop of a redirect, or a second request of one process to the host (its in-flight cap):
-    the process's own gate keeps its spacing; only other processes wait for the answer."""
+class SleepNoted(FakeClock):
+    """A fake clock that says when something sleeps on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slept = asyncio.Event()
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.set()
+        await super().sleep(seconds)
+
+
+async def test_a_send_cancelled_while_it_waits_for_its_slot_holds_the_host_no_longer(two: Any) -> None:
+    """A crawl stopped while a request waits for its slot: the slot stays taken, but other processes are
+    not held waiting for an answer that will never come."""
+    _, one, other = two
+    clock = SleepNoted()
+    gate = HostGate(clock=clock)
+    gate.share(one)
+    await pass_gate(gate, H)  # sent and answered
+    gate.answered(H)
+    await asyncio.wait_for(asyncio.gather(*one._send_clock._posts), 10)
+    waiting = asyncio.ensure_future(pass_gate(gate, H))  # its slot is 1 s away
+    await asyncio.wait_for(clock.slept.wait(), 10)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await asyncio.wait_for(asyncio.gather(*one._send_clock._posts), 10)
+    assert await other.stamp_send(H, "b") == (pytest.approx(2.0), GO)  # after the slot, not held by it
+
+
+async def test_a_gates_own_unanswered_request_is_taken_as_answered_when_it_asks_again(two: Any) -> None:
+    """The next hop of a redirect, a page after the robots.txt it needed: they follow the answer of the
+    gate's previous request, which is not reported (one answer per fetch): the delay runs from the ask."""
     clock, one, _ = two
-    assert await one.stamp_send(H, "a") == 0.0
-    assert await one.stamp_send(H, "a") == pytest.approx(1.0)
-    clock.advance(1.0)
-    assert await one.stamp_send(H, "a") == 0.0
+    assert await one.stamp_send(H, "a") == (0.0, GO)
+    clock.advance(0.5)
+    assert await one.stamp_send(H, "a") == (pytest.approx(1.0), GO)
 
 
 async def test_a_host_without_a_delay_is_never_held_nor_stored_but_a_retry_after_holds_it(
@@ -114,7 +144,7 @@ async def test_a_host_without_a_delay_is_never_held_nor_stored_but_a_retry_after
 ) -> None:
     clock, one, other = two
     for _ in range(3):
-        assert await one.stamp_send("free.example", "a") == 0.0
+        assert await one.stamp_send("free.example", "a") == (0.0, GO)
     await answered(one, "free.example", "a")  # nothing stamped: nothing to record
     client = aioredis.Redis.from_url(redis_url)
     try:
@@ -122,21 +152,21 @@ async def test_a_host_without_a_delay_is_never_held_nor_stored_but_a_retry_after
     finally:
         await client.aclose()
     await other.block_host("free.example", clock.now() + 3.0)  # a Retry-After seen by the other one
-    assert await one.stamp_send("free.example", "a") == pytest.approx(3.0)
+    assert await one.stamp_send("free.example", "a") == (pytest.approx(3.0), not GO)
     clock.advance(3.0)
-    assert await one.stamp_send("free.example", "a") == 0.0
+    assert await one.stamp_send("free.example", "a") == (0.0, GO)
 
 
-async def test_sends_asked_at_once_share_a_round_trip_and_are_judged_one_after_the_other(two: Any) -> None:
+async def test_sends_asked_at_once_share_a_round_trip_and_take_successive_slots(two: Any) -> None:
     """Many sends asked at once (a page loop's slots) go to Redis together, and each is answered as if
-    asked alone in turn: of four sends to a host with a delay, one leaves and three wait; every send to a
-    host without one leaves."""
+    asked alone in turn: four sends to a host with a delay take its next four slots; every send to a
+    host without one leaves at once."""
     _, one, _ = two
     hosts = [H, "free.example"] * 4
-    waits = await asyncio.gather(*(one.stamp_send(h, "a") for h in hosts))
-    polite = [w for h, w in zip(hosts, waits, strict=True) if h == H]
-    assert sorted(polite) == [0.0] + [pytest.approx(1.0)] * 3
-    assert [w for h, w in zip(hosts, waits, strict=True) if h == "free.example"] == [0.0] * 4
+    slots = await asyncio.gather(*(one.stamp_send(h, "a") for h in hosts))
+    polite = [s for h, s in zip(hosts, slots, strict=True) if h == H]
+    assert sorted(polite) == [(pytest.approx(float(n)), GO) for n in range(4)]
+    assert [s for h, s in zip(hosts, slots, strict=True) if h == "free.example"] == [(0.0, GO)] * 4
     assert one._send_clock.sends.calls == 8 and one._send_clock.sends.batches < 8  # shared round trips
 
 

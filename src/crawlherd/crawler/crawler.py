@@ -44,7 +44,7 @@ from crawlherd.errors import (
 )
 from crawlherd.extract.links import extract_links_async
 from crawlherd.fetch.base import Fetcher, FetchLimits
-from crawlherd.fetch.gate import HostGate, SendStamps
+from crawlherd.fetch.gate import HostGate
 from crawlherd.fetch.robots import RobotsCache, is_robots_request
 from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.frontier.memory import MemoryFrontier
@@ -362,10 +362,7 @@ class Crawler:
         run.monitor = dispatcher.monitor
         run.gate_delay = delay
         self.gate.hold(delay)
-        if isinstance(sched, SendStamps) and self.gate.shared is None:
-            # a frontier other processes may share (Redis): the hosts' send clock is shared too
-            self.gate.share(sched)
-            run.shares_gate = True
+        run.share(self.gate, self.robots)  # a frontier other processes may share: see CrawlRun.share
         out = self._stream(run, dispatcher, invalid)
         if stream:
             return out

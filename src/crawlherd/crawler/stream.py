@@ -15,8 +15,8 @@ from crawlherd.crawler.concurrency.base import Dispatcher
 from crawlherd.crawler.concurrency.rate_limiter import RateLimiter
 from crawlherd.crawler.config import CrawlerRunConfig
 from crawlherd.crawler.proxies import RunSession
-from crawlherd.fetch.gate import HostGate
-from crawlherd.fetch.robots import is_robots_request
+from crawlherd.fetch.gate import HostGate, SendStamps
+from crawlherd.fetch.robots import RobotsCache, SharedRobots, is_robots_request
 from crawlherd.frontier import Frontier
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
@@ -33,7 +33,7 @@ class CrawlRun:
 
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueue_lock", "enqueued",
                  "frontier", "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier",
-                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session", "shares_gate")
+                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session", "shared")
 
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
@@ -64,8 +64,8 @@ class CrawlRun:
         self.ended = False
         #: The per-host delay this run holds in the send gate (a crawl), released when it ends.
         self.gate_delay: float | None = None
-        #: The run shares the send gate's clock with its frontier's other processes (until it ends).
-        self.shares_gate = False
+        #: The send gate and robots cache the run shares with the frontier's other processes (share).
+        self.shared: tuple[HostGate, RobotsCache] | None = None
         self.monitor: CrawlerMonitor | None = None
 
     def twins(self, result: CrawlResult) -> list[CrawlResult]:
@@ -75,6 +75,18 @@ class CrawlRun:
         repeats = self.dups.pop(result.request.fingerprint, ())
         return [dataclasses.replace(result, url=t.url, request=t) for t in repeats]
 
+    def share(self, gate: HostGate, robots: RobotsCache) -> None:
+        """A frontier other processes may share (Redis; a :class:`~crawlherd.fetch.gate.SendStamps`): the
+        crawler's send clock, and the robots.txt files it reads, are shared with them until the run
+        ends (when the crawler shares none already)."""
+        frontier = self.frontier
+        if not isinstance(frontier, SendStamps) or gate.shared is not None:
+            return
+        gate.share(frontier)
+        if isinstance(frontier, SharedRobots):
+            robots.share(frontier)
+        self.shared = (gate, robots)
+
     async def end(self, gate: HostGate) -> None:
         """Release what the run holds (idempotent): its send-gate delay and shared clock, and its
         frontier if it opened it. Called when its stream ends or is closed -- even one that was never iterated."""
@@ -83,8 +95,9 @@ class CrawlRun:
         self.ended = True
         if self.gate_delay is not None:
             gate.release(self.gate_delay)
-        if self.shares_gate:
-            gate.share(None)
+        if self.shared is not None:
+            for user in self.shared:
+                user.share(None)
         if self.owns_frontier:
             await self.frontier.close()
 

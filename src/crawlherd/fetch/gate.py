@@ -11,17 +11,19 @@ must still never see two requests to one host closer than the delay.
 
 Across processes: a :class:`HostGate` given a shared :class:`SendStamps` (:meth:`HostGate.share`; a
 crawl over a Redis frontier and the worker share their ``RedisFrontier``) also asks it, right before
-each send, whether the request may leave: the host's delay has passed since the last request *any*
-process sent there, or since that request's answer when it came later, and no other process's request
-to the host is still unanswered (for the delay plus ``SEND_HOLD``, 1 s, at most: a cancelled request,
-a process gone). The store stamps the send atomically, on its shared clock; the gate reports each
-answer (:meth:`HostGate.answered`). Spacing from the answer is what makes the delay exact at the
-server without a margin: the server saw a request before it answered it, whatever delayed the request
-between its stamp and the wire (the event loop of a busy process, the socket write).
+each send, for the request's slot: the first time when the host's delay has passed since the last
+request *any* process sent there, or since that request's answer when it came later, and no other
+process's request to the host is still unanswered (for the delay plus ``SEND_HOLD``, 1 s, at most: a
+cancelled request, a process gone). The store takes the slot atomically, on its shared clock, and the
+request leaves at it without asking again; the gate reports each answer (:meth:`HostGate.answered`).
+Spacing from the answer is what makes the delay exact at the server without a margin: the server saw
+a request before it answered it, whatever delayed the request between its slot and the wire (the
+event loop of a busy process, the socket write).
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
@@ -43,14 +45,15 @@ class SendStamps(Protocol):
     """A send clock shared by processes (``RedisFrontier``): the host's delay and holds are its own.
     ``owner`` names the asking gate (one per :class:`HostGate`)."""
 
-    async def stamp_send(self, host: str, owner: str) -> float:
-        """0.0: ``owner``'s request to ``host`` may leave now (the send is recorded); else the seconds to
-        wait before asking again."""
+    async def stamp_send(self, host: str, owner: str) -> tuple[float, bool]:
+        """``(seconds, go)``: with ``go``, ``owner``'s request to ``host`` has its slot (recorded) and
+        leaves once these seconds have passed; else ask again after them."""
         ...
 
     def stamp_answer(self, host: str, owner: str) -> None:
-        """``owner``'s request to ``host`` (let go by :meth:`stamp_send`) was answered, or failed: the
-        host's delay runs from now. Returns at once (recorded in the background)."""
+        """``owner``'s request to ``host`` (given its slot by :meth:`stamp_send`) was answered, failed,
+        or will not be sent: the host's delay runs from now at the latest, and the host is no longer
+        held for it. Returns at once (recorded in the background)."""
         ...
 
 
@@ -179,8 +182,16 @@ class HostGate:
             await self._space(host, delay, wait, claim)
         elif wait > 0:
             await self.clock.sleep(wait)
-        while (left := await shared.stamp_send(host, self._owner)) > 0:
-            await self.clock.sleep(left)
+        go = False
+        while not go:
+            wait, go = await shared.stamp_send(host, self._owner)
+            if wait > 0:
+                try:
+                    await self.clock.sleep(wait)
+                except asyncio.CancelledError:
+                    if go:  # its slot is taken but it will not leave: the host is not held for it
+                        shared.stamp_answer(host, self._owner)
+                    raise
         if delay:  # this process's spacing runs from now (the shared clock may have held it longer)
             self._host_next[host] = max(self._host_next.get(host, 0.0), self.clock.now() + delay)
 

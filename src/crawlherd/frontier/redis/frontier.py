@@ -22,9 +22,9 @@ from crawlherd.frontier.options import FrontierOptions, HostPolicy
 from crawlherd.frontier.redis import _admin
 from crawlherd.frontier.redis._cluster import ClusterMap, no_retry
 from crawlherd.frontier.redis._codec import decode, encode_body, enqueue_arg, priority, raw, text
+from crawlherd.frontier.redis._fleet import RobotsTexts, SendClock
 from crawlherd.frontier.redis._liveness import Renewal
 from crawlherd.frontier.redis._scripts import RedisCalls, raise_first, unavailable
-from crawlherd.frontier.redis._sends import SendClock
 from crawlherd.frontier.redis._shards import ClusterShards, OneRedis, Shard, Shards
 from crawlherd.frontier.redis.options import RedisOptions
 from crawlherd.request import Request
@@ -95,7 +95,7 @@ class RedisFrontier(WaitingMixin):
         self._settles: Batcher[tuple[str, Lease], None] = Batcher(
             self._settle_for, max_batch=_BATCH, name="crawlherd-redis-settle"
         )
-        self._send_clock = SendClock(self._calls, self._init)
+        self._send_clock, self._robots_txt = SendClock(self._calls, self._init, opts.clock), RobotsTexts(self._calls)
         self._peeking: asyncio.Future[tuple[int, int, float | None]] | None = None
 
     @classmethod
@@ -427,15 +427,17 @@ class RedisFrontier(WaitingMixin):
         await self._calls.run(self._shards.of(host), "BLOCK_HOST", host, repr(float(until)))
         self._notify()
 
-    async def stamp_send(self, host: str, owner: str) -> float:
-        """The fleet's send clock (:class:`~crawlherd.fetch.gate.SendStamps`; ``send.lua`` says when a
-        request may leave): 0.0 when ``owner``'s request to ``host`` may leave now (stamped, atomically),
-        else the seconds to wait before asking again."""
+    async def stamp_send(self, host: str, owner: str) -> tuple[float, bool]:
         return await self._send_clock.stamp(host, owner)
 
     def stamp_answer(self, host: str, owner: str) -> None:
-        """``owner``'s request to ``host`` was answered (or failed): recorded in the background."""
         self._send_clock.answered(host, owner)
+
+    async def shared_robots_txt(self, origin: str) -> tuple[int, str] | None:
+        return await self._robots_txt.get(origin)
+
+    async def share_robots_txt(self, origin: str, status: int, text: str, ttl: float) -> None:
+        await self._robots_txt.put(origin, status, text, ttl)
 
     async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
         policy = HostPolicy().updated(host, delay=delay, max_in_flight=max_in_flight)
