@@ -414,9 +414,9 @@ class Crawler:
         robots = self.robots_work if run.config.check_robots_txt else None
         frontier = run.frontier
         queued = 0
-        async with run.enqueue_lock:
+        async with run.room(len(children)) as room:
             for child in children:
-                if run.enqueued >= run.max_pages:
+                if room.full():
                     break
                 if robots is not None:
                     if child.host != page_host:
@@ -426,7 +426,7 @@ class Crawler:
                     if child.host not in run.robots_hosts:
                         queued += await robots.queue(run, child)
                 if await frontier.enqueue_request(child):
-                    run.enqueued += 1
+                    room.took()
                     queued += 1
         return queued
 

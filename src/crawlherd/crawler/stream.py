@@ -4,6 +4,7 @@ async iterator of its results (:class:`CrawlStream`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,7 +25,7 @@ from crawlherd.result import CrawlResult
 if TYPE_CHECKING:
     from crawlherd.crawler.concurrency.monitor import CrawlerMonitor
 
-__all__ = ["CrawlRun", "CrawlStream"]
+__all__ = ["CrawlRun", "CrawlStream", "Room"]
 
 
 class CrawlRun:
@@ -33,7 +34,8 @@ class CrawlRun:
 
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueue_lock", "enqueued",
                  "frontier", "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier",
-                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session", "shared")
+                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session", "shared",
+                 "_reserving", "_settled")
 
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
@@ -56,9 +58,12 @@ class CrawlRun:
         self.max_pages = 0
         self.max_depth = -1
         self.enqueued = 0
-        # One page's links at a time: a frontier that awaits I/O (redis) must not let two pages both
-        # pass the max_pages check before either has counted its links.
+        # Pages queue their links at once while there is room for all of them in max_pages (reserved);
+        # near it, one page's links at a time (the lock), once the reservations are settled: a frontier
+        # that awaits I/O (redis) must not let two pages both pass the max_pages check (see room()).
         self.enqueue_lock = asyncio.Lock()
+        self._reserving = 0
+        self._settled = asyncio.Event()
         self.allowed: frozenset[str] | None = None
         self.owns_frontier = True
         self.ended = False
@@ -67,6 +72,31 @@ class CrawlRun:
         #: The send gate and robots cache the run shares with the frontier's other processes (share).
         self.shared: tuple[HostGate, RobotsCache] | None = None
         self.monitor: CrawlerMonitor | None = None
+
+    @contextlib.asynccontextmanager
+    async def room(self, n: int) -> AsyncIterator[Room]:
+        """Where a page queues its ``n`` links within ``max_pages``. With room for all of them, they are
+        reserved and queued while other pages queue theirs; else one page at a time, once the
+        reservations are settled, counted exactly -- never past ``max_pages``, never short of it. (A
+        link of a host whose robots.txt another page is queueing may reach the frontier first: its
+        fetch checks robots.txt first all the same, and the robots.txt work then finds it cached.)"""
+        if not self.enqueue_lock.locked() and self.enqueued + n <= self.max_pages:
+            room = Room(self, reserved=True)
+            self.enqueued += n
+            self._reserving += 1
+            try:
+                yield room
+            finally:
+                self.enqueued -= n - room.kept
+                self._reserving -= 1
+                if not self._reserving:
+                    self._settled.set()
+            return
+        async with self.enqueue_lock:
+            while self._reserving:
+                self._settled.clear()
+                await self._settled.wait()
+            yield Room(self, reserved=False)
 
     def twins(self, result: CrawlResult) -> list[CrawlResult]:
         """``result`` again for each repeat of its URL given to the same run."""
@@ -100,6 +130,27 @@ class CrawlRun:
                 user.share(None)
         if self.owns_frontier:
             await self.frontier.close()
+
+
+class Room:
+    """A page's room in its run's page budget (:meth:`CrawlRun.room`): :meth:`full` before each link,
+    :meth:`took` for each one queued."""
+
+    __slots__ = ("kept", "reserved", "run")
+
+    def __init__(self, run: CrawlRun, *, reserved: bool) -> None:
+        self.run = run
+        self.reserved = reserved
+        self.kept = 0
+
+    def full(self) -> bool:
+        return not self.reserved and self.run.enqueued >= self.run.max_pages
+
+    def took(self) -> None:
+        if self.reserved:
+            self.kept += 1
+        else:
+            self.run.enqueued += 1
 
 
 ProcessFn = Callable[[Request], Awaitable[CrawlResult]]
