@@ -229,7 +229,8 @@ def fleet_member(seeds: list[str], delay: float, pages: int, frontier: str, shar
     with contextlib.redirect_stdout(out):
         mine = seeds[share[0] :: share[1]]
         args = cli_args(mine, delay, pages, frontier, "--domain", "*", hosts=len(seeds))
-        cli.main(args, prog_name="crawlherd", standalone_mode=False)
+        with contextlib.suppress(SystemExit):  # 1: "nothing could be crawled" -- the others took it all
+            cli.main(args, prog_name="crawlherd", standalone_mode=False)
     end = time.time()
     print(json.dumps({"start": start, "end": end, "pages": json.loads(out.getvalue())["pages/total"]}))
 
@@ -355,52 +356,65 @@ def main() -> None:
                   + (f"; fleet of {args.workers} processes" if "fleet" in clients else ""))
             for rnd in range(args.rounds):
                 for client in clients:
-                    # fresh names every run (a redis:// frontier keeps what it saw under its prefix)
-                    frontier = args.frontier
-                    if frontier.startswith("redis"):
-                        frontier += ("&" if "?" in frontier else "?") + f"prefix=bench-many-{uuid.uuid4().hex[:8]}"
-                    elif frontier.startswith("sqlite"):
-                        frontier = f"sqlite:///{tmp}/f-{uuid.uuid4().hex[:8]}.db"
-                    seeds = [f"http://{a}:{port}/p1" for a in host_addresses(args.hosts)]
-                    seeds_file = Path(tmp) / "seeds.json"
-                    seeds_file.write_text(json.dumps(seeds))
                     take_log(control)  # start from an empty log
                     cpu0 = _children_cpu()
-                    kind, _, base = client.partition("@")
-                    env = {**os.environ, "PYTHONPATH": args.base_src} if base else None
-                    if kind == "cli":
-                        wall = run_cli(seeds, args.delay, args.pages, frontier, env)
-                    elif kind == "fleet":
-                        wall = run_fleet(args.workers, seeds_file, args, frontier, env)
-                    else:
-                        out = subprocess.run(
-                            [sys.executable, __file__, "--client", kind, "--seeds", str(seeds_file),
-                             "--delay", str(args.delay), "--pages", str(args.pages), "--frontier", frontier],
-                            capture_output=True, text=True, check=False, env=env,
-                        )
-                        if out.returncode != 0:
-                            sys.exit(f"client {client} failed: {out.stderr[-2000:]}")
-                        wall = json.loads(out.stdout.strip().splitlines()[-1])["wall"]
+                    wall = run_client(client, args, Path(tmp), port)
                     cpu = _children_cpu() - cpu0  # the client's process (the server is not reaped yet)
                     seen = check(take_log(control), args.hosts, args.pages, args.delay)
-                    row = {"wall": wall, "of_ideal": ideal / wall, "cpu": cpu, **seen}
-                    results[client].append(row)
-                    print(f"round {rnd + 1} {client:14} wall {wall:6.2f} s  {ideal / wall:4.2f} of ideal  "
-                          f"cpu {cpu:5.1f} s  "
-                          f"server: {seen['requests']} requests over {seen['span']:.2f} s, gap/host min "
-                          f"{seen['min_gap']:.3f} s mean {seen['mean_gap']:.3f} s, {seen['gaps_under_delay']} under "
-                          f"the delay, robots.txt "
-                          f"first {seen['robots_first']}/{args.hosts} once {seen['robots_once']}/{args.hosts}, "
-                          f"pages {seen['pages']}, /private {seen['private']}", flush=True)
-                    if kind == "fleet" and os.environ.get("MANY_HOSTS_VERBOSE"):
-                        print(f"    first request {seen['first_at'] - FLEET_TIMES[0]:.2f} s after the fleet's start, "
-                              f"last {FLEET_TIMES[1] - seen['last_at']:.2f} s before its end", flush=True)
-                    if seen["under"]:
-                        print(f"    under the delay (gap, host, request, next request): {seen['under']}", flush=True)
+                    results[client].append({"wall": wall, "of_ideal": ideal / wall, "cpu": cpu, **seen})
+                    report_round(rnd, client, wall, ideal, cpu, seen, args.hosts)
     finally:
         server.kill()
         server.wait()
-    print(f"\nmedians of {args.rounds} interleaved round(s); ideal {ideal:.1f} s")
+    summary(results, ideal, args.rounds)
+
+
+def run_client(client: str, args: argparse.Namespace, tmp: Path, port: int) -> float:
+    """One run of ``client`` (``kind[@base]``): its wall time."""
+    # fresh names every run (a redis:// frontier keeps what it saw under its prefix)
+    frontier = args.frontier
+    if frontier.startswith("redis"):
+        frontier += ("&" if "?" in frontier else "?") + f"prefix=bench-many-{uuid.uuid4().hex[:8]}"
+    elif frontier.startswith("sqlite"):
+        frontier = f"sqlite:///{tmp}/f-{uuid.uuid4().hex[:8]}.db"
+    seeds = [f"http://{a}:{port}/p1" for a in host_addresses(args.hosts)]
+    seeds_file = tmp / "seeds.json"
+    seeds_file.write_text(json.dumps(seeds))
+    kind, _, base = client.partition("@")
+    env = {**os.environ, "PYTHONPATH": args.base_src} if base else None
+    if kind == "cli":
+        return run_cli(seeds, args.delay, args.pages, frontier, env)
+    if kind == "fleet":
+        return run_fleet(args.workers, seeds_file, args, frontier, env)
+    out = subprocess.run(
+        [sys.executable, __file__, "--client", kind, "--seeds", str(seeds_file),
+         "--delay", str(args.delay), "--pages", str(args.pages), "--frontier", frontier],
+        capture_output=True, text=True, check=False, env=env,
+    )
+    if out.returncode != 0:
+        sys.exit(f"client {client} failed: {out.stderr[-2000:]}")
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["wall"])
+
+
+def report_round(
+    rnd: int, client: str, wall: float, ideal: float, cpu: float, seen: dict[str, Any], hosts: int
+) -> None:
+    print(f"round {rnd + 1} {client:14} wall {wall:6.2f} s  {ideal / wall:4.2f} of ideal  "
+          f"cpu {cpu:5.1f} s  "
+          f"server: {seen['requests']} requests over {seen['span']:.2f} s, gap/host min "
+          f"{seen['min_gap']:.3f} s mean {seen['mean_gap']:.3f} s, {seen['gaps_under_delay']} under "
+          f"the delay, robots.txt "
+          f"first {seen['robots_first']}/{hosts} once {seen['robots_once']}/{hosts}, "
+          f"pages {seen['pages']}, /private {seen['private']}", flush=True)
+    if client.startswith("fleet") and os.environ.get("MANY_HOSTS_VERBOSE"):
+        print(f"    first request {seen['first_at'] - FLEET_TIMES[0]:.2f} s after the fleet's start, "
+              f"last {FLEET_TIMES[1] - seen['last_at']:.2f} s before its end", flush=True)
+    if seen["under"]:
+        print(f"    under the delay (gap, host, request, next request): {seen['under']}", flush=True)
+
+
+def summary(results: dict[str, list[dict[str, Any]]], ideal: float, rounds: int) -> None:
+    print(f"\nmedians of {rounds} interleaved round(s); ideal {ideal:.1f} s")
     print(f"{'client':14} {'wall s':>7} {'of ideal':>9} {'cpu ms/req':>10} {'min gap s':>10} {'mean gap s':>10} "
           f"{'gaps<delay':>10} {'requests':>8} {'vs raw':>7}")
     raw_wall = statistics.median(r["wall"] for r in results["raw"]) if results.get("raw") else None
@@ -414,7 +428,6 @@ def main() -> None:
         requests = statistics.median(r["requests"] for r in rows)
         print(f"{client:14} {wall:7.2f} {ideal / wall:9.2f} {cpu_ms:10.2f} {gap:10.3f} {mean_gap:10.3f} {under:10d} "
               f"{requests:8.0f} {vs}")
-
 
 if __name__ == "__main__":
     main()
