@@ -2,7 +2,7 @@
 request may leave, shared by every process -- from the last send, or its answer when later; never while
 another process's request there is unanswered (for the delay plus ``SEND_HOLD`` at most) -- and crawls
 sharing one Redis frontier that keep each host's delay at the server without a margin, even when one
-of them is late between its stamp and its write."""
+of them is late between its slot and its write, and fetch each host's robots.txt once between them."""
 
 from __future__ import annotations
 
@@ -220,3 +220,28 @@ async def test_crawls_sharing_a_redis_frontier_keep_the_delay_at_the_server(redi
         assert min(gaps) >= DELAY, (port, [round(g, 3) for g in gaps])
         after_late += sum(1 for (_, a), (_, b) in zip(seen, seen[1:], strict=False) if a == 0 and b != 0)
     assert after_late  # what is tested happened: another crawler's request right after a late one's
+
+
+async def test_crawls_sharing_a_redis_frontier_fetch_each_robots_txt_once(redis_url: str, unique_name: str) -> None:
+    """Three crawlers obeying robots.txt on one Redis frontier: a host's robots.txt is fetched by the one
+    that takes its robots work, first; the others read it from the frontier's Redis (each would fetch it
+    again before its first page of the host, costing the host a delay)."""
+    frontier = f"{redis_url}?prefix={unique_name}"
+    config = CrawlerRunConfig(concurrency=1, check_robots_txt=True)
+    with TimestampingServer(ports=3, pages=8, robots_txt="User-agent: *\nDisallow: /private\n") as server:
+        seeds = [f"{url}/page/1" for url in server.urls]
+
+        async def crawl() -> int:
+            async with Crawler(allow_private_addresses=True, config=config) as crawler:
+                results = await crawler.crawl(
+                    seeds, max_pages=100, max_depth=10, delay=DELAY, frontier=frontier, stream=False
+                )
+                return sum(r.success for r in results)
+
+        fetched = await asyncio.gather(*(crawl() for _ in range(3)))
+        stamps = sorted(server.stamps, key=lambda s: s.at)
+    await delete_prefix(redis_url, unique_name)
+    assert sum(fetched) == 21 and sum(1 for n in fetched if n) >= 2  # the pages shared out
+    for port in server.ports:
+        paths = [s.path for s in stamps if s.port == port]
+        assert paths[0] == "/robots.txt" and paths.count("/robots.txt") == 1, (port, paths)
