@@ -302,58 +302,6 @@ async def test_foreign_tokens_in_a_batch_settle_are_refused_and_the_others_settl
         await frontier.close()
 
 
-async def test_the_send_gate_spaces_the_sends_of_every_process_and_keeps_retry_after_holds(
-    redis_url: str, unique_name: str, client: aioredis.Redis
-) -> None:
-    """Two frontier objects on one prefix (two worker processes) share each host's send stamps: the
-    second send waits for the host's delay plus the margin since the first, whoever sent it; a host
-    without a delay is never held; a Retry-After hold (block_host) holds back sends too; the stamps
-    expire by themselves."""
-    clock = FakeClock()
-    one = await open_redis(redis_url, unique_name, clock=clock)
-    two = await open_redis(redis_url, unique_name, clock=clock)
-    try:
-        await one.set_host_policy("polite.example", delay=1.0)
-        assert await one.stamp_send("polite.example", 0.1) == 0.0
-        assert await two.stamp_send("polite.example", 0.1) == pytest.approx(1.1)  # the other process waits
-        clock.advance(0.6)
-        assert await two.stamp_send("polite.example", 0.1) == pytest.approx(0.5)
-        clock.advance(0.5)
-        assert await two.stamp_send("polite.example", 0.1) == 0.0
-        assert await one.stamp_send("polite.example", 0.1) == pytest.approx(1.1)  # stamped by two now
-        assert 0 < await client.pttl(f"{unique_name}:sent:polite.example") <= 2100  # expires by itself
-        for _ in range(3):
-            assert await one.stamp_send("free.example") == 0.0  # no delay: never held, nothing stored
-        assert not await client.exists(f"{unique_name}:sent:free.example")
-        await two.block_host("free.example", clock.now() + 3.0)  # a Retry-After seen by two
-        assert await one.stamp_send("free.example") == pytest.approx(3.0)
-        clock.advance(3.0)
-        assert await one.stamp_send("free.example") == 0.0
-    finally:
-        await one.close()
-        await two.close()
-
-
-async def test_sends_asked_at_once_share_a_round_trip_and_are_judged_one_after_the_other(
-    redis_url: str, unique_name: str
-) -> None:
-    """Many sends asked at once (a page loop's slots) go to Redis together, and each is answered as if
-    asked alone in turn: of four sends to a host with a delay, one leaves and three wait; every send to a
-    host without one leaves."""
-    clock = FakeClock()
-    frontier = await open_redis(redis_url, unique_name, clock=clock)
-    try:
-        await frontier.set_host_policy("polite.example", delay=1.0)
-        hosts = ["polite.example", "free.example"] * 4
-        waits = await asyncio.gather(*(frontier.stamp_send(h, 0.1) for h in hosts))
-        polite = [w for h, w in zip(hosts, waits, strict=True) if h == "polite.example"]
-        assert sorted(polite) == [0.0] + [pytest.approx(1.1)] * 3
-        assert [w for h, w in zip(hosts, waits, strict=True) if h == "free.example"] == [0.0] * 4
-        assert frontier._sends.calls == 8 and frontier._sends.batches < 8  # shared round trips
-    finally:
-        await frontier.close()
-
-
 async def test_a_live_holder_renews_its_leases_in_the_background_and_a_closed_one_stops(
     redis_url: str, unique_name: str, client: aioredis.Redis
 ) -> None:

@@ -355,6 +355,7 @@ class Crawler(AsyncClosing):
         run.monitor = dispatcher.monitor
         run.gate_delay = delay
         self.gate.hold(delay)
+        run.share(self.gate, self.robots)  # a frontier other processes may share: see CrawlRun.share
         out = self._stream(run, dispatcher, invalid)
         if stream:
             return out
@@ -406,9 +407,9 @@ class Crawler(AsyncClosing):
         robots = self.robots_work if run.config.check_robots_txt else None
         frontier = run.frontier
         queued = 0
-        async with run.enqueue_lock:
+        async with run.room(len(children)) as room:
             for child in children:
-                if run.enqueued >= run.max_pages:
+                if room.full():
                     break
                 if robots is not None:
                     if child.host != page_host:
@@ -418,7 +419,7 @@ class Crawler(AsyncClosing):
                     if child.host not in run.robots_hosts:
                         queued += await robots.queue(run, child)
                 if await frontier.enqueue_request(child):
-                    run.enqueued += 1
+                    room.took()
                     queued += 1
         return queued
 

@@ -4,6 +4,7 @@ async iterator of its results (:class:`CrawlStream`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,8 +16,8 @@ from crawlherd.crawler.concurrency.base import Dispatcher
 from crawlherd.crawler.concurrency.rate_limiter import RateLimiter
 from crawlherd.crawler.config import CrawlerRunConfig
 from crawlherd.crawler.proxies import RunSession
-from crawlherd.fetch.gate import HostGate
-from crawlherd.fetch.robots import is_robots_request
+from crawlherd.fetch.gate import HostGate, SendStamps
+from crawlherd.fetch.robots import RobotsCache, SharedRobots, is_robots_request
 from crawlherd.frontier import Frontier
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
@@ -24,7 +25,7 @@ from crawlherd.result import CrawlResult
 if TYPE_CHECKING:
     from crawlherd.crawler.concurrency.monitor import CrawlerMonitor
 
-__all__ = ["CrawlRun", "CrawlStream"]
+__all__ = ["CrawlRun", "CrawlStream", "Room"]
 
 
 class CrawlRun:
@@ -33,7 +34,8 @@ class CrawlRun:
 
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueue_lock", "enqueued",
                  "frontier", "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier",
-                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session")
+                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session", "shared",
+                 "_reserving", "_settled")
 
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
@@ -56,15 +58,45 @@ class CrawlRun:
         self.max_pages = 0
         self.max_depth = -1
         self.enqueued = 0
-        # One page's links at a time: a frontier that awaits I/O (redis) must not let two pages both
-        # pass the max_pages check before either has counted its links.
+        # Pages queue their links at once while there is room for all of them in max_pages (reserved);
+        # near it, one page's links at a time (the lock), once the reservations are settled: a frontier
+        # that awaits I/O (redis) must not let two pages both pass the max_pages check (see room()).
         self.enqueue_lock = asyncio.Lock()
+        self._reserving = 0
+        self._settled = asyncio.Event()
         self.allowed: frozenset[str] | None = None
         self.owns_frontier = True
         self.ended = False
         #: The per-host delay this run holds in the send gate (a crawl), released when it ends.
         self.gate_delay: float | None = None
+        #: The send gate and robots cache the run shares with the frontier's other processes (share).
+        self.shared: tuple[HostGate, RobotsCache] | None = None
         self.monitor: CrawlerMonitor | None = None
+
+    @contextlib.asynccontextmanager
+    async def room(self, n: int) -> AsyncIterator[Room]:
+        """Where a page queues its ``n`` links within ``max_pages``. With room for all of them, they are
+        reserved and queued while other pages queue theirs; else one page at a time, once the
+        reservations are settled, counted exactly -- never past ``max_pages``, never short of it. (A
+        link of a host whose robots.txt another page is queueing may reach the frontier first: its
+        fetch checks robots.txt first all the same, and the robots.txt work then finds it cached.)"""
+        if not self.enqueue_lock.locked() and self.enqueued + n <= self.max_pages:
+            room = Room(self, reserved=True)
+            self.enqueued += n
+            self._reserving += 1
+            try:
+                yield room
+            finally:
+                self.enqueued -= n - room.kept
+                self._reserving -= 1
+                if not self._reserving:
+                    self._settled.set()
+            return
+        async with self.enqueue_lock:
+            while self._reserving:
+                self._settled.clear()
+                await self._settled.wait()
+            yield Room(self, reserved=False)
 
     def twins(self, result: CrawlResult) -> list[CrawlResult]:
         """``result`` again for each repeat of its URL given to the same run."""
@@ -73,16 +105,52 @@ class CrawlRun:
         repeats = self.dups.pop(result.request.fingerprint, ())
         return [dataclasses.replace(result, url=t.url, request=t) for t in repeats]
 
+    def share(self, gate: HostGate, robots: RobotsCache) -> None:
+        """A frontier other processes may share (Redis; a :class:`~crawlherd.fetch.gate.SendStamps`): the
+        crawler's send clock, and the robots.txt files it reads, are shared with them until the run
+        ends (when the crawler shares none already)."""
+        frontier = self.frontier
+        if not isinstance(frontier, SendStamps) or gate.shared is not None:
+            return
+        gate.share(frontier)
+        if isinstance(frontier, SharedRobots):
+            robots.share(frontier)
+        self.shared = (gate, robots)
+
     async def end(self, gate: HostGate) -> None:
-        """Release what the run holds (idempotent): its send-gate delay, and its frontier if it opened
-        it. Called when its stream ends or is closed -- even one that was never iterated."""
+        """Release what the run holds (idempotent): its send-gate delay and shared clock, and its
+        frontier if it opened it. Called when its stream ends or is closed -- even one that was never iterated."""
         if self.ended:
             return
         self.ended = True
         if self.gate_delay is not None:
             gate.release(self.gate_delay)
+        if self.shared is not None:
+            for user in self.shared:
+                user.share(None)
         if self.owns_frontier:
             await self.frontier.close()
+
+
+class Room:
+    """A page's room in its run's page budget (:meth:`CrawlRun.room`): :meth:`full` before each link,
+    :meth:`took` for each one queued."""
+
+    __slots__ = ("kept", "reserved", "run")
+
+    def __init__(self, run: CrawlRun, *, reserved: bool) -> None:
+        self.run = run
+        self.reserved = reserved
+        self.kept = 0
+
+    def full(self) -> bool:
+        return not self.reserved and self.run.enqueued >= self.run.max_pages
+
+    def took(self) -> None:
+        if self.reserved:
+            self.kept += 1
+        else:
+            self.run.enqueued += 1
 
 
 ProcessFn = Callable[[Request], Awaitable[CrawlResult]]

@@ -9,25 +9,29 @@ Why at send time: the frontier and the rate limiter decide when a request may *g
 go on time may leave later (a busy worker, a new connection, a robots.txt fetch first), and the server
 must still never see two requests to one host closer than the delay.
 
-Across processes: a :class:`HostGate` given a shared :class:`SendStamps` (:meth:`HostGate.share`; the
-worker shares its Redis frontier's, ``RedisFrontier.stamp_send``) also asks it, right before each
-send, whether the host's delay has passed since the last request *any* process sent there (and no
-Retry-After hold is on); the store stamps the send atomically (one Lua script), on the shared clock.
-Between that stamp and the request reaching the server lies this process's own path (the reply, the
-event loop, the socket write: milliseconds, tens on a loaded machine), which differs from one process
-to the next; :data:`SEND_MARGIN` is added to the delay so that the server still sees the delay between
-two requests from different processes.
+Across processes: a :class:`HostGate` given a shared :class:`SendStamps` (:meth:`HostGate.share`; a
+crawl over a Redis frontier and the worker share their ``RedisFrontier``) also asks it, right before
+each send, for the request's slot: the first time when the host's delay has passed since the last
+request *any* process sent there, or since that request's answer when it came later, and no other
+process's request to the host is still unanswered (for the delay plus ``SEND_HOLD``, 1 s, at most: a
+cancelled request, a process gone). The store takes the slot atomically, on its shared clock, and the
+request leaves at it without asking again; the gate reports each answer (:meth:`HostGate.answered`).
+Spacing from the answer is what makes the delay exact at the server without a margin: the server saw
+a request before it answered it, whatever delayed the request between its slot and the wire (the
+event loop of a busy process, the socket write).
 """
 
 from __future__ import annotations
 
+import asyncio
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.url import canonicalize_url, host_of
 
-__all__ = ["SEND_MARGIN", "HostGate", "SendGate", "SendStamps", "SlotLimiter", "hop_host", "pass_gate"]
+__all__ = ["HostGate", "SendGate", "SendStamps", "SlotLimiter", "hop_host", "pass_gate"]
 
 #: Called with the host (``host[:port]``) right before a request is written; returns None to send at
 #: once (the common, allocation-free case), or an awaitable to wait on first.
@@ -35,19 +39,21 @@ SendGate = Callable[[str], Awaitable[None] | None]
 
 _FORGET_AFTER = 50_000  # hosts remembered before those whose spacing has passed are dropped
 
-#: Seconds added to a host's delay between two sends stamped in a shared store: the spread of the
-#: time from the stamp to the request reaching the server, between processes (see the module docstring;
-#: up to 60 ms measured with five workers on a loaded two-core machine, so 150 ms). The price: a host
-#: with a 1 s delay gets one request per 1.15 s from a fleet.
-SEND_MARGIN = 0.15
-
 
 @runtime_checkable
 class SendStamps(Protocol):
-    """A send gate shared by processes (``RedisFrontier``): the host's delay and holds are its own."""
+    """A send clock shared by processes (``RedisFrontier``): the host's delay and holds are its own.
+    ``owner`` names the asking gate (one per :class:`HostGate`)."""
 
-    async def stamp_send(self, host: str, margin: float = 0.0) -> float:
-        """0.0: a request to ``host`` may leave now (the send is recorded); else the seconds to wait."""
+    async def stamp_send(self, host: str, owner: str) -> tuple[float, bool]:
+        """``(seconds, go)``: with ``go``, ``owner``'s request to ``host`` has its slot (recorded) and
+        leaves once these seconds have passed; else ask again after them."""
+        ...
+
+    def stamp_answer(self, host: str, owner: str) -> None:
+        """``owner``'s request to ``host`` (given its slot by :meth:`stamp_send`) was answered, failed,
+        or will not be sent: the host's delay runs from now at the latest, and the host is no longer
+        held for it. Returns at once (recorded in the background)."""
         ...
 
 
@@ -102,6 +108,7 @@ class HostGate:
         self._host_next: dict[str, float] = {}
         self._limiters: list[SlotLimiter] = []
         self._shared: SendStamps | None = None
+        self._owner = secrets.token_hex(6)  # this gate, to the shared store
 
     @property
     def delays(self) -> tuple[float, ...]:
@@ -122,6 +129,11 @@ class HostGate:
         """``host``'s own spacing (robots.txt ``Crawl-delay``), used instead of the crawl's."""
         self._host_delay[host] = delay
 
+    @property
+    def shared(self) -> SendStamps | None:
+        """The send clock shared with other processes (:meth:`share`), if any."""
+        return self._shared
+
     def share(self, stamps: SendStamps | None) -> None:
         """Also keep the spacing (and holds) of ``stamps`` -- every process sharing it -- at each send
         (None: this process's spacing only)."""
@@ -131,6 +143,8 @@ class HostGate:
         """A request to ``host`` came back (answered, or failed): the host's spacing also runs from now.
         The server saw the request before it answered, so the next one cannot reach it closer than the
         delay, whatever a connection set-up or the network delayed between the gate and the wire."""
+        if self._shared is not None:
+            self._shared.stamp_answer(host, self._owner)
         if not (self.delay or self._host_delay):
             return
         delay = self._host_delay.get(host, self.delay)
@@ -168,8 +182,18 @@ class HostGate:
             await self._space(host, delay, wait, claim)
         elif wait > 0:
             await self.clock.sleep(wait)
-        while (left := await shared.stamp_send(host, SEND_MARGIN)) > 0:
-            await self.clock.sleep(left)
+        go = False
+        while not go:
+            wait, go = await shared.stamp_send(host, self._owner)
+            if wait > 0:
+                try:
+                    await self.clock.sleep(wait)
+                except asyncio.CancelledError:
+                    if go:  # its slot is taken but it will not leave: the host is not held for it
+                        shared.stamp_answer(host, self._owner)
+                    raise
+        if delay:  # this process's spacing runs from now (the shared clock may have held it longer)
+            self._host_next[host] = max(self._host_next.get(host, 0.0), self.clock.now() + delay)
 
     async def _space(self, host: str, delay: float, wait: float, claim: bool) -> None:
         clock = self.clock

@@ -13,6 +13,11 @@ A crawl schedules robots.txt as work of its host (:func:`robots_request`, queued
 pages are handed out; :meth:`RobotsCache.load` fetches it then, and the pages find it cached. ``Crawl-delay`` is handed
 to ``on_crawl_delay(host, seconds)`` once per host -- the crawler wires it to the frontier's
 ``set_host_policy(host, delay=...)``.
+
+Processes sharing a frontier (Redis) share what they read (:class:`SharedRobots`, :meth:`RobotsCache.share`):
+a host's robots.txt is fetched once by the process that took its robots work, and a process handed one of
+the host's pages reads it from the store instead of fetching it again (which would cost the host a
+delay). What could not be read (an error, a 5xx) is not shared: each process finds out for itself.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar, runtime_checkable
 from urllib.parse import urlsplit
 
 from protego import Protego
@@ -28,16 +34,18 @@ from protego import Protego
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.errors import (
     AddressNotAllowedError,
+    BackendUnavailableError,
     BodyTooLargeError,
     ContentTypeError,
     FetchError,
+    FrontierError,
     RobotsDisallowedError,
     RobotsUnavailableError,
 )
 from crawlherd.fetch.base import Fetcher
 from crawlherd.request import Request
 
-__all__ = ["MAX_ROBOTS_CHARS", "ROBOTS_META", "RobotsCache", "is_robots_request", "robots_request"]
+__all__ = ["MAX_ROBOTS_CHARS", "ROBOTS_META", "RobotsCache", "SharedRobots", "is_robots_request", "robots_request"]
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +53,24 @@ log = logging.getLogger(__name__)
 MAX_ROBOTS_CHARS = 512 * 1024
 
 CrawlDelayHook = Callable[[str, float], Awaitable[None]]
+_T = TypeVar("_T")
 
 #: The ``Request.meta`` key that marks a request as its host's robots.txt work (not a page of the crawl).
 ROBOTS_META = "robots_txt"
+
+
+@runtime_checkable
+class SharedRobots(Protocol):
+    """robots.txt files kept for the processes sharing a frontier (``RedisFrontier``), by origin
+    (``scheme://host[:port]``)."""
+
+    async def shared_robots_txt(self, origin: str) -> tuple[int, str] | None:
+        """The HTTP status and text of ``origin``'s robots.txt as a process read it, while fresh."""
+        ...
+
+    async def share_robots_txt(self, origin: str, status: int, text: str, ttl: float) -> None:
+        """Keep ``origin``'s robots.txt (its HTTP status, 2xx or 4xx, and text) for ``ttl`` seconds."""
+        ...
 
 
 def robots_request(url: str, *, priority: int = 0) -> Request:
@@ -99,7 +122,18 @@ class RobotsCache:
         self._entries: dict[str, _Entry] = {}
         self._pending: dict[str, asyncio.Future[_Entry]] = {}
         self._delays_sent: set[str] = set()
+        self._shared: SharedRobots | None = None
         self.fetches = 0
+
+    @property
+    def shared(self) -> SharedRobots | None:
+        """The robots.txt files shared with other processes (:meth:`share`), if any."""
+        return self._shared
+
+    def share(self, store: SharedRobots | None) -> None:
+        """Read robots.txt from ``store`` before fetching it, and keep there what is fetched (None: this
+        process's cache only)."""
+        self._shared = store
 
     async def allowed(self, url: str) -> bool:
         """True when robots.txt of ``url``'s host lets our user agent fetch it."""
@@ -186,6 +220,11 @@ class RobotsCache:
 
     async def _load(self, origin: str) -> _Entry:
         now = self._clock.now()
+        shared = self._shared
+        if shared is not None:
+            kept = await _ask(shared.shared_robots_txt(origin), origin)
+            if kept is not None:
+                return self._parsed(origin, *kept, now)
         robots_url = origin + "/robots.txt"
         self.fetches += 1
         try:
@@ -198,17 +237,33 @@ class RobotsCache:
             return _Entry(None, True, now + self._error_ttl, _without_url(str(exc), robots_url), exc)
         if response.status >= 500:
             return _Entry(None, True, now + self._error_ttl, f"HTTP {response.status}", status=response.status)
-        if response.status >= 400:
-            return _Entry(None, False, now + self._ttl, status=response.status)
         # ``text`` decodes with the declared charset, or UTF-8 when it is unknown (charset=bogus); past
         # MAX_ROBOTS_CHARS the rest is ignored (RFC 9309 asks parsers to read at least 500 KiB).
-        text = response.text[:MAX_ROBOTS_CHARS]
+        text = "" if response.status >= 400 else response.text[:MAX_ROBOTS_CHARS]
+        if shared is not None:
+            await _ask(shared.share_robots_txt(origin, response.status, text, self._ttl), origin)
+        return self._parsed(origin, response.status, text, now)
+
+    def _parsed(self, origin: str, status: int, text: str, now: float) -> _Entry:
+        """The entry of a robots.txt read: a 4xx allows everything, else its rules."""
+        if status >= 400:
+            return _Entry(None, False, now + self._ttl, status=status)
         try:
             parser = Protego.parse(text)
         except Exception as exc:  # noqa: BLE001 - a hostile robots.txt must not fail every page of the host
             log.warning("%s/robots.txt cannot be parsed (%s: %s); no rules applied", origin, type(exc).__name__, exc)
-            return _Entry(None, False, now + self._ttl, status=response.status)
-        return _Entry(parser, False, now + self._ttl, status=response.status)
+            return _Entry(None, False, now + self._ttl, status=status)
+        return _Entry(parser, False, now + self._ttl, status=status)
+
+
+async def _ask(call: Awaitable[_T], origin: str) -> _T | None:
+    """The shared store's answer; None when it cannot answer now (robots.txt is then fetched, or kept
+    by this process only)."""
+    try:
+        return await call
+    except (BackendUnavailableError, FrontierError) as exc:
+        log.debug("%s/robots.txt: the shared store did not answer (%s)", origin, exc)
+        return None
 
 
 def _disallowed(url: str, request: Request | None) -> RobotsDisallowedError:

@@ -39,6 +39,7 @@ from crawlherd.extract.rules import Page
 from crawlherd.extract.selectors import call_for_page
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.fetch.gate import SendStamps
+from crawlherd.fetch.robots import SharedRobots
 from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.item import Item
 from crawlherd.request import Request
@@ -132,8 +133,10 @@ class PagePipeline:
 
     def _share_gate(self, crawler: Crawler) -> Crawler:
         """A frontier shared by processes (Redis) keeps each host's delay at the moment of sending,
-        across the fleet: the crawler's send gate asks it (:meth:`HostGate.share`)."""
+        across the fleet: the crawler's send gate asks it (:meth:`HostGate.share`); and the robots.txt
+        files one worker read, so that the others do not fetch them again (:meth:`RobotsCache.share`)."""
         crawler.gate.share(self.frontier if isinstance(self.frontier, SendStamps) else None)
+        crawler.robots.share(self.frontier if isinstance(self.frontier, SharedRobots) else None)
         return crawler
 
     async def close(self) -> None:

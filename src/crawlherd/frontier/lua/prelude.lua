@@ -30,7 +30,7 @@
 --   rb       HASH  host -> "q\t<score>\t<member>" | "out\t<id>"   robots-pending hosts (see below)
 --   rbseen   SET   hosts whose robots request was ever queued (enqueue_robots: once per host)
 --   seq, bseq, lseq, now  STRING  request, batch and lease serials; the newest time seen
---   sent:<host>, hold:<host>  STRING  the send gate's last send and Retry-After hold (expire by themselves)
+--   sent:<host>, hold:<host>, out:<host>  the send clock and Retry-After hold (send.lua; expire by themselves)
 local P = ARGV[1]
 local NOW = tonumber(ARGV[2])
 local DEF_DELAY = tonumber(ARGV[3])

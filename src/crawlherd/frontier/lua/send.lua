@@ -1,28 +1,67 @@
--- SEND (after prelude.lua). ARGV[5] margin, then one host per send asked ([6], [7], ...; a host may come
--- more than once). The fleet's send gate: a request to host may leave when the host's delay (its policy,
--- as for leases) plus margin has passed since the last one any process sent, and the host's hold
--- (Retry-After, set by BLOCK_HOST) is over. Returns, for each send asked, in order, '0' (it is stamped
--- now) or the seconds to wait before asking again: the sends asked together are judged one after the
--- other, as if asked one by one now. A host without a delay or a hold is neither read nor written beyond
--- its policy. The stamps and holds are keys that expire once they can matter no more, so that they
--- never pile up.
-local margin = tonumber(ARGV[5])
+-- SEND (after prelude.lua). ARGV[5] the asking send gate (its owner id), [6] hold, then one host per
+-- send asked ([7], [8], ...; a host may come more than once). The fleet's send clock: a request to host
+-- takes the host's next slot, the first time when
+--   - the host's delay (its policy, as for leases) has passed since the last request any gate sent
+--     there -- or since its answer, when that came later (ANSWER, answer.lua) --,
+--   - no other gate's request to host is still unanswered: one of slot t holds the host until its
+--     answer, and at most until t + delay + hold (an answer that never comes: a cancelled request,
+--     a process gone); the asking gate's own one not reported answered is taken as answered now (a
+--     redirect's next hop, a page after the robots.txt it needed: they follow its answer),
+--   - and the host's Retry-After hold (BLOCK_HOST) is over.
+-- Why the answer: the server saw a request before it answered it, so a request sent delay after that
+-- answer reaches the server at least delay after it, whatever happened between a gate's stamp and its
+-- request reaching the server (the event loop, the socket write) -- without a margin on every delay.
+-- Returns, for each send asked, in order: 'S<time>' (its slot is taken: it leaves at that time on the
+-- caller's clock, and its answer is awaited), '0' (it may leave now; the host has no delay: nothing stamped),
+-- or the seconds to wait before asking again (a Retry-After hold on a host without a delay, or
+-- another gate's request unanswered). Sends asked together are judged one after the other, as if
+-- asked one by one now: they take successive slots. A host without a delay is neither read nor
+-- written beyond its policy and hold.
+-- Keys (they expire once they can matter no more): sent:<host> STRING the time the host's delay runs
+-- from; out:<host> HASH owner -> the slot of its unanswered request; hold:<host> (block_host.lua).
+local owner, hold = ARGV[5], tonumber(ARGV[6])
+local POLL = 0.02  -- another gate's request unanswered past its delay: ask again this often
 local out = {}
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   local host = ARGV[i]
   local gap = delay_of(host)
-  local k_sent, k_hold = P..':sent:'..host, P..':hold:'..host
-  local at = tonumber(redis.call('GET', k_hold) or '0')
+  local at = tonumber(redis.call('GET', P..':hold:'..host) or '0')
+  local k_sent, k_out = P..':sent:'..host, P..':out:'..host
+  local again = nil  -- held by another gate's unanswered request: when to ask again
   if gap > 0 then
-    local last = redis.call('GET', k_sent)
-    if last then at = math.max(at, tonumber(last) + gap + margin) end
+    local last = tonumber(redis.call('GET', k_sent) or '0')
+    local outs = redis.call('HGETALL', k_out)
+    for j = 1, #outs, 2 do
+      local t = tonumber(outs[j + 1])
+      if outs[j] == owner then
+        -- the gate's own request not reported answered (a redirect's next hop, a page after the
+        -- robots.txt it needed): answered by now, so the delay runs from now
+        redis.call('HDEL', k_out, owner)
+        if NOW > last then
+          last = NOW
+          redis.call('SET', k_sent, fmt(NOW), 'PX', math.ceil((gap + hold) * 1000) + 1000)
+        end
+      elseif t + gap + hold <= NOW then
+        redis.call('HDEL', k_out, outs[j])  -- its answer never came: it holds the host no more
+      else
+        local t_again = math.min(math.max(t + gap, NOW + POLL), t + gap + hold)
+        if again == nil or t_again > again then again = t_again end
+      end
+    end
+    at = math.max(at, last + gap)
   end
-  if NOW < at then
+  if again then
+    out[#out + 1] = fmt(math.max(again, at) - NOW)
+  elseif gap > 0 then
+    local t = math.max(at, NOW)  -- the send's slot, taken now
+    local ttl = math.ceil((t - NOW + gap + hold) * 1000) + 1000
+    redis.call('SET', k_sent, fmt(t), 'PX', ttl)
+    redis.call('HSET', k_out, owner, fmt(t))
+    redis.call('PEXPIRE', k_out, ttl)
+    out[#out + 1] = 'S'..fmt(t)
+  elseif NOW < at then
     out[#out + 1] = fmt(at - NOW)
   else
-    if gap > 0 then
-      redis.call('SET', k_sent, fmt(NOW), 'PX', math.ceil((gap + margin) * 1000) + 1000)
-    end
     out[#out + 1] = '0'
   end
 end

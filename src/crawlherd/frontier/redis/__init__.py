@@ -5,7 +5,10 @@ with its duplicate check, lease with politeness, ack, retry, expiry and reclaim)
 it is atomic: two workers never take the same request, never both pass a host's delay, and a
 fingerprint is recorded exactly when its request is queued. The scripts are ``frontier/lua/*.lua``.
 
-- **Politeness shared by all workers**: host ready times and in-flight counts live in Redis.
+- **Politeness shared by all workers**: host ready times and in-flight counts live in Redis, and so do
+  the send gate's clock -- each host's delay held at the server, from the last request's answer
+  (``stamp_send``, ``stamp_answer``) -- and the robots.txt files read (``shared_robots_txt``):
+  :mod:`._fleet`.
 - **Round trips shared by concurrent callers**: the ``next_request``, ``ack``/``fail`` and
   ``stamp_send`` calls (and the waiters' peeks) made while one of their kind is out go together in
   the next script call (:class:`~crawlherd._resilience.Batcher`); each caller gets its own answer.

@@ -25,7 +25,6 @@ from redis.commands.core import AsyncScript
 from crawlherd._lua import lua_script
 from crawlherd.errors import BackendUnavailableError, FrontierError
 from crawlherd.frontier.options import FrontierOptions
-from crawlherd.frontier.redis._codec import text
 from crawlherd.frontier.redis._shards import Shard, Shards
 
 __all__ = ["SCRIPTS", "RedisCalls", "unavailable"]
@@ -46,6 +45,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     "BLOCK_HOST": ("prelude", "block_host"),
     "POLICY": ("prelude", "policy"),
     "SEND": ("prelude", "send"),
+    "ANSWER": ("prelude", "answer"),
     "RENEW": ("prelude", "renew"),
     "PEEK": ("peek",),
     "STATS": ("stats",),
@@ -134,22 +134,6 @@ class RedisCalls:
                 return [exc]
         runs = (self.run(shard, name, *args) for shard, name, args in calls)
         return list(await asyncio.gather(*runs, return_exceptions=True))
-
-    async def sends(self, calls: Sequence[tuple[str, float]]) -> list[float | BaseException]:
-        """The send gate's stamps asked while a SEND was out, as (host, margin): one SEND per shard and
-        margin, judged in the order asked; each host's answer (see ``RedisFrontier.stamp_send``)."""
-        groups: dict[tuple[int, float], list[int]] = {}
-        for i, (host, margin) in enumerate(calls):
-            groups.setdefault((self.shards.of(host).number, margin), []).append(i)
-        keys = list(groups)
-        replies = await self.fan(
-            [(self.shards.all[k], "SEND", (repr(m), *(calls[i][0] for i in groups[k, m]))) for k, m in keys]
-        )
-        out: list[float | BaseException] = [0.0] * len(calls)
-        for key, reply in zip(keys, replies, strict=True):
-            for n, i in enumerate(groups[key]):
-                out[i] = reply if isinstance(reply, BaseException) else float(text(reply[n]))
-        return out
 
     async def on_all(self, name: str, *args: Any) -> list[Any]:
         """Script ``name`` on every shard; the replies, or the first error raised."""

@@ -22,6 +22,7 @@ from crawlherd.frontier.options import FrontierOptions, HostPolicy
 from crawlherd.frontier.redis import _admin
 from crawlherd.frontier.redis._cluster import ClusterMap, no_retry
 from crawlherd.frontier.redis._codec import decode, encode_body, enqueue_arg, priority, raw, text
+from crawlherd.frontier.redis._fleet import RobotsTexts, SendClock
 from crawlherd.frontier.redis._liveness import Renewal
 from crawlherd.frontier.redis._scripts import RedisCalls, raise_first, unavailable
 from crawlherd.frontier.redis._shards import ClusterShards, OneRedis, Shard, Shards
@@ -95,9 +96,7 @@ class RedisFrontier(WaitingMixin):
         self._settles: Batcher[tuple[str, Lease], None] = Batcher(
             self._settle_for, max_batch=_BATCH, name="crawlherd-redis-settle"
         )
-        self._sends: Batcher[tuple[str, float], float] = Batcher(
-            self._send_for, max_batch=_BATCH, name="crawlherd-redis-send"
-        )
+        self._send_clock, self._robots_txt = SendClock(self._calls, self._init, opts.clock), RobotsTexts(self._calls)
         self._peeking: asyncio.Future[tuple[int, int, float | None]] | None = None
 
     @classmethod
@@ -424,16 +423,17 @@ class RedisFrontier(WaitingMixin):
         await self._calls.run(self._shards.of(host), "BLOCK_HOST", host, repr(float(until)))
         self._notify()
 
-    async def stamp_send(self, host: str, margin: float = 0.0) -> float:
-        """The fleet's send gate (:class:`~crawlherd.fetch.gate.SendStamps`): 0.0 when a request to
-        ``host`` may leave now -- its delay plus ``margin`` has passed since the last request any
-        process sharing this frontier sent there, and no Retry-After hold is on -- and the send is
-        stamped, atomically; else the seconds to wait before asking again."""
-        return await self._sends((host, float(margin)))
+    async def stamp_send(self, host: str, owner: str) -> tuple[float, bool]:
+        return await self._send_clock.stamp(host, owner)
 
-    async def _send_for(self, calls: list[tuple[str, float]]) -> list[float | BaseException]:
-        await self._init()
-        return await self._calls.sends(calls)
+    def stamp_answer(self, host: str, owner: str) -> None:
+        self._send_clock.answered(host, owner)
+
+    async def shared_robots_txt(self, origin: str) -> tuple[int, str] | None:
+        return await self._robots_txt.get(origin)
+
+    async def share_robots_txt(self, origin: str, status: int, text: str, ttl: float) -> None:
+        await self._robots_txt.put(origin, status, text, ttl)
 
     async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
         policy = HostPolicy().updated(host, delay=delay, max_in_flight=max_in_flight)
@@ -483,10 +483,10 @@ class RedisFrontier(WaitingMixin):
     async def close(self) -> None:
         if self._begin_close():
             await self.renewal.close()
+            await self._send_clock.close()  # the answers being recorded first
             self._calls.closed = True
             await self._leases.close()
             await self._settles.close()
-            await self._sends.close()
             await self._shards.aclose()
 
 
