@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -49,7 +50,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -404,6 +405,7 @@ def round_fleet(args: argparse.Namespace, board: Board) -> dict[str, Any]:
     broker_url = f"{args.amqp_url}?queue={run_id}"
     env = {**os.environ, "CRAWLHERD_DATABASE_URL": db_url, "CRAWLHERD_BROKER_URL": broker_url}
     workers: list[subprocess.Popen[str]] = []
+    logs = contextlib.ExitStack()  # the workers' stderr, kept in --logs
     try:
         asyncio.run(prepare(db_url, board))
         for _ in range(args.workers):
@@ -411,7 +413,7 @@ def round_fleet(args: argparse.Namespace, board: Board) -> dict[str, Any]:
                 crawlherd("worker", "--allow-private", "-q", "--frontier-url", f"{args.redis_url}?prefix={run_id}",
                           "--concurrency", str(args.jobs), "--page-concurrency", str(IN_FLIGHT // args.workers),
                           "--loop", args.loop),
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+                env=env, stdout=subprocess.DEVNULL, stderr=logs.enter_context(log_file(args, run_id, len(workers)))))
         r.arm(*workers)
         run_checked(crawlherd("dispatch", "--once", "-q"), "crawlherd dispatch --once", env)
         deadline = time.monotonic() + 900
@@ -430,7 +432,12 @@ def round_fleet(args: argparse.Namespace, board: Board) -> dict[str, Any]:
                 w.wait(60)
             except subprocess.TimeoutExpired:
                 w.kill()
+        logs.close()
         asyncio.run(cleanup(args, run_id, broker_url))
+
+
+def log_file(args: argparse.Namespace, run_id: str, i: int) -> IO[str]:
+    return Path(args.logs, f"{run_id}-{i}.log").open("w")
 
 
 async def cleanup(args: argparse.Namespace, run_id: str, broker_url: str) -> None:
@@ -463,6 +470,7 @@ def main() -> None:
         "CRAWLHERD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
     parser.add_argument("--redis-url", default=os.environ.get("CRAWLHERD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
     parser.add_argument("--amqp-url", default=os.environ.get("CRAWLHERD_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"))
+    parser.add_argument("--logs", default=tempfile.gettempdir(), help="where the fleet's workers write their stderr")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--control-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--raw-client", help=argparse.SUPPRESS)
