@@ -7,24 +7,18 @@ postings, each posting with a detail page: by default 20 x 5 x (5 + 5 x 20) = 10
 robots.txt disallows ``/private`` (never linked). Pages link: listing page k -> page k+1
 (``a[rel=next]``) and its postings' detail pages; detail pages link nowhere.
 
-Clients, each in its own process(es), rounds interleaved; limits everywhere: delay 0, 8 requests in
-flight per host, 64 in all, robots.txt obeyed:
+Clients, each in its own process(es), rounds interleaved; delay 0, 8 requests in flight per host, 64 in
+all, robots.txt obeyed: ``raw`` (the baseline), aiohttp on the same URLs (each host's robots.txt first,
+``urllib.robotparser``), 64 tasks, a semaphore of 8 per host; ``crawl``, ``crawlherd crawl`` of the 100
+searches (``--depth 5``); ``run``, ``crawlherd run --until-idle`` on a scratch SQLite file (its embedded
+broker and frontier), the targets imported and due; ``fleet``, a scratch PostgreSQL database, RabbitMQ (a
+queue of its own), a ``redis://`` frontier (a prefix of its own), ``--workers`` ``crawlherd worker``
+(64 / workers pages each), then ``crawlherd dispatch --once``; the workers stopped once every job succeeded.
 
-- ``raw`` (the baseline): aiohttp fetching the same 10,500 URLs (robots.txt of each host first,
-  checked with ``urllib.robotparser``), 64 tasks, a semaphore of 8 per host;
-- ``crawl``: ``crawlherd crawl <the 100 searches> --per-host 8 --concurrency 64 --delay 0 --depth 5``;
-- ``run``: ``crawlherd run --until-idle`` on a scratch SQLite file (the embedded broker and frontier),
-  the 100 targets imported and due, ``--page-concurrency 64``;
-- ``fleet``: a scratch PostgreSQL database, RabbitMQ (a queue of the run's own) and a ``redis://``
-  frontier (a prefix of its own): ``--workers`` ``crawlherd worker`` processes (``--page-concurrency``
-  64 / workers each: 64 in flight in all), then ``crawlherd dispatch --once``; the workers stopped
-  (SIGTERM) once every job succeeded.
-
-Measured at the server: pages/s from the first request of a client to its last page; the client's CPU
-(user + system, summed over its processes, ``/proc``) from its first request to its last page -- so
-interpreter start-up, migrations and shutdown are not counted. Checked: every page fetched exactly
-once (robots.txt aside, once per host and process); ``run`` and ``fleet``: every job succeeded and the
-10,000 items stored exactly as the board shows them (listing fields and the detail page's).
+Measured at the server, from a client's first request to its last page: pages/s, and the client's CPU
+summed over its processes (``/proc``; start-up and shutdown left out). Checked: every page fetched once
+(robots.txt: once per host and process); ``run`` and ``fleet``: every job succeeded, the 10,000 items
+stored exactly as the board shows them (the listing's fields and the detail page's).
 
     .venv/bin/python bench/pipeline.py                       # raw, crawl, run, fleet; 3 rounds
     .venv/bin/python bench/pipeline.py --only raw --only fleet --rounds 1
@@ -41,7 +35,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,6 +47,7 @@ from typing import IO, Any
 
 import yaml
 
+from many_hosts import free_port
 from soak import create_database, delete_redis_keys, drop_database  # the soak's scratch services
 
 KEYWORDS = ("python", "rust", "data", "devops", "design", "sales", "support", "golang", "java", "frontend")
@@ -65,12 +59,6 @@ ROBOTS = b"User-agent: *\nDisallow: /private\n"
 
 def host_addresses(n: int) -> list[str]:
     return [f"127.78.0.{i + 1}" for i in range(n)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- the board -----------------------------------------------------------------------------------------
@@ -287,9 +275,8 @@ class Round:
         control(self.args.control, f"/arm/{','.join(str(p.pid) for p in procs)}/{self.args.expected}")
         spy = os.environ.get("BENCH_PIPELINE_PYSPY")
         for i, p in enumerate(procs if spy else ()):
-            self.spies.append(subprocess.Popen(
-                ["py-spy", "record", "--pid", str(p.pid), "-r", "200", "-f", "raw", "--nonblocking", "-o",
-                 f"{spy}-{self.mode}-{i}.txt"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self.spies.append(subprocess.Popen(["py-spy", "record", "--pid", str(p.pid), "-r", "200", "-f", "raw",
+                                               "--nonblocking", "-o", f"{spy}-{self.mode}-{i}.txt"]))
 
     def take(self) -> dict[str, Any]:
         for spy in self.spies:
@@ -299,13 +286,6 @@ class Round:
         if seen["missing"] or seen["extra"] or seen["cpu"] is None:
             sys.exit(f"{self.mode}: the server saw {seen}")
         return seen
-
-
-def run_checked(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str:
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
-    if out.returncode != 0:
-        sys.exit(f"{what} failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    return out.stdout
 
 
 def round_raw(args: argparse.Namespace, board: Board) -> dict[str, Any]:
@@ -415,7 +395,7 @@ def round_fleet(args: argparse.Namespace, board: Board) -> dict[str, Any]:
                           "--loop", args.loop),
                 env=env, stdout=subprocess.DEVNULL, stderr=logs.enter_context(log_file(args, run_id, len(workers)))))
         r.arm(*workers)
-        run_checked(crawlherd("dispatch", "--once", "-q"), "crawlherd dispatch --once", env)
+        subprocess.run(crawlherd("dispatch", "--once", "-q"), env=env, timeout=300, check=True)
         deadline = time.monotonic() + 900
         while (jobs_items := asyncio.run(stored(db_url)))[0] < len(board.seeds()):
             if any(w.poll() is not None for w in workers) or time.monotonic() > deadline:
@@ -441,15 +421,14 @@ def log_file(args: argparse.Namespace, run_id: str, i: int) -> IO[str]:
 
 
 async def cleanup(args: argparse.Namespace, run_id: str, broker_url: str) -> None:
+    from tests.support.real_brokers import delete_queues  # importable: soak put the checkout on the path
+
     from crawlherd.brokers import open_broker
 
     await drop_database(args.postgres_url, run_id)
     await delete_redis_keys(args.redis_url, run_id)
     async with open_broker(broker_url) as broker:
-        ch = await broker._channel()  # type: ignore[attr-defined]
-        for name in sorted({broker.queue, broker.dead_queue, *broker.declared_queues}):  # type: ignore[attr-defined]
-            await ch.queue_delete(name)
-        await ch.exchange_delete(broker.dead_exchange)  # type: ignore[attr-defined]
+        await delete_queues(broker)
 
 
 MODES = {"raw": round_raw, "crawl": round_crawl, "run": round_run, "fleet": round_fleet}
@@ -459,17 +438,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", choices=list(MODES), action="append")
-    parser.add_argument("--hosts", type=int, default=20)
-    parser.add_argument("--searches", type=int, default=5, help="targets per host")
-    parser.add_argument("--listing-pages", type=int, default=5)
-    parser.add_argument("--per-page", type=int, default=20)
+    for name, default in (("hosts", 20), ("searches", 5), ("listing-pages", 5), ("per-page", 20)):
+        parser.add_argument(f"--{name}", type=int, default=default)
     parser.add_argument("--jobs", type=int, default=16, help="jobs at once per worker process (--concurrency)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes of the fleet")
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto")
-    parser.add_argument("--postgres-url", default=os.environ.get(
-        "CRAWLHERD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"))
-    parser.add_argument("--redis-url", default=os.environ.get("CRAWLHERD_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
-    parser.add_argument("--amqp-url", default=os.environ.get("CRAWLHERD_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"))
+    for name, url in (("postgres", "postgresql://postgres@127.0.0.1:5432/test"), ("redis", "redis://127.0.0.1:6379/0"),
+                      ("amqp", "amqp://guest:guest@127.0.0.1:5672/")):
+        parser.add_argument(f"--{name}-url", default=os.environ.get(f"CRAWLHERD_TEST_{name.upper()}_URL", url))
     parser.add_argument("--logs", default=tempfile.gettempdir(), help="where the fleet's workers write their stderr")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--control-port", type=int, help=argparse.SUPPRESS)
@@ -509,14 +485,12 @@ def main() -> None:
     finally:
         server.kill()
         server.wait()
-    print(f"\nmedians of {args.rounds} interleaved round(s)")
-    print(f"{'client':8}{'pages/s':>9}{'vs raw':>8}{'CPU us/page':>13}{'vs raw':>8}")
-    raw = results.get("raw")
+    print(f"\nmedians of {args.rounds} interleaved round(s)\n{'client':8}{'pages/s':>9}{'vs raw':>8}"
+          f"{'CPU us/page':>13}{'vs raw':>8}")
     rate = {m: statistics.median(args.expected / s["seconds"] for s in rows) for m, rows in results.items()}
     cpu = {m: statistics.median(s["cpu"] / args.expected * 1e6 for s in rows) for m, rows in results.items()}
     for m in results:
-        vs = f"{rate[m] / rate['raw']:7.2f}x" if raw else "       -"
-        vc = f"{cpu[m] / cpu['raw']:7.2f}x" if raw else "       -"
+        vs, vc = (f"{rate[m] / rate['raw']:7.2f}x", f"{cpu[m] / cpu['raw']:7.2f}x") if "raw" in results else ("-", "-")
         print(f"{m:8}{rate[m]:>9.0f}{vs:>8}{cpu[m]:>13.0f}{vc:>8}")
 
 
