@@ -134,7 +134,8 @@ def window(site: Any, mark: int) -> tuple[list[str], float]:
     return urls, entries[-1].time - entries[0].time
 
 
-async def worker_round(args: argparse.Namespace, site: Any, run_id: str) -> tuple[list[str], float, float]:
+async def worker_round(args: argparse.Namespace, site: Any, run_id: str, processes: int = 1
+                       ) -> tuple[list[str], float, float]:
     from sqlalchemy import func, select, update
 
     from crawlherd.db import JobRun, ScrapeTarget, create_engine, upgrade
@@ -145,7 +146,7 @@ async def worker_round(args: argparse.Namespace, site: Any, run_id: str) -> tupl
     broker_url = f"{args.redis_url}?prefix={run_id}-broker"
     frontier_url = f"{args.redis_url}?prefix={run_id}-frontier"
     engine = create_engine(db_url)
-    worker: asyncio.subprocess.Process | None = None
+    workers: list[asyncio.subprocess.Process] = []
     try:
         await upgrade(engine)
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -170,10 +171,12 @@ async def worker_round(args: argparse.Namespace, site: Any, run_id: str) -> tupl
             command = [sys.executable, "-m", "cProfile", "-s", "tottime", "-m", "crawlherd", *argv]
         elif os.environ.get("BENCH_WORKER_WRAPPER"):  # a script that runs the CLI with instrumentation
             command = [sys.executable, os.environ["BENCH_WORKER_WRAPPER"], *argv]
-        worker = await asyncio.create_subprocess_exec(
-            *command, env=env, stdout=asyncio.subprocess.PIPE if args.profile else asyncio.subprocess.DEVNULL,
-            stderr=None if os.environ.get("BENCH_WORKER_WRAPPER") else asyncio.subprocess.PIPE,
-        )
+        for _ in range(processes):  # sharing the broker, the frontier and the config DB
+            workers.append(await asyncio.create_subprocess_exec(
+                *command, env=env, stdout=asyncio.subprocess.PIPE if args.profile else asyncio.subprocess.DEVNULL,
+                stderr=None if os.environ.get("BENCH_WORKER_WRAPPER") else asyncio.subprocess.PIPE,
+            ))
+        worker = workers[0]
         spy = None
         if os.environ.get("BENCH_WORKER_PYSPY"):  # sample the worker's CPU with py-spy (flame graph input)
             spy = await asyncio.create_subprocess_exec(
@@ -185,9 +188,9 @@ async def worker_round(args: argparse.Namespace, site: Any, run_id: str) -> tupl
         while True:
             await asyncio.sleep(0.25 if cpu0 is not None else 0.01)
             if cpu0 is None and len(site.log.entries) > mark:
-                cpu0 = cpu_seconds(worker.pid)  # its CPU from its first request on
-            if worker.returncode is not None:
-                sys.exit(f"the worker exited ({worker.returncode})")
+                cpu0 = sum(cpu_seconds(w.pid) for w in workers)  # their CPU from the first request on
+            if any(w.returncode is not None for w in workers):
+                sys.exit("a worker exited")
             details = sum(1 for e in list(site.log.entries)[mark:] if e.path.startswith("/jobs/"))
             if details >= expected_details:
                 async with engine.connect() as conn:
@@ -199,23 +202,25 @@ async def worker_round(args: argparse.Namespace, site: Any, run_id: str) -> tupl
             if time.monotonic() > deadline:
                 sys.exit(f"the worker did not finish in {args.timeout:g} s ({details}/{expected_details} details)")
         urls, seconds = window(site, mark)
-        cpu = cpu_seconds(worker.pid) - (cpu0 or 0.0)
+        cpu = sum(cpu_seconds(w.pid) for w in workers) - (cpu0 or 0.0)
         if os.environ.get("BENCH_WORKER_TRACE"):  # the site's log of the worker's round, for a timeline
             Path(os.environ["BENCH_WORKER_TRACE"]).write_text("\n".join(  # noqa: ASYNC240 - after the timing
                 f"{e.time:.4f} {e.path}?{e.query}" for e in list(site.log.entries)[mark:]))
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             await spy.wait()
-        worker.send_signal(signal.SIGTERM)
-        out, err = await asyncio.wait_for(worker.communicate(), 60)
-        if args.profile:
-            sys.stderr.write("\n".join(out.decode().splitlines()[:60]) + "\n")
-        worker = None
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        for w in workers:
+            out, err = await asyncio.wait_for(w.communicate(), 60)
+            if args.profile:
+                sys.stderr.write("\n".join(out.decode().splitlines()[:60]) + "\n")
         return urls, seconds, cpu
     finally:
-        if worker is not None and worker.returncode is None:
-            worker.kill()
-            await worker.wait()
+        for w in workers:
+            if w.returncode is None:
+                w.kill()
+                await w.wait()
         await engine.dispose()
         await drop_database(args.postgres_url, name)
         await delete_redis_keys(args.redis_url, run_id)
@@ -241,33 +246,41 @@ async def engine_round(args: argparse.Namespace, site: Any, urls: list[str]) -> 
 async def drive(args: argparse.Namespace) -> None:
     from crawlherd.demo import DemoSite
 
-    worker_s: list[float] = []
+    counts = args.processes or [1]
+    worker_s: dict[int, list[float]] = {n: [] for n in counts}
+    worker_cpu: dict[int, list[float]] = {n: [] for n in counts}
     engine_s: list[float] = []
-    worker_cpu: list[float] = []
     engine_cpu: list[float] = []
     pages = 0
     async with DemoSite(throttle_every=0, keywords=KEYWORDS, locations=LOCATIONS, min_jobs=20, max_jobs=60) as site:
         for i in range(args.rounds):
-            run_id = f"wb{uuid.uuid4().hex[:10]}"
-            urls, seconds, cpu = await worker_round(args, site, run_id)
-            worker_s.append(seconds)
-            worker_cpu.append(cpu)
-            pages = len(urls)
+            for n in counts:
+                urls, seconds, cpu = await worker_round(args, site, f"wb{uuid.uuid4().hex[:10]}", n)
+                worker_s[n].append(seconds)
+                worker_cpu[n].append(cpu)
+                if pages and len(urls) != pages:
+                    sys.exit(f"{n} worker(s) fetched {len(urls)} pages, {pages} before")
+                pages = len(urls)
             seconds, cpu = await engine_round(args, site, urls)
             engine_s.append(seconds)
             engine_cpu.append(cpu)
-            print(f"round {i + 1}: {pages} pages; worker {pages / worker_s[-1]:.0f} pages/s, "
-                  f"engine {pages / engine_s[-1]:.0f} pages/s", file=sys.stderr)
-    w, e = statistics.median(worker_s), statistics.median(engine_s)
+            rates = ", ".join(f"{n} worker(s) {pages / worker_s[n][-1]:.0f}" for n in counts)
+            print(f"round {i + 1}: {pages} pages; {rates}, engine {pages / engine_s[-1]:.0f} pages/s, load "
+                  f"{os.getloadavg()[0]:.1f}", file=sys.stderr)
+    e = statistics.median(engine_s)
     print(f"{pages} pages ({len(KEYWORDS) * len(LOCATIONS)} paginated searches and their items' detail pages) "
-          f"of the demo board, jobs at once {args.jobs}, pages in flight {args.page_concurrency}, loop {args.loop}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; median of {args.rounds} interleaved rounds")
-    ecpu, wcpu = statistics.median(engine_cpu) / pages * 1e6, statistics.median(worker_cpu) / pages * 1e6
-    print(f"{'client':<10}{'pages/s':>10}{'best':>8}{'seconds':>9}{'CPU us/page':>13}")
-    print(f"{'engine':<10}{pages / e:>10.0f}{pages / min(engine_s):>8.0f}{e:>9.2f}{ecpu:>13.0f}")
-    print(f"{'worker':<10}{pages / w:>10.0f}{pages / min(worker_s):>8.0f}{w:>9.2f}{wcpu:>13.0f}")
-    print(f"worker overhead (worker seconds / engine seconds, median): {w / e:.2f}x  (goal <= 1.3x); "
-          f"CPU per page {wcpu / ecpu:.2f}x")
+          f"of the demo board, jobs at once {args.jobs}, pages in flight {args.page_concurrency} (per worker), loop "
+          f"{args.loop}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; median of {args.rounds} "
+          "interleaved rounds")
+    ecpu = statistics.median(engine_cpu) / pages * 1e6
+    print(f"{'client':<12}{'pages/s':>10}{'best':>8}{'seconds':>9}{'CPU us/page':>13}{'time/engine':>13}"
+          f"{'CPU/engine':>12}{'vs 1 worker':>13}")
+    print(f"{'engine':<12}{pages / e:>10.0f}{pages / min(engine_s):>8.0f}{e:>9.2f}{ecpu:>13.0f}")
+    for n in counts:
+        w, wcpu = statistics.median(worker_s[n]), statistics.median(worker_cpu[n]) / pages * 1e6
+        one = f"{statistics.median(worker_s[1]) / w:>12.2f}x" if 1 in counts else ""
+        print(f"{f'worker x{n}':<12}{pages / w:>10.0f}{pages / min(worker_s[n]):>8.0f}{w:>9.2f}{wcpu:>13.0f}"
+              f"{w / e:>12.2f}x{wcpu / ecpu:>11.2f}x{one}")
 
 
 def main() -> None:
@@ -275,6 +288,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=8, help="jobs at once in the worker (--concurrency)")
     parser.add_argument("--page-concurrency", type=int, default=16)
+    parser.add_argument("--processes", type=int, action="append",
+                        help="worker processes sharing the work (repeat to compare, e.g. --processes 1 --processes 2)")
     parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default="auto")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a worker round may take")
     parser.add_argument("--profile", action="store_true", help="run the worker under cProfile (stderr)")

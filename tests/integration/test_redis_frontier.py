@@ -383,3 +383,18 @@ async def test_a_lease_given_back_during_an_outage_is_not_kept_alive(tmp_path: P
         if other is not None:
             await other.close()
         redis.kill()
+
+
+async def test_more_calls_at_once_than_redis_pys_default_pool_are_not_an_outage(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    """A worker's pages in flight, each queueing its detail pages one by one, make hundreds of frontier
+    calls at once: redis-py's pool of 100 connections would refuse the 101st ("Too many connections"),
+    which the worker takes for an outage of the frontier."""
+    frontier = await open_redis(redis_url, unique_name)
+    try:
+        queued = await asyncio.gather(*(frontier.enqueue_request(Request(f"http://h{i % 7}.example/{i}"))
+                                        for i in range(300)))
+        assert queued == [True] * 300
+    finally:
+        await frontier.close()

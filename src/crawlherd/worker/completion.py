@@ -143,7 +143,8 @@ class JobCompletion:
                     n = await self.details.give_up(job, why)
                     log.warning("worker %s: job %s: %d detail page(s) %s", self.name, job.idempotency_key, n, why)
                     return listed
-                await asyncio.sleep(self.options.poll_interval)
+                await self.details.wait(job, self.options.poll_interval)  # woken early by the last settle here
                 await self._restart_if_lost(chains, asyncio.get_running_loop().create_future())
         finally:
+            self.details.forget_run(job)
             metrics.DETAILS_OUT.dec(shown)

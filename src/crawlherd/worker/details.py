@@ -12,11 +12,18 @@ counts the run's ``out`` rows (:meth:`DetailLedger.out`) until none is left.
 Settles are group-committed (the resilience kernel's :class:`~crawlherd._resilience.Batcher`): the
 detail pages that finish while a write is out are settled in the next one. A settle that cannot be
 written (the config DB down) fails the page: its lease goes back and it is fetched and settled again.
+
+The owner does not only poll: the ledger remembers, in process, which runs wait for which items
+(:meth:`DetailLedger.expect`), and the settle written here that ends the last of a run's pages known
+here wakes the run's owner at once (:meth:`DetailLedger.wait`), so that a job's slot is free for the next
+job as soon as its pages are done rather than at its next poll. A hint only: the table decides.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from sqlalchemy import bindparam, delete, func, select, update
@@ -35,6 +42,9 @@ RunKey = tuple[int, datetime]
 
 _Settle = tuple[str, "str | None"]
 
+#: Items whose waiting runs a ledger remembers, at most (past it, it forgets them all: owners then poll).
+_WATCHED = 100_000
+
 
 class DetailLedger:
     """``job_details`` on ``engine`` (the caller's): :meth:`expect` rows before the pages are queued,
@@ -44,6 +54,12 @@ class DetailLedger:
         self.engine = engine
         self._insert = sql_capabilities(engine).insert
         self._settles: Batcher[_Settle, None] | None = None
+        # The in-process hints (see the module docstring): item -> the runs waiting for its page; run ->
+        # its items not settled here yet; the runs whose items known here are all settled; their owners.
+        self._waiting: dict[str, set[RunKey]] = {}
+        self._items: dict[RunKey, set[str]] = {}
+        self._ready: set[RunKey] = set()
+        self._wakes: dict[RunKey, asyncio.Event] = {}
 
     async def expect(self, run: RunKey, items: Sequence[str]) -> set[str]:
         """Write an ``out`` row for each of ``items`` (hex fingerprints) of ``run``; the items whose row
@@ -54,6 +70,7 @@ class DetailLedger:
         now = datetime.now(UTC)
         rows = [{"target_id": target_id, "slot_at": slot_at, "item": i, "status": "out", "updated_at": now}
                 for i in items]
+        self._watch(run, items)  # before the rows: a settle written meanwhile only wakes the owner early
         with translate_db_errors("recording a run's detail pages"):
             async with self.engine.begin() as conn:
                 held = set((await conn.execute(select(JobDetail.item).where(
@@ -66,6 +83,7 @@ class DetailLedger:
         """Remove ``run``'s rows of ``items``: pages the frontier did not queue for it."""
         if not items:
             return
+        self._settled_here(items, runs=(run,))
         target_id, slot_at = run
         with translate_db_errors("recording a run's detail pages"):
             async with self.engine.begin() as conn:
@@ -92,7 +110,70 @@ class DetailLedger:
         with translate_db_errors("settling detail pages"):
             async with self.engine.begin() as conn:
                 await conn.execute(stmt.execution_options(synchronize_session=False), params)
+        self._settled_here(item for item, _ in settles)
         return [None] * len(settles)
+
+    # -- the in-process hints ---------------------------------------------------------------------
+
+    def _watch(self, run: RunKey, items: Iterable[str]) -> None:
+        if len(self._waiting) >= _WATCHED:  # bounded: forgotten, the owners poll as before
+            self._waiting.clear()
+            self._items.clear()
+        waiting = self._items.setdefault(run, set())
+        for item in items:
+            self._waiting.setdefault(item, set()).add(run)
+            waiting.add(item)
+        self._ready.discard(run)
+
+    def _settled_here(self, items: Iterable[str], runs: Iterable[RunKey] | None = None) -> None:
+        """``items``' pages are settled (or, for ``runs`` only, no longer waited for): the runs left with
+        none known here are ready, and their owners woken."""
+        only = None if runs is None else set(runs)
+        for item in items:
+            waiting = self._waiting.get(item)
+            if not waiting:
+                continue
+            for run in list(waiting) if only is None else [r for r in only if r in waiting]:
+                waiting.discard(run)
+                left = self._items.get(run)
+                if left is None:
+                    continue
+                left.discard(item)
+                if not left:
+                    del self._items[run]
+                    self._ready.add(run)
+                    wake = self._wakes.get(run)
+                    if wake is not None:
+                        wake.set()
+            if not waiting:
+                del self._waiting[item]
+
+    async def wait(self, job: JobMessage, timeout: float) -> None:
+        """Wait ``timeout`` seconds, or less: until every page of ``job``'s run that this process knows of
+        is settled by this process (then check :meth:`out`: pages known elsewhere may still be out)."""
+        run = (job.target_id, job.slot_at)
+        if run in self._ready:
+            self._ready.discard(run)
+            await asyncio.sleep(0)
+            return
+        wake = self._wakes.setdefault(run, asyncio.Event())
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), timeout)
+        finally:
+            self._wakes.pop(run, None)
+            self._ready.discard(run)
+
+    def forget_run(self, job: JobMessage) -> None:
+        """``job``'s run is finished here: its hints go."""
+        run = (job.target_id, job.slot_at)
+        self._ready.discard(run)
+        for item in self._items.pop(run, ()):
+            waiting = self._waiting.get(item)
+            if waiting is not None:
+                waiting.discard(run)
+                if not waiting:
+                    del self._waiting[item]
 
     async def out(self, job: JobMessage) -> int:
         """How many of ``job``'s run's detail pages are still out."""

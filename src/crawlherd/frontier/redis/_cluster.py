@@ -25,9 +25,12 @@ _Range = tuple[int, int, tuple[str, int]]
 
 
 def no_retry(timeout: float) -> dict[str, Any]:
-    """The client settings of every connection the frontier makes: ``timeout`` seconds, and no retry by
-    the client itself (a lease or an ack must not run twice: the caller retries)."""
+    """The client settings of every connection the frontier makes: ``timeout`` seconds, no retry by the
+    client itself (a lease or an ack must not run twice: the caller retries), and a pool as large as the
+    calls at once (redis-py's default of 100 raises "Too many connections" past it: a worker's pages in
+    flight, each queueing its detail pages, take more, and that is not an outage)."""
     return {
+        "max_connections": 2**31,
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
         "retry": Retry(NoBackoff(), 0),

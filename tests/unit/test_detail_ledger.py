@@ -1,0 +1,75 @@
+"""The detail ledger wakes a job's owner when the last of its run's pages known in this process is
+settled, rather than at its next poll; the table stays what decides (a SQLite config DB)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import select
+
+from crawlherd.db import ScrapeTarget, create_engine, upgrade
+from crawlherd.demo.targets import demo_targets, targets_toml
+from crawlherd.dispatch.targets import import_targets
+from crawlherd.messages import JobMessage, idempotency_key
+from crawlherd.sitespec import SiteSpec
+from crawlherd.worker.details import DetailLedger
+
+HOUR = 3600.0  # a poll that would outlast the test: only the wake can end the wait
+
+
+async def _ledger_and_job(tmp_path: Path) -> tuple[DetailLedger, JobMessage]:
+    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
+    await upgrade(engine)
+    document = demo_targets("http://x")
+    path = tmp_path / "targets.toml"
+    path.write_text(targets_toml(document))
+    await import_targets(engine, path)
+    async with engine.connect() as conn:
+        target_id = (await conn.execute(select(ScrapeTarget.id).limit(1))).scalar_one()
+    now = datetime.now(UTC)
+    job = JobMessage(job_id=str(uuid.uuid4()), idempotency_key=idempotency_key(target_id, now), target_id=target_id,
+                     slot_at=now, website_id=1, site=SiteSpec.model_validate(document["websites"][1]),
+                     search_url="http://x/browse/a/b", keywords_used="a", created_at=now)
+    return DetailLedger(engine), job
+
+
+async def test_the_last_settle_here_wakes_the_owner_and_the_table_agrees(tmp_path: Path) -> None:
+    ledger, job = await _ledger_and_job(tmp_path)
+    run = (job.target_id, job.slot_at)
+    try:
+        assert await ledger.expect(run, ["a", "b"]) == {"a", "b"}
+        owner = asyncio.create_task(ledger.wait(job, HOUR))
+        await ledger.settle("a")
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not owner.done() and await ledger.out(job) == 1  # one page still out: no wake
+        await ledger.settle("b", "failed for good")
+        await asyncio.wait_for(owner, 30)  # woken by the settle, an hour before its poll
+        assert await ledger.out(job) == 0
+        # woken while the owner was not waiting: its next wait returns at once
+        assert await ledger.expect(run, ["c"]) == {"c"}
+        await ledger.settle("c")
+        await asyncio.wait_for(ledger.wait(job, HOUR), 30)
+    finally:
+        await ledger.close()
+        await ledger.engine.dispose()
+
+
+async def test_a_page_not_queued_after_all_is_not_waited_for_here(tmp_path: Path) -> None:
+    ledger, job = await _ledger_and_job(tmp_path)
+    run = (job.target_id, job.slot_at)
+    try:
+        await ledger.expect(run, ["a", "b"])
+        await ledger.settle("a")
+        owner = asyncio.create_task(ledger.wait(job, HOUR))
+        await ledger.forget(run, ["b"])  # the frontier refused its page: not this run's to wait for
+        await asyncio.wait_for(owner, 30)
+        assert await ledger.out(job) == 0
+        ledger.forget_run(job)
+        assert not ledger._waiting and not ledger._items and not ledger._ready  # nothing kept for the run
+    finally:
+        await ledger.close()
+        await ledger.engine.dispose()
