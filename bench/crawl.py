@@ -14,6 +14,12 @@ and is not what is measured.
 
     .venv/bin/python bench/crawl.py                 # raw and crawlherd, both loops, 3 rounds, median
     .venv/bin/python bench/crawl.py --only crawlherd --loop asyncio --profile   # cProfile of one client
+
+``--hosts N`` (see bench/crawl_board.py): a job board on N loopback hosts followed by links -- the
+issue's ``crawlherd crawl`` row -- against raw aiohttp fetching the same URLs under the same limits:
+
+    .venv/bin/python bench/crawl.py --hosts 20 --rounds 3        # raw and cli, uvloop, pages/s at the server
+    .venv/bin/python bench/crawl.py --hosts 20 --only cli --profile cprofile
 """
 
 from __future__ import annotations
@@ -268,6 +274,16 @@ def measure(kind: str, loop: str, base: str, pages: int, profile: str | None = N
 
 
 def main() -> None:
+    if "--hosts" in sys.argv:  # the job board on many hosts: its own module
+        import importlib.util as iu
+        from pathlib import Path
+
+        spec = iu.spec_from_file_location("bench_crawl_board", Path(__file__).with_name("crawl_board.py"))
+        assert spec is not None and spec.loader is not None
+        board = iu.module_from_spec(spec)
+        spec.loader.exec_module(board)
+        board.main(sys.argv[1:])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=PAGES)
     parser.add_argument("--rounds", type=int, default=3)
