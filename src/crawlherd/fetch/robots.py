@@ -118,7 +118,9 @@ class RobotsCache:
         :class:`~crawlherd.errors.RobotsUnavailableError` (it could not be read, and says why)."""
         scheme, netloc = split_origin(url)
         origin = f"{scheme}://{netloc}"
-        entry = await self._entry(origin, netloc)
+        entry = self._entries.get(origin)
+        if entry is None or entry.expires_at <= self._clock.now():  # else no coroutine for a cached answer
+            entry = await self._entry(origin, netloc)
         if entry.problem is not None:
             raise RobotsUnavailableError(
                 f"{url}: not fetched: {origin}/robots.txt could not be read: {entry.problem}",
