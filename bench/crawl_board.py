@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.hosts} hosts, {pages} pages + {args.hosts} robots.txt, {PER_HOST} per host, {CONCURRENCY} in "
         f"flight, delay 0; load average {os.getloadavg()[0]:.1f}; median of {rounds} interleaved rounds"
     )
-    print(f"{'client':<9}{'pages/s':>10}{'rounds':>26}{'CPU us/page':>13}{'peak RSS MiB':>14}{'vs raw':>8}")
+    print(f"{'client':<9}{'pages/s':>10}{'CPU us/page':>13}{'peak RSS MiB':>14}{'vs raw':>8}  pages/s per round")
     raw = statistics.median(r["rate"] for r in runs["raw"]) if runs.get("raw") else None
     for kind, rs in runs.items():
         med = statistics.median(r["rate"] for r in rs)
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
         cpu = statistics.median(r["cpu_page"] for r in rs) * 1e6
         rss = max(r["rss"] for r in rs) / 2**20
         ratio = f"{med / raw:.2f}x" if raw else "-"
-        print(f"{kind:<9}{med:>10.0f}{each:>26}{cpu:>13.0f}{rss:>14.0f}{ratio:>8}")
+        print(f"{kind:<9}{med:>10.0f}{cpu:>13.0f}{rss:>14.0f}{ratio:>8}  {each}")
     if raw and runs.get("cli") and len(runs["cli"]) == len(runs["raw"]):
         per_round = sorted(c["rate"] / r["rate"] for c, r in zip(runs["cli"], runs["raw"], strict=True))
         print("cli/raw per round: " + ", ".join(f"{x:.2f}" for x in per_round))
