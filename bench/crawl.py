@@ -80,6 +80,10 @@ class _SiteProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
+    def answer(self, path: bytes) -> bytes:
+        """The whole response to a GET of ``path`` (bench/crawl_board.py's server counts them too)."""
+        return self.pages.get(path, _NOT_FOUND)
+
     def data_received(self, data: bytes) -> None:
         buf = self.buf + data
         assert self.transport is not None
@@ -87,7 +91,7 @@ class _SiteProtocol(asyncio.Protocol):
             line = buf[: buf.find(b"\r\n")]
             parts = line.split(b" ")
             path = parts[1] if len(parts) > 2 else b""
-            self.transport.write(self.pages.get(path, _NOT_FOUND))
+            self.transport.write(self.answer(path))
             buf = buf[end + 4 :]
         self.buf = buf
 

@@ -93,52 +93,61 @@ def board() -> tuple[dict[bytes, bytes], list[str]]:
 
 # -- the server (its own process) -------------------------------------------------------------------
 
-_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 9\r\n\r\nnot found"
+
+def _site_protocol() -> type[asyncio.Protocol]:
+    """bench/crawl.py's keep-alive server protocol (this module also runs as a script of its own)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_crawl", Path(__file__).with_name("crawl.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._SiteProtocol  # type: ignore[no-any-return]
 
 
-class _Board(asyncio.Protocol):
+class _Stats:
+    """What the board served since the driver last asked: requests per (host, path), first and last time."""
+
     hits: Counter[tuple[str, str]] = Counter()
-    stamps: list[float] = []  # first and last request
+    stamps: list[float] = []
 
-    def __init__(self, pages: dict[bytes, bytes], host: str) -> None:
-        self.pages, self.host, self.buf = pages, host, b""
-        self.transport: asyncio.Transport | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+def _board_protocol(base: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    class Board(base):  # type: ignore[valid-type,misc]
+        """The site's protocol on one host, counting what it serves; ``/__stats`` answers the counts."""
 
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf + data
-        assert self.transport is not None
-        while (end := buf.find(b"\r\n\r\n")) >= 0:
-            path = buf[: buf.find(b"\r\n")].split(b" ")[1]
-            buf = buf[end + 4 :]
-            if path == b"/__stats":  # the driver's: what was served since the last call
-                out = json.dumps({"hits": [[h, p, n] for (h, p), n in _Board.hits.items()], "span": _Board.stamps})
-                _Board.hits.clear()
-                _Board.stamps.clear()
-                self.transport.write(_http(out.encode(), b"application/json"))
-                continue
+        def __init__(self, pages: dict[bytes, bytes], host: str) -> None:
+            super().__init__(pages)
+            self.host = host
+
+        def answer(self, path: bytes) -> bytes:
+            if path == b"/__stats":
+                out = json.dumps({"hits": [[h, p, n] for (h, p), n in _Stats.hits.items()], "span": _Stats.stamps})
+                _Stats.hits.clear()
+                _Stats.stamps.clear()
+                return _http(out.encode(), b"application/json")
             now = time.monotonic()
-            stamps = _Board.stamps
-            if stamps:
-                stamps[1] = now
+            if _Stats.stamps:
+                _Stats.stamps[1] = now
             else:
-                stamps.extend((now, now))
-            _Board.hits[(self.host, path.decode())] += 1
-            self.transport.write(self.pages.get(path, _NOT_FOUND))
-        self.buf = buf
+                _Stats.stamps.extend((now, now))
+            _Stats.hits[(self.host, path.decode())] += 1
+            return super().answer(path)  # type: ignore[no-any-return]
+
+    return Board
 
 
 def serve(port: int, hosts: int) -> None:
     import uvloop
 
     pages, _ = board()
+    protocol = _board_protocol(_site_protocol())
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         servers = [
-            await loop.create_server(lambda a=a: _Board(pages, a), a, port, backlog=1024)  # type: ignore[misc]
+            await loop.create_server(lambda a=a: protocol(pages, a), a, port, backlog=1024)  # type: ignore[misc]
             for a in host_addresses(hosts)
         ]
         print("ready", flush=True)
