@@ -266,14 +266,12 @@ def measure(kind: str, loop: str, base: str, pages: int, profile: str | None = N
     cmd = [sys.executable, __file__, "--client", kind, "--loop", loop, "--base", base, "--pages", str(pages)]
     if profile:
         cmd += ["--profile", profile]
-    if spy := os.environ.get("BENCH_PYSPY"):  # BENCH_PYSPY=FILE: py-spy's samples of each client (collapsed)
-        cmd = ["py-spy", "record", "-r", "400", "-f", "raw", "--idle", "-o", f"{spy}.{kind}.{loop}", "--", *cmd]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if profile:
         sys.stderr.write(out.stderr)
     if out.returncode != 0:
         sys.exit(f"{kind} client ({loop}) failed:\n{out.stderr[-3000:]}")
-    data: dict[str, float] = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    data: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     if data["ok"] != pages:
         sys.exit(f"{kind} ({loop}): only {data['ok']} of {pages} pages fetched")
     return data

@@ -101,8 +101,8 @@ _MAIN = ("main", "article", "[role=main]")
 
 def extract_links(html: str, base_url: str) -> list[str]:
     """Absolute http(s) links of ``<a href>`` in ``html`` (``<base href>`` honoured), fragments
-    dropped, duplicates removed, document order kept; a malformed link is left out. A page over the parse budget raises
-    :class:`~crawlherd.errors.PageTooComplexError` (:func:`html_cost`)."""
+    dropped, duplicates removed, document order kept; a malformed link is left out. A page over the
+    parse budget raises :class:`~crawlherd.errors.PageTooComplexError` (:func:`html_cost`)."""
     from selectolax.lexbor import LexborHTMLParser as HTMLParser
 
     html_cost(html)
@@ -128,7 +128,7 @@ def extract_links(html: str, base_url: str) -> list[str]:
 
 def _origin(base_url: str) -> str | None:
     """``scheme://netloc`` of ``base_url`` as urljoin() reads it, when it is an http(s) URL with a host
-    (None: every link takes urljoin(), which reports a malformed base)."""
+    (None: every link takes urljoin())."""
     try:
         scheme, netloc = split_origin(base_url)
     except ValueError:

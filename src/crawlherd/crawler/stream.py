@@ -52,7 +52,7 @@ class CrawlRun:
         #: Requests queued before their host's robots.txt was known (seeds, other hosts' links): if
         #: disallowed, the frontier's hand-out reports them, so they are never reported twice.
         self.queued_elsewhere: set[bytes] = set()
-        #: The links of fetched pages this crawl already handled (crawler._children): met again, skipped.
+        #: The links of fetched pages this crawl already handled (crawler/follow.py): met again, skipped.
         self.links_done: set[str] = set()
         self.base_delay = 0.0
         self.max_pages = 0
