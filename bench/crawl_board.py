@@ -357,6 +357,10 @@ def main(argv: list[str] | None = None) -> None:
     if raw and runs.get("cli") and len(runs["cli"]) == len(runs["raw"]):
         per_round = sorted(c["rate"] / r["rate"] for c, r in zip(runs["cli"], runs["raw"], strict=True))
         print("cli/raw per round: " + ", ".join(f"{x:.2f}" for x in per_round))
+        cpu_ratio = statistics.median(r["cpu_page"] for r in runs["raw"]) / statistics.median(
+            c["cpu_page"] for c in runs["cli"]
+        )
+        print(f"raw's CPU per page over the cli's (medians): {cpu_ratio:.2f}")
 
 
 def _free_port() -> int:
