@@ -14,6 +14,12 @@ and is not what is measured.
 
     .venv/bin/python bench/crawl.py                 # raw and crawlherd, both loops, 3 rounds, median
     .venv/bin/python bench/crawl.py --only crawlherd --loop asyncio --profile   # cProfile of one client
+
+``--hosts N`` (see bench/crawl_board.py): a job board on N loopback hosts followed by links -- the
+issue's ``crawlherd crawl`` row -- against raw aiohttp fetching the same URLs under the same limits:
+
+    .venv/bin/python bench/crawl.py --hosts 20 --rounds 3        # raw and cli, uvloop, pages/s at the server
+    .venv/bin/python bench/crawl.py --hosts 20 --only cli --profile cprofile
 """
 
 from __future__ import annotations
@@ -74,6 +80,10 @@ class _SiteProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
+    def answer(self, path: bytes) -> bytes:
+        """The whole response to a GET of ``path`` (bench/crawl_board.py's server counts them too)."""
+        return self.pages.get(path, _NOT_FOUND)
+
     def data_received(self, data: bytes) -> None:
         buf = self.buf + data
         assert self.transport is not None
@@ -81,7 +91,7 @@ class _SiteProtocol(asyncio.Protocol):
             line = buf[: buf.find(b"\r\n")]
             parts = line.split(b" ")
             path = parts[1] if len(parts) > 2 else b""
-            self.transport.write(self.pages.get(path, _NOT_FOUND))
+            self.transport.write(self.answer(path))
             buf = buf[end + 4 :]
         self.buf = buf
 
@@ -268,6 +278,16 @@ def measure(kind: str, loop: str, base: str, pages: int, profile: str | None = N
 
 
 def main() -> None:
+    if "--hosts" in sys.argv:  # the job board on many hosts: its own module
+        import importlib.util as iu
+        from pathlib import Path
+
+        spec = iu.spec_from_file_location("bench_crawl_board", Path(__file__).with_name("crawl_board.py"))
+        assert spec is not None and spec.loader is not None
+        board = iu.module_from_spec(spec)
+        spec.loader.exec_module(board)
+        board.main(sys.argv[1:])
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=PAGES)
     parser.add_argument("--rounds", type=int, default=3)

@@ -12,10 +12,12 @@ that does not ask), so these are plain functions of the page's text and URL.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from urllib.parse import urljoin
 
 from crawlherd.errors import ConfigurationError, PageTooComplexError
+from crawlherd.url import split_origin
 
 __all__ = [
     "MAX_HTML_DEPTH",
@@ -56,6 +58,13 @@ def html_cost(html: str, *, max_depth: int = MAX_HTML_DEPTH, max_work: int = MAX
 
     A linear scan of the tags (comments, scripts and styles skipped), an estimate from above: end
     tags that a parser would imply are not guessed, so a sloppy page counts a little deeper."""
+    opened = html.count("<")  # every tag counted starts with one: a page with few is within both limits
+    if opened > max_depth or opened * (opened + 1) // 2 > max_work:
+        _count_nesting(html, max_depth, max_work)
+
+
+def _count_nesting(html: str, max_depth: int, max_work: int) -> None:
+    """:func:`html_cost`'s scan of the tags."""
     depth = work = 0
     for closing, name in _TAG.findall(_RAW.sub("", html) if "<" in html else ""):
         if name.lower() in _NO_DEPTH:
@@ -78,6 +87,13 @@ def html_cost(html: str, *, max_depth: int = MAX_HTML_DEPTH, max_work: int = MAX
 
 
 _SKIPPED_SCHEMES = ("#", "javascript:", "mailto:", "tel:", "data:")
+# A <base> element starts so (any case): a page without it is not searched for one.
+_BASE_TAG = re.compile(r"<base", re.I)
+# Links that urljoin() would only copy (an absolute http(s) URL with a plain host) or append to the
+# page's scheme://host (a path from the root, without dot segments): what is before their fragment,
+# without the parameters, tabs, line breaks, empty query or odd host that urljoin() rewrites.
+_ABSOLUTE = re.compile(r"https?://[A-Za-z0-9._~%!$&'()*+,=:@-]+(?:/[^?#;\t\r\n]*)?(?:\?[^#\t\r\n]+)?")
+_ROOTED = re.compile(r"/(?!/)[^?#;\t\r\n]*(?:\?[^#\t\r\n]+)?")
 _NOISE = ("script", "style", "noscript", "iframe", "template", "svg", "canvas", "object", "embed")
 _CHROME = ("nav", "header", "footer", "aside", "form", "dialog")
 _MAIN = ("main", "article", "[role=main]")
@@ -85,24 +101,55 @@ _MAIN = ("main", "article", "[role=main]")
 
 def extract_links(html: str, base_url: str) -> list[str]:
     """Absolute http(s) links of ``<a href>`` in ``html`` (``<base href>`` honoured), fragments
-    dropped, duplicates removed, document order kept. A page over the parse budget raises
-    :class:`~crawlherd.errors.PageTooComplexError` (:func:`html_cost`)."""
+    dropped, duplicates removed, document order kept; a malformed link is left out. A page over the
+    parse budget raises :class:`~crawlherd.errors.PageTooComplexError` (:func:`html_cost`)."""
     from selectolax.lexbor import LexborHTMLParser as HTMLParser
 
     html_cost(html)
     tree = HTMLParser(html)
-    base = tree.css_first("base[href]")
+    base = tree.css_first("base[href]") if _BASE_TAG.search(html) is not None else None
     if base is not None:
-        base_url = urljoin(base_url, base.attributes.get("href") or "")
+        with contextlib.suppress(ValueError):  # a malformed one is ignored, as browsers do
+            base_url = urljoin(base_url, base.attributes.get("href") or "")
+    origin = _origin(base_url)
     seen: dict[str, None] = {}
-    for node in tree.css("a[href]"):
+    for node in tree.tags("a"):  # not css("a[href]"): the same elements, without a selector engine per page
         href = (node.attributes.get("href") or "").strip()
         if not href or href.startswith(_SKIPPED_SCHEMES):
             continue
-        url = urljoin(base_url, href).split("#", 1)[0]
+        try:
+            url = join_link(base_url, href, origin)
+        except ValueError:  # a malformed link (an unclosed IPv6 bracket) cannot be followed
+            continue
         if url.startswith(("http://", "https://")):
             seen.setdefault(url, None)
     return list(seen)
+
+
+def _origin(base_url: str) -> str | None:
+    """``scheme://netloc`` of ``base_url`` as urljoin() reads it, when it is an http(s) URL with a host
+    (None: every link takes urljoin())."""
+    try:
+        scheme, netloc = split_origin(base_url)
+    except ValueError:
+        return None
+    if scheme not in ("http", "https") or not netloc:
+        return None
+    return f"{scheme}://{netloc}"
+
+
+def join_link(base_url: str, href: str, origin: str | None) -> str:
+    """``urljoin(base_url, href)`` without its fragment; ``origin`` is :func:`_origin` of ``base_url``.
+    The links most pages hold (absolute, or a path from the root) are joined without parsing either
+    URL -- to the same string: a property test holds it to urljoin()."""
+    if origin is not None:
+        head = href.partition("#")[0]
+        if head[:1] == "/":
+            if _ROOTED.fullmatch(head) is not None and "/." not in head.partition("?")[0]:
+                return origin + head
+        elif _ABSOLUTE.fullmatch(head) is not None:
+            return head
+    return urljoin(base_url, href).split("#", 1)[0]
 
 
 def clean_html(html: str) -> str:

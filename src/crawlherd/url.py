@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit
 
 from crawlherd.errors import InvalidURLError
 
-__all__ = ["DEFAULT_TRACKING_PARAMS", "canonicalize", "canonicalize_url", "host_of"]
+__all__ = ["DEFAULT_TRACKING_PARAMS", "canonicalize", "canonicalize_url", "host_of", "split_origin"]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 DEFAULT_TRACKING_PARAMS = frozenset(
@@ -150,3 +150,18 @@ def host_of(canonical_url: str) -> str:
             end = i
     netloc = rest[:end]
     return netloc.rpartition("@")[2]
+
+
+# An http(s) URL's scheme and an ASCII netloc without brackets, up to where urlsplit() ends the netloc.
+_ORIGIN = re.compile(r"(https?)://([A-Za-z0-9._~%!$&'()*+,;=:@-]*)(?=[/?#]|\Z)")
+
+
+def split_origin(url: str) -> tuple[str, str]:
+    """``(scheme, netloc)`` exactly as ``urlsplit(url)`` has them (its ValueError included), without
+    splitting the rest of an ordinary http(s) URL: robots.txt and the link filter ask it of every page."""
+    if url.isprintable():  # no tab or line break for urlsplit() to drop, no control character to strip
+        m = _ORIGIN.match(url)
+        if m is not None:
+            return m.group(1), m.group(2)
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc

@@ -32,13 +32,13 @@ from crawlherd.crawler.concurrency.base import BaseDispatcher, Dispatcher
 from crawlherd.crawler.concurrency.rate_limiter import RateLimiter
 from crawlherd.crawler.concurrency.semaphore import SemaphoreDispatcher
 from crawlherd.crawler.config import CrawlerRunConfig
-from crawlherd.crawler.plan import failed, in_domains, plan_many, run_request
+from crawlherd.crawler.follow import follow_links
+from crawlherd.crawler.plan import failed, plan_many, run_request
 from crawlherd.crawler.renderer import Renderer, wants_rendering
 from crawlherd.crawler.robots_work import RobotsWork
 from crawlherd.crawler.run_urls import RunUrlsAdapter, RunUrlsDispatcher
 from crawlherd.crawler.stream import CrawlRun, CrawlStream
-from crawlherd.errors import ConfigurationError, FetchError, InvalidURLError, PageTooComplexError
-from crawlherd.extract.links import extract_links_async
+from crawlherd.errors import ConfigurationError, FetchError, InvalidURLError
 from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.gate import HostGate
 from crawlherd.fetch.robots import RobotsCache, is_robots_request
@@ -52,7 +52,6 @@ __all__ = ["AsyncWebCrawler", "Crawler", "RunUrlsDispatcher", "runs_urls_itself"
 
 log = logging.getLogger(__name__)
 
-_HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
 #: What a fetcher must have (the Fetcher protocol's members): checked once, when the crawler takes it.
 _FETCHER_MEMBERS = ("send_gate", "takes_screenshots", "limits", "fetch", "fetch_result", "close", "__aenter__")
 
@@ -205,7 +204,7 @@ class Crawler(AsyncClosing):
         if cache_mode in ("enabled", "refresh") and result.success:
             self._cache.put(request.fingerprint, result)
         if run.max_depth >= 0 and result.success:
-            await self._follow(result, request, run)
+            await follow_links(result, request, run, self.robots_work)
         return result
 
     # -- many URLs ------------------------------------------------------------------------------------
@@ -381,61 +380,6 @@ class Crawler(AsyncClosing):
                 if await run.frontier.enqueue_request(request):
                     run.enqueued += 1
         return invalid, hosts, robots_queued
-
-    async def _follow(self, result: CrawlResult, request: Request, run: CrawlRun) -> None:
-        """Queue the links of a fetched page (before its lease is settled, so the frontier never
-        looks idle while children are on their way)."""
-        if result.content_type not in _HTML_TYPES:
-            return
-        try:
-            links = await extract_links_async(result.text, result.final_url or request.url)
-        except PageTooComplexError as exc:
-            log.warning("%s: links not followed: %s", request.url, exc)
-            result.links = []
-            return
-        result.links = links
-        depth = request.depth + 1
-        if depth > run.max_depth or run.enqueued >= run.max_pages:
-            return
-        queued = await self._enqueue_children(_children(links, run, depth), request.host, run)
-        if queued and run.monitor is not None:
-            run.monitor.add_queued(queued)
-
-    async def _enqueue_children(self, children: list[Request], page_host: str, run: CrawlRun) -> int:
-        """Queue a page's links up to the run's ``max_pages`` (a link robots.txt disallows on the page's
-        own host reported at once, robots.txt queued before a new host's first link): the work queued."""
-        robots = self.robots_work if run.config.check_robots_txt else None
-        frontier = run.frontier
-        queued = 0
-        async with run.room(len(children)) as room:
-            for child in children:
-                if room.full():
-                    break
-                if robots is not None:
-                    if child.host != page_host:
-                        run.queued_elsewhere.add(child.fingerprint)
-                    elif robots.report_disallowed(child, run):
-                        continue
-                    if child.host not in run.robots_hosts:
-                        queued += await robots.queue(run, child)
-                if await frontier.enqueue_request(child):
-                    room.took()
-                    queued += 1
-        return queued
-
-
-def _children(links: list[str], run: CrawlRun, depth: int) -> list[Request]:
-    """The requests of a page's links at ``depth`` that the run may follow (its allowed domains)."""
-    allowed = run.allowed
-    children: list[Request] = []
-    for link in links:
-        if allowed is not None and not in_domains((urlsplit(link).hostname or "").lower(), allowed):
-            continue
-        try:
-            children.append(run_request(link, run, priority=-depth, depth=depth))
-        except InvalidURLError:
-            continue
-    return children
 
 
 def _check_budget(max_pages: int, max_depth: int, delay: float) -> None:

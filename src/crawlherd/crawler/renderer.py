@@ -22,8 +22,10 @@ __all__ = ["Renderer", "wants_rendering"]
 
 def wants_rendering(request: Request) -> bool:
     """``request`` asks for what only a browser does: a screenshot or page actions."""
-    meta = request.meta
-    return bool(meta) and bool(meta.get("crawlherd.screenshot") or meta.get(PAGE_META))
+    meta = request._meta  # noqa: SLF001 - not request.meta, which gives every request a dict of its own
+    if not meta:
+        return False
+    return bool(meta.get("crawlherd.screenshot") or meta.get(PAGE_META))
 
 
 class Renderer:

@@ -32,7 +32,8 @@ class RobotsWork:
         """Raise RobotsDisallowedError (or RobotsUnavailableError) when robots.txt keeps ``request`` out;
         its host's Crawl-delay to the frontier, once."""
         await self.robots.check(request.url, request)
-        await self._crawl_delay(request, run)
+        if request.host not in run.delayed_hosts:
+            await self._crawl_delay(request, run)
 
     async def fetch(self, request: Request, run: CrawlRun) -> CrawlResult:
         """A host's robots.txt, scheduled by the frontier before its pages (:meth:`queue`):

@@ -33,9 +33,9 @@ class CrawlRun:
     (repeated URLs to answer twice, hosts whose robots.txt delay is known, the page budget)."""
 
     __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueue_lock", "enqueued",
-                 "frontier", "gate_delay", "max_depth", "max_pages", "meta", "monitor", "owns_frontier",
-                 "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session", "shared",
-                 "_reserving", "_settled")
+                 "frontier", "gate_delay", "links_done", "max_depth", "max_pages", "meta", "monitor",
+                 "owns_frontier", "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session",
+                 "shared", "_reserving", "_settled")
 
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
@@ -54,6 +54,8 @@ class CrawlRun:
         #: Requests queued before their host's robots.txt was known (seeds, other hosts' links): if
         #: disallowed, the frontier's hand-out reports them, so they are never reported twice.
         self.queued_elsewhere: set[bytes] = set()
+        #: The links of fetched pages this crawl already handled (crawler/follow.py): met again, skipped.
+        self.links_done: set[str] = set()
         self.base_delay = 0.0
         self.max_pages = 0
         self.max_depth = -1

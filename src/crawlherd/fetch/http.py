@@ -28,7 +28,7 @@ import errno
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -54,6 +54,9 @@ from crawlherd.fetch.session import SessionMeta, cookie_header, merge_cookies, p
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
+if TYPE_CHECKING:
+    from multidict import CIMultiDictProxy
+
 __all__ = ["HttpFetcher", "ResponseHeaders"]
 
 _IPV4_CHARS = frozenset("0123456789.")
@@ -66,8 +69,8 @@ class ResponseHeaders(Mapping[str, str]):
 
     __slots__ = ("_copy", "_raw")
 
-    def __init__(self, raw: Mapping[str, str]) -> None:
-        self._raw: Mapping[str, str] | None = raw
+    def __init__(self, raw: CIMultiDictProxy[str]) -> None:
+        self._raw: CIMultiDictProxy[str] | None = raw
         self._copy: dict[str, str] | None = None
 
     def _dict(self) -> dict[str, str]:
@@ -82,6 +85,10 @@ class ResponseHeaders(Mapping[str, str]):
         return self._dict()[key]
 
     def get(self, key: str, default: Any = None) -> Any:
+        raw = self._raw
+        if raw is not None and key.isascii() and key.islower():  # one header: no copy of them all yet
+            values = raw.getall(key, None)
+            return values[-1] if values else default  # the last one, as in the copy
         return self._dict().get(key, default)
 
     def __contains__(self, key: object) -> bool:

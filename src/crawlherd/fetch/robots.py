@@ -44,6 +44,7 @@ from crawlherd.errors import (
 )
 from crawlherd.fetch.base import Fetcher
 from crawlherd.request import Request
+from crawlherd.url import split_origin
 
 __all__ = ["MAX_ROBOTS_CHARS", "ROBOTS_META", "RobotsCache", "SharedRobots", "is_robots_request", "robots_request"]
 
@@ -137,9 +138,8 @@ class RobotsCache:
 
     async def allowed(self, url: str) -> bool:
         """True when robots.txt of ``url``'s host lets our user agent fetch it."""
-        parts = urlsplit(url)
-        origin = f"{parts.scheme}://{parts.netloc}"
-        entry = await self._entry(origin, parts.netloc)
+        scheme, netloc = split_origin(url)
+        entry = await self._entry(f"{scheme}://{netloc}", netloc)
         if entry.disallow_all:
             return False
         if entry.parser is None:
@@ -150,9 +150,11 @@ class RobotsCache:
         """Return when robots.txt lets our user agent fetch ``url``; else raise
         :class:`~crawlherd.errors.RobotsDisallowedError` (its rules forbid it) or
         :class:`~crawlherd.errors.RobotsUnavailableError` (it could not be read, and says why)."""
-        parts = urlsplit(url)
-        origin = f"{parts.scheme}://{parts.netloc}"
-        entry = await self._entry(origin, parts.netloc)
+        scheme, netloc = split_origin(url)
+        origin = f"{scheme}://{netloc}"
+        entry = self._entries.get(origin)
+        if entry is None or entry.expires_at <= self._clock.now():  # else no coroutine for a cached answer
+            entry = await self._entry(origin, netloc)
         if entry.problem is not None:
             raise RobotsUnavailableError(
                 f"{url}: not fetched: {origin}/robots.txt could not be read: {entry.problem}",
@@ -164,8 +166,8 @@ class RobotsCache:
     def known_disallowed(self, url: str, request: Request | None = None) -> RobotsDisallowedError | None:
         """Without fetching: the error :meth:`check` would raise when robots.txt of ``url``'s origin is
         cached, fresh and its rules forbid ``url``; None otherwise (allowed, or not known yet)."""
-        parts = urlsplit(url)
-        entry = self._entries.get(f"{parts.scheme}://{parts.netloc}")
+        scheme, netloc = split_origin(url)
+        entry = self._entries.get(f"{scheme}://{netloc}")
         if entry is None or entry.problem is not None or entry.expires_at <= self._clock.now():
             return None
         if entry.disallow_all or (entry.parser is not None and not entry.parser.can_fetch(url, self.user_agent)):
@@ -177,14 +179,14 @@ class RobotsCache:
         What it says (or why it could not be read) is then what :meth:`check` answers from the cache.
         Returns (its HTTP status or None, why it could not be read or None). Raises
         :class:`~crawlherd.errors.AddressNotAllowedError` when the host itself may not be fetched."""
-        parts = urlsplit(url)
-        entry = await self._entry(f"{parts.scheme}://{parts.netloc}", parts.netloc)
+        scheme, netloc = split_origin(url)
+        entry = await self._entry(f"{scheme}://{netloc}", netloc)
         return entry.status, entry.problem
 
     def crawl_delay(self, url: str) -> float | None:
         """The cached Crawl-delay for ``url``'s host (None when unknown or unset)."""
-        parts = urlsplit(url)
-        entry = self._entries.get(f"{parts.scheme}://{parts.netloc}")
+        scheme, netloc = split_origin(url)
+        entry = self._entries.get(f"{scheme}://{netloc}")
         if entry is None or entry.parser is None:
             return None
         delay = entry.parser.crawl_delay(self.user_agent)

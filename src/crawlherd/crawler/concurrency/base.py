@@ -218,13 +218,20 @@ class BaseDispatcher:
         info = DispatchInfo(next(state.task_ids), clock.now(), 0.0, mem_start)
         if monitor is not None:
             monitor.task_started()
-        try:
-            result = await self._run_one(state, request)
+        try:  # the crawler's result; an exception of its own is a failed result (one URL never aborts the batch)
+            result = await state.process(request)
         except RetryLater as later:  # not a failure: leased again after its delay
             await self._retry_later(state, lease, later.delay)
             if monitor is not None:
                 monitor.task_retried()
             return None
+        except asyncio.CancelledError:  # back in the monitor's queue
+            if monitor is not None:
+                monitor.in_flight -= 1
+                monitor.queued += 1
+            raise
+        except Exception as exc:  # noqa: BLE001 - one URL never aborts the batch
+            result = _crashed(request, exc)
         status = result.status_code
         if status is not None and status >= 400:
             if await self._error_status(state, lease, result, status):
@@ -243,29 +250,6 @@ class BaseDispatcher:
         if monitor is not None:
             monitor.task_finished(result)
         return result
-
-    async def _run_one(self, state: _RunState, request: Request) -> CrawlResult:
-        """The crawler's result for ``request``; an exception of its own is a failed result (one URL
-        never aborts the batch), a cancellation puts the request back in the monitor's queue."""
-        try:
-            return await state.process(request)
-        except asyncio.CancelledError:
-            monitor = self.monitor
-            if monitor is not None:
-                monitor.in_flight -= 1
-                monitor.queued += 1
-            raise
-        except RetryLater:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one URL never aborts the batch
-            return CrawlResult(
-                url=request.url,
-                success=False,
-                error_message=f"{type(exc).__name__}: {exc}",
-                error_type=type(exc).__name__,
-                request=request,
-                depth=request.depth,
-            )
 
     async def _error_status(self, state: _RunState, lease: Lease, result: CrawlResult, status: int) -> bool:
         """An answer of ``status`` >= 400: with a rate limiter, a rate-limit code is re-fetched after its
@@ -313,3 +297,15 @@ class BaseDispatcher:
                 "or this process did not renew it within the frontier's liveness (it hung or lost the frontier)",
                 lease.request.url,
             )
+
+
+def _crashed(request: Request, exc: Exception) -> CrawlResult:
+    """The failed result of ``request`` whose processing raised ``exc``."""
+    return CrawlResult(
+        url=request.url,
+        success=False,
+        error_message=f"{type(exc).__name__}: {exc}",
+        error_type=type(exc).__name__,
+        request=request,
+        depth=request.depth,
+    )
