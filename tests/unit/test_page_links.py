@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from urllib.parse import urljoin, urlsplit
 
 import pytest
@@ -119,7 +120,7 @@ def test_split_origin_and_hostname_are_urlsplits(url: str) -> None:
     try:
         want: object = urlsplit(url)
     except ValueError as exc:
-        with pytest.raises(ValueError, match=str(exc)):
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
             split_origin(url)
         return
     assert split_origin(url) == (want.scheme, want.netloc)  # type: ignore[attr-defined]
