@@ -69,6 +69,20 @@ async def test_the_delay_runs_from_the_last_send_or_from_its_answer_when_later(t
     assert await one.stamp_send(H, "a") == (pytest.approx(1.3), not GO)  # held by b's until its answer
 
 
+async def test_a_request_of_one_process_waits_for_the_answer_of_its_other_one(two: Any) -> None:
+    """Two page slots of one process (one gate, two tasks) to one host: the second asks for its slot only
+    once the first is answered -- sent at their slots, the two could reach the server in either order
+    -- and its slot is the delay after that answer."""
+    clock, one, _ = two
+    assert await one.stamp_send(H, "a") == (0.0, GO)
+    second = asyncio.create_task(one.stamp_send(H, "a"))  # another task of the same process
+    await asyncio.sleep(0.2)
+    assert not second.done()  # held while the first is unanswered
+    clock.advance(0.4)
+    await answered(one, H, "a")
+    assert await second == (pytest.approx(1.0), GO)  # the delay from the answer, not 0.6 s from the slot
+
+
 async def test_an_unanswered_request_holds_other_processes_until_its_answer(two: Any) -> None:
     clock, one, other = two
     assert await one.stamp_send(H, "a") == (0.0, GO)

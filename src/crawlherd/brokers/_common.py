@@ -263,6 +263,10 @@ class BrokerBase:
             raise
         waiter.cancel()
         if task.done():
+            if closing.is_set() and not task.cancelled() and (error := task.exception()) is not None:
+                # the fetch met the close (the client already gone): the consumer ends, as on any close
+                log.debug("%r: a fetch failed as the broker closed: %s", self, error)
+                return None
             return task.result()
         task.cancel()
         try:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import cast
@@ -50,11 +51,22 @@ class SendClock:
             self._answer_for, max_batch=_BATCH, name="crawlherd-redis-answer"
         )
         self._stamped: set[tuple[str, str]] = set()
+        # this process's stamped requests not answered yet: the task that sends each, set when answered
+        self._out: dict[tuple[str, str], tuple[asyncio.Task[object] | None, asyncio.Event]] = {}
         self._posts: set[asyncio.Task[str]] = set()
 
     async def stamp(self, host: str, owner: str) -> tuple[float, bool]:
         """(seconds, go): ``owner``'s request to ``host`` leaves after these seconds (go: its slot is
-        taken), or asks again after them (see ``send.lua``)."""
+        taken), or asks again after them (see ``send.lua``). A request of ``owner`` to ``host`` that has
+        its slot and no answer yet holds the host for the others of this process too (for ``SEND_HOLD``
+        at most), as ``send.lua`` holds it for other processes: two requests in flight at once may reach
+        the server in either order, whatever their slots. The same task asking again (a redirect's next
+        hop) follows its own answer and is not held."""
+        key = (host, owner)
+        out = self._out.get(key)
+        if out is not None and out[0] is not asyncio.current_task() and not out[1].is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(out[1].wait(), SEND_HOLD)
         try:
             reply = await self.sends((host, owner))
         except asyncio.CancelledError:
@@ -64,6 +76,9 @@ class SendClock:
             if len(self._stamped) > _FORGET_AFTER:
                 self._stamped.clear()  # their holds expired long ago
             self._stamped.add((host, owner))
+            if len(self._out) > _FORGET_AFTER:
+                self._out.clear()  # requests never answered (cancelled fetches): they hold nothing by now
+            self._out[key] = (asyncio.current_task(), asyncio.Event())
             # the slot's time, not a wait: the reply took a while to be read
             return max(0.0, float(reply[1:]) - self._clock.now()), True
         wait = float(reply)
@@ -72,6 +87,9 @@ class SendClock:
     def answered(self, host: str, owner: str) -> None:
         """``owner``'s request to ``host`` came back: recorded in the background (nothing to record
         when it was not stamped: a host without a delay)."""
+        out = self._out.pop((host, owner), None)
+        if out is not None:
+            out[1].set()
         if (host, owner) in self._stamped:
             self._stamped.discard((host, owner))
             self._post(host, owner, "answer")
