@@ -380,6 +380,21 @@ def run_client(client: str, args: argparse.Namespace, tmp: Path, port: int) -> f
     seeds = [f"http://{a}:{port}/p1" for a in host_addresses(args.hosts)]
     seeds_file = tmp / "seeds.json"
     seeds_file.write_text(json.dumps(seeds))
+    try:
+        return _run_client(client, args, seeds, seeds_file, frontier)
+    finally:
+        if frontier.startswith("redis"):  # what the run left under its prefix (the Redis may be shared)
+            asyncio.run(_purge(frontier))
+
+
+async def _purge(frontier: str) -> None:
+    from crawlherd.frontier import open_scheduler
+
+    async with open_scheduler(frontier) as opened:
+        await opened.purge()
+
+
+def _run_client(client: str, args: argparse.Namespace, seeds: list[str], seeds_file: Path, frontier: str) -> float:
     kind, _, base = client.partition("@")
     env = {**os.environ, "PYTHONPATH": args.base_src} if base else None
     if kind == "cli":
