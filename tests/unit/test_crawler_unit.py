@@ -11,6 +11,7 @@ from crawlherd.clock import FakeClock
 from crawlherd.errors import ConfigurationError
 from crawlherd.extract.links import extract_links
 from crawlherd.fetch import FetchLimits, HostGate, MockFetcher, MockResponse
+from crawlherd.fetch.gate import pass_gate
 
 PAGE = (
     b"<html><body><a href='http://other.example/a'>o</a> <a href='http://sub.site.example/b'>s</a>"
@@ -194,3 +195,37 @@ async def test_a_subclass_that_overrides_fetch_alone_is_called_through_fetch() -
     async with Crawler(fetcher=Canned()) as crawler:
         result = await crawler.arun("http://site.example/")
     assert result.success and result.body == b"canned" and result.headers == {"content-type": "text/plain"}
+
+
+class _EarlyClock(FakeClock):
+    """A clock whose first sleep ends a millisecond early, as uvloop's timers do (whole milliseconds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.early = True
+
+    async def sleep(self, seconds: float) -> None:
+        if self.early and seconds > 0.001:
+            self.early = False
+            self.advance(seconds - 0.001)
+            return
+        self.advance(seconds)
+
+
+class _Slot:
+    """A shared send clock that gives every send its slot 0.5 s from now."""
+
+    async def stamp_send(self, host: str, owner: str) -> tuple[float, bool]:
+        return 0.5, True
+
+    def stamp_answer(self, host: str, owner: str) -> None:
+        pass
+
+
+async def test_a_shared_slot_is_kept_even_when_the_timer_fires_early() -> None:
+    clock = _EarlyClock()
+    gate = HostGate(clock=clock)
+    gate.share(_Slot())
+    start = clock.now()
+    await pass_gate(gate, "polite.example")
+    assert clock.now() - start >= 0.5  # never before the slot: a lower bound at the server

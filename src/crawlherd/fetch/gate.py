@@ -187,13 +187,20 @@ class HostGate:
             wait, go = await shared.stamp_send(host, self._owner)
             if wait > 0:
                 try:
-                    await self.clock.sleep(wait)
+                    await self._sleep_until(self.clock.now() + wait)
                 except asyncio.CancelledError:
                     if go:  # its slot is taken but it will not leave: the host is not held for it
                         shared.stamp_answer(host, self._owner)
                     raise
         if delay:  # this process's spacing runs from now (the shared clock may have held it longer)
             self._host_next[host] = max(self._host_next.get(host, 0.0), self.clock.now() + delay)
+
+    async def _sleep_until(self, until: float) -> None:
+        """Until the clock reads ``until``: a slot is a lower bound, and an event loop's timer may fire a
+        little early (uvloop counts whole milliseconds)."""
+        clock = self.clock
+        while (left := until - clock.now()) > 0:
+            await clock.sleep(left)
 
     async def _space(self, host: str, delay: float, wait: float, claim: bool) -> None:
         clock = self.clock
