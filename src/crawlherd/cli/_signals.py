@@ -35,7 +35,7 @@ async def until_stopped(source: AsyncIterator[T], stop: asyncio.Event) -> AsyncI
 
 
 def awaiting(task: asyncio.Task[Any]) -> str:
-    """Where ``task`` waits: its chain of awaits, outermost first (``func file:line <- ...``)."""
+    """Where ``task`` waits: its chain of awaits, outermost first (``func file:line -> ...``)."""
     where: list[str] = []
     step: Any = task.get_coro()
     while step is not None and len(where) < 40:

@@ -50,8 +50,8 @@ class SendClock:
         self._answers: Batcher[tuple[str, str, str, str], str] = Batcher(
             self._answer_for, max_batch=_BATCH, name="crawlherd-redis-answer"
         )
-        self._stamped: set[tuple[str, str]] = set()
-        # this process's stamped requests not answered yet: the task that sends each, set when answered
+        # (host, owner) of this process's stamped requests not yet answered: the task sending it, and an
+        # event set by its answer
         self._out: dict[tuple[str, str], tuple[asyncio.Task[object] | None, asyncio.Event]] = {}
         self._posts: set[asyncio.Task[str]] = set()
 
@@ -73,9 +73,6 @@ class SendClock:
             self._post(host, owner, "release")  # it may have taken a slot: hold the host no longer
             raise
         if reply[0] == "S":
-            if len(self._stamped) > _FORGET_AFTER:
-                self._stamped.clear()  # their holds expired long ago
-            self._stamped.add((host, owner))
             if len(self._out) > _FORGET_AFTER:
                 self._out.clear()  # requests never answered (cancelled fetches): they hold nothing by now
             self._out[key] = (asyncio.current_task(), asyncio.Event())
@@ -90,8 +87,6 @@ class SendClock:
         out = self._out.pop((host, owner), None)
         if out is not None:
             out[1].set()
-        if (host, owner) in self._stamped:
-            self._stamped.discard((host, owner))
             self._post(host, owner, "answer")
 
     def _post(self, host: str, owner: str, mode: str) -> None:
