@@ -167,7 +167,7 @@ async def test_three_dispatcher_processes_500_targets_50_slots(pg_database: str,
             if broker_url is None:
                 publishes = (await conn.execute(text("SELECT key, pid FROM test_publishes"))).all()
         if broker_url is not None:  # count what the real broker holds
-            publishes = [(d.key, None) for d in await drain(broker_url)]
+            publishes = [(d.key, None) for d in await drain(broker_url, expect=expected)]
         window = [r for r in rows if r.slot_at < end]
         # Exactly one outbox row per (target, slot) of the 50, each of the 50 slots present.
         per_target: dict[int, list[object]] = {}
@@ -239,7 +239,7 @@ async def killed_between_publish_and_mark(db_url: str, broker_url: str | None) -
             if broker_url is None:
                 publishes = (await conn.execute(text("SELECT key, body FROM test_publishes ORDER BY id"))).all()
             else:
-                publishes = [(d.key, d.body) for d in await drain(broker_url)]
+                publishes = [(d.key, d.body) for d in await drain(broker_url, expect=2)]
             status = (await conn.execute(select(DispatchOutbox.status))).scalar_one()
             total = (await conn.execute(select(func.count()).select_from(DispatchOutbox))).scalar_one()
         assert len(publishes) == 2 and status == "published" and total == 1
