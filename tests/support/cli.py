@@ -20,6 +20,8 @@ import yaml
 from crawlherd.demo import DemoSite
 from crawlherd.demo.targets import expected_results
 
+from . import forkserver
+
 __all__ = ["WORKER_STATUS", "crawlherd", "demo_pipeline", "dumped", "invoke", "running_crawlherd",
            "start_crawlherd", "worker_status_until_done"]
 
@@ -34,9 +36,12 @@ WORKER_STATUS = re.compile(
 
 async def start_crawlherd(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> asyncio.subprocess.Process:
+) -> asyncio.subprocess.Process | forkserver.ForkedProcess:
     """``python -m crawlherd ARGS`` started with piped stdout and stderr, the caller's environment
-    plus ``env``."""
+    plus ``env`` (forked off the test process's fork server, :mod:`tests.support.forkserver`)."""
+    if forkserver.enabled():
+        return await forkserver.start("crawlherd", args, env={**os.environ, **(env or {})}, cwd=cwd or Path.cwd(),
+                                      stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "crawlherd", *args, cwd=cwd,
         env={**os.environ, **(env or {})}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -75,7 +80,7 @@ async def invoke(*args: str, env: dict[str, str] | None = None, cwd: Path | None
 @contextlib.asynccontextmanager
 async def running_crawlherd(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> AsyncIterator[asyncio.subprocess.Process]:
+) -> AsyncIterator[asyncio.subprocess.Process | forkserver.ForkedProcess]:
     """:func:`start_crawlherd` for a long-running command; killed (by its PID) if it still runs at the
     end of the block, e.g. after a failed assertion."""
     proc = await start_crawlherd(*args, env=env, cwd=cwd)

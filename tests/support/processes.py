@@ -16,6 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db import JobRun
 
+from . import forkserver
+
 __all__ = ["BAD_LOG", "WAIT_DEADLINE", "CliProcess", "job_statuses", "outage_lines", "wait_until"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,12 +35,16 @@ class CliProcess:
         self.log_path = log_path
         self.env = {**os.environ, "PYTHONWARNINGS": "default", **(env or {})}
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), self.env.get("PYTHONPATH", "")) if p)
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: asyncio.subprocess.Process | forkserver.ForkedProcess | None = None
 
     async def start(self) -> CliProcess:
         with self.log_path.open("ab") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, *self.args, stdout=log, stderr=asyncio.subprocess.STDOUT, env=self.env, cwd=ROOT)
+            if forkserver.enabled():
+                self.proc = await forkserver.start("crawlherd", self.args[2:], env=self.env, cwd=ROOT,
+                                                   stdout=log.fileno(), stderr=asyncio.subprocess.STDOUT)
+            else:
+                self.proc = await asyncio.create_subprocess_exec(
+                    sys.executable, *self.args, stdout=log, stderr=asyncio.subprocess.STDOUT, env=self.env, cwd=ROOT)
         return self
 
     @property

@@ -1,0 +1,200 @@
+"""``python -m crawlherd ARGS`` as a real process of its own, started by forking a server that has
+crawlherd imported already: the same process a test would get from ``subprocess`` -- its own PID,
+signals, exit code, file descriptors, environment and working directory -- without paying the
+interpreter's second of imports (SQLAlchemy, pydantic, aiohttp ...) for each of the ~150 processes
+the suite starts.
+
+One server per test process (pytest-xdist worker), started on first use and ended by its PID at exit:
+``python -m tests.support._forkserver_main SOCKET``. A request carries the arguments, the environment
+and the working directory, and passes stdin, stdout and stderr as file descriptors (``SCM_RIGHTS``);
+the server forks, and the child resets what a fresh interpreter would have (signal handlers, the
+warning filters of ``PYTHONWARNINGS``, the random seed, ``sys.path`` from ``PYTHONPATH``) and runs the
+module as ``__main__``. The server answers the child's PID at once and its exit status when it ends.
+
+``CRAWLHERD_TEST_FORKSERVER=0`` starts every process with ``subprocess`` instead (what a user runs;
+slower).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["ForkedProcess", "enabled", "start"]
+
+ROOT = Path(__file__).resolve().parents[2]
+_STATUS = struct.Struct("!i")
+
+
+def enabled() -> bool:
+    return os.environ.get("CRAWLHERD_TEST_FORKSERVER", "1") != "0"
+
+
+class _Server:
+    """The fork server of this test process."""
+
+    def __init__(self) -> None:
+        self._dir = tempfile.mkdtemp(prefix="crawlherd-fork-")
+        self.path = os.path.join(self._dir, "s")
+        env = {**os.environ, "PYTHONWARNINGS": "default"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support._forkserver_main", self.path],
+            stdin=subprocess.DEVNULL, env=env, cwd=ROOT,
+        )
+        deadline = time.monotonic() + 120
+        while not os.path.exists(self.path):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the fork server exited with {self.proc.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the fork server did not listen within 120 s")
+            time.sleep(0.02)
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+            os.rmdir(self._dir)
+
+
+_server: _Server | None = None
+_lock = threading.Lock()
+
+
+def _the_server() -> _Server:
+    global _server
+    with _lock:
+        if _server is None or _server.proc.poll() is not None:
+            _server = _Server()
+        return _server
+
+
+class ForkedProcess:
+    """What a test uses of :class:`asyncio.subprocess.Process`, for a process the fork server started:
+    ``pid``, ``returncode``, ``wait()``, ``communicate()``, ``send_signal()``, ``terminate()``,
+    ``kill()``, and ``stdout`` / ``stderr`` readers when they were pipes."""
+
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self._sock = sock
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdout: asyncio.StreamReader | None = None
+        self.stderr: asyncio.StreamReader | None = None
+        self._waiter: asyncio.Future[int] | None = None
+
+    async def wait(self) -> int:
+        if self.returncode is None:
+            if self._waiter is None:
+                self._waiter = asyncio.ensure_future(self._read_status())
+            self.returncode = await asyncio.shield(self._waiter)
+        return self.returncode
+
+    async def _read_status(self) -> int:
+        loop = asyncio.get_running_loop()
+        data = b""
+        while len(data) < _STATUS.size:
+            chunk = await loop.sock_recv(self._sock, _STATUS.size - len(data))
+            if not chunk:
+                raise RuntimeError(f"the fork server went away before process {self.pid} ended")
+            data += chunk
+        self._sock.close()
+        code: int = _STATUS.unpack(data)[0]
+        return code
+
+    async def communicate(self) -> tuple[bytes, bytes]:
+        async def read(stream: asyncio.StreamReader | None) -> bytes:
+            return await stream.read() if stream is not None else b""
+
+        out, err = await asyncio.gather(read(self.stdout), read(self.stderr))
+        await self.wait()
+        return out, err
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+async def start(
+    module: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | str,
+    stdout: int | None = None,
+    stderr: int | None = None,
+) -> ForkedProcess:
+    """``python -m MODULE ARGS`` forked off the server. ``stdout`` / ``stderr``: a file descriptor to
+    write to (duplicated: the caller keeps its own), ``asyncio.subprocess.PIPE`` for a reader on the
+    process (``stderr=asyncio.subprocess.STDOUT``: where stdout goes), None for this process's own."""
+    server = await asyncio.to_thread(_the_server)
+    loop = asyncio.get_running_loop()
+    mine: list[int] = []  # our ends of the pipes
+    theirs: list[int] = []  # what the child gets, closed here once sent
+    readers: dict[str, int] = {}
+
+    def fd_for(name: str, spec: int | None, default: int) -> int:
+        if spec == asyncio.subprocess.PIPE:
+            r, w = os.pipe()
+            mine.append(r)
+            theirs.append(w)
+            readers[name] = r
+            return w
+        if spec is None:
+            return default
+        return spec
+
+    null = os.open(os.devnull, os.O_RDONLY)
+    theirs.append(null)
+    out_fd = fd_for("stdout", stdout, 1)
+    err_fd = out_fd if stderr == asyncio.subprocess.STDOUT else fd_for("stderr", stderr, 2)
+    request = json.dumps({"module": module, "args": list(args), "env": dict(env), "cwd": str(cwd)}).encode()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(server.path)
+        socket.send_fds(sock, [struct.pack("!I", len(request)) + request], [null, out_fd, err_fd])
+        data = b""
+        while len(data) < _STATUS.size:
+            chunk = sock.recv(_STATUS.size - len(data))
+            if not chunk:
+                raise RuntimeError("the fork server did not start the process")
+            data += chunk
+    except BaseException:
+        sock.close()
+        for fd in mine:
+            os.close(fd)
+        raise
+    finally:
+        for fd in theirs:
+            os.close(fd)
+    sock.setblocking(False)
+    proc = ForkedProcess(sock, _STATUS.unpack(data)[0])
+    for name, fd in readers.items():
+        reader = asyncio.StreamReader(limit=2**20)
+        await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r),  # type: ignore[misc]
+                                     os.fdopen(fd, "rb", buffering=0))
+        setattr(proc, name, reader)
+    return proc
