@@ -30,7 +30,7 @@ _VALUE = rf"(?:\"[^\"]*+(?:\"|\Z)|'[^']*+(?:'|\Z)|(?:[^{_WS}>\"'][^{_WS}>]*+)?)"
 # A tag's attributes, as the tokenizer reads them (possessive: a page never makes it backtrack; and no
 # capturing group inside a possessive part, which Python 3.11's re reports wrong spans of).
 _ATTRS = (
-    rf"(?:[{_WS}/]++|[^{_WS}/>][^{_WS}/>=]*+(?:[{_WS}]*+=[{_WS}]*+{_VALUE})?+)*+"
+    rf"(?:[{_WS}/]*+[^{_WS}/>][^{_WS}/>=]*+(?:[{_WS}]*+=[{_WS}]*+{_VALUE})?+)*+[{_WS}/]*+"
 )
 _NAME_END = rf"(?![^{_WS}/>])"
 _RAW = "style|xmp|iframe|noembed|noframes|title|textarea"
@@ -58,10 +58,14 @@ _NEXT = re.compile(
     r"|(?P<tree><)|\Z)",
     re.I | re.A | re.S,
 )
-_ATTR = re.compile(rf"([^{_WS}/>][^{_WS}/>=]*+)(?:{_HREF_VALUE})?", re.A)
+# The first attribute named href of a tag's attributes, the others skipped in the pattern.
+_HREF_NAME = rf"href(?![^{_WS}/>=])"
+_FIRST_HREF = re.compile(
+    rf"(?:[{_WS}/]*+(?!{_HREF_NAME})[^{_WS}/>][^{_WS}/>=]*+(?:[{_WS}]*+=[{_WS}]*+{_VALUE})?+)*+[{_WS}/]*+{_HREF_NAME}"
+    rf"(?:{_HREF_VALUE})?",
+    re.I | re.A,
+)
 _CHARREF = re.compile(r"&(?:#[xX]([0-9A-Fa-f]++);?|#([0-9]++);?|([A-Za-z0-9]++;?))")
-_LEGACY = sorted((name for name in html5 if not name.endswith(";")), key=len, reverse=True)
-_MAX_LEGACY = max(map(len, _LEGACY))
 # Numeric references to C1 controls that mean Windows-1252's characters (the HTML5 table).
 _C1 = dict(zip(
     [0x80, *range(0x82, 0x8D), 0x8E, *range(0x91, 0x9D), 0x9E, 0x9F],
@@ -105,11 +109,11 @@ def scan_links(html: str) -> tuple[list[str], str | None] | None:
 
 def _attribute(attrs: str) -> str | None:
     """The value of the first ``href`` among a tag's attributes (``""`` for one without a value)."""
-    for m in _ATTR.finditer(attrs):
-        if m[1].lower() == "href":
-            h1, h2, h3 = m.group("h1", "h2", "h3")
-            return h1 if h1 is not None else h2 if h2 is not None else h3 if h3 is not None else ""
-    return None
+    m = _FIRST_HREF.match(attrs)
+    if m is None:
+        return None
+    h1, h2, h3 = m.group("h1", "h2", "h3")
+    return h1 if h1 is not None else h2 if h2 is not None else h3 if h3 is not None else ""
 
 
 def _decoded(value: str) -> str:
@@ -117,6 +121,8 @@ def _decoded(value: str) -> str:
     if "\r" in value:
         value = value.replace("\r\n", "\n").replace("\r", "\n")
     if "&" in value:
+        if value.count("&") == value.count("&amp;"):  # the usual one (query strings), and only it
+            return value.replace("&amp;", "&")
         value = _CHARREF.sub(_charref, value)
     return value
 
@@ -133,13 +139,8 @@ def _charref(m: re.Match[str]) -> str:
             return html5[name]
         following = m.string[m.end() : m.end() + 1]
         return m[0] if following == "=" else html5[name]  # alphanumerics: all taken by the pattern
-    # The longest legacy name (no semicolon) the text starts with; in an attribute it stands only when
-    # no alphanumeric or '=' follows it -- and an alphanumeric follows it here, or ';' (the name is longer).
-    for legacy in _LEGACY:
-        if len(legacy) < len(name) and name.startswith(legacy):
-            if name[len(legacy)] == ";":
-                return html5[legacy] + name[len(legacy) :]
-            return m[0]
+    # Not a name of the table: a shorter one it starts with (a legacy name, without its semicolon) is
+    # followed by an alphanumeric, and in an attribute such a reference stays as it is written.
     return m[0]
 
 

@@ -106,9 +106,11 @@ def extract_links(html: str, base_url: str) -> list[str]:
     parse budget raises :class:`~crawlherd.errors.PageTooComplexError` (:func:`html_cost`).
 
     Most pages are read by a tokenizer that builds no tree (:mod:`crawlherd._links_scan`); those where
-    only an HTML5 tree builder knows which links there are, and in what order, are parsed (lexbor)."""
+    only an HTML5 tree builder knows which links there are, and in what order, and those longer than
+    :data:`OFF_LOOP_CHARS`, are parsed (lexbor)."""
     html_cost(html)
-    scanned = scan_links(html)
+    # A long page goes to lexbor, which lets the event loop (or other threads) run while it parses.
+    scanned = scan_links(html) if len(html) <= OFF_LOOP_CHARS else None
     if scanned is None:
         hrefs, base = _links_by_tree(html)
     else:

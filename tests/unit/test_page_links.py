@@ -287,3 +287,14 @@ def test_the_scanner_reads_ordinary_pages_and_leaves_the_others_to_the_tree() ->
         assert extract_links(tree_only, "http://site.example/") == [
             urljoin("http://site.example/", h) for h in _links_by_tree(tree_only)[0] if h
         ]
+
+
+def test_a_page_longer_than_the_off_loop_size_is_parsed_not_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    import crawlherd.page
+
+    def no_scan(html: str) -> None:
+        raise AssertionError("scanned")
+
+    monkeypatch.setattr(crawlherd.page, "scan_links", no_scan)
+    page = '<a href="/a">a</a>' + "x" * crawlherd.page.OFF_LOOP_CHARS
+    assert extract_links(page, "http://site.example/") == ["http://site.example/a"]
