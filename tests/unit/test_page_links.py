@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from selectolax.lexbor import LexborHTMLParser
 
+from crawlherd._links_scan import scan_links
 from crawlherd.crawler.follow import _hostname
 from crawlherd.errors import PageTooComplexError
-from crawlherd.page import _count_nesting, _origin, extract_links, html_cost, join_link
+from crawlherd.page import _count_nesting, _links_by_tree, _origin, extract_links, html_cost, join_link
 from crawlherd.url import split_origin
 
 PROPERTY = settings(
@@ -233,3 +234,67 @@ def test_html_cost_still_refuses_deep_pages_past_the_shortcut() -> None:
     with pytest.raises(PageTooComplexError):
         html_cost("<div>" * 1_025)
     html_cost("<div>" * 1_024)
+
+
+# Pieces of markup where a tokenizer can go wrong: quotes (a '>' inside them), unquoted values, attributes
+# on end tags, comments of every shape, bogus comments, raw text holding tags, character references, CR,
+# a tag cut off by the end of the page -- and the constructs only a tree builder reads (the scanner hands
+# those pages to lexbor: TREE).
+_SOUP = st.sampled_from(
+    [
+        '<a href="/q">', "<a href='/s q'>", "<a href=/u?x=1>", "<A HREF=/U>", "<a\rhref=/cr>", "<a/href=/sl>",
+        "<a href = '/sp'>", "<a href>", "<a href=>", "<a>", "</a>", '<a title=">" href=/t>', "<a hreflang=x href=/l>",
+        "<a href=/1 href=/2>", '<a href="/d"x=y>', "<base href=/b/>", "<BASE HREF='http://o.example/c/'>",
+        "<base>", "<base href>", '</div title=">"><a href=/e>', "<!-- <a href=/c> -->", "<!-->", "<!--->",
+        "<!---->", "--!>", "-->", "<!-- -", "<!", "<!x>", "<!DOCTYPE html>", "<?x <a href=/pi>?>", "</ x>", "</>",
+        "</", "<", "<<", "<p>", "<div>", "</div>", "<br/>", "<style>", "</style>", "<title>", "</TITLE >",
+        "<textarea>", "</textarea>", "<xmp>", "</xmp>", "<iframe>", "</iframe>", "<noembed>", "<noframes>",
+        "<noscript>", "</noscript>", "<script>", "</script>", "<script><!--", "<plaintext>", "<svg>", "<table>",
+        "<template>", "<select>", "&amp;", "&copy=", "&copy", "&#x26;", "&#38", "&#0;", "&#128;", "&#xD800;",
+        "&#99999999999;", "&notit;", "&lt;", "&ampx", "&amp", "=", '"', "'", "x", " ", "\n", "\r\n", "/",
+        '<a href="/r&amp;s&copy=1&#128;&notit;&lt&#x41">', "<a href='/v\r\nw'>", "<a href=\"/open",
+    ]
+)
+
+
+@PROPERTY
+@given(parts=st.lists(_SOUP, max_size=16))
+@example(parts=["<a href='/s q'>", "<script>", "<a href=/u?x=1>", "</script>", "<a href=/U>"])
+@example(parts=["<!-- -", "<a href=/u?x=1>", "-->", "<a href>", "<base href>", "<base href=/b/>"])
+def test_the_scanner_reads_what_lexbor_parses(parts: list[str]) -> None:
+    html = "".join(parts)
+    scanned = scan_links(html)
+    if scanned is not None:  # else a page for the tree: lexbor reads it
+        hrefs, base = _links_by_tree(html)
+        # the tree may hold a link twice (an <a> the parser reopens is a copy, later in the page)
+        assert (list(dict.fromkeys(scanned[0])), scanned[1]) == (list(dict.fromkeys(hrefs)), base)
+        assert extract_links(html, "http://site.example/d/p") == _links_the_long_way(html, "http://site.example/d/p")
+
+
+def test_the_scanner_reads_ordinary_pages_and_leaves_the_others_to_the_tree() -> None:
+    page = (
+        '<!doctype html><html><head><title>t <a href="/no"></title><base href="/b/"></head><body>'
+        '<!-- <a href="/no"> --><a class="x" href="job?id=1&amp;p=2">j</a><script>if (a<b) "<a href=/no>"'
+        '</script><a title="a > b" href=\'/k\'>k</a></body></html>'
+    )
+    assert scan_links(page) == (["job?id=1&p=2", "/k"], "/b/")
+    assert extract_links(page, "http://site.example/d/") == [
+        "http://site.example/b/job?id=1&p=2", "http://site.example/k"
+    ]
+    for tree_only in ("<table><a href=/a></table>", "<svg><a href=/a></svg>", "<template></template>", "a\x00b",
+                      "<script><!--<script></script><a href=/a></script>"):
+        assert scan_links(tree_only) is None
+        assert extract_links(tree_only, "http://site.example/") == [
+            urljoin("http://site.example/", h) for h in _links_by_tree(tree_only)[0] if h
+        ]
+
+
+def test_a_page_longer_than_the_off_loop_size_is_parsed_not_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    import crawlherd.page
+
+    def no_scan(html: str) -> None:
+        raise AssertionError("scanned")
+
+    monkeypatch.setattr(crawlherd.page, "scan_links", no_scan)
+    page = '<a href="/a">a</a>' + "x" * crawlherd.page.OFF_LOOP_CHARS
+    assert extract_links(page, "http://site.example/") == ["http://site.example/a"]

@@ -48,6 +48,8 @@ async def follow_links(result: CrawlResult, request: Request, run: CrawlRun, rob
     if len(run.links_done) > LINKS_REMEMBERED:
         run.links_done.clear()
     children = _children(links, run, depth)
+    if not children:  # every link handled before (a site's menus, back links): no room to take
+        return
     queued = await _enqueue_children(children, request.host, run, robots if run.config.check_robots_txt else None)
     if queued and run.monitor is not None:
         run.monitor.add_queued(queued)
