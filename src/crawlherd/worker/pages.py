@@ -41,6 +41,7 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.fetch.gate import SendStamps
 from crawlherd.fetch.robots import SharedRobots
 from crawlherd.frontier import Frontier, open_scheduler
+from crawlherd.frontier.base import enqueue_each
 from crawlherd.item import Item
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
@@ -366,13 +367,12 @@ class PagePipeline:
         fresh = await self.details.expect(run, list(items))
         fresh_items = [i for i in items if i in fresh]
         frontier = self.frontier
-        # one by one: which of them the frontier refused (their calls share round trips where it can)
         flags: list[bool | BaseException] = [False] * len(fresh_items)
         try:
             held = [r for i, r in items.items() if i not in fresh]
             queued = await frontier.enqueue_requests(held) if held else 0
-            flags = await asyncio.gather(*(frontier.enqueue_request(items[i]) for i in fresh_items),
-                                         return_exceptions=True)
+            # one call for them all where the backend can, answering which it refused
+            flags = await enqueue_each(frontier, [items[i] for i in fresh_items])
             failed = next((f for f in flags if isinstance(f, BaseException)), None)
             if failed is not None:
                 raise failed
