@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,11 +67,15 @@ class TurnWrites(WaitingMixin):
     _counts: dict[str, int]
     _turn: list[tuple[_Op, asyncio.Future[None]]]
     _turn_handle: asyncio.Handle | None
+    _lessees: list[asyncio.Future[Lease | None]]
+    _lease_handle: asyncio.Handle | None
 
     # what the frontier provides
     _open: Callable[[], sqlite3.Connection]
     _tx: Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
     _snapshot: Callable[[sqlite3.Connection], None]
+    _lease_now: Callable[[int], list[Lease]]
+    retry: Callable[[Lease, float], Awaitable[None]]
 
     # -- the calls ---------------------------------------------------------------------------------
 
@@ -113,6 +117,43 @@ class TurnWrites(WaitingMixin):
         if op.bad:
             raise LeaseError(f"lease(s) for {', '.join(op.bad)} unknown, expired or settled")
 
+    # -- leases ------------------------------------------------------------------------------------
+
+    async def _lease_in_turn(self) -> Lease | None:
+        """A lease for this caller, leased with those of the other callers of this loop turn in one
+        transaction. A caller cancelled once its lease is made gives it back."""
+        loop = asyncio.get_running_loop()
+        got: asyncio.Future[Lease | None] = loop.create_future()
+        self._lessees.append(got)
+        if self._lease_handle is None:
+            self._lease_handle = loop.call_soon(self._lease_turn)
+        try:
+            return await got
+        except asyncio.CancelledError:
+            if got.done() and not got.cancelled() and got.exception() is None and (lease := got.result()):
+                loop.create_task(self._give_back(lease), name="crawlherd-sqlite-give-back")
+            raise
+
+    def _lease_turn(self) -> None:
+        self._lease_handle = None
+        waiting = [f for f in self._lessees if not f.done()]
+        self._lessees = []
+        if not waiting:
+            return
+        try:
+            leases: list[Lease | None] = [*self._lease_now(len(waiting))]
+        except Exception as exc:  # noqa: BLE001 - every caller of the turn fails with it
+            for f in waiting:
+                f.set_exception(exc)
+            return
+        leases += [None] * (len(waiting) - len(leases))
+        for f, lease in zip(waiting, leases, strict=True):
+            f.set_result(lease)
+
+    async def _give_back(self, lease: Lease) -> None:
+        with contextlib.suppress(Exception):
+            await self.retry(lease, 0.0)
+
     # -- the turn ----------------------------------------------------------------------------------
 
     async def _in_turn(self, op: _Op) -> None:
@@ -141,10 +182,17 @@ class TurnWrites(WaitingMixin):
                 done.set_result(None)
 
     def _flush_now(self) -> None:
-        """Write what the turn holds now (at close)."""
+        """Write what the turn holds now (at close); the callers waiting for a lease get none."""
         if self._turn_handle is not None:
             self._turn_handle.cancel()
         self._flush_turn()
+        if self._lease_handle is not None:
+            self._lease_handle.cancel()
+            self._lease_handle = None
+        for waiting in self._lessees:
+            if not waiting.done():
+                waiting.set_result(None)
+        self._lessees = []
 
     def _write_turn(self, ops: list[_Op]) -> None:
         now = self.options.clock.now()

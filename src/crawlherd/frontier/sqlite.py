@@ -92,6 +92,8 @@ class SQLiteFrontier(TurnWrites):
         self._room: asyncio.Future[None] | None = None
         self._turn = []
         self._turn_handle = None
+        self._lessees = []
+        self._lease_handle = None
         self._index: HostIndex[int]
 
     @classmethod
@@ -189,10 +191,16 @@ class SQLiteFrontier(TurnWrites):
     # -- lease -------------------------------------------------------------------------------------
 
     async def next_request(self) -> Lease | None:
-        leases = await self.next_requests(1)
-        return leases[0] if leases else None
+        """One lease, or None; the calls of one loop turn are leased in one transaction."""
+        self._open()
+        if not self._index.ready and not self._index.due(self._clock.now()):
+            return None  # nothing to hand out: no transaction for a look (waiting slots look often)
+        return await self._lease_in_turn()
 
     async def next_requests(self, limit: int) -> list[Lease]:
+        return self._lease_now(limit)
+
+    def _lease_now(self, limit: int) -> list[Lease]:
         out: list[Lease] = []
         while len(out) < limit:
             got, buried = self._lease_batch(limit - len(out))
@@ -331,6 +339,8 @@ class SQLiteFrontier(TurnWrites):
         self._open()
         index = self._index
         policy = index.policies.get(host, HostPolicy()).updated(host, delay=delay, max_in_flight=max_in_flight)
+        if index.policies.get(host) == policy:
+            return  # as it is (a worker sets its websites' policies again on every listing page)
         with self._tx() as db:
             save_policy(db, host, policy)
         index.set_policy(host, policy, self._clock.now())
