@@ -69,6 +69,7 @@ class TurnWrites(WaitingMixin):
     _turn_handle: asyncio.Handle | None
     _lessees: list[asyncio.Future[Lease | None]]
     _lease_handle: asyncio.Handle | None
+    _givebacks: set[asyncio.Task[None]]
 
     # what the frontier provides
     _open: Callable[[], sqlite3.Connection]
@@ -131,7 +132,9 @@ class TurnWrites(WaitingMixin):
             return await got
         except asyncio.CancelledError:
             if got.done() and not got.cancelled() and got.exception() is None and (lease := got.result()):
-                loop.create_task(self._give_back(lease), name="crawlherd-sqlite-give-back")
+                task = loop.create_task(self._give_back(lease), name="crawlherd-sqlite-give-back")
+                self._givebacks.add(task)  # held until done (the loop keeps only a weak reference)
+                task.add_done_callback(self._givebacks.discard)
             raise
 
     def _lease_turn(self) -> None:

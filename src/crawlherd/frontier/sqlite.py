@@ -94,6 +94,7 @@ class SQLiteFrontier(TurnWrites):
         self._turn_handle = None
         self._lessees = []
         self._lease_handle = None
+        self._givebacks = set()
         self._index: HostIndex[int]
 
     @classmethod
