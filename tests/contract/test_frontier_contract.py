@@ -9,6 +9,7 @@ import pytest
 from crawlherd import FakeClock, Request
 from crawlherd.errors import LeaseError, QueueFullError
 from crawlherd.frontier import Frontier, Lease
+from crawlherd.frontier.base import enqueue_each
 
 from .conftest import OpenFrontier
 
@@ -58,6 +59,17 @@ async def test_batch_enqueue_counts_queued(open_frontier: OpenFrontier) -> None:
     reqs = [Request(f"http://b.test/{i % 7}") for i in range(20)]
     assert await frontier.enqueue_requests(reqs) == 7
     assert await frontier.size() == 7
+
+
+async def test_enqueue_each_says_which_were_queued(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    assert await frontier.enqueue_request(Request("http://e.test/1"))
+    reqs = [Request(f"http://e.test/{i}") for i in (0, 1, 2, 0, 3)]
+    assert await enqueue_each(frontier, reqs) == [True, False, True, False, True]
+    assert await enqueue_each(frontier, []) == []
+    assert await frontier.size() == 4
+    stats = await frontier.stats()
+    assert (stats.enqueued, stats.duplicates_filtered) == (4, 2)
 
 
 async def test_full_queue_raises_and_forgets_nothing(open_frontier: OpenFrontier) -> None:

@@ -73,3 +73,40 @@ async def test_a_page_not_queued_after_all_is_not_waited_for_here(tmp_path: Path
     finally:
         await ledger.close()
         await ledger.engine.dispose()
+
+
+async def test_a_detail_page_is_stored_and_settled_in_one_write(tmp_path: Path) -> None:
+    from crawlherd.db import StoredItem
+    from crawlherd.item import make_item
+    from crawlherd.sinks import SQLSink
+    from crawlherd.worker.grouped import GroupedWrites
+
+    ledger, job = await _ledger_and_job(tmp_path)
+    writes = GroupedWrites(SQLSink(ledger.engine), ledger=ledger)
+    run = (job.target_id, job.slot_at)
+    good = make_item("shop", "https://shop.test/ok", {"title": "OK"})
+    bad = make_item("shop", "https://shop.test/bad", {"n": {1, 2}})  # a set: not JSON, its write fails
+    try:
+        await ledger.expect(run, [good.fingerprint.hex(), bad.fingerprint.hex()])
+        owner = asyncio.create_task(ledger.wait(job, HOUR))
+        await writes.store(
+            [make_item("shop", "https://shop.test/ok", {"title": "OK", "salary": "1"})], website_id=1,
+            target_id=job.target_id,
+        )
+        await writes.store_detail(good, website_id=1, target_id=job.target_id)
+        assert await ledger.out(job) == 1 and not owner.done()
+        failed = await asyncio.gather(writes.store_detail(bad, website_id=1, target_id=job.target_id),
+                                      return_exceptions=True)
+        assert isinstance(failed[0], Exception)
+        assert await ledger.out(job) == 1  # not stored, not settled: its page is fetched again
+        async with ledger.engine.connect() as conn:
+            rows = dict((await conn.execute(select(StoredItem.url, StoredItem.data))).all())
+        assert rows == {"https://shop.test/ok": {"title": "OK", "salary": "1"}}  # merged over the listing's
+        await writes.store_detail(make_item("shop", "https://shop.test/bad", {"n": 2}), website_id=1,
+                                  target_id=job.target_id)
+        await asyncio.wait_for(owner, 30)  # the last settle here woke the owner
+        assert await ledger.out(job) == 0
+    finally:
+        await writes.close()
+        await ledger.close()
+        await ledger.engine.dispose()

@@ -3,6 +3,7 @@ one owner at a time, bad records moved aside, and its URL and options."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -205,3 +206,25 @@ async def test_works_without_async_with(tmp_path: Path) -> None:
         assert await f.idle()
     finally:
         await f.close()
+
+
+async def test_the_leases_of_one_turn_share_a_transaction_and_a_cancelled_caller_gives_its_back(
+    tmp_path: Path,
+) -> None:
+    async with open_scheduler(url_of(tmp_path / "f.db"), max_in_flight=10) as f:
+        assert isinstance(f, SQLiteFrontier)
+        await f.enqueue_requests(Request(f"http://a.test/{i}") for i in range(3))
+        callers = [asyncio.create_task(f.next_request()) for _ in range(2)]
+        await asyncio.sleep(0)  # both wait for this turn's leases
+        f._lease_turn()  # the turn's transaction: both leases made, neither caller resumed yet
+        callers[1].cancel()
+        first = await callers[0]
+        with pytest.raises(asyncio.CancelledError):
+            await callers[1]
+        for _ in range(5):
+            await asyncio.sleep(0)  # the cancelled caller's lease goes back, not after lease_timeout
+        assert first is not None
+        urls = {first.request.url}
+        while (lease := await f.next_request()) is not None:
+            urls.add(lease.request.url)
+        assert urls == {f"http://a.test/{i}" for i in range(3)}

@@ -65,7 +65,7 @@ def create_engine(
     SQLite: WAL journal, ``busy_timeout`` seconds of waiting for a lock, foreign keys on, and every
     transaction opened with ``BEGIN IMMEDIATE`` (the write lock is taken up front, so two writers
     never deadlock on a lock upgrade: that is what serialises the dispatch tick on SQLite).
-    PostgreSQL: asyncpg with a pool of ``pool_size``.
+    PostgreSQL: asyncpg. Both keep a pool of ``pool_size`` connections.
     """
     if busy_timeout < 0:
         raise ConfigurationError(f"busy_timeout must be >= 0, got {busy_timeout!r}")
@@ -79,7 +79,12 @@ def create_engine(
     log.debug("config DB: %s", redact_url(url))
     if parsed.get_backend_name() == "sqlite":
         _prepare_sqlite_file(parsed.database, url, must_exist=must_exist)
-        engine = create_async_engine(parsed, echo=echo, connect_args={"timeout": busy_timeout})
+        # pooled as PostgreSQL's (SQLAlchemy's default keeps 5): a connection opened past the pool is
+        # closed again when returned, and opening one starts a thread and sets its pragmas
+        engine = create_async_engine(
+            parsed, echo=echo, pool_size=pool_size, max_overflow=max(pool_size, 10),
+            connect_args={"timeout": busy_timeout},
+        )
         _configure_sqlite(engine, busy_timeout)
         return engine
     timeouts, parsed = _timeouts(parsed, url)

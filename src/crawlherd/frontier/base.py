@@ -45,13 +45,16 @@ offers its operators (``crawlherd frontier``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from crawlherd.request import Request
 
-__all__ = ["Frontier", "FrontierAdmin", "FrontierStats", "FullPolicy", "HostState", "Lease"]
+__all__ = [
+    "EnqueueMany", "Frontier", "FrontierAdmin", "FrontierStats", "FullPolicy", "HostState", "Lease", "enqueue_each",
+]
 
 FullPolicy = Literal["block", "raise"]
 
@@ -253,3 +256,29 @@ class FrontierAdmin(Protocol):
         """Delete everything the frontier keeps (queue, leases, duplicate filter, counters); how many
         requests or keys were deleted. Works on a frontier not entered; stop its workers first."""
         ...
+
+
+@runtime_checkable
+class EnqueueMany(Protocol):
+    """A frontier that queues many requests in one call *and* says which it took (``memory://``,
+    ``sqlite://``): what a listing page's detail pages need -- one call, not one per page."""
+
+    async def enqueue_many(self, requests: Sequence[Request]) -> list[bool]:
+        """Queue ``requests`` as :meth:`Frontier.enqueue_requests` would; for each, whether it was
+        queued (False: a duplicate, of an earlier request or of one of the list)."""
+        ...
+
+
+async def enqueue_each(frontier: Frontier, requests: Sequence[Request]) -> list[bool | BaseException]:
+    """For each of ``requests``, whether ``frontier`` queued it, or the error that stopped it: one
+    :meth:`EnqueueMany.enqueue_many` where the backend has it (its failure is every request's: which
+    were queued is not known), else one :meth:`Frontier.enqueue_request` per request, at once (a
+    backend that can shares their round trips)."""
+    if not requests:
+        return []
+    if isinstance(frontier, EnqueueMany):
+        try:
+            return [*await frontier.enqueue_many(requests)]
+        except Exception as exc:
+            return [exc] * len(requests)
+    return list(await asyncio.gather(*(frontier.enqueue_request(r) for r in requests), return_exceptions=True))

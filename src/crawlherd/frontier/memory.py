@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from crawlherd._aio import AsyncClosing
@@ -132,16 +132,34 @@ class MemoryFrontier(AsyncClosing, WaitingMixin):
         self._feed_priority = None
         self._notify()
 
-    def _take_new(self, requests: Iterable[Request], now: float, seqs: Iterator[int] | None) -> int:
+    async def enqueue_many(self, requests: Sequence[Request]) -> list[bool]:
+        """See :meth:`~crawlherd.frontier.base.EnqueueMany.enqueue_many`."""
+        if self.options.max_size:  # each may have to wait for room
+            return [await self.enqueue_request(request) for request in requests]
+        now = self._clock.now()
+        if self._feed is not None:
+            self._materialise(now)
+        flags: list[bool] = []
+        if self._take_new(requests, now, None, flags):
+            self._notify()
+        return flags
+
+    def _take_new(
+        self, requests: Iterable[Request], now: float, seqs: Iterator[int] | None, flags: list[bool] | None = None
+    ) -> int:
         """Queue the requests the duplicate filter lets through (under ``seqs``, else new sequence
-        numbers); count them and the duplicates. How many were queued."""
+        numbers); count them and the duplicates (and say which were queued in ``flags``). How many
+        were queued."""
         seen = self._seen
         place = self._place
         next_seq = self._index.next_seq
         n = dups = 0
         for request in requests:
             seq = -1 if seqs is None else next(seqs)
-            if seen.add(fp_to_int(request.fingerprint)):
+            new = seen.add(fp_to_int(request.fingerprint))
+            if flags is not None:
+                flags.append(new)
+            if new:
                 place(request, next_seq(now) if seq < 0 else seq, now)
                 n += 1
             else:

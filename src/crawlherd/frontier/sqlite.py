@@ -2,8 +2,10 @@
 
 Everything is persisted: the queue (with priorities, FIFO order and not-before times), the leases,
 per-host state (ready time, policy overrides), the counters and the duplicate filter. The file is
-opened in WAL mode; every public call is **one transaction** (a batch call -- ``enqueue_requests``,
-``next_requests``, ``ack_many`` -- writes its whole batch in one), committed before the call returns.
+opened in WAL mode; every public call is written in **one transaction** (a batch call --
+``enqueue_requests``, ``next_requests``, ``ack_many`` -- writes its whole batch in one), committed before
+the call returns; the enqueues, acks and fails called in one turn of the event loop share one
+(:mod:`crawlherd.frontier._sqlite_turn`).
 With ``synchronous=normal`` (the default) a commit is a write into the WAL, not an fsync: a process
 killed with ``kill -9`` loses nothing that a call returned; a power cut may lose the last commits
 (``synchronous=full`` fsyncs every commit).
@@ -36,7 +38,7 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urlsplit
@@ -51,13 +53,11 @@ from crawlherd.frontier._sqlite_file import (
     queued_by_host,
     save_counters,
     save_policy,
-    signed,
     snapshot,
     sqlite_errors,
 )
-from crawlherd.frontier._waiting import WaitingMixin
+from crawlherd.frontier._sqlite_turn import TurnWrites
 from crawlherd.frontier.base import FrontierStats, Lease
-from crawlherd.frontier.dupefilter import fp_to_int
 from crawlherd.frontier.options import FrontierOptions, HostPolicy
 from crawlherd.request import Request
 
@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 _Host = HostSlot[int]
 
 
-class SQLiteFrontier(WaitingMixin):
+class SQLiteFrontier(TurnWrites):
     """A persistent frontier in one SQLite file; see the module docstring."""
 
     def __init__(
@@ -90,6 +90,11 @@ class SQLiteFrontier(WaitingMixin):
         self._closed = False
         self._changed: asyncio.Future[None] | None = None
         self._room: asyncio.Future[None] | None = None
+        self._turn = []
+        self._turn_handle = None
+        self._lessees = []
+        self._lease_handle = None
+        self._givebacks = set()
         self._index: HostIndex[int]
 
     @classmethod
@@ -161,72 +166,7 @@ class SQLiteFrontier(WaitingMixin):
         snapshot(db, self._seen)
         self._logged = 0
 
-    # -- enqueue -----------------------------------------------------------------------------------
-
-    async def enqueue_request(self, request: Request) -> bool:
-        return await self.enqueue_requests([request]) == 1
-
-    async def enqueue_requests(self, requests: Iterable[Request]) -> int:
-        self._open()
-        pending = list(requests)
-        queued = 0
-        while pending:
-            n, stopped = self._enqueue_batch(pending)
-            queued += n
-            if stopped is None:
-                break
-            pending = pending[stopped:]
-            await self._when_full(pending[0].url, len(pending) - 1, queued=self._index.queued)
-        return queued
-
-    def _enqueue_batch(self, requests: list[Request]) -> tuple[int, int | None]:
-        """Queue requests in one transaction; returns (queued, index where the queue was full or None)."""
-        max_size = self.options.max_size
-        seen = self._seen
-        index = self._index
-        now = self._clock.now()
-        rows: list[tuple[Any, ...]] = []
-        fps: list[tuple[int]] = []
-        added: list[tuple[Request, int, int]] = []
-        stopped: int | None = None
-        dups = 0
-        batch_fps: set[int] = set()
-        for i, request in enumerate(requests):
-            fp = fp_to_int(request.fingerprint)
-            if fp in seen or fp in batch_fps:
-                dups += 1
-                continue
-            if max_size and index.queued + len(added) >= max_size:
-                stopped = i
-                break
-            batch_fps.add(fp)
-            seq = index.next_seq(now)
-            record = json.dumps(request.to_record(), separators=(",", ":"), ensure_ascii=False)
-            # the id is the first sequence number: unique, and above every id ever used in the file
-            rows.append((seq, request.host, request.priority, seq, request.not_before, now, record))
-            fps.append((signed(fp),))
-            added.append((request, seq, fp))
-        with self._tx() as db:
-            db.executemany(
-                "INSERT INTO requests (id, host, priority, seq, not_before, enqueued_at, record) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-            db.executemany("INSERT INTO seen_log (fp) VALUES (?)", fps)
-            self._counts["duplicates"] += dups
-            self._counts["enqueued"] += len(added)
-        # committed: now the in-memory index
-        self._logged += len(fps)
-        for _, _, fp in added:
-            seen.add(fp)
-        if self._logged >= self._snapshot_every:
-            with self._tx() as db:
-                self._snapshot(db)
-        for request, rid, _ in added:
-            index.add(rid, request.host, request.priority, rid, request.not_before, now)
-        if added:
-            self._notify()
-        return len(added), stopped
+    # -- enqueue (and ack, fail: frontier/_sqlite_turn.py) -------------------------------------------
 
     async def enqueue_robots(self, request: Request) -> bool:
         self._open()
@@ -252,10 +192,16 @@ class SQLiteFrontier(WaitingMixin):
     # -- lease -------------------------------------------------------------------------------------
 
     async def next_request(self) -> Lease | None:
-        leases = await self.next_requests(1)
-        return leases[0] if leases else None
+        """One lease, or None; the calls of one loop turn are leased in one transaction."""
+        self._open()
+        if not self._index.ready and not self._index.due(self._clock.now()):
+            return None  # nothing to hand out: no transaction for a look (waiting slots look often)
+        return await self._lease_in_turn()
 
     async def next_requests(self, limit: int) -> list[Lease]:
+        return self._lease_now(limit)
+
+    def _lease_now(self, limit: int) -> list[Lease]:
         out: list[Lease] = []
         while len(out) < limit:
             got, buried = self._lease_batch(limit - len(out))
@@ -357,40 +303,6 @@ class SQLiteFrontier(WaitingMixin):
 
     # -- settle ------------------------------------------------------------------------------------
 
-    async def ack(self, lease: Lease) -> None:
-        await self.ack_many([lease])
-
-    async def ack_many(self, leases: Iterable[Lease]) -> None:
-        await self._settle_many(list(leases), "acked")
-
-    async def fail(self, lease: Lease, reason: str) -> None:
-        await self._settle_many([lease], "failures")
-
-    async def _settle_many(self, batch: list[Lease], counter: str) -> None:
-        """Ack or fail (``counter``) the leases of ``batch`` in one transaction: their requests go."""
-        self._open()
-        leases = self._index.leases
-        held = [leases.get(lease.token) for lease in batch]
-        valid = list({id(h): h for h in held if h is not None}.values())
-        if valid:
-            now = self._clock.now()
-            with self._tx() as db:
-                gone = [(h.payload,) for h in valid]
-                db.executemany("DELETE FROM requests WHERE id = ?", gone)
-                db.executemany("DELETE FROM leases WHERE id = ?", gone)
-                robots_done = [(h.host.name,) for h in valid if h.robots]
-                if robots_done:
-                    db.executemany("UPDATE robots SET id = NULL WHERE host = ?", robots_done)
-                self._counts[counter] += len(valid)
-            for lease in batch:
-                taken = self._index.take(lease.token)
-                if taken is not None:
-                    self._index.settled(taken.host, now, taken.robots)
-            self._notify()
-        bad = [lease.request.url for lease, h in zip(batch, held, strict=True) if h is None]
-        if bad:
-            raise LeaseError(f"lease(s) for {', '.join(bad)} unknown, expired or settled")
-
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
         self._open()
         index = self._index
@@ -428,6 +340,8 @@ class SQLiteFrontier(WaitingMixin):
         self._open()
         index = self._index
         policy = index.policies.get(host, HostPolicy()).updated(host, delay=delay, max_in_flight=max_in_flight)
+        if index.policies.get(host) == policy:
+            return  # as it is (a worker sets its websites' policies again on every listing page)
         with self._tx() as db:
             save_policy(db, host, policy)
         index.set_policy(host, policy, self._clock.now())
@@ -487,6 +401,7 @@ class SQLiteFrontier(WaitingMixin):
         db = self._db
         if db is not None:
             try:
+                self._flush_now()  # the enqueues and settles of this turn
                 if self._logged:
                     with self._tx() as tx:
                         self._snapshot(tx)

@@ -139,6 +139,19 @@ class SQLSink(SinkBase):
                 await self._write(rows[start : start + _BATCH], new, updated, seen_at)
         return [UpsertCounts(new=n, updated=u) for n, u in zip(new, updated, strict=True)]
 
+    async def upsert_in(
+        self, conn: AsyncConnection, groups: Sequence[tuple[Sequence[Item], int, int | None]], *, seen_at: datetime
+    ) -> None:
+        """:meth:`upsert_groups` without the counts, in the caller's transaction on ``conn`` (a
+        connection of :attr:`engine`): one statement, no read -- for writes whose counts nobody uses
+        (a detail page's item, stored with its settle)."""
+        if seen_at.tzinfo is None:
+            raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
+        rows = [_row(item.fingerprint.hex(), item, website_id, target_id, seen_at)
+                for items, website_id, target_id in groups for item in items]
+        if rows:
+            await conn.execute(self._upsert_rows, rows)
+
     async def _write(
         self, batch: list[tuple[int, str, Item, int, int | None]], new: list[int], updated: list[int], seen_at: datetime
     ) -> None:
@@ -156,18 +169,21 @@ class SQLSink(SinkBase):
                     if merged != old:
                         updated[g] += 1
                         stored[fp] = merged
-                values.append(
-                    {
-                        "fingerprint": fp,
-                        "website_id": website_id,
-                        "target_id": target_id,
-                        "url": item.url,
-                        "data": dict(item.fields),  # only what we saw: merged over the row in SQL
-                        "first_seen": seen_at,
-                        "last_seen": seen_at,
-                    }
-                )
+                values.append(_row(fp, item, website_id, target_id, seen_at))
             await conn.execute(self._upsert_rows, values)
+
+
+def _row(fp: str, item: Item, website_id: int, target_id: int | None, seen_at: datetime) -> dict[str, Any]:
+    """An item's row for the upsert statement."""
+    return {
+        "fingerprint": fp,
+        "website_id": website_id,
+        "target_id": target_id,
+        "url": item.url,
+        "data": dict(item.fields),  # only what we saw: merged over the row in SQL
+        "first_seen": seen_at,
+        "last_seen": seen_at,
+    }
 
 
 if TYPE_CHECKING:

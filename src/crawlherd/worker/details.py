@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from sqlalchemy import bindparam, delete, func, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd._resilience import Batcher
 from crawlherd.db.dialect import sql_capabilities
@@ -40,6 +40,7 @@ __all__ = ["DetailLedger", "RunKey"]
 #: A job run's key: its target and slot.
 RunKey = tuple[int, datetime]
 
+#: A settle: the item, and None (stored) or why its page failed.
 _Settle = tuple[str, "str | None"]
 
 #: Items whose waiting runs a ledger remembers, at most (past it, it forgets them all: owners then poll).
@@ -99,19 +100,27 @@ class DetailLedger:
         await self._settles((item, error))
 
     async def _write(self, settles: list[_Settle]) -> list[None | BaseException]:
-        now = datetime.now(UTC)
+        with translate_db_errors("settling detail pages"):
+            async with self.engine.begin() as conn:
+                await self.settle_in(conn, settles)
+        self.settled(item for item, _ in settles)
+        return [None] * len(settles)
+
+    async def settle_in(self, conn: AsyncConnection, settles: Sequence[_Settle]) -> None:
+        """Settle ``(item, error)`` pairs (as :meth:`settle`) in the caller's transaction on ``conn``,
+        one statement; call :meth:`settled` with their items once it has committed."""
         stmt = (
             update(JobDetail)
             .where(JobDetail.item == bindparam("b_item"), JobDetail.status == "out")
-            .values(status=bindparam("b_status"), error=bindparam("b_error"), updated_at=now)
+            .values(status=bindparam("b_status"), error=bindparam("b_error"), updated_at=datetime.now(UTC))
         )
         params = [{"b_item": item, "b_status": "stored" if error is None else "failed", "b_error": error}
                   for item, error in settles]
-        with translate_db_errors("settling detail pages"):
-            async with self.engine.begin() as conn:
-                await conn.execute(stmt.execution_options(synchronize_session=False), params)
-        self._settled_here(item for item, _ in settles)
-        return [None] * len(settles)
+        await conn.execute(stmt.execution_options(synchronize_session=False), params)
+
+    def settled(self, items: Iterable[str]) -> None:
+        """``items``' settles are committed (:meth:`settle_in`): the owners of the runs they end are woken."""
+        self._settled_here(items)
 
     # -- the in-process hints ---------------------------------------------------------------------
 

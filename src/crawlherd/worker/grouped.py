@@ -20,12 +20,17 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from crawlherd._resilience import Batcher
+from crawlherd.db.errors import translate_db_errors
 from crawlherd.item import Item
+from crawlherd.sinks import SQLSink
 from crawlherd.sinks.base import Sink, SinkBase, UpsertCounts, upsert_each
+from crawlherd.worker.details import DetailLedger
 
 __all__ = ["GroupedWrites"]
 
 _Group = tuple[Sequence[Item], int, "int | None"]
+#: A detail page's item: (item, website_id, target_id).
+_Detail = tuple[Item, int, "int | None"]
 
 
 class GroupedWrites:
@@ -34,13 +39,18 @@ class GroupedWrites:
     the other calls waiting (at most ``max_pages`` calls a write). :meth:`close` stops the write running.
     The grouping is the resilience kernel's :class:`~crawlherd._resilience.Batcher`."""
 
-    def __init__(self, sink: Sink, *, max_pages: int = 200) -> None:
+    def __init__(self, sink: Sink, *, max_pages: int = 200, ledger: DetailLedger | None = None) -> None:
         if max_pages < 1:
             raise ValueError(f"max_pages={max_pages!r}: must be >= 1")
         self.sink = sink
+        self.ledger = ledger
         self._batcher: Batcher[_Group, UpsertCounts] = Batcher(
             self._write, max_batch=max_pages, name="crawlherd-grouped-writes"
         )
+        # the items are in the ledger's database: a detail page's item and its settle go in one write
+        self._details: Batcher[_Detail, None] | None = None
+        if ledger is not None and isinstance(sink, SQLSink) and sink.engine is ledger.engine:
+            self._details = Batcher(self._write_details, max_batch=max_pages, name="crawlherd-detail-writes")
 
     @property
     def writes(self) -> int:
@@ -57,6 +67,28 @@ class GroupedWrites:
             return UpsertCounts()
         return await self._batcher((items, website_id, target_id))
 
+    async def store_detail(self, item: Item, *, website_id: int, target_id: int | None) -> None:
+        """Store a detail page's item and settle its page in :attr:`ledger`: in one transaction with the
+        other detail pages waiting, one statement each, when the sink is the ledger's database (the
+        counts are not read: a detail page completes its item); else stored, then settled."""
+        if self._details is not None:
+            await self._details((item, website_id, target_id))
+            return
+        assert self.ledger is not None
+        await self.store([item], website_id=website_id, target_id=target_id)
+        await self.ledger.settle(item.fingerprint.hex())
+
+    async def _write_details(self, details: list[_Detail]) -> list[None | BaseException]:
+        assert isinstance(self.sink, SQLSink) and self.ledger is not None
+        seen_at = datetime.now(UTC)
+        items = [item.fingerprint.hex() for item, _, _ in details]
+        with translate_db_errors(f"storing {len(details)} detail page(s)"):
+            async with self.sink.engine.begin() as conn:
+                await self.sink.upsert_in(conn, [([i], w, t) for i, w, t in details], seen_at=seen_at)
+                await self.ledger.settle_in(conn, [(item, None) for item in items])
+        self.ledger.settled(items)
+        return [None] * len(details)
+
     async def _write(self, groups: list[_Group]) -> list[UpsertCounts | BaseException]:
         seen_at = datetime.now(UTC)
         if isinstance(self.sink, SinkBase):
@@ -64,5 +96,7 @@ class GroupedWrites:
         return list(await upsert_each(self.sink, groups, seen_at=seen_at))
 
     async def close(self) -> None:
-        """Stop: the write running is cancelled (its callers' pages go back to the frontier)."""
+        """Stop: the writes running are cancelled (their callers' pages go back to the frontier)."""
         await self._batcher.close()
+        if self._details is not None:
+            await self._details.close()

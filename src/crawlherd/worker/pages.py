@@ -41,6 +41,7 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.fetch.gate import SendStamps
 from crawlherd.fetch.robots import SharedRobots
 from crawlherd.frontier import Frontier, open_scheduler
+from crawlherd.frontier.base import enqueue_each
 from crawlherd.item import Item
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
@@ -366,13 +367,12 @@ class PagePipeline:
         fresh = await self.details.expect(run, list(items))
         fresh_items = [i for i in items if i in fresh]
         frontier = self.frontier
-        # one by one: which of them the frontier refused (their calls share round trips where it can)
         flags: list[bool | BaseException] = [False] * len(fresh_items)
         try:
             held = [r for i, r in items.items() if i not in fresh]
             queued = await frontier.enqueue_requests(held) if held else 0
-            flags = await asyncio.gather(*(frontier.enqueue_request(items[i]) for i in fresh_items),
-                                         return_exceptions=True)
+            # one call for them all where the backend can, answering which it refused
+            flags = await enqueue_each(frontier, [items[i] for i in fresh_items])
             failed = next((f for f in flags if isinstance(f, BaseException)), None)
             if failed is not None:
                 raise failed
@@ -448,9 +448,9 @@ class PagePipeline:
         now = datetime.now(UTC)
         fields[DETAIL_AT] = now.isoformat()
         item = Item(website=detail.site.name, url=result.url, fingerprint=bytes.fromhex(detail.item), fields=fields)
-        # a detail page completes its item: counted as a detail page, not as an item again
-        await self._store([item], website_id=detail.website_id, target_id=detail.target_id)
-        await self.details.settle(detail.item)  # before the ack: a page not settled is fetched again
+        # a detail page completes its item: counted as a detail page, not as an item again; its page
+        # settled with it, before the ack (a page not settled is fetched again)
+        await self._grouped().store_detail(item, website_id=detail.website_id, target_id=detail.target_id)
         metrics.DETAIL_PAGES.inc()
         self.stats.detail_pages += 1
 
@@ -458,9 +458,12 @@ class PagePipeline:
         """Store a page's items, with those of the other pages that finished meanwhile (one write for
         all of them, see :mod:`crawlherd.worker.grouped`); returns once they are stored, so the page's
         lease is acked only after that."""
+        return await self._grouped().store(items, website_id=website_id, target_id=target_id)
+
+    def _grouped(self) -> GroupedWrites:
         if self._writes is None:
-            self._writes = GroupedWrites(self.sink)
-        return await self._writes.store(items, website_id=website_id, target_id=target_id)
+            self._writes = GroupedWrites(self.sink, ledger=self.details)
+        return self._writes
 
     async def _crawler_for(self, browser: bool) -> Crawler:
         if not browser:
