@@ -354,6 +354,34 @@ async def test_renewal_drops_what_was_settled_or_taken_back_and_says_only_the_la
         await other.close()
 
 
+async def test_a_lease_its_holder_stops_renewing_expires_while_its_siblings_are_renewed(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    """The leases of one lease call share one expiry entry; one of them that its holder stops renewing
+    (a give-back that could not be sent) still comes back ``liveness`` after its last renewal, while the
+    others of the call are renewed and stay the holder's."""
+    clock = FakeClock()
+    frontier = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=100, liveness=10)
+    other = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=100, liveness=10)
+    try:
+        await frontier.enqueue_requests([Request(f"http://s{i}.test/") for i in range(3)])
+        leases = await frontier.next_requests(3)
+        assert len(leases) == 3
+        frontier.renewal.drop([leases[0].token])
+        for _ in range(3):  # 18 s: past the bound for the lease not renewed, not for the others
+            clock.advance(6)
+            assert await frontier.renewal.renew() == 2
+        again = await other.next_requests(3)
+        assert [lease.request.url for lease in again] == [leases[0].request.url]
+        await frontier.ack_many(leases[1:])
+        await other.ack_many(again)
+        assert (await frontier.stats()).in_flight == 0
+        assert await client.exists(f"{unique_name}:lexp", f"{unique_name}:ldet") == 0
+    finally:
+        await frontier.close()
+        await other.close()
+
+
 async def test_a_lease_given_back_during_an_outage_is_not_kept_alive(tmp_path: Path) -> None:
     """A retry (a page given back: its work cancelled, or put back) that cannot reach Redis leaves the
     lease unrenewed: it comes back about ``liveness`` after, not at its deadline (``lease_timeout``)

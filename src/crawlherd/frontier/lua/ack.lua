@@ -1,8 +1,9 @@
 -- ACK (after prelude.lua). ARGV[5] mode: 'ack' | 'fail'; [6] the tokens, separated by spaces. Returns the
 -- tokens that were not valid leases.
 local MODE = ARGV[5]
-local tokens, ids, infos = leases_in_arg(6)
+local tokens, ids, infos, sers = leases_in_arg(6)
 local bad, done, perhost, hosts, settled, robots_done = {}, {}, {}, {}, {}, {}
+local byser, calls = {}, {}
 for i, token in ipairs(tokens) do
   local info = infos[i]
   local tok, host
@@ -10,6 +11,13 @@ for i, token in ipairs(tokens) do
   if info and tok == token and not settled[ids[i]] then
     settled[ids[i]] = true  -- the same token twice in one call is settled once
     done[#done + 1] = ids[i]
+    local ser = sers[i]
+    if not byser[ser] then
+      byser[ser] = {}
+      calls[#calls + 1] = ser
+    end
+    local g = byser[ser]
+    g[#g + 1] = ids[i]
     if not perhost[host] then
       perhost[host] = 0
       hosts[#hosts + 1] = host
@@ -21,8 +29,10 @@ for i, token in ipairs(tokens) do
   end
 end
 if #done > 0 then
-  bulk('HDEL', K_LEASE, done)
-  bulk('ZREM', K_LEXP, done)
+  for _, ser in ipairs(calls) do
+    bulk('HDEL', lease_key(ser), byser[ser])
+    leases_ended(ser, byser[ser])
+  end
   if redis.call('EXISTS', K_ATT) == 1 then bulk('HDEL', K_ATT, done) end
   local states = hmget(K_H, hosts)
   local gone, keep = {}, {}

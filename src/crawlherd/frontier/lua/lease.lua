@@ -17,7 +17,7 @@ end
 local serial = redis.call('INCR', P..':lseq')
 -- The leases, in the order picked (best first): the reply is in priority order, FIFO among equals.
 local MID = ':'..serial..'.'
-local leases, lexp, ids, got, batches = {}, {}, {}, {}, {}
+local leases, ids, got, batches = {}, {}, {}, {}
 local n, nl, o = 0, 0, 1
 for _, c in ipairs(chosen) do
   local i, r = c[2], c[3]
@@ -34,8 +34,6 @@ for _, c in ipairs(chosen) do
     local token = id..MID..n..AT
     leases[nl + 1] = id
     leases[nl + 2] = token..'\t'..(-math.floor(c[1] / SHIFT))..'\t'..host..'\t'..member
-    lexp[nl + 1] = EXPIRES
-    lexp[nl + 2] = id
     nl = nl + 2
     ids[n] = id
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = token, member, 1, items[2 * r], host
@@ -81,8 +79,10 @@ if n_taken > 0 then
 end
 batches_done(batches)
 if n > 0 then
-  bulk('HSET', K_LEASE, leases)
-  bulk('ZADD', K_LEXP, lexp)
+  -- one record and one expiry entry for the call's leases (see the key layout)
+  bulk('HSET', lease_key(serial), leases)
+  redis.call('ZADD', K_LEXP, EXPIRES, serial)
+  redis.call('HINCRBY', K_C, 'out', n)
   if redis.call('EXISTS', K_ATT) == 1 then
     local atts = hmget(K_ATT, ids)
     for j = 1, n do

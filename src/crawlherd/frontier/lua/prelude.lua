@@ -6,7 +6,7 @@
 -- arguments follow. Times come from the caller's clock, so every process must share one notion of time
 -- (the system clock) -- and tests can drive a FakeClock.
 --
--- Key layout (version 2) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on one
+-- Key layout (version 3) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on one
 -- Redis; a hash tag on a cluster, see frontier/redis/_shards.py). A request is one packed member,
 -- "<id>\t<batch>\t<body>": id its number (P:seq), batch the enqueue batch it counts in for
 -- oldest_queued_age, body the client's encoding of the request (opaque here). No per-request hash:
@@ -16,13 +16,16 @@
 --   timers   ZSET  host scored by ready_at                    hosts with work, waiting for their delay
 --   delayed  ZSET  "<prio>\t<host>\t<member>" by not-before   requests waiting for a time
 --   age      ZSET  batch scored by its enqueued-at;  agec HASH batch -> its requests still queued
---   lease    HASH  id -> "<token>\t<prio>\t<host>\t<member>"   leases out; token "<id>:<serial>.<n>@<deadline>"
---   lexp     ZSET  id scored by expires-at                    lease expiry: the deadline, or sooner while
---                                                             its holder does not renew it (RENEW)
+--   l:<serial> HASH id -> "<token>\t<prio>\t<host>\t<member>"   the leases out of one LEASE call (serial
+--                  P:lseq); token "<id>:<serial>.<n>@<deadline>"
+--   lexp     ZSET  serial scored by expires-at                lease expiry, one entry per LEASE call: the
+--                  deadline, or sooner while its holder does not renew it (RENEW); "<serial>:<id>": a lease
+--                  of that call its holder stopped renewing while it renews the others (its own expiry)
+--   ldet     SET   the "<serial>:<id>" entries of lexp
 --   att      HASH  id -> attempts already made (after retry)
 --   h        HASH  host -> "<leases out> <ready_at>"          only hosts with leases out or a delay running
 --   pdelay / pcap  HASH host -> per-host policy overrides
---   c        HASH  counters: queued enqueued dup acked retries failures expired dfu bad
+--   c        HASH  counters: queued enqueued dup acked retries failures expired dfu bad; out (leases out)
 --   cfg      HASH  layout version, dupefilter kind and its parameters
 --   df:<n>   SET   exact dupefilter bucket n: fingerprint >> bits, intset-encoded
 --   bloom    HASH  Bloom layers (m, k, capacity, count per layer); bloom:<i> STRING bit array
@@ -36,7 +39,7 @@ local NOW = tonumber(ARGV[2])
 local DEF_DELAY = tonumber(ARGV[3])
 local DEF_CAP = tonumber(ARGV[4])
 local K_READY, K_TIMERS, K_DELAYED = P..':ready', P..':timers', P..':delayed'
-local K_AGE, K_AGEC, K_LEASE, K_LEXP = P..':age', P..':agec', P..':lease', P..':lexp'
+local K_AGE, K_AGEC, K_LEXP, K_LDET = P..':age', P..':agec', P..':lexp', P..':ldet'
 local K_ATT, K_H = P..':att', P..':h'
 local K_PDELAY, K_PCAP, K_C, K_SEQ = P..':pdelay', P..':pcap', P..':c', P..':seq'
 local K_BAD, K_CFG = P..':bad', P..':cfg'
@@ -94,17 +97,49 @@ local function hmget(key, fields)
   return out
 end
 
--- The lease tokens in ARGV[i], separated by spaces (one argument for all): the tokens, their lease ids
--- and their lease records (false where there is none).
+-- The leases of one LEASE call (see the key layout).
+local function lease_key(serial) return P..':l:'..serial end
+
+-- The lease tokens in ARGV[i], separated by spaces (one argument for all): the tokens, their lease ids,
+-- their lease records (false where there is none) and their LEASE calls' serials (false: not a token).
+-- One HMGET per LEASE call the tokens come from (usually one).
 local function leases_in_arg(i)
-  local tokens, ids, n = {}, {}, 0
+  local tokens, ids, sers, infos, groups, order, n = {}, {}, {}, {}, {}, {}, 0
   for token in string.gmatch(ARGV[i] or '', '%S+') do
     n = n + 1
     tokens[n] = token
-    ids[n] = string.match(token, '^(%d+):') or '0'
+    local id, ser = string.match(token, '^(%d+):(%d+)%.')
+    ids[n], sers[n], infos[n] = id or '0', ser or false, false
+    if ser then
+      local g = groups[ser]
+      if not g then
+        g = {}
+        groups[ser] = g
+        order[#order + 1] = ser
+      end
+      g[#g + 1] = n
+    end
   end
-  if n == 0 then return tokens, ids, {} end
-  return tokens, ids, hmget(K_LEASE, ids)
+  for _, ser in ipairs(order) do
+    local g, fields = groups[ser], {}
+    for j, k in ipairs(g) do fields[j] = ids[k] end
+    local got = hmget(lease_key(ser), fields)
+    for j, k in ipairs(g) do infos[k] = got[j] end
+  end
+  return tokens, ids, infos, sers
+end
+
+-- Leases ended (settled, given back): ids of LEASE call ser, their records already deleted. The call's
+-- expiry entry goes with its last lease; a lease's own entry (see RENEW) with it.
+local function leases_ended(ser, ids)
+  if redis.call('EXISTS', lease_key(ser)) == 0 then redis.call('ZREM', K_LEXP, ser) end
+  if redis.call('EXISTS', K_LDET) == 1 then
+    local own = {}
+    for j, id in ipairs(ids) do own[j] = ser..':'..id end
+    bulk('ZREM', K_LEXP, own)
+    bulk('SREM', K_LDET, own)
+  end
+  redis.call('HINCRBY', K_C, 'out', -#ids)
 end
 
 -- A host's packed state: leases out, ready time.
@@ -230,26 +265,50 @@ local function bury(id, reason, payload)
   redis.call('HINCRBY', K_C, 'bad', 1)
 end
 
--- Expired leases back to their queue, due delayed requests into theirs, due hosts into ready.
-local function refresh()
-  local expired = redis.call('ZRANGEBYSCORE', K_LEXP, '-inf', NOW, 'LIMIT', 0, 1000)
+-- An expired lease (its record info) back to its queue, in batch (a new age batch, made when nil);
+-- returns the batch.
+local function take_back(id, info, batch)
+  local prio, host, member = string.match(info, '^[^\t]*\t(-?%d+)\t([^\t]*)\t(.*)$')
+  local inf, ra = state_of(host)
+  set_state(host, inf - 1, ra)
+  redis.call('HINCRBY', K_C, 'expired', 1)
+  redis.call('HINCRBY', K_C, 'queued', 1)
+  local _, _, body = split(member)
+  if not batch then batch = new_batch(0) end
+  redis.call('HINCRBY', K_AGEC, batch, 1)
+  push(id, batch, body or member, tonumber(prio), host)
+  return batch
+end
+
+-- The expired entries of lexp: a LEASE call's (all its leases still out) or one lease's.
+local function expire(entries)
   local batch = nil
-  for _, id in ipairs(expired) do
-    local info = redis.call('HGET', K_LEASE, id)
-    redis.call('ZREM', K_LEXP, id)
-    redis.call('HDEL', K_LEASE, id)
-    if info then
-      local prio, host, member = string.match(info, '^[^\t]*\t(-?%d+)\t([^\t]*)\t(.*)$')
-      local inf, ra = state_of(host)
-      set_state(host, inf - 1, ra)
-      redis.call('HINCRBY', K_C, 'expired', 1)
-      redis.call('HINCRBY', K_C, 'queued', 1)
-      local _, _, body = split(member)
-      if not batch then batch = new_batch(0) end
-      redis.call('HINCRBY', K_AGEC, batch, 1)
-      push(id, batch, body or member, tonumber(prio), host)
+  for _, e in ipairs(entries) do
+    redis.call('ZREM', K_LEXP, e)
+    local ser, one = string.match(e, '^(%d+):(%d+)$')
+    local ids, infos = {}, {}
+    if ser then
+      redis.call('SREM', K_LDET, e)
+      local info = redis.call('HGET', lease_key(ser), one)
+      if info then ids[1], infos[1] = one, info end
+    else
+      ser = e
+      local all = redis.call('HGETALL', lease_key(ser))
+      for j = 1, #all, 2 do
+        ids[#ids + 1], infos[#infos + 1] = all[j], all[j + 1]
+      end
+    end
+    if #ids > 0 then
+      bulk('HDEL', lease_key(ser), ids)
+      leases_ended(ser, ids)
+      for j, id in ipairs(ids) do batch = take_back(id, infos[j], batch) end
     end
   end
+end
+
+-- Expired leases back to their queue, due delayed requests into theirs, due hosts into ready.
+local function refresh()
+  expire(redis.call('ZRANGEBYSCORE', K_LEXP, '-inf', NOW, 'LIMIT', 0, 1000))
   local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', NOW, 'LIMIT', 0, 1000)
   for _, entry in ipairs(due) do
     redis.call('ZREM', K_DELAYED, entry)
@@ -272,14 +331,14 @@ end
 
 -- Check a lease token and end the lease; returns id, prio, host, member or nil.
 local function lease_of(token)
-  local id = string.match(token, '^(%d+):')
+  local id, ser = string.match(token, '^(%d+):(%d+)%.')
   if not id then return nil end
-  local info = redis.call('HGET', K_LEASE, id)
+  local info = redis.call('HGET', lease_key(ser), id)
   if not info then return nil end
   local tok, prio, host, member = string.match(info, '^([^\t]*)\t(-?%d+)\t([^\t]*)\t(.*)$')
   if tok ~= token then return nil end
-  redis.call('HDEL', K_LEASE, id)
-  redis.call('ZREM', K_LEXP, id)
+  redis.call('HDEL', lease_key(ser), id)
+  leases_ended(ser, {id})
   local inf, ra = state_of(host)
   set_state(host, inf - 1, ra)
   return id, tonumber(prio), host, member

@@ -2,7 +2,7 @@
 -- host depths.
 local P = ARGV[1]
 local counters = redis.call('HGETALL', P..':c')
-local inflight = redis.call('ZCARD', P..':lexp')
+local inflight = tonumber(redis.call('HGET', P..':c', 'out') or '0')
 local oldest = redis.call('ZRANGE', P..':age', 0, 0, 'WITHSCORES')
 local o = ''
 if #oldest > 0 then o = oldest[2] end
