@@ -79,12 +79,12 @@ def create_engine(
     log.debug("config DB: %s", redact_url(url))
     if parsed.get_backend_name() == "sqlite":
         _prepare_sqlite_file(parsed.database, url, must_exist=must_exist)
-        # pooled as PostgreSQL's (SQLAlchemy's default keeps 5): a connection opened past the pool is
-        # closed again when returned, and opening one starts a thread and sets its pragmas
-        engine = create_async_engine(
-            parsed, echo=echo, pool_size=pool_size, max_overflow=max(pool_size, 10),
-            connect_args={"timeout": busy_timeout},
-        )
+        # a file is pooled as PostgreSQL is (SQLAlchemy's default keeps 5: a connection opened past the
+        # pool is closed again when returned, and opening one starts a thread and sets its pragmas); an
+        # in-memory database is one connection (SQLAlchemy's StaticPool), which takes no pool size
+        in_memory = parsed.database in (None, "", ":memory:") or "mode=memory" in url
+        pool: dict[str, int] = {} if in_memory else {"pool_size": pool_size, "max_overflow": max(pool_size, 10)}
+        engine = create_async_engine(parsed, echo=echo, connect_args={"timeout": busy_timeout}, **pool)
         _configure_sqlite(engine, busy_timeout)
         return engine
     timeouts, parsed = _timeouts(parsed, url)

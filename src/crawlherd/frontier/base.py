@@ -281,4 +281,17 @@ async def enqueue_each(frontier: Frontier, requests: Sequence[Request]) -> list[
             return [*await frontier.enqueue_many(requests)]
         except Exception as exc:
             return [exc] * len(requests)
-    return list(await asyncio.gather(*(frontier.enqueue_request(r) for r in requests), return_exceptions=True))
+    # a request repeated in the batch goes after the others: the first of equals is the one queued, as
+    # one enqueue_many says, whatever order a backend's shared round trips keep
+    seen: set[bytes] = set()
+    first: list[bool] = []
+    for request in requests:
+        first.append(request.fingerprint not in seen)
+        seen.add(request.fingerprint)
+    results: list[bool | BaseException] = [False] * len(requests)
+    for wave in (True, False):
+        picked = [i for i, f in enumerate(first) if f is wave]
+        got = await asyncio.gather(*(frontier.enqueue_request(requests[i]) for i in picked), return_exceptions=True)
+        for i, result in zip(picked, got, strict=True):
+            results[i] = result
+    return results
