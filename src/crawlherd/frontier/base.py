@@ -273,7 +273,7 @@ async def enqueue_each(frontier: Frontier, requests: Sequence[Request]) -> list[
     """For each of ``requests``, whether ``frontier`` queued it, or the error that stopped it: one
     :meth:`EnqueueMany.enqueue_many` where the backend has it (its failure is every request's: which
     were queued is not known), else one :meth:`Frontier.enqueue_request` per request, at once (a
-    backend that can shares their round trips)."""
+    backend that can shares their round trips), a request repeated in the list after the others."""
     if not requests:
         return []
     if isinstance(frontier, EnqueueMany):
