@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from crawlherd.cli import main
 from tests.servers.misbehaving import MisbehavingServer
+from tests.support.forkserver import exec_crawlherd
 
 
 @pytest.fixture
@@ -22,8 +23,8 @@ async def server() -> AsyncIterator[MisbehavingServer]:
 
 
 async def run_cli(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawlherd", "crawl", *args,
+    proc = await exec_crawlherd(
+        "crawl", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)

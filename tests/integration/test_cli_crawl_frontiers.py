@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.servers.misbehaving import MisbehavingServer
+from tests.support.forkserver import exec_crawlherd
 
 from .test_durable_frontier import delete_prefix
 
@@ -25,8 +25,8 @@ async def server() -> AsyncIterator[MisbehavingServer]:
 
 
 async def crawl(server: MisbehavingServer, frontier: str, out: Path) -> list[dict[str, object]]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawlherd", "crawl", server.url + "/page/1", "--allow-private", "--delay", "0",
+    proc = await exec_crawlherd(
+        "crawl", server.url + "/page/1", "--allow-private", "--delay", "0",
         "--max-pages", "12", "--depth", "9", "--output", str(out), "--frontier", frontier,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )

@@ -6,17 +6,18 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-import sys
 from collections.abc import Iterator
 
 import pytest
+
+from tests.support.forkserver import exec_crawlherd
 
 pytestmark = pytest.mark.timeout(90)
 
 
 async def crawl(*args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawlherd", "crawl", "--respect-robots", "--depth", "0", *args,
+    proc = await exec_crawlherd(
+        "crawl", "--respect-robots", "--depth", "0", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     _, err = await asyncio.wait_for(proc.communicate(), 60)

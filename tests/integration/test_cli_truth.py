@@ -28,7 +28,6 @@ import json
 import os
 import pty
 import re
-import sys
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -40,6 +39,7 @@ from crawlherd.cli import main
 from crawlherd.settings import frontier_beside
 from tests._netutil import free_port
 from tests.servers.misbehaving import MisbehavingServer
+from tests.support.forkserver import exec_crawlherd
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -194,8 +194,8 @@ async def test_on_a_terminal_progress_is_live_not_plain_lines() -> None:
     async with MisbehavingServer(pages=40) as server:
         primary, secondary = pty.openpty()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "crawlherd", "crawl", server.url + "/page/1", "--allow-private",
+            proc = await exec_crawlherd(
+                "crawl", server.url + "/page/1", "--allow-private",
                 "--delay", "0.1", "--max-pages", "5", "--depth", "9",
                 stdout=asyncio.subprocess.DEVNULL, stderr=secondary,
                 env={**os.environ, "CRAWLHERD_STATUS_INTERVAL": "0.1"},

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db import JobRun
 from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
+from tests.support.forkserver import exec_crawlherd
 
 KEYWORDS = [f"k{n}" for n in range(4)]
 BAD_LOG = ("Traceback", "Task exception", "Task was destroyed", "Unclosed", "unclosed", "CancelledError")
@@ -38,8 +38,8 @@ async def test_one_signal_drains_the_jobs_in_flight(
     await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
     log_path = tmp_path / "run.log"
     with log_path.open("wb") as log_file:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "crawlherd", "run", "--database-url", str(engine.url), "--allow-private",
+        proc = await exec_crawlherd(
+            "run", "--database-url", str(engine.url), "--allow-private",
             *(["--console-port", "0"] if console else ["--no-console"]), "--concurrency", "2", "--interval", "0.2",
             stdout=log_file, stderr=asyncio.subprocess.STDOUT, env={**os.environ, "PYTHONWARNINGS": "default"},
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -25,6 +24,7 @@ from crawlherd.dispatch.dispatch_service import DispatchService
 from crawlherd.dispatch.targets import import_targets
 from tests.servers.timestamping import Stamp, TimestampingServer, max_overlap
 from tests.support.dispatch import dispatch_due, relay_all
+from tests.support.forkserver import exec_crawlherd
 from tests.support.real_brokers import remove
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
@@ -84,8 +84,8 @@ async def crawl_with_workers(
         for n in range(workers):
             log = (tmp_path / f"worker{n}.log").open("wb")
             logs.append(log)
-            procs.append(await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "crawlherd", "worker", "--database-url", str(engine.url),
+            procs.append(await exec_crawlherd(
+                "worker", "--database-url", str(engine.url),
                 "--broker-url", broker_url, "--frontier-url", frontier_url, "--allow-private",
                 "--concurrency", "2", stdout=log, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ),
             ))

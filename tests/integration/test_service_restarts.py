@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -26,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd.db import JobRun, create_engine, upgrade
 from crawlherd.dispatch.targets import import_targets
 from tests.integration.test_worker import Board, board, load, website  # noqa: F401 - the board fixture
+from tests.support.forkserver import exec_crawlherd
 from tests.support.private_redis import PrivateRedis
 from tests.support.services import require_tool
 
@@ -55,8 +55,8 @@ async def test_redis_restarted_under_crawlherd_run(
     log_path = tmp_path / "run.log"
     env = {**os.environ, "PYTHONWARNINGS": "default"}
     with log_path.open("wb") as log_file:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "crawlherd", "-v", "run", "--database-url", str(engine.url),
+        proc = await exec_crawlherd(
+            "-v", "run", "--database-url", str(engine.url),
             "--broker-url", f"{redis}?prefix=b&claim_idle=5", "--frontier-url", f"{redis}?prefix=f&lease_timeout=5",
             "--allow-private", "--no-web", "--concurrency", "2", "--interval", "0.2", "--backoff", "0.2",
             stdout=log_file, stderr=asyncio.subprocess.STDOUT, env=env,
@@ -113,8 +113,8 @@ async def test_postgres_restarted_under_crawlherd_run(
         await load(engine, tmp_path, website(board, robots="ignore"), KEYWORDS, due=True)
         log_path = tmp_path / "run.log"
         with log_path.open("wb") as log_file:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "crawlherd", "-v", "run", "--database-url", pg.url, "--broker-url", broker_url,
+            proc = await exec_crawlherd(
+                "-v", "run", "--database-url", pg.url, "--broker-url", broker_url,
                 "--frontier-url", "memory://", "--allow-private", "--no-web", "--concurrency", "2", "--interval", "0.2",
                 "--backoff", "0.2", stdout=log_file, stderr=asyncio.subprocess.STDOUT,
             )

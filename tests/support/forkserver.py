@@ -32,8 +32,9 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["ForkedProcess", "enabled", "start"]
+__all__ = ["ForkedProcess", "enabled", "exec_crawlherd", "start"]
 
 ROOT = Path(__file__).resolve().parents[2]
 _STATUS = struct.Struct("!i")
@@ -198,3 +199,40 @@ async def start(
                                      os.fdopen(fd, "rb", buffering=0))
         setattr(proc, name, reader)
     return proc
+
+
+async def exec_crawlherd(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    stdin: int | None = None,
+    stdout: Any = None,
+    stderr: Any = None,
+) -> ForkedProcess | asyncio.subprocess.Process:
+    """``asyncio.create_subprocess_exec(sys.executable, "-m", "crawlherd", *args, ...)`` -- forked off the
+    server when it is enabled. ``stdin``: None or ``DEVNULL`` (a forked process reads nothing);
+    ``stdout`` / ``stderr``: None, ``PIPE``, ``DEVNULL``, ``STDOUT`` (stderr only), a file descriptor or
+    an object with ``fileno()`` -- what ``create_subprocess_exec`` takes."""
+    if not enabled():
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "crawlherd", *args, env=None if env is None else dict(env), cwd=cwd,
+            stdin=stdin, stdout=stdout, stderr=stderr,
+        )
+    if stdin not in (None, asyncio.subprocess.DEVNULL):
+        raise ValueError("a forked process reads nothing: stdin must be None or DEVNULL")
+    opened: list[int] = []
+
+    def fd(spec: Any) -> int | None:
+        if spec is None or spec in (asyncio.subprocess.PIPE, asyncio.subprocess.STDOUT):
+            return spec  # type: ignore[no-any-return]
+        if spec == asyncio.subprocess.DEVNULL:
+            opened.append(os.open(os.devnull, os.O_WRONLY))
+            return opened[-1]
+        return spec if isinstance(spec, int) else int(spec.fileno())
+
+    try:
+        return await start("crawlherd", args, env=os.environ if env is None else env, cwd=cwd or Path.cwd(),
+                           stdout=fd(stdout), stderr=fd(stderr))
+    finally:
+        for f in opened:
+            os.close(f)
