@@ -188,7 +188,8 @@ async def watch(
     mine = down_at_start
     while not stop.is_set():
         try:
-            await asyncio.wait_for(check(), timeout)
+            async with asyncio.timeout(timeout):
+                await check()
         except (BackendUnavailableError, TimeoutError) as exc:
             mine = mine or service_name(service) not in outages.down_now
             outages.down(service, exc)
@@ -197,7 +198,8 @@ async def watch(
                 outages.up(service)
             mine = False
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every)
+            async with asyncio.timeout(every):
+                await stop.wait()
 
 
 class Stopped(Exception):

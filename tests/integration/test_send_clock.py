@@ -83,6 +83,22 @@ async def test_a_request_of_one_process_waits_for_the_answer_of_its_other_one(tw
     assert await second == (pytest.approx(1.0), GO)  # the delay from the answer, not 0.6 s from the slot
 
 
+async def test_a_stop_that_comes_as_the_first_answer_does_is_not_lost(two: Any) -> None:
+    """A page slot cancelled (its crawl stopped) in the same turn of the loop as the answer it waited for
+    comes: it is cancelled, not let through to send -- a cancellation lost there once left a worker's
+    page loop running after its stop, and the stop waiting for it for ever."""
+    clock, one, _ = two
+    assert await one.stamp_send(H, "a") == (0.0, GO)
+    second = asyncio.create_task(one.stamp_send(H, "a"))  # another task: held until the first's answer
+    await asyncio.sleep(0.05)
+    assert not second.done()
+    one.stamp_answer(H, "a")  # the answer, and in the same turn the stop
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    await asyncio.wait_for(asyncio.gather(*one._send_clock._posts), 10)
+
+
 async def test_an_unanswered_request_holds_other_processes_until_its_answer(two: Any) -> None:
     clock, one, other = two
     assert await one.stamp_send(H, "a") == (0.0, GO)

@@ -140,6 +140,7 @@ class DeadLetterQueue:
 
 async def _close_quietly(ch: AbstractChannel, where: object) -> None:
     try:
-        await asyncio.wait_for(ch.close(), 5)
+        async with asyncio.timeout(5):
+            await ch.close()
     except Exception as exc:  # noqa: BLE001
         log.debug("%r: closing a scratch channel: %r", where, exc)

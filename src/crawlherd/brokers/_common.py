@@ -195,7 +195,8 @@ class BrokerBase:
         try:
             if self._opened and leftovers:
                 try:
-                    await asyncio.wait_for(self._release(leftovers), timeout=5.0)
+                    async with asyncio.timeout(5.0):
+                        await self._release(leftovers)
                 except Exception as exc:  # noqa: BLE001 - best effort: they come back after their lease anyway
                     log.warning("%r: could not give back %d unsettled deliveries on close (%s); they return "
                                 "after their lease", self, len(leftovers), exc)

@@ -180,12 +180,14 @@ class AMQPBroker(_common.BrokerBase):
         for ch in (sub, pub):
             if ch is not None and not ch.is_closed:
                 try:
-                    await asyncio.wait_for(ch.close(), 5)
+                    async with asyncio.timeout(5):
+                        await ch.close()
                 except Exception as exc:  # noqa: BLE001 - it is going away anyway
                     _common.log.debug("%r: closing a channel: %r", self, exc)
         if conn is not None and conn is not self._given and not conn.is_closed:
             try:
-                await asyncio.wait_for(conn.close(), 5)
+                async with asyncio.timeout(5):
+                    await conn.close()
             except Exception as exc:  # noqa: BLE001
                 _common.log.debug("%r: closing the connection: %r", self, exc)
 
@@ -337,7 +339,8 @@ class AMQPBroker(_common.BrokerBase):
             state.underlay.on_consumer_cancel_callbacks.discard(state.on_cancel)
         if state.queue is not None and state.tag is not None and not state.channel.is_closed:
             try:
-                await asyncio.wait_for(state.queue.cancel(state.tag), 5)
+                async with asyncio.timeout(5):
+                    await state.queue.cancel(state.tag)
             except Exception as exc:  # noqa: BLE001 - the channel close returns them anyway
                 _common.log.debug("%r: basic.cancel: %r", self, exc)
         leftovers = []

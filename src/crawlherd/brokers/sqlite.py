@@ -182,7 +182,8 @@ class SQLiteBroker(BrokerBase):
 
     async def _shutdown(self) -> None:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._publishes.flush(), 10)
+            async with asyncio.timeout(10):
+                await self._publishes.flush()
         db, self._db = self._db, None
         if db is not None:
             await db.close()

@@ -174,7 +174,8 @@ class CeleryTaskBroker(_NoDeadLetterQueue):
                           retry_policy={"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5})
 
         try:
-            await asyncio.wait_for(asyncio.to_thread(send), timeout=self.publish_timeout * 3)
+            async with asyncio.timeout(self.publish_timeout * 3):
+                await asyncio.to_thread(send)
         except (OperationalError, OSError, TimeoutError) as exc:
             raise unavailable(f"{self!r}: the Celery broker cannot be reached: {exc}", backend="celery") from exc
         except Exception as exc:

@@ -127,7 +127,9 @@ class Heartbeat:
         values: dict[str, Any] = {"jobs_in_hand": self.jobs_in_hand()}
         if self.details is not None:
             try:  # before the transaction, and bounded: a frontier that hangs must not stop the beats
-                values["info"] = {**self.info, **await asyncio.wait_for(self.details(), self.interval)}
+                async with asyncio.timeout(self.interval):
+                    details = await self.details()
+                values["info"] = {**self.info, **details}
             except Exception as exc:  # noqa: BLE001 - the frontier down is not the config DB down: beat anyway
                 log.debug("heartbeat %s: no details this beat: %s", self.id, summarize(exc))
         with translate_db_errors("beating"):

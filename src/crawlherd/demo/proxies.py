@@ -65,7 +65,8 @@ class LoopbackProxy(AsyncClosing):
                 await t
         if self.server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.server.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await self.server.wait_closed()
 
     async def _listen(self, handler: _Handler) -> LoopbackProxy:
         self.server = await asyncio.start_server(self._tracked(handler), "127.0.0.1", 0)

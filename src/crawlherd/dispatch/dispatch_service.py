@@ -341,7 +341,8 @@ async def _pause(stop: asyncio.Event, seconds: float, wake: asyncio.Event | None
         waits.append(asyncio.ensure_future(wake.wait()))
     try:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED), seconds)
+            async with asyncio.timeout(seconds):
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for w in waits:
             w.cancel()

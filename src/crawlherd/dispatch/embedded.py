@@ -100,7 +100,8 @@ async def run_embedded(
         progress = await progress_of(engine)
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), progress_every)
+                async with asyncio.timeout(progress_every):
+                    await stop.wait()
             try:
                 progress = await progress_of(engine)
             except Exception as exc:  # the config DB is down: the dispatcher and the worker say so

@@ -201,13 +201,16 @@ class BrowserFetcher(PageRoutes):
         relays, self._relays = list(self._relays.values()), {}
         if contexts is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(contexts.close(), timeout=10)
+                async with asyncio.timeout(10):
+                    await contexts.close()
         if browser is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(browser.close(), timeout=10)
+                async with asyncio.timeout(10):
+                    await browser.close()
         if playwright is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(playwright.stop(), timeout=10)
+                async with asyncio.timeout(10):
+                    await playwright.stop()
         for relay in relays:
             await relay.close()
 
@@ -298,7 +301,8 @@ class BrowserFetcher(PageRoutes):
                 entry.idle_pages.append(page)
                 return
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(page.close(), timeout=10)
+            async with asyncio.timeout(10):
+                await page.close()
 
     async def _render(
         self, request: Request, state: PageState, entry: SessionContext, session: BrowserSession | None, total: float

@@ -89,7 +89,8 @@ class SocksRelay:
                 await task
         if server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 5)
+                async with asyncio.timeout(5):
+                    await server.wait_closed()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -105,7 +106,8 @@ class SocksRelay:
                 writer.close()
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        target = await asyncio.wait_for(_handshake(reader, writer), _CONNECT_TIMEOUT)
+        async with asyncio.timeout(_CONNECT_TIMEOUT):
+            target = await _handshake(reader, writer)
         if target is None:
             return
         host, port = target

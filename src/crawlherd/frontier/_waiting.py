@@ -77,7 +77,8 @@ class WaitingMixin:
         room = asyncio.shield(self._room)  # one waiter cancelled must not cancel the others
         if self._poll:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(room, self._poll)
+                async with asyncio.timeout(self._poll):
+                    await room
         else:
             await room
 

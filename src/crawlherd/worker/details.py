@@ -168,7 +168,8 @@ class DetailLedger:
         wake = self._wakes.setdefault(run, asyncio.Event())
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await wake.wait()
         finally:
             self._wakes.pop(run, None)
             self._ready.discard(run)

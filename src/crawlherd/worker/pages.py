@@ -227,7 +227,8 @@ class PagePipeline:
                     continue
                 self._new_pages.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(_first(stop.wait(), self._new_pages.wait()), 1.0)
+                    async with asyncio.timeout(1.0):
+                        await _first(stop.wait(), self._new_pages.wait())
         finally:
             self._stop = None
             stopping.cancel()

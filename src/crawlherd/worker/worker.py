@@ -188,7 +188,8 @@ class Worker(AsyncClosing):
         while not stop.is_set():
             try:
                 if attempts.failures or said_at_start:  # still down? (a cheap call; consume() would raise the same)
-                    await asyncio.wait_for(self.broker.pending(), 15.0)
+                    async with asyncio.timeout(15.0):
+                        await self.broker.pending()
                     attempts.succeeded()
                     if said_at_start:
                         self.outages.up("broker")
@@ -239,6 +240,11 @@ class Worker(AsyncClosing):
 
     # -- one delivery -----------------------------------------------------------------------------
 
+    async def _requeue(self, delivery: Delivery) -> None:
+        """Give ``delivery`` back to the broker at once (bounded: a broker that hangs holds up no stop)."""
+        async with asyncio.timeout(5.0):
+            await self.broker.nack(delivery, requeue=True)
+
     async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         self.stats.in_flight += 1
         metrics.JOBS_IN_FLIGHT.inc()
@@ -250,7 +256,7 @@ class Worker(AsyncClosing):
             self.stats.requeued += 1
             heartbeat.cancel()
             with contextlib.suppress(CrawlherdError, TimeoutError):
-                await asyncio.shield(asyncio.wait_for(self.broker.nack(delivery, requeue=True), 5.0))
+                await asyncio.shield(self._requeue(delivery))
             raise
         except Exception as exc:  # noqa: BLE001 - a service outage or a bug: never lose the job, never loop
             await self._unexpected(delivery, exc)
@@ -278,7 +284,8 @@ class Worker(AsyncClosing):
         while True:
             await asyncio.sleep(every)
             try:
-                await asyncio.wait_for(self.broker.touch(delivery), every)
+                async with asyncio.timeout(every):
+                    await self.broker.touch(delivery)
             except BrokerError as exc:  # settled meanwhile, or lost: nothing more to extend
                 log.debug("worker %s: stopped extending %s: %s", self.name, delivery.key, exc)
                 return

@@ -185,7 +185,8 @@ class BaseDispatcher:
         for a few seconds, so that the stale connections a frontier that just came back leaves behind do
         not keep the page out until its lease runs out)."""
         with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(self._put_back(state, lease, 0.0, patience=_GIVE_BACK_BOUND), _GIVE_BACK_BOUND)
+            async with asyncio.timeout(_GIVE_BACK_BOUND):
+                await self._put_back(state, lease, 0.0, patience=_GIVE_BACK_BOUND)
 
     @staticmethod
     async def _put_back(state: _RunState, lease: Lease, delay: float, *, patience: float) -> None:

@@ -66,7 +66,8 @@ class SendClock:
         out = self._out.get(key)
         if out is not None and out[0] is not asyncio.current_task() and not out[1].is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(out[1].wait(), SEND_HOLD)
+                async with asyncio.timeout(SEND_HOLD):
+                    await out[1].wait()
         try:
             reply = await self.sends((host, owner))
         except asyncio.CancelledError:

@@ -164,7 +164,8 @@ class QueueManager:
                 if remaining <= 0:
                     return False
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._queue_not_full.wait(), remaining)
+                    async with asyncio.timeout(remaining):
+                        await self._queue_not_full.wait()
             return True
 
     async def _notify_space_available(self) -> None:
