@@ -99,6 +99,25 @@ async def test_a_stop_that_comes_as_the_first_answer_does_is_not_lost(two: Any) 
     await asyncio.wait_for(asyncio.gather(*one._send_clock._posts), 10)
 
 
+async def test_an_answer_recorded_after_the_next_request_took_its_slot_leaves_that_ones_hold(two: Any) -> None:
+    """The answer of one request and the slot of the same gate's next one go to Redis in two calls that
+    race: recorded last, the answer ends the first request's hold only, so another process still waits
+    for the second's answer (were it let go delay after the second's slot, the second being late to leave
+    would bring the two closer than the delay at the server)."""
+    clock, one, other = two
+    assert await one.stamp_send(H, "a") == (0.0, GO)
+    first_slot = one._send_clock._out[H, "a"][2]
+    clock.advance(0.3)
+    del one._send_clock._out[H, "a"]  # its answer came; recorded below, after the next request's slot
+    assert await one.stamp_send(H, "a") == (pytest.approx(1.0), GO)  # the delay from now (its answer)
+    await one._send_clock._answers((H, "a", "answer", repr(clock.now()), first_slot))
+    wait, go = await other.stamp_send(H, "b")
+    assert not go and wait == pytest.approx(2.0)  # held by the second request until its answer
+    clock.advance(1.2)  # the second leaves at its slot (1.3) and is answered at 1.5
+    await answered(one, H, "a")
+    assert await other.stamp_send(H, "b") == (pytest.approx(1.0), GO)
+
+
 async def test_an_unanswered_request_holds_other_processes_until_its_answer(two: Any) -> None:
     clock, one, other = two
     assert await one.stamp_send(H, "a") == (0.0, GO)

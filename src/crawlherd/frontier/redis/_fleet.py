@@ -47,12 +47,12 @@ class SendClock:
         self.sends: Batcher[tuple[str, str], str] = Batcher(
             self._send_for, max_batch=_BATCH, name="crawlherd-redis-send"
         )
-        self._answers: Batcher[tuple[str, str, str, str], str] = Batcher(
+        self._answers: Batcher[tuple[str, str, str, str, str], str] = Batcher(
             self._answer_for, max_batch=_BATCH, name="crawlherd-redis-answer"
         )
-        # (host, owner) of this process's stamped requests not yet answered: the task sending it, and an
-        # event set by its answer
-        self._out: dict[tuple[str, str], tuple[asyncio.Task[object] | None, asyncio.Event]] = {}
+        # (host, owner) of this process's stamped requests not yet answered: the task sending it, an
+        # event set by its answer, and its slot (as send.lua wrote it)
+        self._out: dict[tuple[str, str], tuple[asyncio.Task[object] | None, asyncio.Event, str]] = {}
         self._posts: set[asyncio.Task[str]] = set()
 
     async def stamp(self, host: str, owner: str) -> tuple[float, bool]:
@@ -71,12 +71,12 @@ class SendClock:
         try:
             reply = await self.sends((host, owner))
         except asyncio.CancelledError:
-            self._post(host, owner, "release")  # it may have taken a slot: hold the host no longer
+            self._post(host, owner, "release", "-")  # it may have taken a slot: hold the host no longer
             raise
         if reply[0] == "S":
             if len(self._out) > _FORGET_AFTER:
                 self._out.clear()  # requests never answered (cancelled fetches): they hold nothing by now
-            self._out[key] = (asyncio.current_task(), asyncio.Event())
+            self._out[key] = (asyncio.current_task(), asyncio.Event(), reply[1:])
             # the slot's time, not a wait: the reply took a while to be read
             return max(0.0, float(reply[1:]) - self._clock.now()), True
         wait = float(reply)
@@ -84,16 +84,17 @@ class SendClock:
 
     def answered(self, host: str, owner: str) -> None:
         """``owner``'s request to ``host`` came back: recorded in the background (nothing to record
-        when it was not stamped: a host without a delay)."""
+        when it was not stamped: a host without a delay). It names the request's slot: recorded after the
+        owner's next request there took its slot, it must not end that one's hold."""
         out = self._out.pop((host, owner), None)
         if out is not None:
             out[1].set()
-            self._post(host, owner, "answer")
+            self._post(host, owner, "answer", out[2])
 
-    def _post(self, host: str, owner: str, mode: str) -> None:
+    def _post(self, host: str, owner: str, mode: str, slot: str) -> None:
         # the time of the answer is now, not when the script runs: a busy process records it later
         task = asyncio.get_running_loop().create_task(
-            self._answers((host, owner, mode, repr(self._clock.now()))), name="crawlherd-redis-answer-post"
+            self._answers((host, owner, mode, repr(self._clock.now()), slot)), name="crawlherd-redis-answer-post"
         )
         self._posts.add(task)
         task.add_done_callback(self._posted)
@@ -113,8 +114,10 @@ class SendClock:
     async def _send_for(self, calls: list[tuple[str, str]]) -> list[str | BaseException]:
         return await self._per_host("SEND", [(host, (owner, repr(SEND_HOLD)), host) for host, owner in calls])
 
-    async def _answer_for(self, calls: list[tuple[str, str, str, str]]) -> list[str | BaseException]:
-        return await self._per_host("ANSWER", [(h, (owner, mode), f"{at} {h}") for h, owner, mode, at in calls])
+    async def _answer_for(self, calls: list[tuple[str, str, str, str, str]]) -> list[str | BaseException]:
+        return await self._per_host(
+            "ANSWER", [(h, (owner, mode), f"{at} {slot} {h}") for h, owner, mode, at, slot in calls]
+        )
 
     async def _per_host(
         self, name: str, calls: Sequence[tuple[str, tuple[str, ...], str]]
