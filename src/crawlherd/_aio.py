@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Self, TypeVar
 
-__all__ = ["AsyncClosing", "cancel_and_wait", "pipe", "until_done", "wait_while_progressing"]
+__all__ = ["AsyncClosing", "awaiting", "cancel_and_wait", "pipe", "until_done", "wait_while_progressing"]
 
 T = TypeVar("T")
 
@@ -110,6 +110,18 @@ class _StallWatch:
         if self.handle is not None:
             self.handle.cancel()
             self.handle = None
+
+
+def awaiting(task: asyncio.Task[Any]) -> str:
+    """Where ``task`` waits: its chain of awaits, outermost first (``func file:line -> ...``)."""
+    where: list[str] = []
+    step: Any = task.get_coro()
+    while step is not None and len(where) < 40:
+        frame = getattr(step, "cr_frame", None) or getattr(step, "ag_frame", None) or getattr(step, "gi_frame", None)
+        if frame is not None:
+            where.append(f"{frame.f_code.co_name} {frame.f_code.co_filename}:{frame.f_lineno}")
+        step = getattr(step, "cr_await", None) or getattr(step, "ag_await", None) or getattr(step, "gi_yieldfrom", None)
+    return " -> ".join(where) or repr(task)
 
 
 async def until_done(source: AsyncIterator[T], stop: asyncio.Future[Any]) -> AsyncIterator[T]:

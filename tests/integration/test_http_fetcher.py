@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 
@@ -19,6 +20,7 @@ from crawlherd.fetch.base import Fetcher, FetchLimits
 from crawlherd.fetch.http import HttpFetcher
 from crawlherd.request import Request
 from tests.servers.misbehaving import MisbehavingServer
+from tests.support.processes import wait_until
 
 LOOPBACK = FetchLimits(allow_private_addresses=True, max_body_size=1_000_000, max_redirects=5)
 
@@ -113,6 +115,38 @@ async def test_read_timeout_on_a_stall_per_request(server: MisbehavingServer, fe
     req = Request(server.url + "/stall", meta={"crawlherd.timeouts": {"read": 0.3}})
     with pytest.raises(FetchTimeoutError, match="read timeout"):
         await fetcher.fetch(req)
+
+
+async def reading(server: MisbehavingServer, fetcher: HttpFetcher, task: asyncio.Task[object]) -> bool:
+    """The stalled request reached the server and its fetch is being watched."""
+    return bool(server.hits_for("/stall")) and task in fetcher._watch
+
+
+async def test_a_stop_that_comes_with_a_read_timeout_stops_the_fetch(
+    server: MisbehavingServer, fetcher: HttpFetcher
+) -> None:
+    """The watchdog's cancellation of a stalled read and a stop's in the same turn: the fetch is
+    cancelled (the stop goes on), not turned into a read timeout -- a page task that took the stop for
+    a timeout went on with the next page, and its run's stop waited for it."""
+    req = Request(server.url + "/stall?seconds=3600", meta={"crawlherd.timeouts": {"read": 3600}})
+    task = asyncio.create_task(fetcher.fetch(req))
+    await wait_until(lambda: reading(server, fetcher, task), deadline=30)
+    await asyncio.sleep(0.05)  # the response's headers read: the fetch waits for its body
+    fetcher._stalled.add(task)  # what the read watchdog does on a stall ...
+    task.cancel()
+    task.cancel()  # ... and a stop, before the task runs again
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_read_timeout_alone_is_a_read_timeout(server: MisbehavingServer, fetcher: HttpFetcher) -> None:
+    req = Request(server.url + "/stall?seconds=3600", meta={"crawlherd.timeouts": {"read": 3600}})
+    task = asyncio.create_task(fetcher.fetch(req))
+    await wait_until(lambda: reading(server, fetcher, task), deadline=30)
+    fetcher._stalled.add(task)
+    task.cancel()
+    with pytest.raises(FetchTimeoutError, match="read timeout"):
+        await task
 
 
 async def test_connection_reset_is_a_fetch_error(server: MisbehavingServer, fetcher: HttpFetcher) -> None:

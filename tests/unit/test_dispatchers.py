@@ -4,14 +4,17 @@ FakeClock: nothing here sleeps for real or allocates to make memory move."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crawlherd.clock import FakeClock
 from crawlherd.crawler.concurrency import CrawlerMonitor, MemoryAdaptiveDispatcher, SemaphoreDispatcher, SystemMemory
+from crawlherd.crawler.concurrency import base as concurrency_base
 from crawlherd.errors import ConfigurationError, MemoryPressureError
 from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.request import Request
@@ -130,6 +133,35 @@ async def test_closing_the_stream_cancels_work_in_flight_and_leaks_no_task() -> 
     # The cancelled URLs went back to the frontier: nothing is lost, nothing is leased.
     stats = await frontier.stats()
     assert stats.in_flight == 0 and stats.queued == len(URLS) - 1
+
+
+@pytest.mark.parametrize("make", [lambda: SemaphoreDispatcher(2), lambda: MemoryAdaptiveDispatcher(max_session_permit=2, memory_reader=Reading(50))])
+async def test_a_page_task_that_lets_its_cancellation_go_by_does_not_hold_the_stop_for_ever(
+    make: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A page task whose stop was swallowed on its way (a library bug) carries on; the run's stop cancels
+    it again after a while and says where it was, instead of waiting for it for ever."""
+    monkeypatch.setattr(concurrency_base, "_STOP_NUDGE", 0.1)
+    frontier = await frontier_with(URLS[:2])
+    started = asyncio.Event()
+
+    async def deaf(request: Request) -> CrawlResult:
+        started.set()
+        with contextlib.suppress(asyncio.CancelledError):  # the first cancellation lost, as by 3.11's wait_for
+            await asyncio.sleep(3600)
+        await asyncio.sleep(3600)
+        raise AssertionError("not reached")
+
+    agen = make().run(frontier, deaf)
+    first = asyncio.ensure_future(agen.__anext__())
+    await started.wait()
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(60):  # a bound on a hang, not a timing
+            await first
+    assert "still running 0.1 s after their run was stopped, cancelled again" in caplog.text
+    assert "deaf" in caplog.text  # where it was
+    await agen.aclose()
 
 
 @pytest.mark.parametrize("count", [0, -1, 2.5])

@@ -8,11 +8,11 @@ import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import click
 
-from crawlherd._aio import until_done
+from crawlherd._aio import awaiting, until_done
 
 __all__ = ["awaiting", "stop_on_signals", "until_stopped"]
 
@@ -32,18 +32,6 @@ async def until_stopped(source: AsyncIterator[T], stop: asyncio.Event) -> AsyncI
             yield item
     finally:
         stopped.cancel()
-
-
-def awaiting(task: asyncio.Task[Any]) -> str:
-    """Where ``task`` waits: its chain of awaits, outermost first (``func file:line -> ...``)."""
-    where: list[str] = []
-    step: Any = task.get_coro()
-    while step is not None and len(where) < 40:
-        frame = getattr(step, "cr_frame", None) or getattr(step, "ag_frame", None) or getattr(step, "gi_frame", None)
-        if frame is not None:
-            where.append(f"{frame.f_code.co_name} {frame.f_code.co_filename}:{frame.f_lineno}")
-        step = getattr(step, "cr_await", None) or getattr(step, "ag_await", None) or getattr(step, "gi_yieldfrom", None)
-    return " -> ".join(where) or repr(task)
 
 
 def _still_stopping(after: float) -> None:

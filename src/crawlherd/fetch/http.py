@@ -313,6 +313,7 @@ class HttpFetcher:
             raise FetchError("HttpFetcher.fetch must run inside an asyncio task", url=request.url, request=request)
         progress = [time.monotonic(), read_timeout]
         self._watch[task] = progress
+        cancelling = task.cancelling()  # a cancellation from elsewhere must get through, a stall's or not
         under = session_of(meta)
         try:
             if under is not None:
@@ -325,7 +326,8 @@ class HttpFetcher:
         except asyncio.CancelledError:
             if task in self._stalled:
                 self._stalled.discard(task)
-                task.uncancel()
+                if task.uncancel() > cancelling:  # cancelled from elsewhere too (a stop): that goes on
+                    raise
                 raise FetchTimeoutError(
                     f"{request.url}: read timeout ({read_timeout:g} s without data)", url=request.url, request=request
                 ) from None

@@ -20,11 +20,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
-from crawlherd._aio import cancel_and_wait
+from crawlherd._aio import awaiting, cancel_and_wait
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.crawler.concurrency.memory_usage import ProcessMemory
 from crawlherd.crawler.concurrency.rate_limiter import parse_retry_after
@@ -50,6 +51,9 @@ log = logging.getLogger("crawlherd.crawler.concurrency")
 GIVE_BACK_PATIENCE = 60.0
 #: Seconds a lease whose work was cancelled (shutdown, the loop lost its frontier) is tried to be given back.
 _GIVE_BACK_BOUND = 5.0
+#: Seconds a stopped run's page tasks get to end (a cancelled one gives its lease back within
+#: _GIVE_BACK_BOUND) before those still running are cancelled again.
+_STOP_NUDGE = 10.0
 
 
 @runtime_checkable
@@ -73,7 +77,7 @@ class Dispatcher(Protocol):
 
 
 class _RunState:
-    __slots__ = ("clock", "frontier", "process", "reserve", "requeues", "retries", "task_ids")
+    __slots__ = ("clock", "frontier", "process", "reserve", "requeues", "retries", "task_ids", "tasks")
 
     def __init__(self, frontier: Frontier, process: ProcessFn, clock: Clock, reserve: bool = True) -> None:
         self.reserve = reserve
@@ -83,6 +87,29 @@ class _RunState:
         self.retries: dict[bytes, int] = {}
         self.requeues: dict[bytes, int] = {}
         self.task_ids = itertools.count(1)
+        #: The run's page tasks (a dispatcher adds those it starts), for a stop to check on.
+        self.tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+
+async def _stop(driver: asyncio.Task[None], state: _RunState) -> None:
+    """Cancel the run's ``driver`` and wait until it has ended. A page task still running
+    ``_STOP_NUDGE`` seconds on let its cancellation go by (a library on its way swallowed it, and it
+    went on with the next page): it is cancelled again, and where it was is logged -- a stop must not
+    wait for ever. A cancellation of the caller while it waits goes on (as in ``cancel_and_wait``)."""
+    if driver.done():
+        await cancel_and_wait(driver)
+        return
+    driver.cancel()
+    while not driver.done():
+        await asyncio.wait({driver}, timeout=_STOP_NUDGE)
+        stuck = [t for t in state.tasks if not t.done()]
+        if not driver.done() and stuck:
+            log.warning("%d page task(s) still running %g s after their run was stopped, cancelled again: %s",
+                        len(stuck), _STOP_NUDGE, "; ".join(f"{t.get_name()}: {awaiting(t)}" for t in stuck))
+            for t in stuck:
+                t.cancel()
+    if not driver.cancelled():
+        driver.exception()  # retrieved (the consumer got what it emitted)
 
 
 class _Channel:
@@ -153,7 +180,7 @@ class BaseDispatcher:
                 yield item  # type: ignore[misc]
             await driver
         finally:
-            await cancel_and_wait(driver)
+            await _stop(driver, state)
             if monitor is not None:
                 await monitor.stop()
 

@@ -204,6 +204,7 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
                 name = f"crawlherd-fetch-{lease.token}"
                 task: asyncio.Task[object] = loop.create_task(self._handle(state, lease), name=name)
                 self._inflight[task] = lease
+                state.tasks.add(task)
                 task.add_done_callback(lambda t, s=state, e=emit: self._finished(t, s, e))  # type: ignore[misc]
         finally:
             await cancel_and_wait(watcher)

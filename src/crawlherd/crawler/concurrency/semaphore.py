@@ -43,7 +43,7 @@ class SemaphoreDispatcher(BaseDispatcher):
     async def _drive(self, state: _RunState, emit: Callable[[object], None]) -> None:
         async with asyncio.TaskGroup() as tg:
             for i in range(self.semaphore_count):
-                tg.create_task(self._worker(state, emit), name=f"crawlherd-worker-{i}")
+                state.tasks.add(tg.create_task(self._worker(state, emit), name=f"crawlherd-worker-{i}"))
 
     async def _worker(self, state: _RunState, emit: Callable[[object], None]) -> None:
         wait_next = state.frontier.wait_next
