@@ -2,8 +2,8 @@
 
 Every fetch keeps to :class:`~crawlherd.fetch.base.FetchLimits`:
 
-- connect / read / total timeouts (``aiohttp.ClientTimeout``; per request via
-  ``meta["crawlherd.timeouts"]``);
+- connect / read / total timeouts (connect: aiohttp's; read and total per hop: the fetcher's watchdog;
+  per request via ``meta["crawlherd.timeouts"]``, whose total is aiohttp's);
 - the body is streamed and the fetch aborted as soon as it passes ``max_body_size``; a declared
   ``Content-Length`` over the limit is refused before reading anything;
 - decompression is done here, not by aiohttp, so the *decompressed* bytes are counted against the same
@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import errno
+import functools
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
@@ -44,6 +45,7 @@ from crawlherd.fetch.hops import (
     AcceptedTypes,
     Hop,
     SendHop,
+    blame,
     check_length,
     follow,
     read_body,
@@ -110,10 +112,8 @@ class ResponseHeaders(Mapping[str, str]):
         return dict, (self._dict(),)  # pickled, copied: a plain dict
 
 
-def _response(
-    request: Request, url: str, status: int, headers: Mapping[str, str], body: bytes, encoding: str,
-    elapsed: float, redirects: tuple[str, ...],
-) -> Response:
+def _response(request: Request, url: str, status: int, headers: Mapping[str, str], body: bytes, encoding: str,
+              elapsed: float, redirects: tuple[str, ...]) -> Response:
     return Response(url, status, headers, body, request, elapsed, redirects, None, encoding)
 
 
@@ -136,6 +136,11 @@ class _GuardedResolver(AbstractResolver):
     async def close(self) -> None:
         await self._inner.close()
 
+
+#: ``total`` of HttpFetcher._timeout when the watchdog keeps the total timeout, and a deadline not set.
+_WATCHED = float("inf")
+#: A session's way for a hop: HTTP proxy or None, headers, cookie jar, cookies set (see HttpFetcher._hop).
+_Via = tuple["str | None", dict[str, str], list[Any], list[Any]]
 
 # The politeness key (``host[:port]``, as the frontier spells it) of the hop being sent, per task.
 _HOP_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("crawlherd_hop_host", default="")
@@ -193,18 +198,18 @@ class HttpFetcher:
         self._networks = parse_networks(self.limits.allowed_networks)
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[float, float, float], aiohttp.ClientTimeout] = {}
-        # Always passed explicitly: aiohttp reads ``timeout=None`` as "no timeout at all".
-        self._default_timeout = self._timeout(
-            self.limits.connect_timeout, self.limits.read_timeout, self.limits.total_timeout
-        )
+        # Always passed explicitly: aiohttp reads ``timeout=None`` as "no timeout at all". The limits'
+        # total timeout is the watchdog's, not aiohttp's: a timer handle and timer contexts per page.
+        self._default_timeout = self._timeout(self.limits.connect_timeout, self.limits.read_timeout, _WATCHED)
         self._closed = False
         self._routes: ProxyRoutes | None = None
-        # Read-timeout watchdog: fetching task -> [time of last progress, read timeout]. A task that
-        # made no progress for its read timeout is cancelled and its fetch raises FetchTimeoutError.
-        self._watch: dict[asyncio.Task[Any], list[float]] = {}
-        self._stalled: set[asyncio.Task[Any]] = set()
+        # Timeout watchdog: fetching task -> [time of last progress, read timeout, the hop's deadline,
+        # the total timeout it keeps, the hop's URL]. A task that made no progress for its read timeout,
+        # or whose hop passed its deadline, is cancelled and its fetch raises FetchTimeoutError.
+        self._watch: dict[asyncio.Task[Any], list[Any]] = {}
+        self._stalled: dict[asyncio.Task[Any], str] = {}  # cancelled task -> "read" or "total"
         self._watchdog: asyncio.Task[None] | None = None
-        self._tick = min(1.0, max(0.05, self.limits.read_timeout / 10))
+        self._tick = min(1.0, max(0.05, min(self.limits.read_timeout, self.limits.total_timeout) / 10))
         self._types = AcceptedTypes()  # the allow-list, with the charsets of the values it let through
         #: Consulted with the host (``host[:port]``, the frontier's key) right before each request --
         #: every redirect hop too -- is written to its connection (see SendGate). The Crawler uses it
@@ -247,12 +252,13 @@ class HttpFetcher:
         return session
 
     def _timeout(self, connect: float, read: float, total: float) -> aiohttp.ClientTimeout:
+        """aiohttp's timeouts for these; ``total=_WATCHED``: the total timeout is the watchdog's."""
         key = (connect, read, total)
         t = self._timeouts.get(key)
         if t is None:
             # No sock_read here: aiohttp re-arms a timer on every chunk received (two timer-heap
             # operations per page); the read timeout is kept by this fetcher's watchdog instead.
-            t = self._timeouts[key] = aiohttp.ClientTimeout(total=total, connect=connect)
+            t = self._timeouts[key] = aiohttp.ClientTimeout(total=None if total == _WATCHED else total, connect=connect)
         return t
 
     async def close(self) -> None:
@@ -272,12 +278,17 @@ class HttpFetcher:
         while True:
             await asyncio.sleep(self._tick)
             now = time.monotonic()
-            for task, (last, limit) in list(watch.items()):
-                if now - last > limit and task not in stalled:
-                    stalled.add(task)
+            for task, (last, limit, deadline, _, _) in list(watch.items()):
+                if task in stalled:
+                    continue
+                if now - last > limit:
+                    stalled[task] = "read"
+                    task.cancel()
+                elif now > deadline:
+                    stalled[task] = "total"
                     task.cancel()
 
-    def _progress(self) -> list[float] | None:
+    def _progress(self) -> list[Any] | None:
         """The watchdog entry of the current task (the send gate pauses it while waiting)."""
         task = asyncio.current_task()
         return None if task is None else self._watch.get(task)
@@ -303,90 +314,109 @@ class HttpFetcher:
         limits = self.limits
         timeout = self._default_timeout
         read_timeout = limits.read_timeout
+        total = limits.total_timeout  # kept by the watchdog; a request's own timeouts: by aiohttp
         meta = request._meta  # noqa: SLF001 - not request.meta, which makes a dict for every request
         if meta and meta.get("crawlherd.timeouts"):
             t = Timeouts.of(request, limits)
             read_timeout = t.read
             timeout = self._timeout(t.connect, t.read, t.total)
+            total = _WATCHED
         task = asyncio.current_task()
         if task is None:
             raise FetchError("HttpFetcher.fetch must run inside an asyncio task", url=request.url, request=request)
-        progress = [time.monotonic(), read_timeout]
+        started = time.perf_counter()
+        url = request.url
+        progress: list[Any] = [time.monotonic(), read_timeout, _WATCHED, total, url]
         self._watch[task] = progress
         under = session_of(meta)
         try:
             if under is not None:
                 return await self._fetch_under(under, session, request, timeout, progress, build)
-            hop = await follow(
-                self._hop_sender(session, request, timeout, progress), request, limits,
-                guard=None if limits.allow_private_addresses else self._guard_literal,
-            )
+            # The first hop is made here, not through follow(): a page that is not redirected -- most
+            # -- needs no redirect loop. A redirect goes on in follow(), which makes the other hops.
+            try:
+                if not limits.allow_private_addresses:
+                    self._guard_literal(url)
+                hop = await self._hop(session, request, timeout, progress, None, url, request.method, request.body,
+                                      request.host)
+            except FetchError as exc:
+                blame(exc, url, request)
+                raise
+            if hop.location is None:
+                hop.elapsed = time.perf_counter() - started
+            else:
+                guard = None if limits.allow_private_addresses else self._guard_literal
+                send = self._hop_sender(session, request, timeout, progress)
+                hop = await follow(send, request, limits, guard=guard, answered=hop, started=started)
             return build(request, hop.url, hop.status, hop.headers, hop.body, hop.encoding, hop.elapsed, hop.redirects)
         except asyncio.CancelledError:
-            if task in self._stalled:
-                self._stalled.discard(task)
+            why = self._stalled.pop(task, None)
+            if why is not None:
                 task.uncancel()
-                raise FetchTimeoutError(
-                    f"{request.url}: read timeout ({read_timeout:g} s without data)", url=request.url, request=request
-                ) from None
+                hop_url = progress[4]
+                message = (
+                    f"{hop_url}: read timeout ({read_timeout:g} s without data)" if why == "read"
+                    else f"{hop_url}: total timeout ({total} s)"
+                )
+                raise FetchTimeoutError(message, url=hop_url, request=request) from None
             raise
         finally:
             self._watch.pop(task, None)
             if self._stalled:
-                self._stalled.discard(task)
+                self._stalled.pop(task, None)
 
     def _hop_sender(
-        self, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout, progress: list[float],
-        via: tuple[str | None, dict[str, str], list[Any], list[Any]] | None = None,
+        self, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout, progress: list[Any],
+        via: _Via | None = None,
     ) -> SendHop:
+        """The hops of ``request``'s fetch, for :func:`~crawlherd.fetch.hops.follow` (see :meth:`_hop`)."""
+        return functools.partial(self._hop, session, request, timeout, progress, via)
+
+    async def _hop(
+        self, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout, progress: list[Any],
+        via: _Via | None, url: str, method: str, body: bytes | None, host: str,
+    ) -> Hop:
         """One hop of ``request``'s fetch: sent without following its redirect, its answer read within
         the limits (:mod:`crawlherd.fetch.hops`), aiohttp's and the OS's errors translated. ``via``:
         a session's (HTTP proxy or None, headers, cookie jar, cookies set -- both updated per hop)."""
+        progress[0] = now = time.monotonic()
+        progress[2] = now + progress[3]  # the total timeout runs per hop, as aiohttp's did
+        progress[4] = url
+        if self.send_gate is not None:
+            _HOP_HOST.set(host)
         headers = request._headers or None  # noqa: SLF001 - not request.headers, which makes a dict
-        gated = self.send_gate is not None
+        proxy = None
+        if via is not None:
+            proxy, base, jar, _ = via
+            cookie = cookie_header(jar, url) if jar else None
+            headers = {**base, "Cookie": cookie} if cookie else base
         limits = self.limits
-        types = self._types
-        extra: dict[str, Any] = {}
-
-        async def hop(url: str, method: str, body: bytes | None, host: str) -> Hop:
-            nonlocal headers
-            progress[0] = time.monotonic()
-            if gated:
-                _HOP_HOST.set(host)
-            if via is not None:
-                proxy, base, jar, _ = via
-                cookie = cookie_header(jar, url) if jar else None
-                headers = {**base, "Cookie": cookie} if cookie else base
-                if proxy is not None:
-                    extra["proxy"] = proxy
-            try:
-                async with session.request(
-                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout, **extra
-                ) as resp:
-                    status = resp.status
-                    raw = resp.headers
-                    if via is not None and "Set-Cookie" in raw:
-                        got = parse_set_cookie(raw.getall("Set-Cookie"), url)
-                        via[2][:] = merge_cookies(via[2], got)
-                        via[3].extend(got)
-                    if status in REDIRECT_STATUSES:  # a 200 asks no header
-                        location = redirect_location(status, raw.get("Location"))
-                        if location is not None:
-                            return Hop(status, location)
-                    charset = types.charset(limits, raw.get("Content-Type", ""), status, url, request)
-                    check_length(limits, resp.content_length, url, request)
-                    data = await read_body(limits, resp.content, raw.get("Content-Encoding"), url, request, progress)
-                    return Hop(status, None, url, ResponseHeaders(raw), data, charset)
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise _translate(exc, url, request, timeout) from None
-            except PROXY_ERRORS as exc:  # a SOCKS proxy's refusal (bad credentials, no route)
-                raise FetchError(f"{url}: the proxy refused the request ({exc})", url=url, request=request) from None
-
-        return hop
+        try:
+            async with session.request(
+                method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout, proxy=proxy
+            ) as resp:
+                status = resp.status
+                raw = resp.headers
+                if via is not None and "Set-Cookie" in raw:
+                    got = parse_set_cookie(raw.getall("Set-Cookie"), url)
+                    via[2][:] = merge_cookies(via[2], got)
+                    via[3].extend(got)
+                if status in REDIRECT_STATUSES:  # a 200 asks no header
+                    location = redirect_location(status, raw.get("Location"))
+                    if location is not None:
+                        return Hop(status, location)
+                charset = self._types.charset(limits, raw.get("Content-Type", ""), status, url, request)
+                check_length(limits, resp.content_length, url, request)
+                data = await read_body(limits, resp.content, raw.get("Content-Encoding"), url, request, progress)
+                return Hop(status, None, url, ResponseHeaders(raw), data, charset)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise _translate(exc, url, request, timeout) from None
+        except PROXY_ERRORS as exc:  # a SOCKS proxy's refusal (bad credentials, no route)
+            raise FetchError(f"{url}: the proxy refused the request ({exc})", url=url, request=request) from None
 
     async def _fetch_under(
         self, under: SessionMeta, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout,
-        progress: list[float], build: Callable[..., _T],
+        progress: list[Any], build: Callable[..., _T],
     ) -> _T:
         """A fetch under a session: its proxy, headers and cookies; the cookies set come back."""
         proxy = under.get("proxy") or None
