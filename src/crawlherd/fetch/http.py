@@ -17,14 +17,13 @@ Every fetch keeps to :class:`~crawlherd.fetch.base.FetchLimits`:
 The redirect loop and the limits on the answer are :mod:`crawlherd.fetch.hops`'s, shared by every
 fetcher; this module makes one hop (``_hop_sender``) on aiohttp.
 
-aiohttp and OS errors come out as :class:`~crawlherd.errors.FetchError` subclasses.
+aiohttp and OS errors come out as :class:`~crawlherd.errors.FetchError` subclasses (:mod:`crawlherd.fetch.http_errors`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import errno
 import functools
 import socket
 import time
@@ -36,7 +35,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from crawlherd._aio import cancel_and_wait
-from crawlherd.errors import AddressNotAllowedError, FetchError, FetchTimeoutError
+from crawlherd.errors import FetchError, FetchTimeoutError
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
 from crawlherd.fetch.gate import SendGate
 from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
@@ -51,6 +50,7 @@ from crawlherd.fetch.hops import (
     read_body,
     redirect_location,
 )
+from crawlherd.fetch.http_errors import translate
 from crawlherd.fetch.proxies import PROXY_ERRORS, ProxyRoutes
 from crawlherd.fetch.session import SessionMeta, cookie_header, merge_cookies, parse_set_cookie, session_of
 from crawlherd.request import Request
@@ -332,22 +332,32 @@ class HttpFetcher:
         try:
             if under is not None:
                 return await self._fetch_under(under, session, request, timeout, progress, build)
-            # The first hop is made here, not through follow(): a page that is not redirected -- most
-            # -- needs no redirect loop. A redirect goes on in follow(), which makes the other hops.
+            # The first hop is made here (_hop's work, without its coroutine) and a final answer built
+            # from it: a page that is not redirected -- most -- needs no redirect loop. A redirect goes
+            # on in follow(), which makes the other hops.
             try:
                 if not limits.allow_private_addresses:
                     self._guard_literal(url)
-                hop = await self._hop(session, request, timeout, progress, None, url, request.method, request.body,
-                                      request.host)
+                self._hop_begins(progress, url, request.host)
+                async with session.request(
+                    request.method, url, data=request.body, headers=request._headers or None,  # noqa: SLF001
+                    allow_redirects=False, timeout=timeout,
+                ) as resp:
+                    head = self._head(resp, url, request)
+                    if isinstance(head, str):
+                        raw = resp.headers
+                        coding = raw.get("Content-Encoding")
+                        data = await read_body(limits, resp.content, coding, url, request, progress)
+                        return build(request, url, resp.status, ResponseHeaders(raw), data, head,
+                                     time.perf_counter() - started, ())
             except FetchError as exc:
                 blame(exc, url, request)
                 raise
-            if hop.location is None:
-                hop.elapsed = time.perf_counter() - started
-            else:
-                guard = None if limits.allow_private_addresses else self._guard_literal
-                send = self._hop_sender(session, request, timeout, progress)
-                hop = await follow(send, request, limits, guard=guard, answered=hop, started=started)
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise translate(exc, url, request, timeout) from None
+            guard = None if limits.allow_private_addresses else self._guard_literal
+            send = self._hop_sender(session, request, timeout, progress)
+            hop = await follow(send, request, limits, guard=guard, answered=head, started=started)
             return build(request, hop.url, hop.status, hop.headers, hop.body, hop.encoding, hop.elapsed, hop.redirects)
         except asyncio.CancelledError:
             why = self._stalled.pop(task, None)
@@ -379,40 +389,53 @@ class HttpFetcher:
         """One hop of ``request``'s fetch: sent without following its redirect, its answer read within
         the limits (:mod:`crawlherd.fetch.hops`), aiohttp's and the OS's errors translated. ``via``:
         a session's (HTTP proxy or None, headers, cookie jar, cookies set -- both updated per hop)."""
-        progress[0] = now = time.monotonic()
-        progress[2] = now + progress[3]  # the total timeout runs per hop, as aiohttp's did
-        progress[4] = url
-        if self.send_gate is not None:
-            _HOP_HOST.set(host)
+        self._hop_begins(progress, url, host)
         headers = request._headers or None  # noqa: SLF001 - not request.headers, which makes a dict
         proxy = None
         if via is not None:
             proxy, base, jar, _ = via
             cookie = cookie_header(jar, url) if jar else None
             headers = {**base, "Cookie": cookie} if cookie else base
-        limits = self.limits
         try:
             async with session.request(
                 method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout, proxy=proxy
             ) as resp:
-                status = resp.status
                 raw = resp.headers
                 if via is not None and "Set-Cookie" in raw:
                     got = parse_set_cookie(raw.getall("Set-Cookie"), url)
                     via[2][:] = merge_cookies(via[2], got)
                     via[3].extend(got)
-                if status in REDIRECT_STATUSES:  # a 200 asks no header
-                    location = redirect_location(status, raw.get("Location"))
-                    if location is not None:
-                        return Hop(status, location)
-                charset = self._types.charset(limits, raw.get("Content-Type", ""), status, url, request)
-                check_length(limits, resp.content_length, url, request)
-                data = await read_body(limits, resp.content, raw.get("Content-Encoding"), url, request, progress)
-                return Hop(status, None, url, ResponseHeaders(raw), data, charset)
+                head = self._head(resp, url, request)
+                if isinstance(head, Hop):
+                    return head
+                data = await read_body(self.limits, resp.content, raw.get("Content-Encoding"), url, request, progress)
+                return Hop(resp.status, None, url, ResponseHeaders(raw), data, head)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise _translate(exc, url, request, timeout) from None
+            raise translate(exc, url, request, timeout) from None
         except PROXY_ERRORS as exc:  # a SOCKS proxy's refusal (bad credentials, no route)
             raise FetchError(f"{url}: the proxy refused the request ({exc})", url=url, request=request) from None
+
+    @staticmethod
+    def _hop_begins(progress: list[Any], url: str, host: str) -> None:
+        """A hop to ``url`` (politeness key ``host``) is about to be sent: its watchdog entry and send-gate key."""
+        progress[0] = now = time.monotonic()
+        progress[2] = now + progress[3]  # the total timeout runs per hop, as aiohttp's did
+        progress[4] = url
+        _HOP_HOST.set(host)
+
+    def _head(self, resp: aiohttp.ClientResponse, url: str, request: Request) -> Hop | str:
+        """What the status and headers of a hop's answer say: a redirect (its Hop), or for a final answer
+        its charset, once the limits on them passed (content type, declared length)."""
+        status = resp.status
+        raw = resp.headers
+        if status in REDIRECT_STATUSES:  # a 200 asks no header
+            location = redirect_location(status, raw.get("Location"))
+            if location is not None:
+                return Hop(status, location)
+        limits = self.limits
+        charset = self._types.charset(limits, raw.get("Content-Type", ""), status, url, request)
+        check_length(limits, resp.content_length, url, request)
+        return charset
 
     async def _fetch_under(
         self, under: SessionMeta, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout,
@@ -459,42 +482,3 @@ class HttpFetcher:
 
 #: HttpFetcher's own fetch, taken now: the module's name may be rebound later (a test's routing subclass).
 _OWN_FETCH = HttpFetcher.fetch
-
-
-def _translate(exc: BaseException, url: str, request: Request, timeout: aiohttp.ClientTimeout) -> FetchError:
-    """aiohttp's and the OS's errors of one hop as crawlherd's, in the words an operator searches for."""
-    if isinstance(exc, TimeoutError):
-        if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            return FetchTimeoutError(f"{url}: connect timeout ({timeout.connect} s)", url=url, request=request)
-        return FetchTimeoutError(f"{url}: total timeout ({timeout.total} s)", url=url, request=request)
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        inner = exc.__cause__ or exc.os_error
-        if isinstance(inner, AddressNotAllowedError):
-            inner.url, inner.request = url, request
-            return inner
-        return FetchError(f"{url}: {_connect_reason(exc)}", url=url, request=request)
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return FetchError(f"{url}: the server closed the connection without a response", url=url, request=request)
-    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError)):
-        return FetchError(f"{url}: connection broken mid-response ({_reason(exc)})", url=url, request=request)
-    if isinstance(exc, aiohttp.InvalidURL):
-        return FetchError(f"{url}: invalid URL ({exc})", url=url, request=request)
-    if isinstance(exc, aiohttp.ClientError):
-        return FetchError(f"{url}: {type(exc).__name__}: {exc}", url=url, request=request)
-    return FetchError(f"{url}: {_reason(exc)}", url=url, request=request)
-
-
-def _connect_reason(exc: aiohttp.ClientConnectorError) -> str:
-    """What went wrong opening the connection, in the words an operator searches for."""
-    where = f"{exc.host}:{exc.port}"
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        return f"DNS lookup failed for {exc.host} ({exc.strerror or exc.os_error})"
-    if isinstance(exc.os_error, ConnectionRefusedError) or exc.os_error.errno == errno.ECONNREFUSED:
-        return f"connection refused by {where}"
-    return f"cannot connect to {where} ({exc.strerror or exc})"
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, ConnectionResetError) or (isinstance(exc, OSError) and exc.errno == errno.ECONNRESET):
-        return "connection reset by peer"
-    return str(exc) or type(exc).__name__
