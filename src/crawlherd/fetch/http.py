@@ -15,7 +15,7 @@ Every fetch keeps to :class:`~crawlherd.fetch.base.FetchLimits`:
   the site set come back in the result. Without one, no cookie is kept or sent.
 
 The redirect loop and the limits on the answer are :mod:`crawlherd.fetch.hops`'s, shared by every
-fetcher; this module makes one hop (``_hop_sender``) on aiohttp.
+fetcher; this module makes each hop on aiohttp (the first in ``_fetch``, the others in ``_hop``).
 
 aiohttp and OS errors come out as :class:`~crawlherd.errors.FetchError` subclasses (:mod:`crawlherd.fetch.http_errors`).
 """
