@@ -14,6 +14,7 @@ and is not what is measured.
 
     .venv/bin/python bench/crawl.py                 # raw and crawlherd, both loops, 3 rounds, median
     .venv/bin/python bench/crawl.py --only crawlherd --loop asyncio --profile   # cProfile of one client
+    .venv/bin/python bench/crawl.py --base-src /work/main/src   # adds crawlherd@base: another tree's code
 
 ``--hosts N`` (see bench/crawl_board.py): a job board on N loopback hosts followed by links -- the
 issue's ``crawlherd crawl`` row -- against raw aiohttp fetching the same URLs under the same limits:
@@ -262,11 +263,17 @@ def client(kind: str, loop: str, base: str, pages: int, profile: str | None) -> 
 # -- driver ----------------------------------------------------------------------------------------
 
 
-def measure(kind: str, loop: str, base: str, pages: int, profile: str | None = None) -> dict[str, float]:
-    cmd = [sys.executable, __file__, "--client", kind, "--loop", loop, "--base", base, "--pages", str(pages)]
+def measure(
+    kind: str, loop: str, base: str, pages: int, profile: str | None = None, base_src: str | None = None
+) -> dict[str, float]:
+    env = None
+    if kind == "crawlherd@base":  # crawlherd from another tree's src, first on the path
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [base_src, os.environ.get("PYTHONPATH")]))}
+    client_kind = kind.partition("@")[0]
+    cmd = [sys.executable, __file__, "--client", client_kind, "--loop", loop, "--base", base, "--pages", str(pages)]
     if profile:
         cmd += ["--profile", profile]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if profile:
         sys.stderr.write(out.stderr)
     if out.returncode != 0:
@@ -294,6 +301,7 @@ def main() -> None:
     parser.add_argument("--only", choices=["raw", "crawlherd", "scrapy"], action="append")
     parser.add_argument("--loop", choices=[*LOOPS, "both"], default="both")
     parser.add_argument("--profile", choices=["cprofile", "pyinstrument"], help="profile the client (one round)")
+    parser.add_argument("--base-src", help="also run crawlherd@base from this src (another checkout's) in every round")
     parser.add_argument("--client", help=argparse.SUPPRESS)
     parser.add_argument("--base", help=argparse.SUPPRESS)
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
@@ -304,7 +312,7 @@ def main() -> None:
     if args.client:
         client(args.client, args.loop, args.base, args.pages, args.profile)
         return
-    kinds = args.only or ["raw", "crawlherd"]
+    kinds = (args.only or ["raw", "crawlherd"]) + (["crawlherd@base"] if args.base_src else [])
     loops = list(LOOPS) if args.loop == "both" else [args.loop]
     if "uvloop" in loops and importlib.util.find_spec("uvloop") is None:
         sys.exit("uvloop is not installed: pip install 'crawlherd[uvloop]' (or pass --loop asyncio)")
@@ -319,13 +327,13 @@ def main() -> None:
                 for kind in kinds:
                     if kind == "scrapy" and (runs[(lp, kind)] or lp != "asyncio"):
                         continue  # one Scrapy round, on its own reactor: it is far behind
-                    runs[(lp, kind)].append(measure(kind, lp, base, args.pages, args.profile))
+                    runs[(lp, kind)].append(measure(kind, lp, base, args.pages, args.profile, args.base_src))
     finally:
         server.terminate()
         server.wait(10)
     print(f"{args.pages} pages of 10-20 KB from a loopback server process, concurrency {CONCURRENCY}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; median of {rounds} interleaved rounds")
-    print(f"{'loop':<9}{'client':<12}{'pages/s':>10}{'best':>8}{'CPU us/page':>13}{'peak RSS MiB':>14}"
+    print(f"{'loop':<9}{'client':<16}{'pages/s':>10}{'best':>8}{'CPU us/page':>13}{'peak RSS MiB':>14}"
           f"{'vs raw':>9}{'best':>7}")
     for (lp, kind), rs in runs.items():
         if not rs:
@@ -339,7 +347,7 @@ def main() -> None:
             best_ratio = f"{best / max(args.pages / r['seconds'] for r in raw):.2f}x"
         cpu = statistics.median(r["cpu"] for r in rs) / args.pages * 1e6
         rss = max(r["rss"] for r in rs) / 2**20
-        print(f"{lp:<9}{kind:<12}{med:>10.0f}{best:>8.0f}{cpu:>13.0f}{rss:>14.0f}{ratio:>9}{best_ratio:>7}")
+        print(f"{lp:<9}{kind:<16}{med:>10.0f}{best:>8.0f}{cpu:>13.0f}{rss:>14.0f}{ratio:>9}{best_ratio:>7}")
     print("pages/s and CPU: medians; 'best': the fastest round of each client (less sensitive to other load)")
 
 

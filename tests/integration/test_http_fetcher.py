@@ -132,7 +132,7 @@ async def test_a_stop_that_comes_with_a_read_timeout_stops_the_fetch(
     task = asyncio.create_task(fetcher.fetch(req))
     await wait_until(lambda: reading(server, fetcher, task), deadline=30)
     await asyncio.sleep(0.05)  # the response's headers read: the fetch waits for its body
-    fetcher._stalled.add(task)  # what the read watchdog does on a stall ...
+    fetcher._stalled[task] = "read"  # what the read watchdog does on a stall ...
     task.cancel()
     task.cancel()  # ... and a stop, before the task runs again
     with pytest.raises(asyncio.CancelledError):
@@ -143,7 +143,7 @@ async def test_a_read_timeout_alone_is_a_read_timeout(server: MisbehavingServer,
     req = Request(server.url + "/stall?seconds=3600", meta={"crawlherd.timeouts": {"read": 3600}})
     task = asyncio.create_task(fetcher.fetch(req))
     await wait_until(lambda: reading(server, fetcher, task), deadline=30)
-    fetcher._stalled.add(task)
+    fetcher._stalled[task] = "read"
     task.cancel()
     with pytest.raises(FetchTimeoutError, match="read timeout"):
         await task

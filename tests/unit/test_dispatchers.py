@@ -135,7 +135,9 @@ async def test_closing_the_stream_cancels_work_in_flight_and_leaks_no_task() -> 
     assert stats.in_flight == 0 and stats.queued == len(URLS) - 1
 
 
-@pytest.mark.parametrize("make", [lambda: SemaphoreDispatcher(2), lambda: MemoryAdaptiveDispatcher(max_session_permit=2, memory_reader=Reading(50))])
+@pytest.mark.parametrize("make", [
+    lambda: SemaphoreDispatcher(2), lambda: MemoryAdaptiveDispatcher(max_session_permit=2, memory_reader=Reading(50)),
+])
 async def test_a_page_task_that_lets_its_cancellation_go_by_does_not_hold_the_stop_for_ever(
     make: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

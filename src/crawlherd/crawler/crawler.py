@@ -156,7 +156,7 @@ class Crawler(AsyncClosing):
             request = run_request(url_or_request, run)
         except InvalidURLError as exc:
             return failed(str(url_or_request), exc)
-        return await self._process(request, run)
+        return await self._process(run, request)
 
     def _check_screenshot(self, config: CrawlerRunConfig) -> None:
         """Say once per fetcher that a screenshot was asked of a fetcher that cannot take one."""
@@ -172,7 +172,7 @@ class Crawler(AsyncClosing):
                 name,
             )
 
-    async def _process(self, request: Request, run: CrawlRun) -> CrawlResult:
+    async def _process(self, run: CrawlRun, request: Request) -> CrawlResult:
         config = run.config
         cache_mode = config.cache_mode
         if is_robots_request(request):
@@ -281,7 +281,7 @@ class Crawler(AsyncClosing):
 
     def _stream(self, run: CrawlRun, dispatcher: Dispatcher, first: list[CrawlResult]) -> CrawlStream:
         return CrawlStream(
-            run, dispatcher, first, process=functools.partial(self._process, run=run), gate=self.gate,
+            run, dispatcher, first, process=functools.partial(self._process, run), gate=self.gate,
             clock=self.clock, registry=self._streams,
         )
 

@@ -44,7 +44,7 @@ from crawlherd.fetch.gate import hop_host
 from crawlherd.request import Request
 
 __all__ = [
-    "REDIRECT_STATUSES", "AcceptedTypes", "Guard", "Hop", "SendHop", "check_length", "check_size", "follow",
+    "REDIRECT_STATUSES", "AcceptedTypes", "Guard", "Hop", "SendHop", "blame", "check_length", "check_size", "follow",
     "read_body", "redirect_location", "response_of",
 ]
 
@@ -101,29 +101,36 @@ async def follow(
     method: str = "GET",
     guard: Guard | None = None,
     guard_first: bool = True,
+    answered: Hop | None = None,
+    started: float | None = None,
 ) -> Hop:
     """Make the hops of one fetch with ``send`` until a final answer, and return it (its ``url``,
     ``elapsed`` and ``redirects`` filled in). The chain starts at ``request`` (its URL, method and
     body; errors carry it), or without one (a page's own sub-resource) at ``url`` with ``method``.
     ``guard`` checks every hop's URL before it is sent; ``guard_first=False`` when the caller checked
-    the first one already."""
+    the first one already. ``answered``: what the first hop already answered (a fetcher that makes
+    the first hop itself, to spare a page that is not redirected this loop), the fetch having
+    begun at ``started`` (``time.perf_counter()``)."""
     body: bytes | None = None
     host = ""
     if request is not None:
         url, method, body, host = request.url, request.method, request.body, request.host
     first = url
-    started = time.perf_counter()
+    if started is None:
+        started = time.perf_counter()
     redirects: list[str] = []
+    hop = answered
     while True:
-        try:
-            if guard is not None and (guard_first or redirects):
-                checked = guard(url)
-                if checked is not None:
-                    await checked
-            hop = await send(url, method, body, host)
-        except FetchError as exc:
-            _blame(exc, url, request)
-            raise
+        if hop is None:
+            try:
+                if guard is not None and (guard_first or redirects):
+                    checked = guard(url)
+                    if checked is not None:
+                        await checked
+                hop = await send(url, method, body, host)
+            except FetchError as exc:
+                blame(exc, url, request)
+                raise
         location = hop.location
         if location is None:
             hop.elapsed = time.perf_counter() - started
@@ -149,9 +156,10 @@ async def follow(
             except InvalidURLError as exc:
                 raise FetchError(f"{url}: redirect to an invalid URL ({exc})", url=url, request=request) from None
         url = target
+        hop = None
 
 
-def _blame(exc: FetchError, url: str, request: Request | None) -> None:
+def blame(exc: FetchError, url: str, request: Request | None) -> None:
     """An error of a hop names the fetch's request and the hop's URL (a resolver's refusal names only
     the host it resolved)."""
     if exc.request is None:

@@ -2,8 +2,8 @@
 
 Every fetch keeps to :class:`~crawlherd.fetch.base.FetchLimits`:
 
-- connect / read / total timeouts (``aiohttp.ClientTimeout``; per request via
-  ``meta["crawlherd.timeouts"]``);
+- connect / read / total timeouts (connect: aiohttp's; read and total per hop: the fetcher's watchdog;
+  per request via ``meta["crawlherd.timeouts"]``, whose total is aiohttp's);
 - the body is streamed and the fetch aborted as soon as it passes ``max_body_size``; a declared
   ``Content-Length`` over the limit is refused before reading anything;
 - decompression is done here, not by aiohttp, so the *decompressed* bytes are counted against the same
@@ -15,16 +15,16 @@ Every fetch keeps to :class:`~crawlherd.fetch.base.FetchLimits`:
   the site set come back in the result. Without one, no cookie is kept or sent.
 
 The redirect loop and the limits on the answer are :mod:`crawlherd.fetch.hops`'s, shared by every
-fetcher; this module makes one hop (``_hop_sender``) on aiohttp.
+fetcher; this module makes each hop on aiohttp (the first in ``_fetch``, the others in ``_hop``).
 
-aiohttp and OS errors come out as :class:`~crawlherd.errors.FetchError` subclasses.
+aiohttp and OS errors come out as :class:`~crawlherd.errors.FetchError` subclasses (:mod:`crawlherd.fetch.http_errors`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import errno
+import functools
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
@@ -35,7 +35,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from crawlherd._aio import cancel_and_wait
-from crawlherd.errors import AddressNotAllowedError, FetchError, FetchTimeoutError
+from crawlherd.errors import FetchError, FetchTimeoutError
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
 from crawlherd.fetch.gate import SendGate
 from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
@@ -44,11 +44,13 @@ from crawlherd.fetch.hops import (
     AcceptedTypes,
     Hop,
     SendHop,
+    blame,
     check_length,
     follow,
     read_body,
     redirect_location,
 )
+from crawlherd.fetch.http_errors import translate
 from crawlherd.fetch.proxies import PROXY_ERRORS, ProxyRoutes
 from crawlherd.fetch.session import SessionMeta, cookie_header, merge_cookies, parse_set_cookie, session_of
 from crawlherd.request import Request
@@ -110,10 +112,8 @@ class ResponseHeaders(Mapping[str, str]):
         return dict, (self._dict(),)  # pickled, copied: a plain dict
 
 
-def _response(
-    request: Request, url: str, status: int, headers: Mapping[str, str], body: bytes, encoding: str,
-    elapsed: float, redirects: tuple[str, ...],
-) -> Response:
+def _response(request: Request, url: str, status: int, headers: Mapping[str, str], body: bytes, encoding: str,
+              elapsed: float, redirects: tuple[str, ...]) -> Response:
     return Response(url, status, headers, body, request, elapsed, redirects, None, encoding)
 
 
@@ -136,6 +136,11 @@ class _GuardedResolver(AbstractResolver):
     async def close(self) -> None:
         await self._inner.close()
 
+
+#: ``total`` of HttpFetcher._timeout when the watchdog keeps the total timeout, and a deadline not set.
+_WATCHED = float("inf")
+#: A session's way for a hop: HTTP proxy or None, headers, cookie jar, cookies set (see HttpFetcher._hop).
+_Via = tuple["str | None", dict[str, str], list[Any], list[Any]]
 
 # The politeness key (``host[:port]``, as the frontier spells it) of the hop being sent, per task.
 _HOP_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("crawlherd_hop_host", default="")
@@ -193,18 +198,18 @@ class HttpFetcher:
         self._networks = parse_networks(self.limits.allowed_networks)
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[tuple[float, float, float], aiohttp.ClientTimeout] = {}
-        # Always passed explicitly: aiohttp reads ``timeout=None`` as "no timeout at all".
-        self._default_timeout = self._timeout(
-            self.limits.connect_timeout, self.limits.read_timeout, self.limits.total_timeout
-        )
+        # Always passed explicitly: aiohttp reads ``timeout=None`` as "no timeout at all". The limits'
+        # total timeout is the watchdog's, not aiohttp's: a timer handle and timer contexts per page.
+        self._default_timeout = self._timeout(self.limits.connect_timeout, self.limits.read_timeout, _WATCHED)
         self._closed = False
         self._routes: ProxyRoutes | None = None
-        # Read-timeout watchdog: fetching task -> [time of last progress, read timeout]. A task that
-        # made no progress for its read timeout is cancelled and its fetch raises FetchTimeoutError.
-        self._watch: dict[asyncio.Task[Any], list[float]] = {}
-        self._stalled: set[asyncio.Task[Any]] = set()
+        # Timeout watchdog: fetching task -> [time of last progress, read timeout, the hop's deadline,
+        # the total timeout it keeps, the hop's URL]. A task that made no progress for its read timeout,
+        # or whose hop passed its deadline, is cancelled and its fetch raises FetchTimeoutError.
+        self._watch: dict[asyncio.Task[Any], list[Any]] = {}
+        self._stalled: dict[asyncio.Task[Any], str] = {}  # cancelled task -> "read" or "total"
         self._watchdog: asyncio.Task[None] | None = None
-        self._tick = min(1.0, max(0.05, self.limits.read_timeout / 10))
+        self._tick = min(1.0, max(0.05, min(self.limits.read_timeout, self.limits.total_timeout) / 10))
         self._types = AcceptedTypes()  # the allow-list, with the charsets of the values it let through
         #: Consulted with the host (``host[:port]``, the frontier's key) right before each request --
         #: every redirect hop too -- is written to its connection (see SendGate). The Crawler uses it
@@ -247,12 +252,13 @@ class HttpFetcher:
         return session
 
     def _timeout(self, connect: float, read: float, total: float) -> aiohttp.ClientTimeout:
+        """aiohttp's timeouts for these; ``total=_WATCHED``: the total timeout is the watchdog's."""
         key = (connect, read, total)
         t = self._timeouts.get(key)
         if t is None:
             # No sock_read here: aiohttp re-arms a timer on every chunk received (two timer-heap
             # operations per page); the read timeout is kept by this fetcher's watchdog instead.
-            t = self._timeouts[key] = aiohttp.ClientTimeout(total=total, connect=connect)
+            t = self._timeouts[key] = aiohttp.ClientTimeout(total=None if total == _WATCHED else total, connect=connect)
         return t
 
     async def close(self) -> None:
@@ -272,12 +278,17 @@ class HttpFetcher:
         while True:
             await asyncio.sleep(self._tick)
             now = time.monotonic()
-            for task, (last, limit) in list(watch.items()):
-                if now - last > limit and task not in stalled:
-                    stalled.add(task)
+            for task, (last, limit, deadline, _, _) in list(watch.items()):
+                if task in stalled:
+                    continue
+                if now - last > limit:
+                    stalled[task] = "read"
+                    task.cancel()
+                elif now > deadline:
+                    stalled[task] = "total"
                     task.cancel()
 
-    def _progress(self) -> list[float] | None:
+    def _progress(self) -> list[Any] | None:
         """The watchdog entry of the current task (the send gate pauses it while waiting)."""
         task = asyncio.current_task()
         return None if task is None else self._watch.get(task)
@@ -303,92 +314,134 @@ class HttpFetcher:
         limits = self.limits
         timeout = self._default_timeout
         read_timeout = limits.read_timeout
+        total = limits.total_timeout  # kept by the watchdog; a request's own timeouts: by aiohttp
         meta = request._meta  # noqa: SLF001 - not request.meta, which makes a dict for every request
         if meta and meta.get("crawlherd.timeouts"):
             t = Timeouts.of(request, limits)
             read_timeout = t.read
             timeout = self._timeout(t.connect, t.read, t.total)
+            total = _WATCHED
         task = asyncio.current_task()
         if task is None:
             raise FetchError("HttpFetcher.fetch must run inside an asyncio task", url=request.url, request=request)
-        progress = [time.monotonic(), read_timeout]
+        started = time.perf_counter()
+        url = request.url
+        progress: list[Any] = [time.monotonic(), read_timeout, _WATCHED, total, url]
         self._watch[task] = progress
         cancelling = task.cancelling()  # a cancellation from elsewhere must get through, a stall's or not
         under = session_of(meta)
         try:
             if under is not None:
                 return await self._fetch_under(under, session, request, timeout, progress, build)
-            hop = await follow(
-                self._hop_sender(session, request, timeout, progress), request, limits,
-                guard=None if limits.allow_private_addresses else self._guard_literal,
-            )
+            # The first hop is made here (_hop's work, without its coroutine) and a final answer built
+            # from it: a page that is not redirected -- most -- needs no redirect loop. A redirect goes
+            # on in follow(), which makes the other hops.
+            try:
+                if not limits.allow_private_addresses:
+                    self._guard_literal(url)
+                self._hop_begins(progress, url, request.host)
+                async with session.request(
+                    request.method, url, data=request.body, headers=request._headers or None,  # noqa: SLF001
+                    allow_redirects=False, timeout=timeout,
+                ) as resp:
+                    head = self._head(resp, url, request)
+                    if isinstance(head, str):
+                        raw = resp.headers
+                        coding = raw.get("Content-Encoding")
+                        data = await read_body(limits, resp.content, coding, url, request, progress)
+                        return build(request, url, resp.status, ResponseHeaders(raw), data, head,
+                                     time.perf_counter() - started, ())
+            except FetchError as exc:
+                blame(exc, url, request)
+                raise
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise translate(exc, url, request, timeout) from None
+            guard = None if limits.allow_private_addresses else self._guard_literal
+            send = self._hop_sender(session, request, timeout, progress)
+            hop = await follow(send, request, limits, guard=guard, answered=head, started=started)
             return build(request, hop.url, hop.status, hop.headers, hop.body, hop.encoding, hop.elapsed, hop.redirects)
         except asyncio.CancelledError:
-            if task in self._stalled:
-                self._stalled.discard(task)
+            why = self._stalled.pop(task, None)
+            if why is not None:
                 if task.uncancel() > cancelling:  # cancelled from elsewhere too (a stop): that goes on
                     raise
-                raise FetchTimeoutError(
-                    f"{request.url}: read timeout ({read_timeout:g} s without data)", url=request.url, request=request
-                ) from None
+                hop_url = progress[4]
+                message = (
+                    f"{hop_url}: read timeout ({read_timeout:g} s without data)" if why == "read"
+                    else f"{hop_url}: total timeout ({total} s)"
+                )
+                raise FetchTimeoutError(message, url=hop_url, request=request) from None
             raise
         finally:
             self._watch.pop(task, None)
             if self._stalled:
-                self._stalled.discard(task)
+                self._stalled.pop(task, None)
 
     def _hop_sender(
-        self, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout, progress: list[float],
-        via: tuple[str | None, dict[str, str], list[Any], list[Any]] | None = None,
+        self, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout, progress: list[Any],
+        via: _Via | None = None,
     ) -> SendHop:
+        """The hops of ``request``'s fetch, for :func:`~crawlherd.fetch.hops.follow` (see :meth:`_hop`)."""
+        return functools.partial(self._hop, session, request, timeout, progress, via)
+
+    async def _hop(
+        self, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout, progress: list[Any],
+        via: _Via | None, url: str, method: str, body: bytes | None, host: str,
+    ) -> Hop:
         """One hop of ``request``'s fetch: sent without following its redirect, its answer read within
         the limits (:mod:`crawlherd.fetch.hops`), aiohttp's and the OS's errors translated. ``via``:
         a session's (HTTP proxy or None, headers, cookie jar, cookies set -- both updated per hop)."""
+        self._hop_begins(progress, url, host)
         headers = request._headers or None  # noqa: SLF001 - not request.headers, which makes a dict
-        gated = self.send_gate is not None
+        proxy = None
+        if via is not None:
+            proxy, base, jar, _ = via
+            cookie = cookie_header(jar, url) if jar else None
+            headers = {**base, "Cookie": cookie} if cookie else base
+        try:
+            async with session.request(
+                method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout, proxy=proxy
+            ) as resp:
+                raw = resp.headers
+                if via is not None and "Set-Cookie" in raw:
+                    got = parse_set_cookie(raw.getall("Set-Cookie"), url)
+                    via[2][:] = merge_cookies(via[2], got)
+                    via[3].extend(got)
+                head = self._head(resp, url, request)
+                if isinstance(head, Hop):
+                    return head
+                data = await read_body(self.limits, resp.content, raw.get("Content-Encoding"), url, request, progress)
+                return Hop(resp.status, None, url, ResponseHeaders(raw), data, head)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise translate(exc, url, request, timeout) from None
+        except PROXY_ERRORS as exc:  # a SOCKS proxy's refusal (bad credentials, no route)
+            raise FetchError(f"{url}: the proxy refused the request ({exc})", url=url, request=request) from None
+
+    @staticmethod
+    def _hop_begins(progress: list[Any], url: str, host: str) -> None:
+        """A hop to ``url`` (politeness key ``host``) is about to be sent: its watchdog entry and send-gate key."""
+        progress[0] = now = time.monotonic()
+        progress[2] = now + progress[3]  # the total timeout runs per hop, as aiohttp's did
+        progress[4] = url
+        _HOP_HOST.set(host)
+
+    def _head(self, resp: aiohttp.ClientResponse, url: str, request: Request) -> Hop | str:
+        """What the status and headers of a hop's answer say: a redirect (its Hop), or for a final answer
+        its charset, once the limits on them passed (content type, declared length)."""
+        status = resp.status
+        raw = resp.headers
+        if status in REDIRECT_STATUSES:  # a 200 asks no header
+            location = redirect_location(status, raw.get("Location"))
+            if location is not None:
+                return Hop(status, location)
         limits = self.limits
-        types = self._types
-        extra: dict[str, Any] = {}
-
-        async def hop(url: str, method: str, body: bytes | None, host: str) -> Hop:
-            nonlocal headers
-            progress[0] = time.monotonic()
-            if gated:
-                _HOP_HOST.set(host)
-            if via is not None:
-                proxy, base, jar, _ = via
-                cookie = cookie_header(jar, url) if jar else None
-                headers = {**base, "Cookie": cookie} if cookie else base
-                if proxy is not None:
-                    extra["proxy"] = proxy
-            try:
-                async with session.request(
-                    method, url, data=body, headers=headers, allow_redirects=False, timeout=timeout, **extra
-                ) as resp:
-                    status = resp.status
-                    raw = resp.headers
-                    if via is not None and "Set-Cookie" in raw:
-                        got = parse_set_cookie(raw.getall("Set-Cookie"), url)
-                        via[2][:] = merge_cookies(via[2], got)
-                        via[3].extend(got)
-                    if status in REDIRECT_STATUSES:  # a 200 asks no header
-                        location = redirect_location(status, raw.get("Location"))
-                        if location is not None:
-                            return Hop(status, location)
-                    charset = types.charset(limits, raw.get("Content-Type", ""), status, url, request)
-                    check_length(limits, resp.content_length, url, request)
-                    data = await read_body(limits, resp.content, raw.get("Content-Encoding"), url, request, progress)
-                    return Hop(status, None, url, ResponseHeaders(raw), data, charset)
-            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                raise _translate(exc, url, request, timeout) from None
-            except PROXY_ERRORS as exc:  # a SOCKS proxy's refusal (bad credentials, no route)
-                raise FetchError(f"{url}: the proxy refused the request ({exc})", url=url, request=request) from None
-
-        return hop
+        charset = self._types.charset(limits, raw.get("Content-Type", ""), status, url, request)
+        check_length(limits, resp.content_length, url, request)
+        return charset
 
     async def _fetch_under(
         self, under: SessionMeta, session: aiohttp.ClientSession, request: Request, timeout: aiohttp.ClientTimeout,
-        progress: list[float], build: Callable[..., _T],
+        progress: list[Any], build: Callable[..., _T],
     ) -> _T:
         """A fetch under a session: its proxy, headers and cookies; the cookies set come back."""
         proxy = under.get("proxy") or None
@@ -431,42 +484,3 @@ class HttpFetcher:
 
 #: HttpFetcher's own fetch, taken now: the module's name may be rebound later (a test's routing subclass).
 _OWN_FETCH = HttpFetcher.fetch
-
-
-def _translate(exc: BaseException, url: str, request: Request, timeout: aiohttp.ClientTimeout) -> FetchError:
-    """aiohttp's and the OS's errors of one hop as crawlherd's, in the words an operator searches for."""
-    if isinstance(exc, TimeoutError):
-        if isinstance(exc, aiohttp.ConnectionTimeoutError):
-            return FetchTimeoutError(f"{url}: connect timeout ({timeout.connect} s)", url=url, request=request)
-        return FetchTimeoutError(f"{url}: total timeout ({timeout.total} s)", url=url, request=request)
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        inner = exc.__cause__ or exc.os_error
-        if isinstance(inner, AddressNotAllowedError):
-            inner.url, inner.request = url, request
-            return inner
-        return FetchError(f"{url}: {_connect_reason(exc)}", url=url, request=request)
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return FetchError(f"{url}: the server closed the connection without a response", url=url, request=request)
-    if isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientOSError, ConnectionError)):
-        return FetchError(f"{url}: connection broken mid-response ({_reason(exc)})", url=url, request=request)
-    if isinstance(exc, aiohttp.InvalidURL):
-        return FetchError(f"{url}: invalid URL ({exc})", url=url, request=request)
-    if isinstance(exc, aiohttp.ClientError):
-        return FetchError(f"{url}: {type(exc).__name__}: {exc}", url=url, request=request)
-    return FetchError(f"{url}: {_reason(exc)}", url=url, request=request)
-
-
-def _connect_reason(exc: aiohttp.ClientConnectorError) -> str:
-    """What went wrong opening the connection, in the words an operator searches for."""
-    where = f"{exc.host}:{exc.port}"
-    if isinstance(exc, aiohttp.ClientConnectorDNSError):
-        return f"DNS lookup failed for {exc.host} ({exc.strerror or exc.os_error})"
-    if isinstance(exc.os_error, ConnectionRefusedError) or exc.os_error.errno == errno.ECONNREFUSED:
-        return f"connection refused by {where}"
-    return f"cannot connect to {where} ({exc.strerror or exc})"
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, ConnectionResetError) or (isinstance(exc, OSError) and exc.errno == errno.ECONNRESET):
-        return "connection reset by peer"
-    return str(exc) or type(exc).__name__

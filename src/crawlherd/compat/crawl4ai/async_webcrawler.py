@@ -164,8 +164,8 @@ class AsyncWebCrawler(Crawler):
             return dispatcher
         return super()._dispatcher(dispatcher, config, stream)
 
-    async def _process(self, request: Request, run: CrawlRun) -> CrawlResult:
-        result = await super()._process(request, run)
+    async def _process(self, run: CrawlRun, request: Request) -> CrawlResult:
+        result = await super()._process(run, request)
         config = run.config
         generator = getattr(config, "markdown_generator", None)
         if generator is not None and result.success and result.content_type in _HTML:

@@ -274,7 +274,13 @@ class BaseDispatcher:
         if state.requeues:
             info.requeues = state.requeues.pop(request.fingerprint, 0)
         result.dispatch = info
-        await self._settle(state, lease, result)
+        if result.success:  # most pages: the ack without a coroutine of _settle's
+            try:
+                await state.frontier.ack(lease)
+            except LeaseError:
+                _expired(lease)
+        else:
+            await self._settle(state, lease, result)
         if monitor is not None:
             monitor.task_finished(result)
         return result
@@ -317,14 +323,18 @@ class BaseDispatcher:
             else:
                 await state.frontier.fail(lease, result.error_message or f"HTTP {result.status_code}")
         except LeaseError:
-            # The lease expired while the page was being fetched: the frontier has already put the URL
-            # back. The result is still reported. Either the frontier's lease_timeout is too short for this
-            # site, or (a shared frontier) this process could not renew the lease in time: it hung.
-            log.warning(
-                "lease of %s expired before it was settled: the frontier's lease_timeout is too short for it, "
-                "or this process did not renew it within the frontier's liveness (it hung or lost the frontier)",
-                lease.request.url,
-            )
+            _expired(lease)
+
+
+def _expired(lease: Lease) -> None:
+    """Say that ``lease`` expired while its page was being fetched: the frontier has already put the URL
+    back. The result is still reported. Either the frontier's lease_timeout is too short for this site,
+    or (a shared frontier) this process could not renew the lease in time: it hung."""
+    log.warning(
+        "lease of %s expired before it was settled: the frontier's lease_timeout is too short for it, "
+        "or this process did not renew it within the frontier's liveness (it hung or lost the frontier)",
+        lease.request.url,
+    )
 
 
 def _crashed(request: Request, exc: Exception) -> CrawlResult:
