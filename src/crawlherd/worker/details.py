@@ -197,7 +197,8 @@ class DetailLedger:
             async with self.engine.connect() as conn:
                 rows = await conn.execute(
                     select(JobDetail.target_id, JobDetail.slot_at, func.count())
-                    .where(JobDetail.target_id.in_({t for t, _ in runs}), JobDetail.status == "out")
+                    .where(JobDetail.target_id.in_({t for t, _ in runs}), JobDetail.slot_at.in_({s for _, s in runs}),
+                           JobDetail.status == "out")
                     .group_by(JobDetail.target_id, JobDetail.slot_at)
                 )
                 counts = {(t, s): int(n) for t, s, n in rows}
