@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Self, TypeVar
 
-__all__ = ["AsyncClosing", "awaiting", "cancel_and_wait", "pipe", "until_done", "wait_while_progressing"]
+__all__ = ["AsyncClosing", "awaiting", "cancel_and_wait", "first_of", "pipe", "until_done", "wait_while_progressing"]
 
 T = TypeVar("T")
 
@@ -48,6 +48,16 @@ async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
 #: Event-loop turns given, when a stall deadline has passed, to answers already received but not yet
 #: read (the socket's callback, the client's reader task, the waiter it wakes).
 _CATCH_UP_TURNS = 5
+
+
+async def first_of(*aws: Awaitable[object]) -> None:
+    """Wait for the first of ``aws``; cancel the others."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 async def wait_while_progressing(aw: Awaitable[T], timeout: float, progress: Callable[[], float]) -> T:

@@ -110,3 +110,21 @@ async def test_a_detail_page_is_stored_and_settled_in_one_write(tmp_path: Path) 
         await writes.close()
         await ledger.close()
         await ledger.engine.dispose()
+
+
+async def test_the_owners_counts_asked_together_are_one_query_each_its_runs(tmp_path: Path) -> None:
+    """Owners that poll at the same moment are answered by one query, each with its own run's count (another
+    slot of the same target, or a run with nothing out, is not mixed in)."""
+    ledger, job = await _ledger_and_job(tmp_path)
+    later = job.model_copy(update={"slot_at": datetime(2030, 1, 1, tzinfo=UTC)})
+    other = job.model_copy(update={"target_id": job.target_id + 1000})
+    try:
+        await ledger.expect((job.target_id, job.slot_at), ["a", "b", "c"])
+        await ledger.expect((later.target_id, later.slot_at), ["d"])
+        await ledger.settle("b")
+        counts = await asyncio.gather(*(ledger.out(j) for j in (job, later, other, job)))
+        assert counts == [2, 1, 0, 2]
+        assert ledger._outs is not None and ledger._outs.batches == 1
+    finally:
+        await ledger.close()
+        await ledger.engine.dispose()

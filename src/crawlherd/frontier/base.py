@@ -261,7 +261,7 @@ class FrontierAdmin(Protocol):
 @runtime_checkable
 class EnqueueMany(Protocol):
     """A frontier that queues many requests in one call *and* says which it took (``memory://``,
-    ``sqlite://``): what a listing page's detail pages need -- one call, not one per page."""
+    ``sqlite://``, ``redis://``): what a listing page's detail pages need -- one call, not one per page."""
 
     async def enqueue_many(self, requests: Sequence[Request]) -> list[bool]:
         """Queue ``requests`` as :meth:`Frontier.enqueue_requests` would; for each, whether it was

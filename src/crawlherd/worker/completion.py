@@ -31,9 +31,17 @@ from crawlherd.worker.options import WorkerOptions
 from crawlherd.worker.pages import PagePipeline
 from crawlherd.worker.runs import RunStore
 
-__all__ = ["JobCompletion"]
+__all__ = ["JobCompletion", "next_poll"]
 
 log = logging.getLogger(__name__)
+
+
+def next_poll(interval: float) -> float:
+    """Seconds to the next poll: the next multiple of ``interval`` on the loop's clock. The jobs of a worker
+    poll at the same moments, so that their reads go out together (one query for all of them, see
+    :meth:`~crawlherd.worker.details.DetailLedger.out`) rather than one each at its own time."""
+    now = asyncio.get_running_loop().time()
+    return interval - now % interval if interval > 0 else 0.0
 
 
 @dataclass
@@ -74,7 +82,7 @@ class JobCompletion:
                 await self.pages.queue_listing(site, state.request(site.paginator.first_url(job.search_url)))
                 await self.pages.mark(marker_request(state.run))
             while True:
-                done, _ = await asyncio.wait({outcome}, timeout=self.options.poll_interval)
+                done, _ = await asyncio.wait({outcome}, timeout=next_poll(self.options.poll_interval))
                 if done:
                     listed = outcome.result()
                     break
@@ -143,7 +151,7 @@ class JobCompletion:
                     n = await self.details.give_up(job, why)
                     log.warning("worker %s: job %s: %d detail page(s) %s", self.name, job.idempotency_key, n, why)
                     return listed
-                await self.details.wait(job, self.options.poll_interval)  # woken early by the last settle here
+                await self.details.wait(job, next_poll(self.options.poll_interval))  # or by the last settle here
                 await self._restart_if_lost(chains, asyncio.get_running_loop().create_future())
         finally:
             self.details.forget_run(job)

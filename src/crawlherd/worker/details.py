@@ -55,6 +55,7 @@ class DetailLedger:
         self.engine = engine
         self._insert = sql_capabilities(engine).insert
         self._settles: Batcher[_Settle, None] | None = None
+        self._outs: Batcher[RunKey, int] | None = None
         # The in-process hints (see the module docstring): item -> the runs waiting for its page; run ->
         # its items not settled here yet; the runs whose items known here are all settled; their owners.
         self._waiting: dict[str, set[RunKey]] = {}
@@ -186,12 +187,23 @@ class DetailLedger:
                     del self._waiting[item]
 
     async def out(self, job: JobMessage) -> int:
-        """How many of ``job``'s run's detail pages are still out."""
-        with translate_db_errors("counting a run's detail pages"):
+        """How many of ``job``'s run's detail pages are still out: read with the counts of the other runs
+        whose owners ask meanwhile (one query for all, see :func:`~crawlherd.worker.completion.next_poll`)."""
+        if self._outs is None:
+            self._outs = Batcher(self._count_out, max_batch=500, name="crawlherd-detail-outs")
+        return await self._outs((job.target_id, job.slot_at))
+
+    async def _count_out(self, runs: list[RunKey]) -> list[int | BaseException]:
+        with translate_db_errors("counting runs' detail pages"):
             async with self.engine.connect() as conn:
-                return int((await conn.execute(select(func.count()).select_from(JobDetail).where(
-                    JobDetail.target_id == job.target_id, JobDetail.slot_at == job.slot_at, JobDetail.status == "out"
-                ))).scalar_one())
+                rows = await conn.execute(
+                    select(JobDetail.target_id, JobDetail.slot_at, func.count())
+                    .where(JobDetail.target_id.in_({t for t, _ in runs}), JobDetail.slot_at.in_({s for _, s in runs}),
+                           JobDetail.status == "out")
+                    .group_by(JobDetail.target_id, JobDetail.slot_at)
+                )
+                counts = {(t, s): int(n) for t, s, n in rows}
+        return [counts.get(run, 0) for run in runs]
 
     async def give_up(self, job: JobMessage, reason: str) -> int:
         """Fail ``job``'s run's pages still out with ``reason`` (they made no progress); how many."""
@@ -216,6 +228,7 @@ class DetailLedger:
                     key, JobDetail.status == "failed"))).scalar_one())
 
     async def close(self) -> None:
-        if self._settles is not None:
-            await self._settles.close()
-            self._settles = None
+        for batcher in (self._settles, self._outs):
+            if batcher is not None:
+                await batcher.close()
+        self._settles = self._outs = None

@@ -23,13 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from crawlherd import metrics
-from crawlherd._aio import until_done
-from crawlherd._resilience import Retrier, Stopped
+from crawlherd._aio import first_of, until_done
+from crawlherd._resilience import Batcher, Retrier, Stopped
 from crawlherd.crawler import Crawler, CrawlerRunConfig
 from crawlherd.crawler.concurrency import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
 from crawlherd.crawler.concurrency.base import Dispatcher
@@ -88,6 +88,8 @@ class PagePipeline:
 
     #: The pages' items, stored together (group commit; made on first use, see _store).
     _writes: GroupedWrites | None = None
+    #: The jobs' markers, queued together (see mark).
+    _marks: Batcher[Request, bool] | None = None
     #: Each crawler's run config with the robots setting flipped, by crawler (see _run_config).
     _flipped: dict[int, tuple[CrawlerRunConfig, CrawlerRunConfig]] | None = None
 
@@ -144,6 +146,9 @@ class PagePipeline:
         if self._writes is not None:
             await self._writes.close()
             self._writes = None
+        if self._marks is not None:
+            await self._marks.close()
+            self._marks = None
         await self.details.close()
         for crawler in (self._http, self._browser):
             if crawler is not None:
@@ -171,12 +176,17 @@ class PagePipeline:
     async def mark(self, marker: Request) -> bool:
         """Queue a job's marker (:func:`~crawlherd.worker.jobcrawl.marker_request`): True the first time,
         and again only when the frontier has lost it (then with everything else it held)."""
+        if self._marks is None:  # the markers of the jobs polling at the same moment: one frontier call
+            self._marks = Batcher(self._enqueue_marks, max_batch=500, name="crawlherd-job-markers")
+        return await self._marks(marker)
+
+    async def _enqueue_marks(self, markers: list[Request]) -> list[bool | BaseException]:
         assert self.frontier is not None
-        if not await self.frontier.enqueue_request(marker):
-            return False
-        await self.frontier.set_host_policy(MARKER_HOST, delay=0.0, max_in_flight=64)  # no politeness to keep
-        self._new_pages.set()
-        return True
+        flags = await enqueue_each(self.frontier, markers)
+        if any(flag is True for flag in flags):
+            await self.frontier.set_host_policy(MARKER_HOST, delay=0.0, max_in_flight=64)  # no politeness to keep
+            self._new_pages.set()
+        return flags
 
     async def frontier_counts(self) -> dict[str, Any]:
         """The frontier's counts, for the heartbeat (and the console's Frontier page)."""
@@ -228,7 +238,7 @@ class PagePipeline:
                 self._new_pages.clear()
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(1.0):
-                        await _first(stop.wait(), self._new_pages.wait())
+                        await first_of(stop.wait(), self._new_pages.wait())
         finally:
             self._stop = None
             stopping.cancel()
@@ -474,16 +484,6 @@ class PagePipeline:
             if self._browser is None:  # started on first need; BrowserUnavailableError fails the job
                 self._browser = self._share_gate(await self._browser_factory(self.options.limits).__aenter__())
             return self._browser
-
-
-async def _first(*aws: Awaitable[object]) -> None:
-    """Wait for the first of ``aws``; cancel the others."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
 
 
 def _unavailable_in(exc: BaseException) -> BackendUnavailableError | None:

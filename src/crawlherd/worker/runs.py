@@ -26,6 +26,7 @@ from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from crawlherd._resilience import Batcher
 from crawlherd.db.dialect import sql_capabilities
 from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, JobAttempt, JobRun
@@ -72,6 +73,7 @@ class RunStore:
         self._insert = sql_capabilities(engine).insert
         self._starts: tuple[Any, Any] | None = None
         self._finishes: tuple[Any, Any] | None = None
+        self._reads: Batcher[tuple[int, datetime], Any] | None = None
         # the runs this store started and still owns as far as it knows: key -> (worker, started_at)
         self._claims: OrderedDict[_RunKey, tuple[str, datetime]] = OrderedDict()
 
@@ -241,30 +243,42 @@ class RunStore:
         while there is none. A run this store started and another worker has taken over since (this
         one hung) ends here with an error saying so (:meth:`finish` will then record nothing)."""
         claim = self._claims.get(_key(job))
-        with translate_db_errors("reading a job run"):
+        if self._reads is None:  # the owners polling at the same moment: one query
+            self._reads = Batcher(self._read_runs, max_batch=500, name="crawlherd-run-reads")
+        row = await self._reads((job.target_id, job.slot_at))
+        if row is not None and claim is not None and (row.worker, row.started_at) != claim:
+            return ListingOutcome(error=f"the run was taken over by worker {row.worker}")
+        if row is None or (row.worker, row.attempts) != (worker, job.attempt_count + 1):
+            return None
+        # a listing that ended well leaves the run running with listed_at set (see report)
+        if row.status == "queued" or (row.status == "running" and row.listed_at is None):
+            return None
+        return ListingOutcome(
+            pages=row.pages or 0,
+            items_new=row.items_new or 0,
+            items_updated=row.items_updated or 0,
+            error=None if row.status in ("succeeded", "running") else (row.error or row.status),
+            permanent=row.status == "dead",
+        )
+
+    async def _read_runs(self, runs: list[tuple[int, datetime]]) -> list[Any]:
+        """The ``job_runs`` rows of ``runs`` (target, slot), None for a run with no row: one query."""
+        with translate_db_errors("reading job runs"):
             async with self.engine.connect() as conn:
-                row = (
-                    await conn.execute(
-                        select(JobRun.status, JobRun.error, JobRun.pages, JobRun.items_new, JobRun.items_updated,
-                               JobRun.worker, JobRun.started_at, JobRun.attempts, JobRun.listed_at).where(
-                            JobRun.target_id == job.target_id, JobRun.slot_at == job.slot_at
-                        )
-                    )
-                ).first()
-            if row is not None and claim is not None and (row.worker, row.started_at) != claim:
-                return ListingOutcome(error=f"the run was taken over by worker {row.worker}")
-            if row is None or (row.worker, row.attempts) != (worker, job.attempt_count + 1):
-                return None
-            # a listing that ended well leaves the run running with listed_at set (see report)
-            if row.status == "queued" or (row.status == "running" and row.listed_at is None):
-                return None
-            return ListingOutcome(
-                pages=row.pages or 0,
-                items_new=row.items_new or 0,
-                items_updated=row.items_updated or 0,
-                error=None if row.status in ("succeeded", "running") else (row.error or row.status),
-                permanent=row.status == "dead",
-            )
+                rows = await conn.execute(
+                    select(JobRun.target_id, JobRun.slot_at, JobRun.status, JobRun.error, JobRun.pages,
+                           JobRun.items_new, JobRun.items_updated, JobRun.worker, JobRun.started_at, JobRun.attempts,
+                           JobRun.listed_at)
+                    .where(JobRun.target_id.in_({t for t, _ in runs}), JobRun.slot_at.in_({s for _, s in runs}))
+                )
+                found = {(row.target_id, row.slot_at): row for row in rows}
+        return [found.get(run) for run in runs]
+
+    async def close(self) -> None:
+        """Stop the reads running (their callers get CancelledError)."""
+        if self._reads is not None:
+            await self._reads.close()
+            self._reads = None
 
     async def dead(self, limit: int = 100) -> list[DeadRun]:
         async with self.engine.connect() as conn:

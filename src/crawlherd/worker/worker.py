@@ -131,6 +131,7 @@ class Worker(AsyncClosing):
 
     async def close(self) -> None:
         await self.pages.close()
+        await self.runs.close()
 
     async def idle(self) -> bool:
         """No job in flight here and no page queued or in flight in the frontier."""

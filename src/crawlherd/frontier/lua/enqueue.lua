@@ -6,8 +6,9 @@
 -- request's fields packed (one match: cheaper to read than seven):
 --   "<df_a> <df_b> <not_before|-> <priority> <number|-> <host> <body>"
 -- Exact filter: df_a = bucket, df_b = fingerprint >> bits. Bloom: df_a, df_b = the two hash halves.
--- Returns {status, queued, processed, message}: status 'ok', 'full' (stopped at processed+1) or
--- 'dferr' (the filter could not be used and the policy is fail).
+-- Returns {status, queued, processed, message, flags}: status 'ok', 'full' (stopped at processed+1) or
+-- 'dferr' (the filter could not be used and the policy is fail); flags, one a request processed: '1'
+-- queued, '0' a duplicate.
 local MAX = tonumber(ARGV[5])
 local DF = ARGV[6]
 local ALLOW = ARGV[7] == 'allow'
@@ -98,6 +99,7 @@ else
   base = redis.call('INCRBY', K_SEQ, nitems) - nitems
 end
 local batch = redis.call('INCR', P..':bseq')
+local flags = {}
 local delayed, byhost, hostmin, hosts = {}, {}, {}, {}
 for item in string.gmatch(ITEMS, '[^\n]+') do
   local a, b, nb, prio, sq, host, body = string.match(item, '^(%d+) (%d+) (%S+) (%-?%d+) (%S+) (%S+) (.*)$')
@@ -105,7 +107,7 @@ for item in string.gmatch(ITEMS, '[^\n]+') do
   if not prio then
     return redis.error_reply('malformed enqueue argument '..(processed + 1))
   end
-  local go = true
+  local go, flag = true, '0'
   if MAX >= 0 and queued >= MAX then
     local seen, err = seen_has(a, b)
     if seen == nil and not ALLOW then status, message = 'dferr', err break end
@@ -135,6 +137,7 @@ for item in string.gmatch(ITEMS, '[^\n]+') do
       local member = id..'\t'..batch..'\t'..body
       queued = queued + 1
       n_new = n_new + 1
+      flag = '1'
       if nb ~= '-' and tonumber(nb) > NOW then
         delayed[#delayed + 1] = tonumber(nb)
         delayed[#delayed + 1] = prio..'\t'..host..'\t'..member
@@ -155,6 +158,7 @@ for item in string.gmatch(ITEMS, '[^\n]+') do
     end
   end
   processed = processed + 1
+  flags[processed] = flag
 end
 if n_new > 0 then
   redis.call('ZADD', K_AGE, NOW, batch)
@@ -191,4 +195,4 @@ end
 if GIVEN and n_new > 0 then redis.call('SET', K_SEQ, string.format('%d', top)) end
 if n_dup > 0 then redis.call('HINCRBY', K_C, 'dup', n_dup) end
 if n_dfu > 0 then redis.call('HINCRBY', K_C, 'dfu', n_dfu) end
-return {status, n_new, processed, message}
+return {status, n_new, processed, message, table.concat(flags)}

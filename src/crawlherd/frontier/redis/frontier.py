@@ -165,25 +165,29 @@ class RedisFrontier(WaitingMixin):
     # -- enqueue -----------------------------------------------------------------------------------
 
     async def enqueue_request(self, request: Request) -> bool:
-        return await self.enqueue_requests([request]) == 1
+        return (await self.enqueue_many([request]))[0]
 
     async def enqueue_requests(self, requests: Iterable[Request]) -> int:
+        return sum(await self.enqueue_many(list(requests)))
+
+    async def enqueue_many(self, requests: Sequence[Request]) -> list[bool]:
+        """See :meth:`~crawlherd.frontier.base.EnqueueMany.enqueue_many`: one ENQUEUE a shard a chunk."""
         await self._init()
-        pending = list(requests)
-        queued = 0
+        flags, pending = [False] * len(requests), list(range(len(requests)))
         while pending:
             chunk, rest = pending[:_ENQUEUE_BATCH], pending[_ENQUEUE_BATCH:]
-            n_new, processed, full = await self._enqueue_chunk(chunk)
-            queued += n_new
+            n_new, processed, full = await self._enqueue_chunk([requests[i] for i in chunk])
             if n_new:
                 self._notify()
-            pending = [r for r, done in zip(chunk, processed, strict=True) if not done] + rest
-            if full and not any(processed):
-                await self._when_full(pending[0].url, len(pending) - 1)
-        return queued
+            for i, queued in zip(chunk, processed, strict=True):
+                flags[i] = bool(queued)
+            pending = [i for i, queued in zip(chunk, processed, strict=True) if queued is None] + rest
+            if full and all(queued is None for queued in processed):
+                await self._when_full(requests[pending[0]].url, len(pending) - 1)
+        return flags
 
-    async def _enqueue_chunk(self, chunk: list[Request]) -> tuple[int, list[bool], bool]:
-        """ENQUEUE a chunk on its shards: (queued, which requests were processed, did a shard say full)."""
+    async def _enqueue_chunk(self, chunk: list[Request]) -> tuple[int, list[bool | None], bool]:
+        """ENQUEUE a chunk on its shards: (queued, each request queued or not -- None: not processed --, full)."""
         shards = self._shards
         groups: dict[int, list[int]] = {}
         for i, request in enumerate(chunk):
@@ -199,16 +203,16 @@ class RedisFrontier(WaitingMixin):
                     "" if first is None else "seq", len(positions), items)
             calls.append((shards.all[k], "ENQUEUE", args))
         replies = await self._calls.fan(calls)
-        processed = [False] * len(chunk)
+        processed: list[bool | None] = [None] * len(chunk)
         n_new, full, error = 0, False, None
         for k, reply in zip(groups, replies, strict=True):
             if isinstance(reply, BaseException):
                 error = error or reply
                 continue
-            status, new, done, message = reply
+            status, new, done, message, queued = reply
             n_new += int(new)
-            for i in groups[k][: int(done)]:
-                processed[i] = True
+            for i, flag in zip(groups[k][: int(done)], text(queued), strict=True):
+                processed[i] = flag == "1"
             if text(status) == "dferr":
                 error = error or unavailable(
                     f"the duplicate filter under prefix {self.prefix!r} cannot be used ({text(message)}); "
