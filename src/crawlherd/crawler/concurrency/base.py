@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
-from crawlherd._aio import awaiting, cancel_and_wait
+from crawlherd._aio import awaiting
 from crawlherd.clock import Clock, SystemClock
 from crawlherd.crawler.concurrency.memory_usage import ProcessMemory
 from crawlherd.crawler.concurrency.rate_limiter import parse_retry_after
@@ -96,9 +96,6 @@ async def _stop(driver: asyncio.Task[None], state: _RunState) -> None:
     ``_STOP_NUDGE`` seconds on let its cancellation go by (a library on its way swallowed it, and it
     went on with the next page): it is cancelled again, and where it was is logged -- a stop must not
     wait for ever. A cancellation of the caller while it waits goes on (as in ``cancel_and_wait``)."""
-    if driver.done():
-        await cancel_and_wait(driver)
-        return
     driver.cancel()
     while not driver.done():
         await asyncio.wait({driver}, timeout=_STOP_NUDGE)
