@@ -116,3 +116,21 @@ async def test_messages_put_on_the_queue_by_other_tools_are_delivered(open_sqs: 
     d = await take(broker.consume())
     assert (d.body, d.key, dict(d.headers)) == (b'{"from": "elsewhere"}', answer["MessageId"], {})
     await broker.ack(d)
+
+
+async def test_brokers_share_one_botocore_session(open_sqs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker opened after another does not make a botocore session of its own (each reads botocore's
+    endpoint and service data again), and both still work."""
+    from crawlherd.brokers import _sqs_wire
+
+    made: list[object] = []
+    real = _sqs_wire.get_session
+    monkeypatch.setattr(_sqs_wire, "_session", [])
+    monkeypatch.setattr(_sqs_wire, "get_session", lambda: made.append(1) or real())
+    first = await open_sqs()
+    second = await open_sqs()
+    await first.publish(b"one", key="k1")
+    delivery = await take(second.consume())
+    assert delivery.body == b"one"
+    await second.ack(delivery)
+    assert len(made) == 1

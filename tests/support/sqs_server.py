@@ -78,11 +78,12 @@ def sqs_endpoint() -> Iterator[str]:
 
 async def delete_queues(endpoint: str, *names: str) -> None:
     """Delete the named queues (and nothing else) on the local server; missing ones are fine."""
-    from aiobotocore.session import get_session
     from botocore.exceptions import ClientError
 
+    from crawlherd.brokers._sqs_wire import aws_session
+
     key, secret = CREDENTIALS.split(":")
-    async with get_session().create_client("sqs", region_name=REGION, endpoint_url=endpoint,
+    async with aws_session().create_client("sqs", region_name=REGION, endpoint_url=endpoint,
                                            aws_access_key_id=key, aws_secret_access_key=secret) as client:
         for name in names:
             try:

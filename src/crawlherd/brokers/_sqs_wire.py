@@ -1,5 +1,6 @@
 """The SQS broker's wire: its options, queue names, how a message is encoded into SQS's entries and
-read back, and how botocore's errors map to crawlherd's (see :mod:`crawlherd.brokers.sqs`).
+read back, how botocore's errors map to crawlherd's, and the process's botocore session (see
+:mod:`crawlherd.brokers.sqs`).
 
 Wire format (so that other SQS tools can read it): the body is the published bytes as text when they are
 UTF-8 that SQS accepts (JSON job messages are), else base64 with the attribute ``x-crawlherd-encoding``.
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import aiohttp
+from aiobotocore.session import AioSession, get_session
 from annotated_types import Ge, Le
 from botocore.exceptions import (
     BotoCoreError,
@@ -225,3 +227,16 @@ def driver_errors(where: object, *, publishing: bool = False) -> Iterator[None]:
         raise (PublishError if publishing else BrokerError)(f"{where!r}: {exc}") from exc
     except BotoCoreError as exc:
         raise (PublishError if publishing else BrokerError)(f"{where!r}: {exc}") from exc
+
+
+_session: list[AioSession] = []
+
+
+def aws_session() -> AioSession:
+    """The process's botocore session, made on first use and shared by every broker: a new session reads
+    botocore's endpoint and service data again (about 0.1 s of CPU for each broker opened). The region is
+    read when a broker opens; credentials found by the session (when the URL gives none) are kept for the
+    process, as boto3's default session keeps them (refreshable ones refresh themselves)."""
+    if not _session:
+        _session.append(get_session())
+    return _session[0]

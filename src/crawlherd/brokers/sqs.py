@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 
 from crawlherd._redact import redact_url
 from crawlherd._resilience import Batcher
@@ -69,6 +68,7 @@ from crawlherd.brokers._sqs_wire import (
     Lease,
     SQSBrokerOptions,
     attr,
+    aws_session,
     decode,
     driver_errors,
     hash_id,
@@ -177,7 +177,7 @@ class SQSBroker(BrokerBase):
             if self._given_client is not None:
                 self._client = self._given_client
             else:
-                session = get_session()
+                session = aws_session()
                 region = opts.region or session.get_config_variable("region")
                 if not region:
                     raise ConfigurationError(f"{self!r}: no AWS region; give ?region=... in the URL or set AWS_REGION")
