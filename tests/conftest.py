@@ -23,6 +23,7 @@ from tests.support.db import (  # noqa: F401 - the config DB fixtures
     sqlite_db_url,
 )
 from tests.support.httpserver import http_server  # noqa: F401 - the test HTTP server fixture
+from tests.support.passwords import cheap_password_hashes
 from tests.support.services import REQUIRE_SERVICES, missing, missing_services, require_service, require_tool
 from tests.support.sqs_server import sqs_endpoint  # noqa: F401 - the local SQS server fixture
 
@@ -38,11 +39,13 @@ RAM_DIR = "/dev/shm"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Scratch files (``tmp_path``, the private servers' data, the SQLite files of the processes the tests
-    start) on a RAM file system where there is one and TMPDIR does not say otherwise: the tests kill
-    processes, never machines, so what a file system keeps across a power cut is not theirs to test, and
-    each commit's fsync on a disk is 20-40 ms of waiting (a SQLite frontier opened for every example of a
-    property test). Set TMPDIR to keep them on disk."""
+    """Console passwords hashed cheaply (:mod:`tests.support.passwords`). Scratch files (``tmp_path``, the
+    private servers' data, the SQLite files of the processes the tests start) on a RAM file system where
+    there is one and TMPDIR does not say otherwise: the tests kill processes, never machines, so what a file
+    system keeps across a power cut is not theirs to test, and each commit's fsync on a disk is 20-40 ms of
+    waiting (a SQLite frontier opened for every example of a property test). Set TMPDIR to keep them on
+    disk."""
+    cheap_password_hashes()
     if os.environ.get("TMPDIR") or not os.path.isdir(RAM_DIR) or not os.access(RAM_DIR, os.W_OK):
         return
     if shutil.disk_usage(RAM_DIR).free < 2 << 30:

@@ -28,7 +28,8 @@ SERVER_FILTER = ("default", None, Warning, None, 0)
 
 
 def preload() -> None:
-    """What ``crawlherd worker``, ``dispatch``, ``run`` and ``crawl`` import anyway."""
+    """What ``crawlherd worker``, ``dispatch``, ``run`` and ``crawl`` import anyway; console passwords
+    hashed as in the test process (:mod:`tests.support.passwords`)."""
     from crawlherd.cli import COMMANDS
 
     for target in COMMANDS.values():
@@ -39,6 +40,9 @@ def preload() -> None:
                  "sqlalchemy.dialects.sqlite.aiosqlite", "asyncpg", "aiosqlite", "uvloop"):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    from tests.support.passwords import cheap_password_hashes
+
+    cheap_password_hashes()
 
 
 def child(request: dict[str, object], fds: list[int]) -> None:
