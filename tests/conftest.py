@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -46,11 +47,26 @@ def pytest_configure(config: pytest.Config) -> None:
     waiting (a SQLite frontier opened for every example of a property test). Set TMPDIR to keep them on
     disk."""
     cheap_password_hashes()
+    _bytecode_cache(config)
     if os.environ.get("TMPDIR") or not os.path.isdir(RAM_DIR) or not os.access(RAM_DIR, os.W_OK):
         return
     if shutil.disk_usage(RAM_DIR).free < 2 << 30:
         return
     os.environ["TMPDIR"] = tempfile.tempdir = RAM_DIR
+
+
+def _bytecode_cache(config: pytest.Config) -> None:
+    """Where PYTHONDONTWRITEBYTECODE is set (as in many container images), compiled modules are kept all
+    the same, under ``.pytest_cache/pycache`` (``PYTHONPYCACHEPREFIX``), for this process, its xdist
+    workers and every process the tests start: otherwise each of the run's ~100 Python processes compiles
+    crawlherd again (about 0.5 s of CPU each) and each worker every test module. Nothing is written beside
+    the sources, which is what that setting is for."""
+    if not sys.dont_write_bytecode or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = str(config.rootpath / ".pytest_cache" / "pycache")
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 @pytest.fixture(scope="session")
