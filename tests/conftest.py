@@ -19,6 +19,8 @@ import pytest
 from tests.support.chromium import shared_chromium  # noqa: F401 - one Chromium per test process
 from tests.support.db import (  # noqa: F401 - the config DB fixtures
     config_db_url,
+    migrated_postgres,
+    migrated_sqlite,
     pg_database,
     postgres_db_url,
     sqlite_db_url,

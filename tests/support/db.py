@@ -3,8 +3,10 @@ bulk-made targets.
 
 Fixtures (offered by ``tests/conftest.py`` to every test):
 
-- ``sqlite_db_url``: a migrated SQLite file of the test's own;
-- ``pg_database``: a fresh, migrated PostgreSQL database for the test module (dropped after it);
+- ``sqlite_db_url``: a migrated SQLite file of the test's own (a copy of one migrated once per test
+  process: byte for byte what the migrations write, without their 0.16 s of CPU per test);
+- ``pg_database``: a fresh, migrated PostgreSQL database for the test module (dropped after it; a copy
+  of one migrated once per test process);
 - ``postgres_db_url``: that database, emptied for the test (every table of crawlherd's schema
   truncated, any other table dropped);
 - ``config_db_url``: parametrized over both (``sqlite``, ``postgresql``);
@@ -14,6 +16,7 @@ Fixtures (offered by ``tests/conftest.py`` to every test):
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -32,12 +35,14 @@ from crawlherd.db.models import Base
 from crawlherd.sitespec import SiteSpec
 
 __all__ = ["DB_KINDS", "add_targets", "add_website", "config_db_url", "database_now", "fresh_postgres_database",
-           "migrated_db_url", "open_engine", "pg_database", "postgres_db_url", "sqlite_db_url"]
+           "migrated_db_url", "migrated_postgres", "migrated_sqlite", "open_engine", "pg_database", "postgres_db_url",
+           "sqlite_db_url"]
 
 
 @contextmanager
-def fresh_postgres_database(server_url: str) -> Iterator[str]:
-    """Create a database with a unique name on the server of ``server_url``; drop it afterwards."""
+def fresh_postgres_database(server_url: str, template: str | None = None) -> Iterator[str]:
+    """Create a database with a unique name on the server of ``server_url`` (a copy of the database
+    ``template`` when given); drop it afterwards."""
     name = f"crawlherd_{uuid.uuid4().hex[:12]}"
     admin = server_url.replace("postgresql://", "postgres://", 1)
 
@@ -48,26 +53,45 @@ def fresh_postgres_database(server_url: str) -> Iterator[str]:
         finally:
             await conn.close()
 
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
+    asyncio.run(run(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
     try:
         yield server_url.rsplit("/", 1)[0] + "/" + name
     finally:
         asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite config DB migrated once for this test process (the migrations' own tests run them)."""
+    path = tmp_path_factory.mktemp("migrated") / "config.db"
+    asyncio.run(upgrade(f"sqlite:///{path}"))
+    leftovers = [p.name for p in path.parent.iterdir() if p != path]
+    assert not leftovers, f"the migrated SQLite file is not whole on its own: {leftovers}"
+    return path
+
+
 @pytest.fixture
-def sqlite_db_url(tmp_path: Path) -> str:
+def sqlite_db_url(tmp_path: Path, migrated_sqlite: Path) -> str:
     """A migrated config DB in a SQLite file of the test's own."""
-    url = f"sqlite:///{tmp_path / 'config.db'}"
-    asyncio.run(upgrade(url))
-    return url
+    path = tmp_path / "config.db"
+    shutil.copyfile(migrated_sqlite, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(scope="session")
+def migrated_postgres(postgres_url: str) -> Iterator[str]:
+    """The name of a PostgreSQL database migrated once for this test process, the template of
+    ``pg_database`` (nothing connects to it after the migrations: a template must be idle to be copied)."""
+    with fresh_postgres_database(postgres_url) as url:
+        asyncio.run(upgrade(url))
+        yield url.rsplit("/", 1)[1]
 
 
 @pytest.fixture(scope="module")
-def pg_database(postgres_url: str) -> Iterator[str]:
-    """A fresh, migrated PostgreSQL database for this test module."""
-    with fresh_postgres_database(postgres_url) as url:
-        asyncio.run(upgrade(url))
+def pg_database(postgres_url: str, migrated_postgres: str) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for this test module: a copy of ``migrated_postgres``
+    (0.07 s of the server's CPU instead of 0.4 s of migrations)."""
+    with fresh_postgres_database(postgres_url, template=migrated_postgres) as url:
         yield url
 
 
