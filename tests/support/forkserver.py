@@ -11,6 +11,11 @@ the server forks, and the child resets what a fresh interpreter would have (sign
 warning filters of ``PYTHONWARNINGS``, the random seed, ``sys.path`` from ``PYTHONPATH``) and runs the
 module as ``__main__``. The server answers the child's PID at once and its exit status when it ends.
 
+Besides ``python -m MODULE`` (:func:`start`, :func:`exec_crawlherd`), the server runs ``python -c CODE``
+and ``python SCRIPT`` (:func:`exec_python`; :func:`tests.support.forkpopen.popen` for
+``subprocess.Popen`` callers), and the ``crawlherd`` console script for shells through a shim
+(:func:`shim_dir`).
+
 ``CRAWLHERD_TEST_FORKSERVER=0`` starts every process with ``subprocess`` instead (what a user runs;
 slower).
 """
