@@ -32,8 +32,8 @@ HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD}
 
 
 def preload() -> None:
-    """What ``crawlherd worker``, ``dispatch``, ``run`` and ``crawl`` import anyway, and the test modules
-    some of the processes the tests start run on top (imported only: nothing registered)."""
+    """What ``crawlherd worker``, ``dispatch``, ``run``, ``crawl`` and ``python -m crawlherd.demo`` import
+    anyway."""
     from crawlherd.cli import COMMANDS
 
     for target in COMMANDS.values():
@@ -41,9 +41,7 @@ def preload() -> None:
     for name in ("crawlherd.worker.worker", "crawlherd.dispatch.dispatch_service", "crawlherd.brokers.redis",
                  "crawlherd.brokers.amqp", "crawlherd.brokers.sqlite", "crawlherd.frontier.redis",
                  "crawlherd.frontier.sqlite", "crawlherd.fetch.http", "sqlalchemy.dialects.postgresql.asyncpg",
-                 "sqlalchemy.dialects.sqlite.aiosqlite", "asyncpg", "aiosqlite", "uvloop", "crawlherd.demo",
-                 # what tests.support.run_dispatch (run as __main__ by the dispatcher-process tests) imports
-                 "tests.support.table_broker", "tests.support.real_brokers"):
+                 "sqlalchemy.dialects.sqlite.aiosqlite", "asyncpg", "aiosqlite", "uvloop", "crawlherd.demo"):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
 

@@ -31,7 +31,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db import DispatchOutbox, create_engine, db_now
 from crawlherd.messages import decode_job, idempotency_key
-from tests.support import forkpopen
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.real_brokers import drain, remove, scratch_url
 
@@ -70,10 +69,8 @@ def broker_url(request: pytest.FixtureRequest, unique_name: str, tmp_path: Path)
 
 
 def start_dispatcher(
-    db_url: str, *args: str, die_after_publish: bool = False, broker: str | None = None, fresh: bool = False
-) -> forkpopen.Process:
-    """The real CLI with the test brokers registered, forked off the fork server -- or, ``fresh``, a
-    new interpreter's process, which starts a second or two later than the one before it."""
+    db_url: str, *args: str, die_after_publish: bool = False, broker: str | None = None
+) -> subprocess.Popen[str]:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "CRAWLHERD_DATABASE_URL": db_url, "PYTHONPATH": path}
     env.pop("CRAWLHERD_BROKER_URL", None)
@@ -83,8 +80,7 @@ def start_dispatcher(
             env["CRAWLHERD_TEST_DIE_AFTER_PUBLISH"] = "1"
     elif die_after_publish:
         broker = f"die+{broker}"
-    start = subprocess.Popen if fresh else forkpopen.popen
-    return start(  # type: ignore[no-any-return,operator]
+    return subprocess.Popen(
         [sys.executable, "-m", "tests.support.run_dispatch", "dispatch", "--broker-url", broker, *args],
         cwd=ROOT,
         env=env,
@@ -94,7 +90,7 @@ def start_dispatcher(
     )
 
 
-def stop(procs: list[forkpopen.Process]) -> list[str]:
+def stop(procs: list[subprocess.Popen[str]]) -> list[str]:
     """SIGTERM each (by its own PID) and collect the output; kill what does not stop in time."""
     outputs = []
     for proc in procs:
@@ -123,7 +119,7 @@ async def test_three_dispatcher_processes_500_targets_50_slots(pg_database: str,
     kind = broker_url.split(":", 1)[0] if broker_url else ""
     (n_targets, n_slots), every = SCALE.get(kind, (500, 50)), timedelta(milliseconds=250)
     engine = create_engine(pg_database)
-    procs: list[forkpopen.Process] = []
+    procs: list[subprocess.Popen[str]] = []
     try:
         async with engine.begin() as conn:
             await conn.execute(text("TRUNCATE items, job_runs, dispatch_outbox, scrape_targets, websites CASCADE"))
@@ -142,10 +138,7 @@ async def test_three_dispatcher_processes_500_targets_50_slots(pg_database: str,
             backfill_limit=10_000,
             grace=timedelta(hours=1),
         )
-        # Not forked: forked, the three start at the same instant, and against RabbitMQ on a loaded machine
-        # (load 10+ on 2 cores) one job was published twice in 2 of 2 runs -- an open finding; started one
-        # after another, as before, this checks what it checked before.
-        procs = [start_dispatcher(pg_database, "--interval", "0.2", broker=broker_url, fresh=True) for _ in range(3)]
+        procs = [start_dispatcher(pg_database, "--interval", "0.2", broker=broker_url) for _ in range(3)]
         end = anchor + n_slots * every  # slots anchor + k*every, k = 0..49
         expected = n_targets * n_slots
         deadline = time.monotonic() + 240
