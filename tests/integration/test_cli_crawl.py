@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from crawlherd.cli import main
 from tests.servers.misbehaving import MisbehavingServer
-from tests.support.forkserver import exec_crawlherd
+from tests.support.forkserver import exec_crawlherd, exec_python
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ async def _crawl_loop_line(server: MisbehavingServer, *args: str, hide_uvloop: b
     """Run ``crawlherd -v crawl`` in a process (uvloop made unimportable when asked); the exit code
     and the line that names the event loop."""
     hide = "import sys; sys.modules['uvloop'] = None; " if hide_uvloop else ""
-    proc = await asyncio.create_subprocess_exec(
+    proc = await exec_python(  # forked off the fork server, where uvloop was imported: hidden all the same
         sys.executable, "-c", f"{hide}from crawlherd.cli import main; main()", "-v", "crawl",
         server.url + "/page/1", "--allow-private", "--depth", "0", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -18,6 +18,7 @@ from crawlherd.demo import DemoSite
 from crawlherd.demo.targets import demo_targets, expected_results
 from crawlherd.extract.pagination import Pagination
 from crawlherd.extract.rules import ExtractionRules
+from tests.support import forkserver
 from tests.support.demo import first_search_urls
 
 
@@ -187,7 +188,7 @@ def _free_port() -> int:
 
 async def test_module_serves_from_the_command_line(http: aiohttp.ClientSession) -> None:
     port = _free_port()
-    proc = await asyncio.create_subprocess_exec(
+    proc = await forkserver.exec_python(  # forked off the fork server (tests/support/forkserver.py)
         sys.executable,
         "-m",
         "crawlherd.demo",

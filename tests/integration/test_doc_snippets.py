@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import forkpopen, forkserver
+
 ROOT = Path(__file__).parents[2]
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```(python|bash)([^\n]*)\n(.*?)^```", re.M | re.S)
@@ -74,7 +76,7 @@ def scratch(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def demo_url() -> Iterator[str]:
     """``python -m crawlherd.demo`` on a free port, as the docs have the reader start it; its URL."""
-    with subprocess.Popen(
+    with forkpopen.popen(
         [sys.executable, "-m", "crawlherd.demo", "--port", "0", "--throttle-every", "0"],
         stdout=subprocess.PIPE, text=True, env=clean_env(),
     ) as proc:
@@ -87,8 +89,12 @@ def demo_url() -> Iterator[str]:
 
 
 def clean_env() -> dict[str, str]:
+    """The caller's environment without CRAWLHERD_*, ``crawlherd`` first on the PATH: the installed
+    console script, or -- with the fork server on -- the shim that runs it forked off the server
+    (tests/support/_forkserver_shim.py; tests/integration/contrib/test_schedulers.py runs the real one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLHERD_")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    first = [str(forkserver.shim_dir())] if forkserver.enabled() else []
+    env["PATH"] = os.pathsep.join([*first, str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
 
 

@@ -2,7 +2,8 @@
 sharing one Redis frontier, and Redis itself killed and restarted mid-crawl.
 
 Each test runs its own 2,000-page site on loopback (tests/integration/crawlsite.py) that records
-every request, and the worker script tests/integration/frontier_worker.py in real processes.
+every request, and the worker script tests/integration/frontier_worker.py in real processes (forked
+off the fork server: their own PIDs, killed with SIGKILL for real).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import redis.asyncio as aioredis
 
 from crawlherd.frontier import open_scheduler
 from crawlherd.request import Request
+from tests.support import forkserver
 from tests.support.private_redis import PrivateRedis, private_redis_server
 
 from .crawlsite import CrawlSite
@@ -33,7 +35,7 @@ pytestmark = pytest.mark.slow
 class Worker:
     """One worker process; its output goes to a file shown when a test fails."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, log: Path) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process | forkserver.ForkedProcess, log: Path) -> None:
         self.proc = proc
         self.log = log
 
@@ -41,7 +43,7 @@ class Worker:
     async def start(cls, tmp: Path, name: str, frontier: str, *args: str) -> Worker:
         log = tmp / f"{name}.log"
         with log.open("ab") as out:
-            proc = await asyncio.create_subprocess_exec(
+            proc = await forkserver.exec_python(  # forked off the fork server (tests/support/forkserver.py)
                 sys.executable,
                 str(WORKER),
                 "--frontier",

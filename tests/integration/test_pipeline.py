@@ -38,6 +38,7 @@ from crawlherd.fetch.base import FetchLimits
 from crawlherd.sinks import DETAIL_AT, MemorySink
 from crawlherd.worker.worker import Worker, WorkerOptions
 from tests.conftest import REDIS_URL
+from tests.support import forkpopen
 from tests.support.demo import failing_targets
 from tests.support.real_brokers import delete_queues
 
@@ -172,7 +173,7 @@ def broker_url(request: pytest.FixtureRequest, unique_name: str) -> str:
 
 def start_workers(
     n: int, database_url: str, broker_url: str, frontier_url: str, *extra: str
-) -> list[subprocess.Popen[bytes]]:
+) -> list[forkpopen.Process]:
     env = {
         **os.environ,
         "CRAWLHERD_DATABASE_URL": database_url,
@@ -191,10 +192,10 @@ def start_workers(
         "0.5",
         *extra,
     ]
-    return [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(n)]
+    return [forkpopen.popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(n)]
 
 
-def stop_workers(procs: list[subprocess.Popen[bytes]]) -> list[str]:
+def stop_workers(procs: list[forkpopen.Process]) -> list[str]:
     outputs = []
     for p in procs:
         if p.poll() is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import json
 import os
 import random
@@ -20,16 +21,19 @@ import socket
 import struct
 import sys
 import traceback
+import types
 import warnings
 
 _STATUS = struct.Struct("!i")
 #: The filter of the server's ``PYTHONWARNINGS=default`` (ResourceWarnings shown while it imports).
 SERVER_FILTER = ("default", None, Warning, None, 0)
+#: Signals held from fork until the child has reset its handlers.
+HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD}
 
 
 def preload() -> None:
-    """What ``crawlherd worker``, ``dispatch``, ``run`` and ``crawl`` import anyway; console passwords
-    hashed as in the test process (:mod:`tests.support.passwords`)."""
+    """What ``crawlherd worker``, ``dispatch``, ``run``, ``crawl`` and ``python -m crawlherd.demo`` import
+    anyway; console passwords hashed as in the test process (:mod:`tests.support.passwords`)."""
     from crawlherd.cli import COMMANDS
 
     for target in COMMANDS.values():
@@ -37,12 +41,52 @@ def preload() -> None:
     for name in ("crawlherd.worker.worker", "crawlherd.dispatch.dispatch_service", "crawlherd.brokers.redis",
                  "crawlherd.brokers.amqp", "crawlherd.brokers.sqlite", "crawlherd.frontier.redis",
                  "crawlherd.frontier.sqlite", "crawlherd.fetch.http", "sqlalchemy.dialects.postgresql.asyncpg",
-                 "sqlalchemy.dialects.sqlite.aiosqlite", "asyncpg", "aiosqlite", "uvloop"):
+                 "sqlalchemy.dialects.sqlite.aiosqlite", "asyncpg", "aiosqlite", "uvloop", "crawlherd.demo"):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     from tests.support.passwords import cheap_password_hashes
 
     cheap_password_hashes()
+
+
+def fresh_stdio(env: dict[str, str]) -> None:
+    """``sys.stdin`` / ``stdout`` / ``stderr`` on the child's descriptors 0, 1, 2, buffered as a fresh
+    interpreter buffers them: stdout line-buffered on a terminal, ``PYTHONUNBUFFERED`` honoured, stderr
+    line-buffered (the server's streams were set up for its own descriptors and environment)."""
+    unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, "rb" if fd == 0 else "wb", closefd=False)
+        buffered: io.BufferedIOBase = io.BufferedReader(raw) if fd == 0 else io.BufferedWriter(raw)
+        stream = io.TextIOWrapper(buffered, encoding=old.encoding, errors=old.errors,
+                                  line_buffering=fd == 2 or (fd == 1 and os.isatty(fd)),
+                                  write_through=unbuffered and fd > 0)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def run(request: dict[str, object]) -> None:
+    """Run what the request names as ``__main__``, as ``python -m MODULE ARGS`` (``module``),
+    ``python PATH ARGS`` (``path``) or ``python -c CODE ARGS`` (``code``) would; ``argv0``, when given,
+    is ``sys.argv[0]`` (a console script's path)."""
+    args = request["args"]
+    assert isinstance(args, list)
+    argv0 = request.get("argv0")
+    if "module" in request:
+        module = str(request["module"])
+        sys.argv = [str(argv0 or module), *map(str, args)]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    elif "path" in request:
+        path = os.path.abspath(str(request["path"]))
+        sys.argv = [str(argv0 or request["path"]), *map(str, args)]
+        sys.path.insert(0, os.path.dirname(path))
+        runpy.run_path(path, run_name="__main__")
+    else:
+        sys.argv = [str(argv0 or "-c"), *map(str, args)]
+        sys.path.insert(0, "")
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        exec(compile(str(request["code"]), "<string>", "exec"), main.__dict__)  # noqa: S102 - the caller's -c
 
 
 def child(request: dict[str, object], fds: list[int]) -> None:
@@ -52,7 +96,12 @@ def child(request: dict[str, object], fds: list[int]) -> None:
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        ignored = request.get("ignore", [])
+        assert isinstance(ignored, list)
+        for sig in ignored:  # what its parent had ignored (a shell's background job: SIGINT)
+            signal.signal(sig, signal.SIG_IGN)
         signal.set_wakeup_fd(-1)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -70,12 +119,9 @@ def child(request: dict[str, object], fds: list[int]) -> None:
         sys.warnoptions[:] = [w for w in env.get("PYTHONWARNINGS", "").split(",") if w]
         warnings._processoptions(sys.warnoptions)  # type: ignore[attr-defined]
         random.seed()
-        module = str(request["module"])
-        args = request["args"]
-        assert isinstance(args, list)
-        sys.argv = [module, *map(str, args)]
+        fresh_stdio(env)
         try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            run(request)
             code = 0
         except SystemExit as exc:
             if exc.code is None:
@@ -87,7 +133,7 @@ def child(request: dict[str, object], fds: list[int]) -> None:
                 code = 1
         except KeyboardInterrupt:
             traceback.print_exc()
-            code = 130
+            code = -signal.SIGINT  # an interpreter ends by the signal then (below), as Ctrl+C ended it
         except BaseException:
             traceback.print_exc()
             code = 1
@@ -98,6 +144,9 @@ def child(request: dict[str, object], fds: list[int]) -> None:
             with contextlib.suppress(Exception):
                 stream.flush()
     finally:
+        if code == -signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
         os._exit(code)
 
 
@@ -137,6 +186,9 @@ def loop(listener: socket.socket, sel: selectors.BaseSelector, wake_r: int, wait
                 request = json.loads(body)
                 sys.stdout.flush()
                 sys.stderr.flush()
+                # Held until the child has its own handlers: a SIGTERM sent as soon as its PID is known
+                # must not run the server's handler in the child (and be lost there).
+                signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
                 pid = os.fork()
                 if pid == 0:
                     listener.close()
@@ -145,6 +197,7 @@ def loop(listener: socket.socket, sel: selectors.BaseSelector, wake_r: int, wait
                         other.close()
                     os.close(wake_r)
                     child(request, fds)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
                 for fd in fds:
                     os.close(fd)
                 conn.sendall(_STATUS.pack(pid))

@@ -11,6 +11,11 @@ the server forks, and the child resets what a fresh interpreter would have (sign
 warning filters of ``PYTHONWARNINGS``, the random seed, ``sys.path`` from ``PYTHONPATH``) and runs the
 module as ``__main__``. The server answers the child's PID at once and its exit status when it ends.
 
+Besides ``python -m MODULE`` (:func:`start`, :func:`exec_crawlherd`), the server runs ``python -c CODE``
+and ``python SCRIPT`` (:func:`exec_python`; :func:`tests.support.forkpopen.popen` for
+``subprocess.Popen`` callers), and the ``crawlherd`` console script for shells through a shim
+(:func:`shim_dir`).
+
 ``CRAWLHERD_TEST_FORKSERVER=0`` starts every process with ``subprocess`` instead (what a user runs;
 slower).
 """
@@ -22,6 +27,7 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -34,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ForkedProcess", "enabled", "exec_crawlherd", "start"]
+__all__ = ["ForkedProcess", "enabled", "exec_crawlherd", "exec_python", "send", "shim_dir", "start", "target_of"]
 
 ROOT = Path(__file__).resolve().parents[2]
 _STATUS = struct.Struct("!i")
@@ -48,8 +54,8 @@ class _Server:
     """The fork server of this test process."""
 
     def __init__(self) -> None:
-        self._dir = tempfile.mkdtemp(prefix="crawlherd-fork-")
-        self.path = os.path.join(self._dir, "s")
+        self.dir = tempfile.mkdtemp(prefix="crawlherd-fork-")
+        self.path = os.path.join(self.dir, "s")
         env = {**os.environ, "PYTHONWARNINGS": "default"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen(
@@ -70,9 +76,7 @@ class _Server:
             self.proc.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(10)
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
-            os.rmdir(self._dir)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _server: _Server | None = None
@@ -85,6 +89,48 @@ def _the_server() -> _Server:
         if _server is None or _server.proc.poll() is not None:
             _server = _Server()
         return _server
+
+
+def send(request: Mapping[str, object], fds: Sequence[int], server: _Server | None = None) -> tuple[socket.socket, int]:
+    """Ask the server (this process's, started when missing) to fork a child for ``request`` (a module,
+    path or code to run, ``args``, ``env``, ``cwd``; see ``_forkserver_main.run``) with ``fds`` as its
+    descriptors 0, 1, 2 (the caller still closes its own); the socket that answers the child's exit
+    status, and the child's PID."""
+    server = server or _the_server()
+    body = json.dumps(request).encode()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(server.path)
+        socket.send_fds(sock, [struct.pack("!I", len(body)) + body], list(fds))
+        data = b""
+        while len(data) < _STATUS.size:
+            chunk = sock.recv(_STATUS.size - len(data))
+            if not chunk:
+                raise RuntimeError("the fork server did not start the process")
+            data += chunk
+    except BaseException:
+        sock.close()
+        raise
+    pid: int = _STATUS.unpack(data)[0]
+    return sock, pid
+
+
+def shim_dir() -> Path:
+    """A directory holding ``crawlherd``: an executable that runs the console script forked off this
+    process's server, for the ``crawlherd`` commands a shell runs (``tests/support/_forkserver_shim.py``).
+    Put it first on a child's ``PATH``."""
+    server = _the_server()
+    bin_dir = Path(server.dir) / "bin"
+    shim = bin_dir / "crawlherd"
+    if not shim.exists():
+        bin_dir.mkdir(exist_ok=True)
+        text = (ROOT / "tests" / "support" / "_forkserver_shim.py").read_text(encoding="utf-8")
+        text = text.replace('SOCKET = ""', f"SOCKET = {server.path!r}", 1)
+        tmp = bin_dir / f".crawlherd.{threading.get_ident()}"
+        tmp.write_text(f"#!{sys.executable} -IS\n{text}", encoding="utf-8")
+        tmp.chmod(0o755)
+        tmp.rename(shim)  # whole or not at all: two threads may write it at once
+    return bin_dir
 
 
 class ForkedProcess:
@@ -151,6 +197,11 @@ async def start(
     """``python -m MODULE ARGS`` forked off the server. ``stdout`` / ``stderr``: a file descriptor to
     write to (duplicated: the caller keeps its own), ``asyncio.subprocess.PIPE`` for a reader on the
     process (``stderr=asyncio.subprocess.STDOUT``: where stdout goes), None for this process's own."""
+    return await _start({"module": module, "args": list(args)}, env=env, cwd=cwd, stdout=stdout, stderr=stderr)
+
+
+async def _start(target: Mapping[str, object], *, env: Mapping[str, str], cwd: Path | str, stdout: int | None,
+                 stderr: int | None) -> ForkedProcess:
     server = await asyncio.to_thread(_the_server)
     loop = asyncio.get_running_loop()
     mine: list[int] = []  # our ends of the pipes
@@ -172,19 +223,9 @@ async def start(
     theirs.append(null)
     out_fd = fd_for("stdout", stdout, 1)
     err_fd = out_fd if stderr == asyncio.subprocess.STDOUT else fd_for("stderr", stderr, 2)
-    request = json.dumps({"module": module, "args": list(args), "env": dict(env), "cwd": str(cwd)}).encode()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(server.path)
-        socket.send_fds(sock, [struct.pack("!I", len(request)) + request], [null, out_fd, err_fd])
-        data = b""
-        while len(data) < _STATUS.size:
-            chunk = sock.recv(_STATUS.size - len(data))
-            if not chunk:
-                raise RuntimeError("the fork server did not start the process")
-            data += chunk
+        sock, pid = send({**target, "env": dict(env), "cwd": str(cwd)}, [null, out_fd, err_fd], server)
     except BaseException:
-        sock.close()
         for fd in mine:
             os.close(fd)
         raise
@@ -192,13 +233,28 @@ async def start(
         for fd in theirs:
             os.close(fd)
     sock.setblocking(False)
-    proc = ForkedProcess(sock, _STATUS.unpack(data)[0])
+    proc = ForkedProcess(sock, pid)
     for name, fd in readers.items():
         reader = asyncio.StreamReader(limit=2**20)
         await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r),  # type: ignore[misc]
                                      os.fdopen(fd, "rb", buffering=0))
         setattr(proc, name, reader)
     return proc
+
+
+def target_of(argv: Sequence[str]) -> dict[str, object]:
+    """What the server runs for a command line ``[sys.executable, "-m", MODULE, ...]``,
+    ``[sys.executable, "-c", CODE, ...]`` or ``[sys.executable, SCRIPT, ...]``: ``module``, ``code`` or
+    ``path``, and ``args``; ValueError for any other (an option the server would not honour)."""
+    exe, *rest = argv
+    if exe == sys.executable and rest:
+        if rest[0] == "-m" and len(rest) > 1:
+            return {"module": rest[1], "args": rest[2:]}
+        if rest[0] == "-c" and len(rest) > 1:
+            return {"code": rest[1], "args": rest[2:]}
+        if not rest[0].startswith("-"):
+            return {"path": rest[0], "args": rest[1:]}
+    raise ValueError(f"not a command the fork server runs (sys.executable -m / -c / SCRIPT): {list(argv)}")
 
 
 async def exec_crawlherd(
@@ -209,15 +265,29 @@ async def exec_crawlherd(
     stdout: Any = None,
     stderr: Any = None,
 ) -> ForkedProcess | asyncio.subprocess.Process:
-    """``asyncio.create_subprocess_exec(sys.executable, "-m", "crawlherd", *args, ...)`` -- forked off the
-    server when it is enabled. ``stdin``: None or ``DEVNULL`` (a forked process reads nothing);
+    """``asyncio.create_subprocess_exec(sys.executable, "-m", "crawlherd", *args, ...)``: see
+    :func:`exec_python`."""
+    return await exec_python(sys.executable, "-m", "crawlherd", *args, env=env, cwd=cwd, stdin=stdin, stdout=stdout,
+                             stderr=stderr)
+
+
+async def exec_python(
+    *argv: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    stdin: int | None = None,
+    stdout: Any = None,
+    stderr: Any = None,
+) -> ForkedProcess | asyncio.subprocess.Process:
+    """``asyncio.create_subprocess_exec(*argv, ...)`` of a Python command (:func:`target_of`) -- forked
+    off the server when it is enabled. ``stdin``: None or ``DEVNULL`` (a forked process reads nothing);
     ``stdout`` / ``stderr``: None, ``PIPE``, ``DEVNULL``, ``STDOUT`` (stderr only), a file descriptor or
     an object with ``fileno()`` -- what ``create_subprocess_exec`` takes."""
     if not enabled():
         return await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "crawlherd", *args, env=None if env is None else dict(env), cwd=cwd,
-            stdin=stdin, stdout=stdout, stderr=stderr,
+            *argv, env=None if env is None else dict(env), cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr,
         )
+    target = target_of(argv)
     if stdin not in (None, asyncio.subprocess.DEVNULL):
         raise ValueError("a forked process reads nothing: stdin must be None or DEVNULL")
     opened: list[int] = []
@@ -231,8 +301,8 @@ async def exec_crawlherd(
         return spec if isinstance(spec, int) else int(spec.fileno())
 
     try:
-        return await start("crawlherd", args, env=os.environ if env is None else env, cwd=cwd or Path.cwd(),
-                           stdout=fd(stdout), stderr=fd(stderr))
+        return await _start(target, env=os.environ if env is None else env, cwd=cwd or Path.cwd(),
+                            stdout=fd(stdout), stderr=fd(stderr))
     finally:
         for f in opened:
             os.close(f)

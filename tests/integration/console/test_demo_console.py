@@ -1,6 +1,7 @@
 """`crawlherd demo` and `crawlherd run` serve the console and print its URL; `demo --serve` keeps it up
-after the demo until Ctrl+C, plain `demo` exits by itself. Each runs as a real subprocess; the test
-reads the URL it prints, fetches console pages and sends SIGINT."""
+after the demo until Ctrl+C, plain `demo` exits by itself. Each runs as a process of its own (forked
+off the fork server, one with a fresh interpreter); the test reads the URL it prints, fetches console
+pages and sends SIGINT."""
 
 from __future__ import annotations
 
@@ -16,20 +17,25 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import forkpopen
+
 pytestmark = pytest.mark.timeout(300)
 
 URL = re.compile(r"console: (http://127\.0\.0\.1:\d+/)")
 
 
-def _start(*args: str, cwd: Path) -> subprocess.Popen[str]:
+def _start(*args: str, cwd: Path, fresh: bool = False) -> forkpopen.Process:
+    """``python -m crawlherd ARGS``, forked off the fork server (tests/support/forkpopen.py) unless
+    ``fresh``: then a real interpreter starts, as a user's does."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
-    return subprocess.Popen(
+    start = subprocess.Popen if fresh else forkpopen.popen
+    return start(  # type: ignore[no-any-return,operator]
         [sys.executable, "-m", "crawlherd", *args], cwd=cwd, env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
 
 
-def _end(proc: subprocess.Popen[str]) -> None:
+def _end(proc: forkpopen.Process) -> None:
     """Kill ``proc`` if it still runs (a failed test) and close its pipe."""
     if proc.poll() is None:
         proc.kill()
@@ -38,7 +44,7 @@ def _end(proc: subprocess.Popen[str]) -> None:
         proc.stdout.close()
 
 
-def _lines(proc: subprocess.Popen[str]) -> Iterator[str]:
+def _lines(proc: forkpopen.Process) -> Iterator[str]:
     assert proc.stdout is not None
     for line in proc.stdout:
         yield line.rstrip("\n")
@@ -98,7 +104,8 @@ def test_plain_demo_prints_the_console_and_exits_by_itself(tmp_path: Path) -> No
 
 
 def test_demo_refuses_serve_without_a_console(tmp_path: Path) -> None:
-    proc = _start("demo", "--no-console", "--serve", cwd=tmp_path)
+    # A fresh interpreter: `python -m crawlherd` itself, imports and all, as a user starts it.
+    proc = _start("demo", "--no-console", "--serve", cwd=tmp_path, fresh=True)
     try:
         out, _ = proc.communicate(timeout=60)
     finally:

@@ -26,6 +26,7 @@ from crawlherd.dispatch.embedded import run_embedded
 from crawlherd.fetch.base import FetchLimits
 from crawlherd.metrics import serve_metrics
 from crawlherd.worker.worker import Worker, WorkerOptions
+from tests.support import forkpopen
 from tests.support.console import add_site, add_target
 
 
@@ -106,8 +107,8 @@ async def test_counters_equal_the_database_after_a_run(tmp_path: Path) -> None:
     assert delta("crawlherd_fetches_total", status_class="5xx") == 2
 
 
-def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(
+def _start(args: list[str], env: dict[str, str]) -> tuple[forkpopen.Process, int]:
+    proc = forkpopen.popen(
         [sys.executable, "-c", "from crawlherd.cli import main; main()", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
