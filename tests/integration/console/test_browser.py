@@ -60,7 +60,7 @@ async def platform(url: str) -> AsyncIterator[tuple[str, DemoSite]]:
                 ),
             )
             async with worker, serve_console(engine, port=0) as console:
-                pipeline = asyncio.create_task(run_embedded(engine, broker, worker, stop=stop, interval=0.1))
+                pipeline = asyncio.create_task(run_embedded(engine, broker, worker, stop=stop, interval=0.5))
                 try:
                     yield console.url.rstrip("/"), site
                 finally:
