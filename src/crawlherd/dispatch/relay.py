@@ -30,7 +30,8 @@ a refusal is a warning each time.
 The lease is always longer than a round can take (checked at construction), so no other relay takes
 a row while its publish may still be confirmed. A relay that dies between publish and mark leaves the
 lease to run out; another relay publishes the row again with the same body and key: a duplicate the
-workers drop, never a loss.
+workers drop, never a loss. A relay stopped (cancelled) mid-round does the same with the rows whose
+publish it cut off in flight, and releases at once only the rows it never sent.
 """
 
 from __future__ import annotations
@@ -134,6 +135,10 @@ class _Publishes:
     def too_late(self) -> bool:
         return asyncio.get_running_loop().time() > self.last_start
 
+    def unfinished(self) -> list[LeasedRow]:
+        """The rows whose publish started and has not ended."""
+        return [row for row_id, row in self.started.items() if row_id not in self.finished]
+
     def settled(self, row: LeasedRow, error: BaseException | None) -> None:
         """``row``'s publish is over: confirmed (``error`` None) or failed."""
         if error is None:
@@ -217,11 +222,14 @@ class Relay:
             return RelayResult()
         confirmed: list[int] = []
         failures: list[Failure] = []
+        in_flight: list[LeasedRow] = []
         try:
-            await self.publish(leased, confirmed, failures, leased_at=leased_at)
+            await self.publish(leased, confirmed, failures, leased_at=leased_at, in_flight=in_flight)
         finally:
-            # Also on cancellation (shutdown): record what the broker confirmed, release the rest.
-            settled = {*confirmed, *(f.row.id for f in failures)}
+            # Also on cancellation (shutdown): record what the broker confirmed, release what was never
+            # sent; a publish cut off in flight may have reached the broker: its row keeps the lease, and
+            # is published again only once that runs out (as after a crash), not by another relay at once.
+            settled = {*confirmed, *(f.row.id for f in failures), *(r.id for r in in_flight)}
             released = [r for r in leased if r.id not in settled]
             await asyncio.shield(self.settle(confirmed, failures, released))
         metrics.RELAY_PUBLISHES.labels(outcome="confirmed").inc(len(confirmed))
@@ -265,12 +273,14 @@ class Relay:
         failures: list[Failure],
         *,
         leased_at: float | None = None,
+        in_flight: list[LeasedRow] | None = None,
     ) -> None:
         """Publish ``rows``, appending each confirmed id to ``confirmed`` and each failure (with its
         reason) to ``failures`` as it happens. Returns at the round deadline (``round_timeout`` after
         ``leased_at``, the loop's time when the lease began; default: now) at the latest: what is
         still in flight then counts as failed; nothing is started after it (a broker that never
-        makes the loop wait could otherwise publish past it)."""
+        makes the loop wait could otherwise publish past it). Cancelled, it appends the rows whose
+        publish was cut off in flight to ``in_flight``."""
         loop = asyncio.get_running_loop()
         deadline = (loop.time() if leased_at is None else leased_at) + self.round_timeout
         publishes = _Publishes(self, self._last_start(deadline), confirmed, failures)
@@ -283,9 +293,12 @@ class Relay:
         except TimeoutError:
             # Publishes cut off in flight may or may not have reached the broker: retried after a
             # back-off (a duplicate at worst). Rows never started are released by the caller.
-            for row_id, row in publishes.started.items():
-                if row_id not in publishes.finished:
-                    self._failed(Failure(row, f"{_ROUND_ERROR} ({self.round_timeout:g}s)"), failures)
+            for row in publishes.unfinished():
+                self._failed(Failure(row, f"{_ROUND_ERROR} ({self.round_timeout:g}s)"), failures)
+        except asyncio.CancelledError:
+            if in_flight is not None:
+                in_flight.extend(publishes.unfinished())
+            raise
 
     async def _publish_each(self, rows: Sequence[LeasedRow], publishes: _Publishes) -> None:
         """``publish_concurrency`` publishers, each taking the next row as soon as its last is confirmed."""
