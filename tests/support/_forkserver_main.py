@@ -33,7 +33,8 @@ HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD}
 
 def preload() -> None:
     """What ``crawlherd worker``, ``dispatch``, ``run``, ``crawl`` and ``python -m crawlherd.demo`` import
-    anyway; console passwords hashed as in the test process (:mod:`tests.support.passwords`)."""
+    anyway, and the test modules some of the processes the tests start run on top (imported only: nothing
+    registered); console passwords hashed as in the test process (:mod:`tests.support.passwords`)."""
     from crawlherd.cli import COMMANDS
 
     for target in COMMANDS.values():
@@ -41,7 +42,9 @@ def preload() -> None:
     for name in ("crawlherd.worker.worker", "crawlherd.dispatch.dispatch_service", "crawlherd.brokers.redis",
                  "crawlherd.brokers.amqp", "crawlherd.brokers.sqlite", "crawlherd.frontier.redis",
                  "crawlherd.frontier.sqlite", "crawlherd.fetch.http", "sqlalchemy.dialects.postgresql.asyncpg",
-                 "sqlalchemy.dialects.sqlite.aiosqlite", "asyncpg", "aiosqlite", "uvloop", "crawlherd.demo"):
+                 "sqlalchemy.dialects.sqlite.aiosqlite", "asyncpg", "aiosqlite", "uvloop", "crawlherd.demo",
+                 # what tests.support.run_dispatch (run as __main__ by the dispatcher-process tests) imports
+                 "tests.support.table_broker", "tests.support.real_brokers"):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     from tests.support.passwords import cheap_password_hashes

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.db import DispatchOutbox, create_engine, db_now
 from crawlherd.messages import decode_job, idempotency_key
+from tests.support import forkpopen
 from tests.support.db import add_targets, add_website, database_now
 from tests.support.real_brokers import drain, remove, scratch_url
 
@@ -70,7 +71,7 @@ def broker_url(request: pytest.FixtureRequest, unique_name: str, tmp_path: Path)
 
 def start_dispatcher(
     db_url: str, *args: str, die_after_publish: bool = False, broker: str | None = None
-) -> subprocess.Popen[str]:
+) -> forkpopen.Process:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "CRAWLHERD_DATABASE_URL": db_url, "PYTHONPATH": path}
     env.pop("CRAWLHERD_BROKER_URL", None)
@@ -80,7 +81,7 @@ def start_dispatcher(
             env["CRAWLHERD_TEST_DIE_AFTER_PUBLISH"] = "1"
     elif die_after_publish:
         broker = f"die+{broker}"
-    return subprocess.Popen(
+    return forkpopen.popen(  # forked off the fork server: the real CLI, without a fresh interpreter's imports
         [sys.executable, "-m", "tests.support.run_dispatch", "dispatch", "--broker-url", broker, *args],
         cwd=ROOT,
         env=env,
@@ -90,7 +91,7 @@ def start_dispatcher(
     )
 
 
-def stop(procs: list[subprocess.Popen[str]]) -> list[str]:
+def stop(procs: list[forkpopen.Process]) -> list[str]:
     """SIGTERM each (by its own PID) and collect the output; kill what does not stop in time."""
     outputs = []
     for proc in procs:
@@ -119,7 +120,7 @@ async def test_three_dispatcher_processes_500_targets_50_slots(pg_database: str,
     kind = broker_url.split(":", 1)[0] if broker_url else ""
     (n_targets, n_slots), every = SCALE.get(kind, (500, 50)), timedelta(milliseconds=250)
     engine = create_engine(pg_database)
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[forkpopen.Process] = []
     try:
         async with engine.begin() as conn:
             await conn.execute(text("TRUNCATE items, job_runs, dispatch_outbox, scrape_targets, websites CASCADE"))
