@@ -58,3 +58,16 @@ def test_a_new_sqlite_config_db_is_readable_by_its_owner_only(tmp_path: Path) ->
     asyncio.run(upgrade(f"sqlite:///{path}"))
     for file in [path, *tmp_path.glob("config.db-*")]:
         assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+
+
+async def test_the_dispatch_gauges_on_a_config_db_that_is_gone_are_an_outage() -> None:
+    """The dispatcher reads its gauges between ticks: a config DB gone then (restarted) is an outage it
+    waits out, not an error that ends it (a raw driver error did, under a PostgreSQL restart)."""
+    from crawlherd.dispatch.gauges import refresh_dispatch_gauges
+
+    engine = create_engine(f"postgresql://u:pw@127.0.0.1:{free_port()}/db")
+    try:
+        with pytest.raises(BackendUnavailableError, match="reading the dispatch gauges"):
+            await refresh_dispatch_gauges(engine)
+    finally:
+        await engine.dispose()

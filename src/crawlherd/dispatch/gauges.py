@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from crawlherd import metrics
 from crawlherd.db.engine import count_rows, db_now
+from crawlherd.db.errors import translate_db_errors
 from crawlherd.db.models import DispatchOutbox, ScrapeTarget
 
 __all__ = ["due_conditions", "outbox_backlog", "refresh_dispatch_gauges"]
@@ -36,12 +37,14 @@ def due_conditions(now: datetime) -> tuple[Any, ...]:
 
 
 async def refresh_dispatch_gauges(engine: AsyncEngine) -> None:
-    """Set the dispatcher's gauges (targets due, outbox pending and its oldest row's age)."""
+    """Set the dispatcher's gauges (targets due, outbox pending and its oldest row's age). A config DB
+    that went away is an outage (BackendUnavailableError), as for the tick that reads them."""
     T = ScrapeTarget  # noqa: N806
-    async with engine.connect() as conn:
-        now = await db_now(conn)
-        due = await count_rows(conn, T, *due_conditions(now))
-        pending, oldest = await outbox_backlog(conn, now)
+    with translate_db_errors("reading the dispatch gauges"):
+        async with engine.connect() as conn:
+            now = await db_now(conn)
+            due = await count_rows(conn, T, *due_conditions(now))
+            pending, oldest = await outbox_backlog(conn, now)
     metrics.TARGETS_DUE.set(due)
     metrics.OUTBOX_PENDING.set(pending)
     metrics.OUTBOX_OLDEST.set(oldest or 0.0)
