@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import signal
 import socket
 import subprocess
 import threading
@@ -29,7 +28,7 @@ from . import forkserver
 __all__ = ["ForkedPopen", "Process", "popen"]
 
 
-class ForkedPopen:
+class ForkedPopen(forkserver.Signals):
     """What a test uses of :class:`subprocess.Popen`, for a process the fork server started: ``args``,
     ``pid``, ``returncode``, ``poll()``, ``wait(timeout)``, ``communicate(input, timeout)``,
     ``send_signal()``, ``terminate()``, ``kill()``, ``stdin`` / ``stdout`` / ``stderr`` when pipes, and
@@ -109,16 +108,8 @@ class ForkedPopen:
         out[name] = stream.read()
         stream.close()
 
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
+    def _ended(self) -> bool:
+        return self.poll() is not None
 
     def __enter__(self) -> ForkedPopen:
         return self

@@ -40,7 +40,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ForkedProcess", "enabled", "exec_crawlherd", "exec_python", "send", "shim_dir", "start", "target_of"]
+__all__ = ["ForkedProcess", "Signals", "enabled", "exec_crawlherd", "exec_python", "send", "shim_dir", "start",
+           "target_of"]
 
 ROOT = Path(__file__).resolve().parents[2]
 _STATUS = struct.Struct("!i")
@@ -133,7 +134,27 @@ def shim_dir() -> Path:
     return bin_dir
 
 
-class ForkedProcess:
+class Signals:
+    """``send_signal()``, ``terminate()`` and ``kill()`` of a forked process, by its PID, until it ended."""
+
+    pid: int
+
+    def _ended(self) -> bool:
+        raise NotImplementedError
+
+    def send_signal(self, sig: int) -> None:
+        if not self._ended():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkedProcess(Signals):
     """What a test uses of :class:`asyncio.subprocess.Process`, for a process the fork server started:
     ``pid``, ``returncode``, ``wait()``, ``communicate()``, ``send_signal()``, ``terminate()``,
     ``kill()``, and ``stdout`` / ``stderr`` readers when they were pipes."""
@@ -173,16 +194,8 @@ class ForkedProcess:
         await self.wait()
         return out, err
 
-    def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
+    def _ended(self) -> bool:
+        return self.returncode is not None
 
 
 async def start(
@@ -257,18 +270,10 @@ def target_of(argv: Sequence[str]) -> dict[str, object]:
     raise ValueError(f"not a command the fork server runs (sys.executable -m / -c / SCRIPT): {list(argv)}")
 
 
-async def exec_crawlherd(
-    *args: str,
-    env: Mapping[str, str] | None = None,
-    cwd: Path | str | None = None,
-    stdin: int | None = None,
-    stdout: Any = None,
-    stderr: Any = None,
-) -> ForkedProcess | asyncio.subprocess.Process:
-    """``asyncio.create_subprocess_exec(sys.executable, "-m", "crawlherd", *args, ...)``: see
-    :func:`exec_python`."""
-    return await exec_python(sys.executable, "-m", "crawlherd", *args, env=env, cwd=cwd, stdin=stdin, stdout=stdout,
-                             stderr=stderr)
+async def exec_crawlherd(*args: str, **options: Any) -> ForkedProcess | asyncio.subprocess.Process:
+    """``asyncio.create_subprocess_exec(sys.executable, "-m", "crawlherd", *args, ...)``; ``options``:
+    those of :func:`exec_python`."""
+    return await exec_python(sys.executable, "-m", "crawlherd", *args, **options)
 
 
 async def exec_python(
