@@ -125,12 +125,15 @@ async def test_brokers_share_one_botocore_session(open_sqs: Any, monkeypatch: py
 
     made: list[object] = []
     real = _sqs_wire.get_session
-    monkeypatch.setattr(_sqs_wire, "_session", [])
     monkeypatch.setattr(_sqs_wire, "get_session", lambda: made.append(1) or real())
-    first = await open_sqs()
-    second = await open_sqs()
-    await first.publish(b"one", key="k1")
-    delivery = await take(second.consume())
-    assert delivery.body == b"one"
-    await second.ack(delivery)
+    _sqs_wire.aws_session.cache_clear()
+    try:
+        first = await open_sqs()
+        second = await open_sqs()
+        await first.publish(b"one", key="k1")
+        delivery = await take(second.consume())
+        assert delivery.body == b"one"
+        await second.ack(delivery)
+    finally:
+        _sqs_wire.aws_session.cache_clear()
     assert len(made) == 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hashlib
 import json
 import math
@@ -229,14 +230,10 @@ def driver_errors(where: object, *, publishing: bool = False) -> Iterator[None]:
         raise (PublishError if publishing else BrokerError)(f"{where!r}: {exc}") from exc
 
 
-_session: list[AioSession] = []
-
-
+@functools.cache
 def aws_session() -> AioSession:
     """The process's botocore session, made on first use and shared by every broker: a new session reads
     botocore's endpoint and service data again (about 0.1 s of CPU for each broker opened). The region is
     read when a broker opens; credentials found by the session (when the URL gives none) are kept for the
     process, as boto3's default session keeps them (refreshable ones refresh themselves)."""
-    if not _session:
-        _session.append(get_session())
-    return _session[0]
+    return get_session()
