@@ -29,20 +29,26 @@ def scratch_url(kind: str, name: str, *, sqlite_path: str, redis_url: str, amqp_
     return f"{amqp_url}?queue={name}"
 
 
-async def drain(url: str, *, idle: float = 3.0, expect: int = 0, patience: float = 60.0) -> list[Delivery]:
+async def drain(
+    url: str, *, idle: float = 3.0, expect: int = 0, expect_keys: int = 0, patience: float = 60.0
+) -> list[Delivery]:
     """Consume and ack everything in the broker until nothing arrives for ``idle`` seconds -- or, while
-    fewer than ``expect`` messages have come, for ``patience`` seconds (a busy machine's broker, moto's
-    SQS above all, can take longer than ``idle`` to answer a receive; what comes after ``expect`` is
-    still waited for ``idle``, so a duplicate is seen)."""
+    fewer than ``expect`` messages, or fewer than ``expect_keys`` distinct keys, have come, for
+    ``patience`` seconds (a busy machine's broker, moto's SQS above all, can take longer than ``idle`` to
+    answer a receive, and a message redelivered meanwhile is not one more of those expected; what comes
+    after is still waited for ``idle``, so a duplicate is seen)."""
     got: list[Delivery] = []
+    keys: set[str] = set()
     async with open_broker(url) as broker:
         stream = broker.consume(prefetch=200).__aiter__()
         while True:
+            waiting = len(got) < expect or len(keys) < expect_keys
             try:
-                delivery = await asyncio.wait_for(stream.__anext__(), idle if len(got) >= expect else patience)
+                delivery = await asyncio.wait_for(stream.__anext__(), patience if waiting else idle)
             except (TimeoutError, StopAsyncIteration):
                 break
             got.append(delivery)
+            keys.add(delivery.key)
             await broker.ack(delivery)
         with contextlib.suppress(Exception):
             await stream.aclose()  # type: ignore[attr-defined]

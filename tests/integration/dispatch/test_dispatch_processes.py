@@ -168,7 +168,7 @@ async def test_three_dispatcher_processes_500_targets_50_slots(pg_database: str,
             if broker_url is None:
                 publishes = (await conn.execute(text("SELECT key, pid FROM test_publishes"))).all()
         if broker_url is not None:  # count what the real broker holds
-            publishes = [(d.key, None) for d in await drain(broker_url, expect=expected)]
+            publishes = [(d.key, None) for d in await drain(broker_url, expect_keys=expected)]
         window = [r for r in rows if r.slot_at < end]
         # Exactly one outbox row per (target, slot) of the 50, each of the 50 slots present.
         per_target: dict[int, list[object]] = {}
