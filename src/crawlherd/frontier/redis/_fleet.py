@@ -60,8 +60,9 @@ class SendClock:
         taken), or asks again after them (see ``send.lua``). A request of ``owner`` to ``host`` that has
         its slot and no answer yet holds the host for the others of this process too (for ``SEND_HOLD``
         at most), as ``send.lua`` holds it for other processes: two requests in flight at once may reach
-        the server in either order, whatever their slots. The same task asking again (a redirect's next
-        hop) follows its own answer and is not held."""
+        the server in either order, whatever their slots. (A request asking before the first's slot
+        came back is held by ``send.lua`` itself.) The same task asking again (a redirect's next hop)
+        follows its own answer and is not held."""
         key = (host, owner)
         out = self._out.get(key)
         if out is not None and out[0] is not asyncio.current_task() and not out[1].is_set():
