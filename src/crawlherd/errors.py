@@ -11,6 +11,7 @@ The tree::
     │   └── LeaseError              a lease that is unknown, expired or already settled
     ├── FetchError                  one URL could not be fetched (carries url=, request=)
     │   ├── FetchTimeoutError
+    │   ├── SendVetoedError         stopped right before it was sent: its session's proxy rests now
     │   ├── BodyTooLargeError       body (or its decompressed form) over max_body_size
     │   ├── TooManyRedirectsError
     │   ├── ContentTypeError        content type not in the allow-list
@@ -107,6 +108,12 @@ class FetchError(CrawlherdError):
 
 class FetchTimeoutError(FetchError):
     """Connect, read or total timeout."""
+
+
+class SendVetoedError(FetchError):
+    """A request stopped right before it was sent, after its send gate let it go: what it was to be sent
+    under no longer holds (its session's proxy rests after a block page another request met meanwhile;
+    :data:`~crawlherd.fetch.gate.SEND_VETO`). Nothing reached the site."""
 
 
 class BodyTooLargeError(FetchError):

@@ -23,9 +23,11 @@ from crawlherd.errors import (
     BodyTooLargeError,
     ContentTypeError,
     FetchTimeoutError,
+    SendVetoedError,
     TooManyRedirectsError,
 )
 from crawlherd.fetch import Fetcher, FetchLimits, MockFetcher, MockResponse
+from crawlherd.fetch.gate import SEND_VETO
 from crawlherd.request import Request
 from tests.support.httpserver import serve
 
@@ -234,6 +236,35 @@ async def test_the_send_gate_is_passed_before_each_hop(make_fetcher: MakeFetcher
     await fetcher.fetch(Request(site.url("/redirect/1")))
     host = site.base.split("//", 1)[1]
     assert passed == [host, host]
+
+
+async def test_a_veto_that_comes_while_the_request_waits_at_the_gate_stops_it_unsent(
+    make_fetcher: MakeFetcher, site: Site
+) -> None:
+    """SEND_VETO is asked once the gate lets the request go: a reason that arose while it waited there (the
+    session's proxy came to rest) stops it before anything reaches the site; no reason, and it goes."""
+    fetcher = await make_fetcher()
+    vetoed: list[str] = []
+    opened = asyncio.Event()
+
+    async def wait(host: str) -> None:
+        await opened.wait()
+
+    fetcher.send_gate = wait
+    token = SEND_VETO.set(lambda: vetoed[0] if vetoed else None)
+    try:
+        waiting = asyncio.ensure_future(fetcher.fetch(Request(site.url("/ok"))))
+        await asyncio.sleep(0.05)
+        vetoed.append("its proxy rests")  # meanwhile
+        opened.set()
+        with pytest.raises(SendVetoedError, match="not sent: its proxy rests"):
+            await waiting
+        assert site.hits == []
+        vetoed.clear()
+        assert (await fetcher.fetch(Request(site.url("/ok")))).status == 200
+    finally:
+        SEND_VETO.reset(token)
+    assert site.hits == ["/ok"]
 
 
 async def test_the_fetcher_has_every_member_of_the_protocol(make_fetcher: MakeFetcher) -> None:

@@ -3,12 +3,14 @@ page, a lapsed login and an error change, tiers up and down, and when a page end
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from crawlherd.errors import RetryLater
+from crawlherd.errors import FetchError, RetryLater
+from crawlherd.fetch.gate import check_veto
 from crawlherd.fetch.session import SESSION_META
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
@@ -84,6 +86,70 @@ async def test_a_block_rests_the_proxy_and_the_page_goes_back() -> None:
     clock.now = 1031.0  # rested: used again (the least used first)
     await pool.fetch(site, Request("https://board.example/y"), ok)
     assert seen[-1]["proxy"] == label
+
+
+async def test_a_request_waiting_at_the_gate_through_a_proxy_that_came_to_rest_is_not_sent() -> None:
+    """Two pages through one proxy: the first waits at the send gate while the second meets a block page;
+    let go by the gate, the first is not sent (the site would see one more request from an identity it
+    just banned) and its page goes back to the frontier; the next page waits for the proxy's rest."""
+    clock = Clock()
+    pool = await _pool(clock)
+    site = _site(proxies=["http://a:1"], ban={"cool_off": "30s", "markers": ["captcha"]})
+    gate = asyncio.Event()
+    sent: list[str] = []
+
+    async def fetch(request: Request) -> CrawlResult:  # as a fetcher behind a send gate, under a crawler
+        if request.url.endswith("/first"):
+            await gate.wait()
+        try:
+            check_veto(request.url)
+        except FetchError as exc:
+            return CrawlResult(url=request.url, success=False, error_type=type(exc).__name__,
+                               error_message=str(exc), request=request)
+        sent.append(request.url)
+        body = "<div>captcha</div>" if request.url.endswith("/second") else "<p>ok</p>"
+        return CrawlResult(url=request.url, success=True, status_code=200, body=body.encode(),
+                           headers={"content-type": "text/html"}, request=request)
+
+    first = asyncio.ensure_future(pool.fetch(site, Request("https://board.example/first"), fetch))
+    await asyncio.sleep(0.01)
+    with pytest.raises(RetryLater):  # a block page: the proxy rests
+        await pool.fetch(site, Request("https://board.example/second"), fetch)
+    gate.set()
+    with pytest.raises(RetryLater, match="not sent: http://a:1 rests for board after a block page"):
+        await first
+    assert sent == ["https://board.example/second"]
+    with pytest.raises(RetryLater) as later:
+        await pool.fetch(site, Request("https://board.example/third"), fetch)
+    assert later.value.delay == pytest.approx(30.0)
+    assert sent == ["https://board.example/second"]
+
+
+async def test_a_login_waiting_at_the_gate_through_a_proxy_that_came_to_rest_is_not_sent() -> None:
+    """The same for a session's login (sent by the fetcher itself, which raises what it raises): not sent,
+    and the page goes back to the frontier -- it does not fail."""
+    clock = Clock()
+    gate = asyncio.Event()
+    sent: list[str] = []
+
+    async def login(request: Request) -> CrawlResult:  # the fetcher: its errors raised
+        await gate.wait()
+        check_veto(request.url)
+        sent.append(request.url)
+        raise AssertionError("the login must not be sent")
+
+    pool = SessionPool(MemorySessions(), send=login, clock=clock)
+    site = _site(proxies=["http://a:1"], ban={"cool_off": "30s", "markers": ["captcha"]},
+                 login={"url": "https://board.example/login", "form": {"user": "u"}})
+    first = asyncio.ensure_future(pool.fetch(site, Request("https://board.example/first"), _answer()[0]))
+    await asyncio.sleep(0.01)
+    [session] = await pool.store.sessions("board")
+    with pytest.raises(RetryLater):  # a block page another page met through the same proxy
+        await pool._blocked(site, Request("https://board.example/second"), session, "captcha")
+    gate.set()
+    with pytest.raises(RetryLater, match="not sent: http://a:1 rests for board after a block page"):
+        await first
+    assert sent == []
 
 
 async def test_every_proxy_resting_the_page_waits_then_ends_blocked() -> None:

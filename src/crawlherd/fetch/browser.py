@@ -39,7 +39,7 @@ from crawlherd.fetch.actions import PageActions, run_actions
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
 from crawlherd.fetch.chromium import CHROMIUM_ARGS, LOCAL_NETWORK_ARGS, BrowserOptions, find_chromium, open_browser
 from crawlherd.fetch.contexts import BrowserSession, ContextPool, SessionContext, proxy_settings
-from crawlherd.fetch.gate import SendGate, pass_gate
+from crawlherd.fetch.gate import SendGate, check_veto, pass_gate
 from crawlherd.fetch.guard import check_address, parse_networks
 from crawlherd.fetch.hops import AcceptedTypes, Hop, check_size, follow, response_of
 from crawlherd.fetch.routes import AddressCheck, PageRoutes, PageState, first_line, host_port
@@ -349,6 +349,7 @@ class BrowserFetcher(PageRoutes):
         if self.send_gate is not None:
             state.stage = "waiting for the send gate"
             await pass_gate(self.send_gate, host)
+        check_veto(url)
         state.stage = f"loading {url}"
         try:
             response = await page.goto(url, wait_until=self.options.wait_until, timeout=state.timeout_ms())

@@ -24,18 +24,35 @@ event loop of a busy process, the socket write).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from crawlherd.clock import Clock, SystemClock
+from crawlherd.errors import SendVetoedError
 from crawlherd.url import canonicalize_url, host_of
 
-__all__ = ["HostGate", "SendGate", "SendStamps", "SlotLimiter", "hop_host", "pass_gate"]
+__all__ = ["SEND_VETO", "HostGate", "SendGate", "SendStamps", "SlotLimiter", "check_veto", "hop_host", "pass_gate"]
 
 #: Called with the host (``host[:port]``) right before a request is written; returns None to send at
 #: once (the common, allocation-free case), or an awaitable to wait on first.
 SendGate = Callable[[str], Awaitable[None] | None]
+
+#: Set (for the task that fetches, and what it awaits) by a caller whose reason to send may lapse while
+#: the request waits at its gate -- the worker's session pool: the session's proxy rested by a block
+#: page another request met meanwhile. Every fetcher calls it once its gate let the request go, right
+#: before sending (:func:`check_veto`); a reason stops the request with SendVetoedError.
+SEND_VETO: contextvars.ContextVar[Callable[[], str | None] | None] = contextvars.ContextVar(
+    "crawlherd_send_veto", default=None
+)
+
+
+def check_veto(url: str) -> None:
+    """Raise SendVetoedError when :data:`SEND_VETO` says the request to ``url`` must not be sent now."""
+    veto = SEND_VETO.get()
+    if veto is not None and (why := veto()) is not None:
+        raise SendVetoedError(f"{url}: not sent: {why}", url=url)
 
 _FORGET_AFTER = 50_000  # hosts remembered before those whose spacing has passed are dropped
 

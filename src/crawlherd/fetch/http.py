@@ -37,7 +37,7 @@ from aiohttp.resolver import DefaultResolver
 from crawlherd._aio import cancel_and_wait
 from crawlherd.errors import FetchError, FetchTimeoutError
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
-from crawlherd.fetch.gate import SendGate
+from crawlherd.fetch.gate import SendGate, check_veto
 from crawlherd.fetch.guard import Network, address_allowed, parse_networks, refusal
 from crawlherd.fetch.hops import (
     REDIRECT_STATUSES,
@@ -159,6 +159,7 @@ def _gated_request_class(fetcher: HttpFetcher) -> type[aiohttp.ClientRequest]:
                 wait = gate(_HOP_HOST.get())
                 if wait is not None:
                     return self._send_after(wait, conn)
+            check_veto(str(self.url))
             return super().send(conn)
 
         async def _send_after(self, wait: Awaitable[None], conn: Any) -> aiohttp.ClientResponse:
@@ -170,6 +171,7 @@ def _gated_request_class(fetcher: HttpFetcher) -> type[aiohttp.ClientRequest]:
             finally:
                 if progress is not None:
                     progress[0] = time.monotonic()
+            check_veto(str(self.url))
             return await super().send(conn)
 
     return GatedRequest

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from crawlherd.content_type import charset_of
 from crawlherd.errors import FetchError, FetchTimeoutError
 from crawlherd.fetch.base import FetchLimits, Response, Timeouts, result_of_fetch
-from crawlherd.fetch.gate import SendGate, pass_gate
+from crawlherd.fetch.gate import SendGate, check_veto, pass_gate
 from crawlherd.fetch.guard import address_allowed, parse_networks, refusal
 from crawlherd.fetch.hops import AcceptedTypes, Hop, check_size, follow, redirect_location, response_of
 from crawlherd.request import Request
@@ -130,6 +130,7 @@ class MockFetcher:
     async def _hop(self, request: Request, url: str, method: str, body: bytes | None, host: str) -> Hop:
         """One hop: the handler asked, its answer held to the limits (:mod:`crawlherd.fetch.hops`)."""
         await pass_gate(self.send_gate, host)
+        check_veto(url)
         if url != request.url or method != request.method:
             request = request.replace(url=url, method=method, body=body)
         self.requests.append(request)

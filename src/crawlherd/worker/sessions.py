@@ -15,7 +15,10 @@ For each page of a website whose fetch profile asks for it (``SiteSpec.fetch``, 
 4. a block page retires the session, rests the proxy for the website (``cool_off``), counts towards
    the website's tier, and the page goes back to the frontier to be fetched through another session
    -- until it has met ``page_attempts`` blocks: then it fails with :class:`~crawlherd.errors.BlockedError`
-   and its job ends "blocked". A block page is never a success.
+   and its job ends "blocked". A block page is never a success. The proxy rests in this worker from
+   the moment the block page is read: a request of the worker already on its way through that proxy but
+   still waiting at the send gate is not sent (:data:`~crawlherd.fetch.gate.SEND_VETO`) and its page
+   goes back to the frontier too.
 5. a lapsed login (a redirect to the login URL, a 401, the lapse marker) is logged in again once per
    lapse -- the first worker to claim the lapse does it, the others' pages wait for it -- and the page
    is fetched again.
@@ -39,7 +42,8 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from crawlherd import metrics
-from crawlherd.errors import ConfigurationError, RetryLater
+from crawlherd.errors import ConfigurationError, RetryLater, SendVetoedError
+from crawlherd.fetch.gate import SEND_VETO
 from crawlherd.fetch.session import SESSION_META, SessionMeta, merge_cookies
 from crawlherd.fetchprofile import DIRECT, FetchProfile, proxy_label, with_secrets
 from crawlherd.request import Request
@@ -91,6 +95,9 @@ class SessionPool:
         self._clock = clock
         #: The websites this worker fetched under sessions (reported in its heartbeat).
         self.sites: set[str] = set()
+        # (website, proxy label) -> until when the proxy rests, as this worker saw it: set the moment a
+        # block page is read, before the store has it (another page's choice, a request at the gate)
+        self._rests: dict[tuple[str, str], float] = {}
 
     async def summary(self, *, most: int = 20) -> dict[str, Any]:
         """What the operator sees of each website's sessions (the console's website page, from the
@@ -133,7 +140,8 @@ class SessionPool:
         used = await self.store.use(site.name, session.id)
         if used is None:
             raise RetryLater("its session was retired meanwhile")
-        result = await fetch(request.with_meta({**request.meta, SESSION_META: _meta(used, urls)}))
+        under = request.with_meta({**request.meta, SESSION_META: _meta(used, urls)})
+        result = await self._vetoed(site, used, fetch, under)
         result.request = request
         outcome, why = verdict_of(profile, result)
         metrics.proxy_fetch(site.name, used.proxy, outcome)
@@ -168,6 +176,7 @@ class SessionPool:
         """A block page met through ``used``: the session retired, its proxy rested for the website; the
         page fetched again through another session (RetryLater), or -- past its attempts -- failed."""
         profile, store, name = site.fetch, self.store, site.name
+        self._rests[name, used.proxy] = self._clock() + _rule(profile).cool_off  # before any await
         await store.update(name, used.id, SessionChange(retire=f"blocked: {why}"))
         health = await store.record(name, used.proxy, "blocked", now=self._clock(), rule=_rule(profile))
         blocks = await store.count(f"blocked:{name}:{request.fingerprint.hex()}", _PAGE_MEMORY)
@@ -183,6 +192,28 @@ class SessionPool:
             )
         raise RetryLater(f"blocked through {used.proxy}: {why}")
 
+    async def _vetoed(self, site: SiteSpec, session: Session, fetch: FetchFn, request: Request) -> CrawlResult:
+        """``fetch(request)`` through ``session``, not sent if its proxy comes to rest in this worker while
+        the request waits at the send gate (a block page another request read meanwhile): then the page
+        goes back to the frontier (RetryLater), as it does after a block."""
+        token = SEND_VETO.set(lambda: self._resting(site.name, session.proxy))
+        try:
+            result = await fetch(request)  # a crawler answers a vetoed request as a failed result
+        except SendVetoedError as exc:  # a fetcher (the login's) raises it
+            raise RetryLater(str(exc)) from None
+        finally:
+            SEND_VETO.reset(token)
+        if result.status_code is None and (why := self._resting(site.name, session.proxy)) is not None:
+            raise RetryLater(f"not sent: {why}")  # through another session, as after a block
+        return result
+
+    def _resting(self, site: str, label: str) -> str | None:
+        """Why ``label`` must not be used for ``site`` now, as this worker saw it (None: it may)."""
+        until = self._rests.get((site, label))
+        if until is None or until <= self._clock():
+            return None
+        return f"{label} rests for {site} after a block page"
+
     # -- choosing ----------------------------------------------------------------------------------
 
     async def _session(self, site: SiteSpec, urls: dict[str, str | None]) -> Session:
@@ -190,6 +221,7 @@ class SessionPool:
         now = self._clock()
         health = await store.health(site.name)
         labels, wait = _available(profile, health, now)
+        labels = [label for label in labels if self._resting(site.name, label) is None]
         if not labels:
             raise RetryLater(f"every proxy of {site.name} rests", delay=wait)
         live: dict[str, list[Session]] = {}
@@ -259,8 +291,9 @@ class SessionPool:
             body, ctype = urlencode(payload).encode(), "application/x-www-form-urlencoded"
         del payload
         meta = _meta(session, urls)
-        answer = await self._send(
-            Request(login.url, method="POST", body=body, headers={"Content-Type": ctype}, meta={SESSION_META: meta})
+        answer = await self._vetoed(
+            site, session, self._send,
+            Request(login.url, method="POST", body=body, headers={"Content-Type": ctype}, meta={SESSION_META: meta}),
         )
         cookies = merge_cookies(session.cookies, answer.cookies)  # type: ignore[arg-type]
         final = answer.final_url or answer.url
