@@ -48,11 +48,12 @@ SEND_VETO: contextvars.ContextVar[Callable[[], str | None] | None] = contextvars
 )
 
 
-def check_veto(url: str) -> None:
-    """Raise SendVetoedError when :data:`SEND_VETO` says the request to ``url`` must not be sent now."""
+def check_veto(url: object) -> None:
+    """Raise SendVetoedError when :data:`SEND_VETO` says the request to ``url`` (a str, or a URL object
+    made one only then: this runs for every request) must not be sent now."""
     veto = SEND_VETO.get()
     if veto is not None and (why := veto()) is not None:
-        raise SendVetoedError(f"{url}: not sent: {why}", url=url)
+        raise SendVetoedError(f"{url}: not sent: {why}", url=str(url))
 
 _FORGET_AFTER = 50_000  # hosts remembered before those whose spacing has passed are dropped
 

@@ -159,7 +159,7 @@ def _gated_request_class(fetcher: HttpFetcher) -> type[aiohttp.ClientRequest]:
                 wait = gate(_HOP_HOST.get())
                 if wait is not None:
                     return self._send_after(wait, conn)
-            check_veto(str(self.url))
+            check_veto(self.url)
             return super().send(conn)
 
         async def _send_after(self, wait: Awaitable[None], conn: Any) -> aiohttp.ClientResponse:
@@ -171,7 +171,7 @@ def _gated_request_class(fetcher: HttpFetcher) -> type[aiohttp.ClientRequest]:
             finally:
                 if progress is not None:
                     progress[0] = time.monotonic()
-            check_veto(str(self.url))
+            check_veto(self.url)
             return await super().send(conn)
 
     return GatedRequest
