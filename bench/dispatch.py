@@ -13,6 +13,8 @@ clock starts); the medians of the rounds are printed with their ratio:
 - **crawlherd**: ``python -m crawlherd dispatch --once --database-url ... --broker-url ...`` with its
   defaults, on a scratch queue / key prefix.
 
+Each side's CPU time (user + system, the process's own: ``RUSAGE_CHILDREN``) is printed too, and
+its ratio (bound's CPU / crawlherd's): steadier than the rates when the machine is shared.
 Both sides' messages are counted in their queue / stream afterwards (the run fails unless each holds
 exactly ``--targets``). For reference, each round also times the **publish only** figure: the raw
 driver publishing as many of crawlherd's job bodies in this process (no database; no outbox can
@@ -24,6 +26,8 @@ reach it): aio-pika with confirms, or redis-py ``XADD``, ``--in-flight`` (500) a
 
 crawlherd's modules are byte-compiled first, as an installed package's are. Every queue and key is a
 scratch one, removed afterwards. ``--brokers amqp`` / ``redis`` runs one only.
+``--base-src DIR`` adds crawlherd from another tree's ``src`` (e.g. a worktree of main) to each round,
+after this tree's: before and after in the same run.
 ``--floor`` adds, to each round, crawlherd in this process dispatching to the in-process ``memory://``
 broker (a publish costs next to nothing): the database's and crawlherd's own share.
 """
@@ -35,6 +39,7 @@ import asyncio
 import compileall
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -145,13 +150,25 @@ async def raw_redis(url: str, bodies: list[bytes], in_flight: int) -> float:
 ROOT = Path(__file__).resolve().parents[1]
 
 
-async def timed_process(*argv: str) -> tuple[float, str]:
-    """Run ``argv`` (with this tree's ``src`` first on the path); seconds from start to exit, its stdout."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+#: CPU seconds (user + system) of the last process :func:`timed_process` ran.
+CPU: list[float] = [0.0]
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def timed_process(*argv: str, src: Path = ROOT / "src") -> tuple[float, str]:
+    """Run ``argv`` (with ``src``, default this tree's, first on the path); seconds from start to exit, its stdout.
+    Its CPU seconds go to :data:`CPU` (one process at a time: the children's usage grows by its own)."""
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cpu0 = children_cpu()
     t0 = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(*argv, env=env, stdout=asyncio.subprocess.PIPE)
     out, _ = await proc.communicate()
     elapsed = time.perf_counter() - t0
+    CPU[0] = children_cpu() - cpu0
     if proc.returncode != 0:
         raise SystemExit(f"{argv[:4]} exited with {proc.returncode}")
     return elapsed, out.decode()
@@ -171,11 +188,11 @@ async def bound_process(database_url: str, broker_url: str, name: str, n: int) -
     return elapsed
 
 
-async def crawlherd_process(database_url: str, broker_url: str, n: int) -> float:
-    """``crawlherd dispatch --once`` as a process; checks it says it published ``n``."""
+async def crawlherd_process(database_url: str, broker_url: str, n: int, src: Path) -> float:
+    """``crawlherd dispatch --once`` (of the tree ``src``) as a process; checks it says it published ``n``."""
     elapsed, out = await timed_process(
         sys.executable, "-m", "crawlherd", "dispatch", "--once", "--json",
-        "--database-url", database_url, "--broker-url", broker_url,
+        "--database-url", database_url, "--broker-url", broker_url, src=src,
     )
     data = json.loads(out[out.index("{") :])
     assert data["jobs"] == data["published"] == n and data["failed"] == 0, (data, n)
@@ -217,11 +234,13 @@ async def bound_round(engine: AsyncEngine, database_url: str, broker_url: str, s
     return n / elapsed
 
 
-async def crawlherd_round(engine: AsyncEngine, database_url: str, broker_url: str, site: int, n: int) -> float:
+async def crawlherd_round(
+    engine: AsyncEngine, database_url: str, broker_url: str, site: int, n: int, src: Path = ROOT / "src"
+) -> float:
     await make_due(engine, site, n)
     name = f"bench{uuid.uuid4().hex[:10]}"
     option = "queue" if broker_url.startswith("amqp") else "prefix"
-    elapsed = await crawlherd_process(database_url, with_option(broker_url, option, name), n)
+    elapsed = await crawlherd_process(database_url, with_option(broker_url, option, name), n, src)
     assert (got := await count_and_remove(broker_url, name, crawlherd=True)) == n, (got, n)
     return n / elapsed
 
@@ -251,10 +270,19 @@ async def run(args: argparse.Namespace, database_url: str) -> None:
                 raw = lambda url=url: raw_amqp(url, bodies, args.in_flight)  # noqa: E731
             else:
                 raw = lambda url=url: raw_redis(url, bodies, args.in_flight)  # noqa: E731
-            per = results[name] = {"bound": [], "crawlherd": [], "raw": [], "floor": []}
+            per = results[name] = {"bound": [], "crawlherd": [], "raw": [], "floor": [], "bound_cpu": [],
+                                   "crawlherd_cpu": [], "base": [], "base_cpu": []}
             for r in range(rounds):
                 per["bound"].append(await bound_round(engine, database_url, url, site, n))
+                per["bound_cpu"].append(CPU[0])
                 per["crawlherd"].append(await crawlherd_round(engine, database_url, url, site, n))
+                per["crawlherd_cpu"].append(CPU[0])
+                base = ""
+                if args.base_src:
+                    per["base"].append(await crawlherd_round(engine, database_url, url, site, n, args.base_src))
+                    per["base_cpu"].append(CPU[0])
+                    ratio = per["base"][-1] / per["bound"][-1]
+                    base = f"  base {per['base'][-1]:8.0f}/s ({ratio:.2f}, CPU {CPU[0]:.2f} s)"
                 per["raw"].append(n / await raw())
                 floor = ""
                 if args.floor:
@@ -266,7 +294,8 @@ async def run(args: argparse.Namespace, database_url: str) -> None:
                 print(
                     f"  {name} round {r + 1}: bound {per['bound'][-1]:8.0f}/s  crawlherd {per['crawlherd'][-1]:8.0f}/s"
                     f"  ({per['crawlherd'][-1] / per['bound'][-1]:.2f})  publish only {per['raw'][-1]:8.0f}/s"
-                    f"{floor}  (load {loads[-1]:.1f})",
+                    f"{floor}{base}  CPU bound {per['bound_cpu'][-1]:.2f} s crawlherd {per['crawlherd_cpu'][-1]:.2f} s"
+                    f"  (load {loads[-1]:.1f})",
                     flush=True,
                 )
     finally:
@@ -274,13 +303,21 @@ async def run(args: argparse.Namespace, database_url: str) -> None:
     print(f"\n{n} due targets, median of {rounds} interleaved rounds, load average {min(loads):.1f}-{max(loads):.1f}")
     # ratio: of the medians; per round: the median of each round's own ratio (its two runs are
     # neighbours in time -- steadier when the shared machine's load moves during the run)
-    print(f"{'path':34} {'crawlherd':>10} {'bound':>10} {'ratio':>6} {'per round':>9} {'publish only':>13}")
+    print(f"{'path':34} {'crawlherd':>10} {'bound':>10} {'ratio':>6} {'per round':>9} {'publish only':>13}"
+          f" {'CPU crawlherd':>13} {'bound':>7} {'ratio':>6}")
     labels = {"amqp": "PostgreSQL -> RabbitMQ", "redis": "PostgreSQL -> Redis Streams"}
     for name, per in results.items():
         ours, bound = statistics.median(per["crawlherd"]), statistics.median(per["bound"])
         paired = statistics.median(c / b for c, b in zip(per["crawlherd"], per["bound"], strict=True))
         raw_rate = statistics.median(per["raw"])
-        print(f"{labels[name]:34} {ours:8.0f}/s {bound:8.0f}/s {ours / bound:6.2f} {paired:9.2f} {raw_rate:11.0f}/s")
+        cpu_ours, cpu_bound = statistics.median(per["crawlherd_cpu"]), statistics.median(per["bound_cpu"])
+        print(f"{labels[name]:34} {ours:8.0f}/s {bound:8.0f}/s {ours / bound:6.2f} {paired:9.2f} {raw_rate:11.0f}/s"
+              f" {cpu_ours:11.2f} s {cpu_bound:5.2f} s {cpu_bound / cpu_ours:6.2f}")
+        if per["base"]:
+            base_rate, base_cpu = statistics.median(per["base"]), statistics.median(per["base_cpu"])
+            paired = statistics.median(c / b for c, b in zip(per["base"], per["bound"], strict=True))
+            print(f"{'  --base-src':34} {base_rate:8.0f}/s {bound:8.0f}/s {base_rate / bound:6.2f} {paired:9.2f}"
+                  f" {'':13} {base_cpu:11.2f} s {cpu_bound:5.2f} s {cpu_bound / base_cpu:6.2f}")
         if per["floor"]:
             floor = statistics.median(per["floor"])
             print(f"{'  in-process, memory:// (floor)':34} {floor:8.0f}/s {bound:8.0f}/s {floor / bound:6.2f}")
@@ -297,10 +334,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--in-flight", type=int, default=500, help="the publish-only figure's publishes outstanding")
     parser.add_argument("--floor", action="store_true", help="also dispatch to memory:// in process")
+    parser.add_argument("--base-src", type=Path, default=None,
+                        help="also run crawlherd from this src directory (e.g. a worktree of main), after each "
+                        "round's crawlherd: before and after in one run")
     args = parser.parse_args()
     # crawlherd's modules as installed: compiled once (this machine's PYTHONDONTWRITEBYTECODE would
     # otherwise have every ``crawlherd`` process compile them from source).
-    compileall.compile_dir(ROOT / "src", quiet=1)
+    for src in (ROOT / "src", args.base_src):
+        if src is not None:
+            compileall.compile_dir(src, quiet=1)
     with fresh_postgres_database(args.database_url) as scratch:
         asyncio.run(run(args, scratch))
 

@@ -175,6 +175,14 @@ def _plain(value: object) -> bool:
     return type(value) is str and value.isprintable() and not (value and (value[0].isspace() or value[-1].isspace()))
 
 
+def _quoted(value: str) -> str:
+    """``_dumps(value)`` of a :func:`_plain` string: as it is, in quotes, unless it holds a quote or a
+    backslash (the only characters of a printable string JSON escapes; not ASCII ones stay as they are)."""
+    if '"' in value or "\\" in value:
+        return _dumps(value)
+    return f'"{value}"'
+
+
 class SlotBodies:
     """The job messages of one website's targets, created at one moment (a tick), for many slots:
     :meth:`encode` gives exactly the bytes ``encode_job(JobMessage.for_slot(...))`` gives (the tests
@@ -183,12 +191,13 @@ class SlotBodies:
     part of a tick's work. A value the shortcut cannot vouch for (whitespace to strip, control
     characters, a bad id) takes the model's own path, with its errors."""
 
-    __slots__ = ("_fast", "_head", "_site", "_tail", "created_at", "site", "website_id")
+    __slots__ = ("_fast", "_head", "_site", "_slots", "_tail", "created_at", "site", "website_id")
 
     def __init__(self, *, website_id: int, site: SiteSpec, created_at: datetime) -> None:
         self.website_id = website_id
         self.site = site
         self.created_at = created_at
+        self._slots: dict[datetime, str] = {}  # format_slot of the slots seen (a tick's targets share a few)
         self._fast = (
             type(website_id) is int and website_id >= 1 and isinstance(site, SiteSpec) and created_at.tzinfo is not None
         )
@@ -211,14 +220,16 @@ class SlotBodies:
             and _plain(keywords_used)
             and (location_used is None or _plain(location_used))
         ):
-            slot = format_slot(slot_at)
+            slot = self._slots.get(slot_at)
+            if slot is None:
+                slot = self._slots[slot_at] = format_slot(slot_at)
             key = f"{target_id}:{slot}"
             job_id = _job_uuid(key)
-            location = "null" if location_used is None else _dumps(location_used)
+            location = "null" if location_used is None else _quoted(location_used)
             body = (
                 f'{{"schema_version":{SCHEMA_VERSION},"job_id":"{job_id}","idempotency_key":"{key}",'
-                f'"target_id":{target_id},"slot_at":"{slot}"{self._site}{_dumps(search_url)},'
-                f'"keywords_used":{_dumps(keywords_used)},"location_used":{location}{self._tail}'
+                f'"target_id":{target_id},"slot_at":"{slot}"{self._site}{_quoted(search_url)},'
+                f'"keywords_used":{_quoted(keywords_used)},"location_used":{location}{self._tail}'
             )
             return key, body
         message = JobMessage.for_slot(

@@ -101,7 +101,19 @@ def template_problems(template: str) -> list[str]:
 
 def render_search_url(template: str, *, keywords: str, location: str | None) -> str:
     """The template with ``{keywords}`` and ``{location}`` filled in, URL-encoded."""
-    return template.format(keywords=quote_plus(keywords), location=quote_plus(location or ""))
+    return template.format(keywords=_quote_plus(keywords), location=_quote_plus(location or ""))
+
+
+#: The characters ``quote_plus`` leaves as they are (spaces become ``+``).
+_UNQUOTED = string.ascii_letters + string.digits + "_.-~ "
+
+
+def _quote_plus(value: str) -> str:
+    """``quote_plus(value)``; the common case (letters, digits, spaces) without its detour through bytes
+    (the dispatcher renders one URL per target)."""
+    if not value.strip(_UNQUOTED):
+        return value.replace(" ", "+")
+    return quote_plus(value)
 
 
 class PaginationSpec(BaseModel):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import string
+from urllib.parse import quote_plus
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from crawlherd.extract.pagination import Pagination
-from crawlherd.sitespec import PaginationSpec, PolitenessSpec, SiteSpec
+from crawlherd.sitespec import PaginationSpec, PolitenessSpec, SiteSpec, _quote_plus
 
 BASE = {"name": "site", "base_url": "https://example.com", "search_url_template": "https://example.com/s?q={keywords}"}
 
@@ -60,3 +65,9 @@ def test_frozen() -> None:
     spec = SiteSpec.model_validate(BASE)
     with pytest.raises(ValidationError, match="frozen"):
         spec.name = "other"  # type: ignore[misc]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text() | st.text(alphabet=string.ascii_letters + string.digits + " _.-~+&é"))
+def test_search_urls_quote_as_quote_plus_does(value: str) -> None:
+    assert _quote_plus(value) == quote_plus(value)

@@ -76,6 +76,7 @@ __all__ = [
     "lock_target",
     "outbox_row",
     "plan_target",
+    "plan_targets",
     "tick",
     "write_outbox",
 ]
@@ -213,11 +214,7 @@ async def tick(
             rows = await claim_due(conn, now=now, limit=batch_size)
             if not rows:
                 return TickResult()
-            schedules, bodies = ScheduleCache(), dict[tuple[int, datetime], SlotBodies]()
-            plans = [
-                plan_target(row, now=now, max_slots=max_slots_per_target, schedules=schedules, bodies=bodies)
-                for row in rows
-            ]
+            plans = plan_targets(rows, now=now, max_slots=max_slots_per_target)
             outbox_rows = [r for p in plans for r in p.outbox]
             leased: list[LeasedRow] = []
             if (
@@ -305,13 +302,80 @@ def plan_target(
     schedules: ScheduleCache | None = None,
     bodies: dict[tuple[int, datetime], SlotBodies] | None = None,
 ) -> TargetPlan:
-    """The slots ``row`` owes at ``now`` and their outbox rows. A target that cannot be scheduled is
-    logged and retried in :data:`BROKEN_TARGET_RETRY`; it never stops the others. ``schedules`` and
-    ``bodies`` (:func:`outbox_row`) are the tick's caches."""
+    """The slots ``row`` owes at ``now`` and their outbox rows (:func:`plan_targets` of one row). A
+    target that cannot be scheduled is logged and retried in :data:`BROKEN_TARGET_RETRY`; it never
+    stops the others. ``schedules`` and ``bodies`` (:func:`outbox_row`) are the tick's caches."""
+    return plan_targets([row], now=now, max_slots=max_slots, schedules=schedules, bodies=bodies)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class _Timing:
+    """Where one timing (schedule, next slot, jitter, misfire policy) stands at the tick's ``now``."""
+
+    slots: tuple[datetime, ...]
+    next_run_at: datetime
+    last_scheduled: datetime | None
+    skipped: bool
+
+
+def plan_targets(
+    rows: Sequence[Any],
+    *,
+    now: datetime,
+    max_slots: int,
+    schedules: ScheduleCache | None = None,
+    bodies: dict[tuple[int, datetime], SlotBodies] | None = None,
+) -> list[TargetPlan]:
+    """:func:`plan_target` of each of ``rows``, in one pass: the slots are planned once per distinct
+    timing in the batch (schedule, next slot, jitter, misfire policy -- targets imported together
+    share one), each target's search URL is rendered once for all its slots."""
+    schedules = schedules or ScheduleCache()
+    bodies = {} if bodies is None else bodies
+    timings: dict[tuple[Any, ...], _Timing | CrawlherdError] = {}
+    plans: list[TargetPlan] = []
+    for row in rows:
+        timing_key = (
+            row.schedule_kind, row.interval_seconds, row.cron, row.timezone, row.anchor_at, row.next_run_at,
+            row.jitter_ms, row.misfire_policy, row.backfill_limit, row.misfire_grace_seconds,
+        )
+        timing = timings.get(timing_key)
+        if timing is None:
+            timing = timings[timing_key] = _timing(row, now=now, max_slots=max_slots, schedules=schedules)
+        if isinstance(timing, CrawlherdError):
+            plans.append(_broken(row, timing, now))
+            continue
+        plan = TargetPlan(row.id, timing.next_run_at, timing.last_scheduled)
+        try:
+            if timing.slots:
+                site = _slot_bodies(row, now, bodies)
+                keywords, location = row.keywords, row.location
+                url = site.site.search_url(keywords=keywords, location=location)
+                for slot in timing.slots:
+                    key, body = site.encode(target_id=row.id, slot_at=slot, search_url=url,
+                                            keywords_used=keywords, location_used=location or None)
+                    plan.outbox.append({"target_id": row.id, "slot_at": slot, "key": key, "body": body})
+        except CrawlherdError as exc:
+            plans.append(_broken(row, exc, now))
+            continue
+        if timing.skipped:
+            log.info("target %d: missed slots skipped by misfire policy %s", row.id, row.misfire_policy)
+        plans.append(plan)
+    return plans
+
+
+def _broken(row: Any, error: CrawlherdError, now: datetime) -> TargetPlan:
+    """The plan of a target that cannot be scheduled: said, and tried again in :data:`BROKEN_TARGET_RETRY`."""
+    log.error("target %d cannot be scheduled (%s); retrying in %s", row.id, error, BROKEN_TARGET_RETRY)
+    return TargetPlan(target_id=row.id, next_run_at=now + BROKEN_TARGET_RETRY)
+
+
+def _timing(row: Any, *, now: datetime, max_slots: int, schedules: ScheduleCache) -> _Timing | CrawlherdError:
+    """The slots ``row``'s timing owes at ``now`` (pure: the same for every target of that timing),
+    or why it cannot be scheduled."""
     jitter = timedelta(milliseconds=row.jitter_ms)
     try:
         plan = plan_slots(
-            (schedules or ScheduleCache()).of(row),
+            schedules.of(row),
             next_slot=row.next_run_at - jitter,
             now=now - jitter,
             misfire=row.misfire_policy,
@@ -319,18 +383,9 @@ def plan_target(
             grace=timedelta(seconds=row.misfire_grace_seconds),
             max_slots=max_slots,
         )
-        result = TargetPlan(
-            target_id=row.id,
-            next_run_at=plan.next_slot + jitter,
-            last_scheduled=plan.slots[-1] if plan.slots else None,
-        )
-        result.outbox.extend(outbox_row(row, slot, now, bodies) for slot in plan.slots)
     except CrawlherdError as exc:
-        log.error("target %d cannot be scheduled (%s); retrying in %s", row.id, exc, BROKEN_TARGET_RETRY)
-        return TargetPlan(target_id=row.id, next_run_at=now + BROKEN_TARGET_RETRY)
-    if plan.skipped:
-        log.info("target %d: missed slots skipped by misfire policy %s", row.id, row.misfire_policy)
-    return result
+        return exc
+    return _Timing(plan.slots, plan.next_slot + jitter, plan.slots[-1] if plan.slots else None, plan.skipped)
 
 
 def outbox_row(

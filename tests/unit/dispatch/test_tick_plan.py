@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from crawlherd.dispatch.outbox import ScheduleCache, plan_target
+from crawlherd.dispatch.outbox import ScheduleCache, plan_target, plan_targets
 from crawlherd.dispatch.schedule import CronSchedule, make_schedule, plan_slots
 from crawlherd.sitespec import SiteSpec
 
@@ -78,3 +78,24 @@ def test_interval_schedules_keep_their_own_anchor() -> None:
         schedule = make_schedule(kind="interval", interval_seconds=3600.0, anchor_at=anchor)
         assert [r["slot_at"] for r in plan.outbox] == [anchor]
         assert plan.next_run_at == schedule.next_after(anchor)
+
+
+def test_a_batch_is_planned_as_each_target_alone() -> None:
+    """plan_targets shares slot plans, slot texts and encoders across a batch: same plans, same bytes."""
+    hourly: dict[str, Any] = {"schedule_kind": "interval", "cron": None, "interval_seconds": 3600.0,
+                              "timezone": "UTC", "misfire_policy": "latest", "backfill_limit": 0}
+    rows = [
+        *(target(i, **hourly, next_run_at=NOW - timedelta(minutes=10)) for i in range(1, 4)),
+        target(4, **hourly, next_run_at=NOW - timedelta(minutes=10), jitter_ms=1500),
+        target(5, **{**hourly, "misfire_policy": "skip"}, next_run_at=NOW - timedelta(hours=3, minutes=10)),
+        target(6, **hourly, next_run_at=NOW + timedelta(minutes=1)),  # not due: no slot
+        target(7, next_run_at=NOW - timedelta(minutes=50)),  # cron, backfill
+        target(8, next_run_at=NOW - timedelta(minutes=50), keywords='c++ & "c#" \\ Zürich', location=""),
+        target(9, timezone="Mars/Olympus"),  # cannot be scheduled
+        target(10, site=None, site_error="stored spec is invalid"),  # cannot be encoded
+        target(11, **hourly, next_run_at=NOW - timedelta(minutes=10), keywords="data engineer", location=None),
+    ]
+    alone = [plan_target(row, now=NOW, max_slots=1000) for row in rows]
+    together = plan_targets(rows, now=NOW, max_slots=1000)
+    assert together == alone
+    assert [len(p.outbox) for p in together] == [1, 1, 1, 1, 0, 0, 3, 3, 0, 0, 1]
