@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.cli._common import config_db, settings_from
-from crawlherd.console.users import Action, require, user_role
 from crawlherd.errors import CrawlherdError
+
+if TYPE_CHECKING:  # the console's users are imported when a command acts as one (not by the services)
+    from crawlherd.console.users import Action
 
 __all__ = [
     "CLI_ACTOR", "acting_as", "check_actor", "console_options", "console_or_none", "metrics_port_option", "on_db",
@@ -77,6 +79,8 @@ async def check_actor(ctx: click.Context, engine: AsyncEngine, action: Action) -
     name = acting_as(ctx)
     if not (ctx.find_root().obj or {}).get("user"):
         return name
+    from crawlherd.console.users import require, user_role
+
     role = await user_role(engine, name)
     if role is None:
         raise CrawlherdError(f"--as {name}: no console user of that name (see `crawlherd users list`)")

@@ -41,8 +41,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadDateError, croniter
-
 from crawlherd.errors import ScheduleError
 
 __all__ = [
@@ -155,6 +153,8 @@ def check_cron(expression: str) -> str:
         raise ScheduleError(f"invalid cron expression {expression!r}: {_CRON_FORM}")
     for value, (name, low, high, names) in zip(fields, _CRON_FIELDS, strict=True):
         _check_cron_field(expression, value, name, low, high, names)
+    from croniter import CroniterBadDateError, croniter  # only where there is a cron expression
+
     if not croniter.is_valid(expanded):
         raise ScheduleError(f"invalid cron expression {expression!r}: {_CRON_FORM}")
     try:
@@ -220,6 +220,8 @@ class CronSchedule:
         t = _aware(t)
         # The naive-local -> UTC mapping never decreases and maps local(t) to <= t, so no wall time
         # before local(t) can give a slot after t.
+        from croniter import croniter
+
         it = croniter(self._cron, self._local(t))
         for _ in range(_MAX_WALK):
             slot = self._to_utc(it.get_next(datetime))
@@ -230,6 +232,8 @@ class CronSchedule:
     def prev_before(self, t: datetime) -> datetime | None:
         t = _aware(t)
         # In a repeated hour, wall times after local(t) can map before t: start past any fold.
+        from croniter import croniter
+
         it = croniter(self._cron, self._local(t) + timedelta(hours=2))
         for _ in range(_MAX_WALK):
             slot = self._to_utc(it.get_prev(datetime))
