@@ -59,6 +59,8 @@ MAX_BODY_BYTES = 1_000_000
 MAX_DEPTH = 32
 _JOB_NAMESPACE = uuid.UUID("6f1c2a8e-5b0e-4a4e-9d7c-63726177686c")
 _JOB_NAMESPACE_BYTES = _JOB_NAMESPACE.bytes
+_JOB_NAMESPACE_SHA1 = hashlib.sha1(_JOB_NAMESPACE_BYTES, usedforsecurity=False)
+_VARIANT_DIGIT = {f"{n:x}": "89ab"[n & 3] for n in range(16)}
 
 
 def format_slot(slot_at: datetime) -> str:
@@ -81,12 +83,13 @@ def job_id_for(target_id: int, slot_at: datetime) -> str:
 
 
 def _job_uuid(key: str) -> str:
-    """``str(uuid.uuid5(_JOB_NAMESPACE, key))``, a third of its cost (a tick makes thousands)."""
-    digest = bytearray(hashlib.sha1(_JOB_NAMESPACE_BYTES + key.encode(), usedforsecurity=False).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
-    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = digest.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    """``str(uuid.uuid5(_JOB_NAMESPACE, key))``, a fifth of its cost (a tick makes thousands): the
+    namespace hashed once, the version and variant bits set on the hex digits."""
+    sha = _JOB_NAMESPACE_SHA1.copy()
+    sha.update(key.encode())
+    h = sha.hexdigest()
+    # version 5 (the 13th digit); RFC 4122 variant (the 17th digit's top bits: 10)
+    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT_DIGIT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
 class JobMessage(BaseModel):

@@ -30,6 +30,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -468,7 +469,7 @@ async def _insert_leased(
     inserted = (await conn.execute(_PG_INSERT, params)).all()
     by_slot = {(r["target_id"], r["slot_at"]): r for r in rows}
     leased = []
-    for row_id, target_id, slot_at in sorted(inserted):
+    for row_id, target_id, slot_at in sorted(inserted, key=itemgetter(0)):  # by id (unique): no row comparisons
         row = by_slot[(target_id, slot_at)]
         leased.append(LeasedRow(row_id, row["key"], row["body"], 1, slot_at))
     return leased

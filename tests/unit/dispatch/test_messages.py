@@ -212,3 +212,9 @@ def test_slot_bodies_encode_as_the_model_does(
 @pytest.mark.parametrize("key", ["1:2026-01-05T07:00:00Z", "987654321:2026-03-29T01:30:00.250000Z", "5:é"])
 def test_job_ids_are_uuid5_of_the_idempotency_key(key: str) -> None:
     assert _job_uuid(key) == str(uuid.uuid5(_JOB_NAMESPACE, key))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_job_ids_are_uuid5_of_any_key(key: str) -> None:
+    assert _job_uuid(key) == str(uuid.uuid5(_JOB_NAMESPACE, key))
