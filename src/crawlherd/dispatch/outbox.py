@@ -6,11 +6,11 @@ Steps (each a function below), a few statements per batch whatever its size:
    ``SELECT ... FOR UPDATE SKIP LOCKED`` on the partial index ``ix_scrape_targets_due`` (SQLite:
    the transaction is ``BEGIN IMMEDIATE``), and their websites in one more ``SELECT`` (each website's
    JSON columns are read once per tick, not once per target).
-2. :func:`plan_target` -- the slots each one owes (its schedule, misfire policy and jitter) and the
-   job message of every slot (:func:`outbox_row`, the one place a body is built: the website's part
-   serialised once per tick, :class:`~crawlherd.messages.SlotBodies`). Schedules are
-   built once per distinct definition in a tick and cron slots looked up once per distinct
-   (expression, zone, time) (:class:`ScheduleCache`); interval slots are arithmetic.
+2. :func:`plan_targets` -- the slots each one owes (its schedule, misfire policy and jitter), planned
+   once per distinct timing in the batch, and the job message of every slot (the website's part
+   serialised once per tick, :class:`~crawlherd.messages.SlotBodies`, as :func:`outbox_row` does).
+   Schedules are built once per distinct definition in a tick and cron slots looked up once per
+   distinct (expression, zone, time) (:class:`ScheduleCache`); interval slots are arithmetic.
 3. :func:`write_outbox` -- one outbox row per (target, slot), ``ON CONFLICT DO NOTHING``: one
    ``INSERT ... SELECT FROM unnest(arrays)`` on PostgreSQL, one ``executemany`` on SQLite.
 4. :func:`advance_targets` -- ``last_scheduled`` and ``next_run_at`` move on, anchored to the slot
