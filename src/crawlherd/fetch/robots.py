@@ -58,6 +58,8 @@ _T = TypeVar("_T")
 
 #: The ``Request.meta`` key that marks a request as its host's robots.txt work (not a page of the crawl).
 ROBOTS_META = "robots_txt"
+#: URLs whose robots.txt answer is kept between a link's queueing and its fetch (RobotsCache.known_disallowed).
+_ALLOWED_KEPT = 50_000
 
 
 @runtime_checkable
@@ -123,6 +125,9 @@ class RobotsCache:
         self._entries: dict[str, _Entry] = {}
         self._pending: dict[str, asyncio.Future[_Entry]] = {}
         self._delays_sent: set[str] = set()
+        # URLs known_disallowed() found allowed, with the entry whose rules said so: check() -- the fetch of
+        # the link just queued -- takes that answer rather than asking the same rules again.
+        self._allowed: dict[str, _Entry] = {}
         self._shared: SharedRobots | None = None
         self.fetches = 0
 
@@ -160,7 +165,12 @@ class RobotsCache:
                 f"{url}: not fetched: {origin}/robots.txt could not be read: {entry.problem}",
                 url=url, request=request, cause=entry.cause,
             )
-        if entry.disallow_all or (entry.parser is not None and not entry.parser.can_fetch(url, self.user_agent)):
+        if entry.disallow_all:
+            raise _disallowed(url, request)
+        parser = entry.parser
+        if parser is None or (self._allowed and self._allowed.pop(url, None) is entry):
+            return
+        if not parser.can_fetch(url, self.user_agent):
             raise _disallowed(url, request)
 
     def known_disallowed(self, url: str, request: Request | None = None) -> RobotsDisallowedError | None:
@@ -170,8 +180,17 @@ class RobotsCache:
         entry = self._entries.get(f"{scheme}://{netloc}")
         if entry is None or entry.problem is not None or entry.expires_at <= self._clock.now():
             return None
-        if entry.disallow_all or (entry.parser is not None and not entry.parser.can_fetch(url, self.user_agent)):
+        if entry.disallow_all:
             return _disallowed(url, request)
+        parser = entry.parser
+        if parser is None:
+            return None
+        if not parser.can_fetch(url, self.user_agent):
+            return _disallowed(url, request)
+        allowed = self._allowed
+        if len(allowed) >= _ALLOWED_KEPT:  # links queued and never fetched (duplicates, a stopped crawl)
+            allowed.clear()
+        allowed[url] = entry
         return None
 
     async def load(self, url: str) -> tuple[int | None, str | None]:
