@@ -126,7 +126,8 @@ class RobotsCache:
         self._pending: dict[str, asyncio.Future[_Entry]] = {}
         self._delays_sent: set[str] = set()
         # URLs known_disallowed() found allowed, with the entry whose rules said so: check() -- the fetch of
-        # the link just queued -- takes that answer rather than asking the same rules again.
+        # the link just queued -- takes that answer while the entry is fresh (a robots.txt read within its
+        # ttl said so) rather than asking the same rules again.
         self._allowed: dict[str, _Entry] = {}
         self._shared: SharedRobots | None = None
         self.fetches = 0
@@ -155,6 +156,11 @@ class RobotsCache:
         """Return when robots.txt lets our user agent fetch ``url``; else raise
         :class:`~crawlherd.errors.RobotsDisallowedError` (its rules forbid it) or
         :class:`~crawlherd.errors.RobotsUnavailableError` (it could not be read, and says why)."""
+        allowed = self._allowed
+        if allowed:  # a link known_disallowed() found allowed: what those rules said, while they are fresh
+            kept = allowed.pop(url, None)
+            if kept is not None and kept.expires_at > self._clock.now():
+                return
         scheme, netloc = split_origin(url)
         origin = f"{scheme}://{netloc}"
         entry = self._entries.get(origin)
@@ -168,9 +174,7 @@ class RobotsCache:
         if entry.disallow_all:
             raise _disallowed(url, request)
         parser = entry.parser
-        if parser is None or (self._allowed and self._allowed.pop(url, None) is entry):
-            return
-        if not parser.can_fetch(url, self.user_agent):
+        if parser is not None and not parser.can_fetch(url, self.user_agent):
             raise _disallowed(url, request)
 
     def known_disallowed(self, url: str, request: Request | None = None) -> RobotsDisallowedError | None:
