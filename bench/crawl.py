@@ -21,6 +21,7 @@ issue's ``crawlherd crawl`` row -- against raw aiohttp fetching the same URLs un
 
     .venv/bin/python bench/crawl.py --hosts 20 --rounds 3        # raw and cli, uvloop, pages/s at the server
     .venv/bin/python bench/crawl.py --hosts 20 --only cli --profile cprofile
+    .venv/bin/python bench/crawl.py --hosts 20 --engine --base-src DIR   # the engine's CPU/page, no network
 """
 
 from __future__ import annotations
