@@ -15,6 +15,7 @@ and is not what is measured.
     .venv/bin/python bench/crawl.py                 # raw and crawlherd, both loops, 3 rounds, median
     .venv/bin/python bench/crawl.py --only crawlherd --loop asyncio --profile   # cProfile of one client
     .venv/bin/python bench/crawl.py --base-src /work/main/src   # adds crawlherd@base: another tree's code
+    BENCH_PYSPY=/tmp/spy .venv/bin/python bench/crawl.py --rounds 1   # py-spy of each client: /tmp/spy.KIND.LOOP
 
 ``--hosts N`` (see bench/crawl_board.py): a job board on N loopback hosts followed by links -- the
 issue's ``crawlherd crawl`` row -- against raw aiohttp fetching the same URLs under the same limits:
@@ -274,12 +275,14 @@ def measure(
     cmd = [sys.executable, __file__, "--client", client_kind, "--loop", loop, "--base", base, "--pages", str(pages)]
     if profile:
         cmd += ["--profile", profile]
+    if spy := os.environ.get("BENCH_PYSPY"):  # BENCH_PYSPY=FILE: py-spy's samples of each client (collapsed)
+        cmd = ["py-spy", "record", "-r", "400", "-f", "raw", "-o", f"{spy}.{kind}.{loop}", "--", *cmd]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if profile:
         sys.stderr.write(out.stderr)
     if out.returncode != 0:
         sys.exit(f"{kind} client ({loop}) failed:\n{out.stderr[-3000:]}")
-    data: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    data: dict[str, float] = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
     if data["ok"] != pages:
         sys.exit(f"{kind} ({loop}): only {data['ok']} of {pages} pages fetched")
     return data
