@@ -338,7 +338,7 @@ def main() -> None:
     print(f"{args.pages} pages of 10-20 KB from a loopback server process, concurrency {CONCURRENCY}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; median of {rounds} interleaved rounds")
     print(f"{'loop':<9}{'client':<16}{'pages/s':>10}{'best':>8}{'CPU us/page':>13}{'peak RSS MiB':>14}"
-          f"{'vs raw':>9}{'best':>7}")
+          f"{'vs raw':>9}{'best':>7}{'CPU/raw':>9}")
     for (lp, kind), rs in runs.items():
         if not rs:
             continue
@@ -351,8 +351,12 @@ def main() -> None:
             best_ratio = f"{best / max(args.pages / r['seconds'] for r in raw):.2f}x"
         cpu = statistics.median(r["cpu"] for r in rs) / args.pages * 1e6
         rss = max(r["rss"] for r in rs) / 2**20
-        print(f"{lp:<9}{kind:<16}{med:>10.0f}{best:>8.0f}{cpu:>13.0f}{rss:>14.0f}{ratio:>9}{best_ratio:>7}")
-    print("pages/s and CPU: medians; 'best': the fastest round of each client (less sensitive to other load)")
+        pairs = [r["cpu"] / w["cpu"] for r, w in zip(rs, raw or [], strict=False)]  # round by round
+        cpu_ratio = f"{statistics.median(pairs):.2f}x" if pairs else "-"
+        print(f"{lp:<9}{kind:<16}{med:>10.0f}{best:>8.0f}{cpu:>13.0f}{rss:>14.0f}{ratio:>9}{best_ratio:>7}"
+              f"{cpu_ratio:>9}")
+    print("pages/s and CPU: medians; 'best': the fastest round of each client (less sensitive to other load);")
+    print("CPU/raw: the median of each round's CPU per page over raw's in the same round")
 
 
 if __name__ == "__main__":
