@@ -15,12 +15,14 @@ and is not what is measured.
     .venv/bin/python bench/crawl.py                 # raw and crawlherd, both loops, 3 rounds, median
     .venv/bin/python bench/crawl.py --only crawlherd --loop asyncio --profile   # cProfile of one client
     .venv/bin/python bench/crawl.py --base-src /work/main/src   # adds crawlherd@base: another tree's code
+    BENCH_PYSPY=/tmp/spy .venv/bin/python bench/crawl.py --rounds 1   # py-spy of each client: /tmp/spy.KIND.LOOP
 
 ``--hosts N`` (see bench/crawl_board.py): a job board on N loopback hosts followed by links -- the
 issue's ``crawlherd crawl`` row -- against raw aiohttp fetching the same URLs under the same limits:
 
     .venv/bin/python bench/crawl.py --hosts 20 --rounds 3        # raw and cli, uvloop, pages/s at the server
     .venv/bin/python bench/crawl.py --hosts 20 --only cli --profile cprofile
+    .venv/bin/python bench/crawl.py --hosts 20 --engine --base-src DIR   # the engine's CPU/page, no network
 """
 
 from __future__ import annotations
@@ -273,12 +275,14 @@ def measure(
     cmd = [sys.executable, __file__, "--client", client_kind, "--loop", loop, "--base", base, "--pages", str(pages)]
     if profile:
         cmd += ["--profile", profile]
+    if spy := os.environ.get("BENCH_PYSPY"):  # BENCH_PYSPY=FILE: py-spy's samples of each client (collapsed)
+        cmd = ["py-spy", "record", "-r", "400", "-f", "raw", "-o", f"{spy}.{kind}.{loop}", "--", *cmd]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if profile:
         sys.stderr.write(out.stderr)
     if out.returncode != 0:
         sys.exit(f"{kind} client ({loop}) failed:\n{out.stderr[-3000:]}")
-    data: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    data: dict[str, float] = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
     if data["ok"] != pages:
         sys.exit(f"{kind} ({loop}): only {data['ok']} of {pages} pages fetched")
     return data
@@ -334,7 +338,7 @@ def main() -> None:
     print(f"{args.pages} pages of 10-20 KB from a loopback server process, concurrency {CONCURRENCY}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; median of {rounds} interleaved rounds")
     print(f"{'loop':<9}{'client':<16}{'pages/s':>10}{'best':>8}{'CPU us/page':>13}{'peak RSS MiB':>14}"
-          f"{'vs raw':>9}{'best':>7}")
+          f"{'vs raw':>9}{'best':>7}{'CPU/raw':>9}")
     for (lp, kind), rs in runs.items():
         if not rs:
             continue
@@ -347,8 +351,12 @@ def main() -> None:
             best_ratio = f"{best / max(args.pages / r['seconds'] for r in raw):.2f}x"
         cpu = statistics.median(r["cpu"] for r in rs) / args.pages * 1e6
         rss = max(r["rss"] for r in rs) / 2**20
-        print(f"{lp:<9}{kind:<16}{med:>10.0f}{best:>8.0f}{cpu:>13.0f}{rss:>14.0f}{ratio:>9}{best_ratio:>7}")
-    print("pages/s and CPU: medians; 'best': the fastest round of each client (less sensitive to other load)")
+        pairs = [r["cpu"] / w["cpu"] for r, w in zip(rs, raw or [], strict=False)]  # round by round
+        cpu_ratio = f"{statistics.median(pairs):.2f}x" if pairs else "-"
+        print(f"{lp:<9}{kind:<16}{med:>10.0f}{best:>8.0f}{cpu:>13.0f}{rss:>14.0f}{ratio:>9}{best_ratio:>7}"
+              f"{cpu_ratio:>9}")
+    print("pages/s and CPU: medians; 'best': the fastest round of each client (less sensitive to other load);")
+    print("CPU/raw: the median of each round's CPU per page over raw's in the same round")
 
 
 if __name__ == "__main__":

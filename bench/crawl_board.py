@@ -17,6 +17,11 @@ Clients, each in its own process, rounds interleaved:
   --concurrency 64 --per-host 8 --delay 0 --depth 5`` invoked in-process (imports done before the
   clock starts), on uvloop as the CLI's default.
 
+``--engine`` (with ``--base-src``): the engine's own CPU per page, without network or server --
+``Crawler.crawl`` of the same board (same seeds, limits, robots.txt, monitor) through a ``MockFetcher``
+answering the prebuilt pages -- in its own process, against the other tree's in the same rounds: a
+before/after that a loaded machine's swings disturb far less than pages/s.
+
 The figure is pages/s **at the server** (requests served over the time from the first to the last);
 every round checks that each page came exactly once, robots.txt once per host, ``/private`` never,
 and that the CLI reported 10,500 pages fetched and the 20 disallowed links.
@@ -231,7 +236,79 @@ def run_cli(hosts: list[str], port: int) -> int:
     return int(stats["pages/ok"])
 
 
+def run_engine(hosts: list[str]) -> tuple[int, float]:
+    """``Crawler.crawl`` of the board through a MockFetcher (``--engine``): pages fetched, CPU seconds."""
+    from urllib.parse import urlsplit
+
+    from crawlherd import Crawler, CrawlerRunConfig
+    from crawlherd.crawler.concurrency import CrawlerMonitor, RateLimiter, SemaphoreDispatcher
+    from crawlherd.fetch import FetchLimits, MockFetcher, MockResponse
+    from crawlherd.request import Request
+
+    pages, _ = board()
+    bodies = {p.decode(): r.split(b"\r\n\r\n", 1)[1] for p, r in pages.items()}
+
+    def answer(request: Request) -> MockResponse:
+        path = urlsplit(request.url).path
+        kind = "text/plain" if path == "/robots.txt" else "text/html; charset=utf-8"
+        return MockResponse(200, bodies[path], content_type=kind)
+
+    async def crawl() -> int:
+        monitor = CrawlerMonitor(enable_ui=False, concurrency=CONCURRENCY)
+        dispatcher = SemaphoreDispatcher(CONCURRENCY, rate_limiter=RateLimiter(base_delay=(0.0, 0.0)), monitor=monitor)
+        config = CrawlerRunConfig(check_robots_txt=True, concurrency=CONCURRENCY)
+        fetcher = MockFetcher(answer, FetchLimits(allow_private_addresses=True))
+        seeds = [f"http://{a}:8000/t{t}/list1" for a in hosts for t in range(TARGETS)]
+        ok = 0
+        async with Crawler(fetcher=fetcher, config=config) as crawler:
+            stream = await crawler.crawl(seeds, max_pages=1_000_000, max_depth=LISTING, dispatcher=dispatcher,
+                                         delay=0, max_in_flight_per_host=PER_HOST)
+            async with stream:
+                async for result in stream:
+                    ok += result.success
+        return ok
+
+    import uvloop
+
+    cpu0 = time.process_time()
+    ok = uvloop.run(crawl())
+    return ok, time.process_time() - cpu0
+
+
+def engine_main(hosts: int, rounds: int, base_src: str | None) -> None:
+    """``--engine``: the engine's CPU per page without network, this tree and ``--base-src``'s, interleaved."""
+    kinds = ["engine"] + (["engine@base"] if base_src else [])
+    cpu: dict[str, list[float]] = {k: [] for k in kinds}
+    for _ in range(rounds):
+        for kind in kinds:
+            env = None
+            if kind.endswith("@base"):
+                path = os.pathsep.join(filter(None, [base_src, os.environ.get("PYTHONPATH")]))
+                env = {**os.environ, "PYTHONPATH": path}
+            cmd = [sys.executable, __file__, "--client", "engine", "--hosts", str(hosts), "--port", "0"]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+            if out.returncode != 0:
+                sys.exit(f"{kind} failed:\n{out.stderr[-3000:]}")
+            data = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+            want = hosts * TARGETS * LISTING * (POSTINGS + 1)
+            if data["ok"] != want:
+                sys.exit(f"{kind}: {data['ok']} pages fetched, not {want}")
+            cpu[kind].append(data["cpu"] / want * 1e6)
+            print(f"  {kind}: {cpu[kind][-1]:.0f} us CPU/page", flush=True)
+    print(f"the engine alone (MockFetcher), {hosts} hosts; load average {os.getloadavg()[0]:.1f}; "
+          f"median of {rounds} interleaved rounds")
+    for kind, each in cpu.items():
+        print(f"{kind:<12}{statistics.median(each):>8.0f} us CPU/page  ({', '.join(f'{c:.0f}' for c in each)})")
+    if base_src:
+        pairs = sorted(c / b for c, b in zip(cpu["engine"], cpu["engine@base"], strict=True))
+        print("engine/base per round: " + ", ".join(f"{x:.2f}" for x in pairs))
+
+
 def client(kind: str, hosts: int, port: int, profile: str | None) -> None:
+    if kind == "engine":
+        ok, cpu = run_engine(host_addresses(hosts))
+        print(json.dumps({"kind": kind, "ok": ok, "cpu": cpu}))
+        return
     import aiohttp  # noqa: F401 - imports are not part of the measurement
     import uvloop
 
@@ -308,6 +385,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", choices=["raw", "cli"], action="append")
     parser.add_argument("--profile", choices=["cprofile"], help="profile the client (one round)")
     parser.add_argument("--base-src", help="also run cli@base on this src (another checkout's) in every round")
+    parser.add_argument("--engine", action="store_true", help="the engine's CPU per page, no network (MockFetcher)")
     parser.add_argument("--client", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -317,6 +395,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.client:
         client(args.client, args.hosts, args.port, args.profile)
+        return
+    if args.engine:
+        engine_main(args.hosts, args.rounds, args.base_src)
         return
     port = _free_port()
     server = subprocess.Popen(

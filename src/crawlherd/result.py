@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from crawlherd.content_type import HasBody
+from crawlherd.errors import PageTooComplexError
 from crawlherd.page import clean_html, extract_links, main_content_markdown
 from crawlherd.request import Request
 
 __all__ = ["CrawlResult", "DispatchInfo", "encode_png"]
+
+_log = logging.getLogger("crawlherd.crawler.crawler")  # the crawl's: a page whose links it cannot read
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
 
@@ -98,6 +102,9 @@ class CrawlResult(HasBody):
     cookies: list[dict[str, str]] = field(default_factory=list)
     _cleaned_html: str | None = field(default=None, init=False, repr=False, compare=False)
     _markdown: str | None = field(default=None, init=False, repr=False, compare=False)
+    #: A crawl's page whose links it follows none of (:func:`crawlherd.crawler.follow.follow_links`): they
+    #: are extracted when first read -- ``to_dict`` counts them as for a page whose links were followed.
+    _links_due: bool = field(default=False, init=False, repr=False, compare=False)
 
     @classmethod
     def fetched(
@@ -144,12 +151,29 @@ class CrawlResult(HasBody):
         """Absolute http(s) links of the page, document order, no repeats (computed once)."""
         found = self.links_found
         if found is None:
+            if self._links_due:
+                return self._due_links()
             found = self.links_found = extract_links(self.text, self.base_url) if self._is_html() else []
         return found
 
     @links.setter
     def links(self, value: list[str]) -> None:
         self.links_found = value
+
+    def defer_links(self) -> None:
+        """Leave the links to :attr:`links` (a crawl following none of them): read as a crawl reads them --
+        a page over the parse budget (:class:`~crawlherd.errors.PageTooComplexError`) has none, and says so."""
+        self._links_due = True
+
+    def _due_links(self) -> list[str]:
+        self._links_due = False
+        try:
+            found = extract_links(self.text, self.base_url) if self._is_html() else []
+        except PageTooComplexError as exc:
+            _log.warning("%s: links not read: %s", self.url, exc)
+            found = []
+        self.links_found = found
+        return found
 
     @property
     def internal_links(self) -> list[str]:
@@ -194,8 +218,9 @@ class CrawlResult(HasBody):
             "depth": self.depth,
             "redirects": list(self.redirects),
         }
-        if self.links_found:
-            out["links"] = len(self.links_found)
+        links = self.links if self._links_due else self.links_found
+        if links:
+            out["links"] = len(links)
         if self.dispatch is not None:
             out["dispatch"] = self.dispatch.to_dict()
         if body:

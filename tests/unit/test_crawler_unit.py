@@ -52,6 +52,39 @@ async def test_allowed_domains_star_and_explicit() -> None:
     assert sorted(r.url for r in only_other) == ["http://other.example/a", "http://site.example/"]
 
 
+async def test_links_a_crawl_does_not_follow_are_read_when_asked_and_a_page_s_links_queued_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read: list[str] = []
+    import crawlherd.crawler.follow as follow
+
+    real = follow.extract_links_async
+
+    async def counted(html: str, base_url: str) -> list[str]:
+        read.append(base_url)
+        return await real(html, base_url)
+
+    monkeypatch.setattr(follow, "extract_links_async", counted)
+    async with Crawler(fetcher=link_fetcher()) as crawler:
+        calls: list[int] = []
+        stream = await crawler.crawl(["http://site.example/"], max_pages=10, max_depth=1, delay=0)
+        many = stream.run.enqueue_many
+        assert many is not None
+
+        async def enqueue_many(requests: list[Request]) -> list[bool]:
+            calls.append(len(requests))
+            return await many(requests)
+
+        stream.run.enqueue_many = enqueue_many
+        async with stream:
+            results = [r async for r in stream]
+    assert read == ["http://site.example/"]  # the pages at depth 1 have none to follow: not read
+    assert calls == [2]  # the seed's two links to follow, in one call
+    deepest = [r for r in results if r.depth == 1]
+    assert len(deepest) == 2 and all(r.to_dict()["links"] == 3 for r in deepest)
+    assert all(r.links == extract_links(PAGE.decode(), r.url) for r in deepest)
+
+
 async def test_max_pages_counts_queued_pages() -> None:
     async with Crawler(fetcher=link_fetcher()) as crawler:
         results = await crawler.crawl(["http://site.example/"], max_pages=2, max_depth=5, delay=0, stream=False)

@@ -126,3 +126,26 @@ async def test_check_says_disallowed_only_when_the_rules_say_so() -> None:
     await robots.check("http://a.example/page")
     with pytest.raises(RobotsDisallowedError, match=r"^http://a.example/private: disallowed by robots.txt$"):
         await robots.check("http://a.example/private")
+
+
+async def test_a_link_found_allowed_is_not_asked_of_the_rules_again_at_its_fetch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    robots = RobotsCache(RobotsFetcher(text=ROBOTS), clock=clock, ttl=100)
+    await robots.check("http://a.example/")
+    asked: list[str] = []
+    parser = robots._entries["http://a.example"].parser  # noqa: SLF001
+    assert parser is not None
+    can_fetch = parser.can_fetch
+    monkeypatch.setattr(parser, "can_fetch", lambda url, agent: asked.append(url) or can_fetch(url, agent))
+    assert robots.known_disallowed("http://a.example/page") is None
+    await robots.check("http://a.example/page")  # the link's fetch: the answer kept
+    assert asked == ["http://a.example/page"]
+    assert robots.known_disallowed("http://a.example/private") is not None
+    with pytest.raises(RobotsDisallowedError):
+        await robots.check("http://a.example/private")
+    assert robots.known_disallowed("http://a.example/page") is None
+    clock.advance(101)  # robots.txt read again: its rules, not the answer kept
+    await robots.check("http://a.example/page")
+    assert "http://a.example/private" not in robots._allowed  # noqa: SLF001

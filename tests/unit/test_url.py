@@ -178,3 +178,20 @@ def test_fast_path_agrees_with_the_general_path(url: str) -> None:
     from crawlherd.url import _canonicalize_general, canonicalize
 
     assert canonicalize(url) == _canonicalize_general(url, False)
+
+
+@settings(max_examples=500, deadline=None)
+@given(urls())
+def test_a_request_url_handed_to_aiohttp_unquoted_is_sent_as_quoting_it_would(url: str) -> None:
+    # HttpFetcher gives aiohttp a request's (canonical) URL as already encoded, where re-quoting it
+    # would change nothing: the same request line and Host either way.
+    from yarl import URL
+
+    from crawlherd.fetch.http import _sendable
+
+    canonical = Request(url).url
+    quoted, sent = URL(canonical), URL(_sendable(canonical))
+    assert (str(sent), sent.raw_path_qs, sent.raw_host, sent.port) == (
+        str(quoted), quoted.raw_path_qs, quoted.raw_host, quoted.port)
+    for odd in ("/a/./b/../c", "/%7euser/%2f"):  # escapes and dot segments: left to aiohttp's quoting
+        assert _sendable(f"http://h.test{odd}") == f"http://h.test{odd}"

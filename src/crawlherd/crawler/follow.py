@@ -16,6 +16,7 @@ from crawlherd.crawler.robots_work import RobotsWork
 from crawlherd.crawler.stream import CrawlRun
 from crawlherd.errors import InvalidURLError, PageTooComplexError
 from crawlherd.extract.links import extract_links_async
+from crawlherd.page import OFF_LOOP_CHARS
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 from crawlherd.url import split_origin
@@ -35,6 +36,10 @@ async def follow_links(result: CrawlResult, request: Request, run: CrawlRun, rob
     idle while children are on their way)."""
     if result.content_type not in _HTML_TYPES:
         return
+    depth = request.depth + 1
+    if (depth > run.max_depth or run.enqueued >= run.max_pages) and len(result.body) <= OFF_LOOP_CHARS:
+        result.defer_links()  # none to follow: read when asked for (a long page: in a thread, below)
+        return
     try:
         links = await extract_links_async(result.text, result.final_url or request.url)
     except PageTooComplexError as exc:
@@ -42,7 +47,6 @@ async def follow_links(result: CrawlResult, request: Request, run: CrawlRun, rob
         result.links = []
         return
     result.links = links
-    depth = request.depth + 1
     if depth > run.max_depth or run.enqueued >= run.max_pages:
         return
     if len(run.links_done) > LINKS_REMEMBERED:
@@ -59,11 +63,16 @@ async def _enqueue_children(
     children: list[tuple[str, Request]], page_host: str, run: CrawlRun, robots: RobotsWork | None
 ) -> int:
     """Queue a page's links up to the run's ``max_pages`` (a link robots.txt disallows on the page's
-    own host reported at once, robots.txt queued before a new host's first link): the work queued."""
+    own host reported at once, robots.txt queued before a new host's first link): the work queued.
+    With room for them all, in one :meth:`~crawlherd.frontier.base.EnqueueMany.enqueue_many` where the
+    frontier has it (one call, or round trip, per page rather than per link)."""
     frontier = run.frontier
     done = run.links_done
     queued = 0
     async with run.room(len(children)) as room:
+        batch = run.enqueue_many if room.reserved else None
+        todo: list[Request] = []
+        todo_links: list[str] = []
         for link, child in children:
             if room.full():
                 break
@@ -75,10 +84,20 @@ async def _enqueue_children(
                     continue
                 if child.host not in run.robots_hosts:
                     queued += await robots.queue(run, child)
+            if batch is not None:
+                todo.append(child)
+                todo_links.append(link)
+                continue
             if await frontier.enqueue_request(child):
                 room.took()
                 queued += 1
             done.add(link)
+        if batch is not None and todo:
+            for took in await batch(todo):
+                if took:
+                    room.took()
+                    queued += 1
+            done.update(todo_links)
     return queued
 
 

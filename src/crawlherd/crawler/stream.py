@@ -19,6 +19,7 @@ from crawlherd.crawler.proxies import RunSession
 from crawlherd.fetch.gate import HostGate, SendStamps
 from crawlherd.fetch.robots import RobotsCache, SharedRobots, is_robots_request
 from crawlherd.frontier import Frontier
+from crawlherd.frontier.base import EnqueueMany
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
@@ -32,13 +33,15 @@ class CrawlRun:
     """One arun_many / crawl: its frontier, options, and what the crawler's process step needs
     (repeated URLs to answer twice, hosts whose robots.txt delay is known, the page budget)."""
 
-    __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueue_lock", "enqueued",
-                 "frontier", "gate_delay", "links_done", "max_depth", "max_pages", "meta", "monitor",
+    __slots__ = ("allowed", "base_delay", "config", "delayed_hosts", "dups", "ended", "enqueue_lock", "enqueue_many",
+                 "enqueued", "frontier", "gate_delay", "links_done", "max_depth", "max_pages", "meta", "monitor",
                  "owns_frontier", "queued_elsewhere", "reported", "reported_fps", "robots_hosts", "session",
                  "shared", "_reserving", "_settled")
 
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
+        #: The frontier's ``enqueue_many`` when it has one (crawler/follow.py queues a page's links with it).
+        self.enqueue_many = frontier.enqueue_many if isinstance(frontier, EnqueueMany) else None
         self.config = config
         self.meta = config.request_meta()
         #: The run's User-Agent, cookies and proxies, when its config sets any (crawler/proxies.py).

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from yarl import URL
 
 from crawlherd._aio import cancel_and_wait
 from crawlherd.errors import FetchError, FetchTimeoutError
@@ -343,7 +345,8 @@ class HttpFetcher:
                     self._guard_literal(url)
                 self._hop_begins(progress, url, request.host)
                 async with session.request(
-                    request.method, url, data=request.body, headers=request._headers or None,  # noqa: SLF001
+                    request.method, _sendable(url), data=request.body,
+                    headers=request._headers or None,  # noqa: SLF001
                     allow_redirects=False, timeout=timeout,
                 ) as resp:
                     head = self._head(resp, url, request)
@@ -482,6 +485,20 @@ class HttpFetcher:
             return  # not an address after all: aiohttp reports the bad URL
         if not ok:
             raise refusal(url, host, host)
+
+
+def _sendable(url: str) -> str | URL:
+    """``url`` as aiohttp is to send it: a ``yarl.URL`` taken as already encoded when quoting it would
+    change nothing (a plain ``http(s)://host[:port]/path?query`` of unreserved and delimiter characters,
+    a lower-case host, no ``%`` escape for yarl to re-normalise, no ``/.`` dot segment for it to remove),
+    so that aiohttp does not quote it again -- a third of its work on a URL, some 8 µs a page. Any
+    other URL goes as the string, quoted by aiohttp as before."""
+    if _PRE_ENCODED.match(url) is None or "/." in url:
+        return url
+    return URL(url, encoded=True)
+
+
+_PRE_ENCODED = re.compile(r"https?://[a-z0-9.-]+(?::[1-9][0-9]{0,4})?/[A-Za-z0-9/:@!$&'()*+,;=._~?-]*\Z")
 
 
 #: HttpFetcher's own fetch, taken now: the module's name may be rebound later (a test's routing subclass).

@@ -58,6 +58,8 @@ _T = TypeVar("_T")
 
 #: The ``Request.meta`` key that marks a request as its host's robots.txt work (not a page of the crawl).
 ROBOTS_META = "robots_txt"
+#: URLs whose robots.txt answer is kept between a link's queueing and its fetch (RobotsCache.known_disallowed).
+_ALLOWED_KEPT = 50_000
 
 
 @runtime_checkable
@@ -123,6 +125,10 @@ class RobotsCache:
         self._entries: dict[str, _Entry] = {}
         self._pending: dict[str, asyncio.Future[_Entry]] = {}
         self._delays_sent: set[str] = set()
+        # URLs known_disallowed() found allowed, with the entry whose rules said so: check() -- the fetch of
+        # the link just queued -- takes that answer while the entry is fresh (a robots.txt read within its
+        # ttl said so) rather than asking the same rules again.
+        self._allowed: dict[str, _Entry] = {}
         self._shared: SharedRobots | None = None
         self.fetches = 0
 
@@ -150,6 +156,11 @@ class RobotsCache:
         """Return when robots.txt lets our user agent fetch ``url``; else raise
         :class:`~crawlherd.errors.RobotsDisallowedError` (its rules forbid it) or
         :class:`~crawlherd.errors.RobotsUnavailableError` (it could not be read, and says why)."""
+        allowed = self._allowed
+        if allowed:  # a link known_disallowed() found allowed: what those rules said, while they are fresh
+            kept = allowed.pop(url, None)
+            if kept is not None and kept.expires_at > self._clock.now():
+                return
         scheme, netloc = split_origin(url)
         origin = f"{scheme}://{netloc}"
         entry = self._entries.get(origin)
@@ -160,7 +171,10 @@ class RobotsCache:
                 f"{url}: not fetched: {origin}/robots.txt could not be read: {entry.problem}",
                 url=url, request=request, cause=entry.cause,
             )
-        if entry.disallow_all or (entry.parser is not None and not entry.parser.can_fetch(url, self.user_agent)):
+        if entry.disallow_all:
+            raise _disallowed(url, request)
+        parser = entry.parser
+        if parser is not None and not parser.can_fetch(url, self.user_agent):
             raise _disallowed(url, request)
 
     def known_disallowed(self, url: str, request: Request | None = None) -> RobotsDisallowedError | None:
@@ -170,8 +184,17 @@ class RobotsCache:
         entry = self._entries.get(f"{scheme}://{netloc}")
         if entry is None or entry.problem is not None or entry.expires_at <= self._clock.now():
             return None
-        if entry.disallow_all or (entry.parser is not None and not entry.parser.can_fetch(url, self.user_agent)):
+        if entry.disallow_all:
             return _disallowed(url, request)
+        parser = entry.parser
+        if parser is None:
+            return None
+        if not parser.can_fetch(url, self.user_agent):
+            return _disallowed(url, request)
+        allowed = self._allowed
+        if len(allowed) >= _ALLOWED_KEPT:  # links queued and never fetched (duplicates, a stopped crawl)
+            allowed.clear()
+        allowed[url] = entry
         return None
 
     async def load(self, url: str) -> tuple[int | None, str | None]:
