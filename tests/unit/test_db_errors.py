@@ -71,3 +71,35 @@ async def test_the_dispatch_gauges_on_a_config_db_that_is_gone_are_an_outage() -
             await refresh_dispatch_gauges(engine)
     finally:
         await engine.dispose()
+
+
+async def test_a_sqlite_write_waits_for_a_lock_off_the_loop(tmp_path: Path) -> None:
+    """A config DB's call runs on the loop's thread, but one that finds the file locked by another
+    writer waits for it on its connection's thread: the loop goes on meanwhile, and the write is done
+    once the lock is free."""
+    import sqlite3
+
+    from sqlalchemy import text
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'c.db'}", busy_timeout=30)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (a INTEGER)"))
+        other = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+
+        async def write() -> None:
+            async with engine.begin() as conn:
+                await conn.execute(text("INSERT INTO t VALUES (1)"))
+
+        task = asyncio.create_task(write())
+        for _ in range(50):  # the loop turns while the write waits for the lock
+            await asyncio.sleep(0)
+        assert not task.done()
+        other.execute("COMMIT")
+        await asyncio.wait_for(task, 30)
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar_one() == 1
+        other.close()
+    finally:
+        await engine.dispose()
