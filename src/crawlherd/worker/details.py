@@ -59,6 +59,12 @@ class DetailLedger:
         # a run's new rows, told by the one statement that writes them
         self._expect_stmt = (self._insert(JobDetail).on_conflict_do_nothing()
                              .returning(JobDetail.target_id, JobDetail.slot_at, JobDetail.item))
+        self._settle_stmt = (
+            update(JobDetail)
+            .where(JobDetail.item == bindparam("b_item"), JobDetail.status == "out")
+            .values(status=bindparam("b_status"), error=bindparam("b_error"), updated_at=bindparam("b_at"))
+            .execution_options(synchronize_session=False)
+        )
         self._forget_stmt = delete(JobDetail).where(
             JobDetail.target_id == bindparam("b_target"), JobDetail.slot_at == bindparam("b_slot"),
             JobDetail.item == bindparam("b_item"),
@@ -138,14 +144,10 @@ class DetailLedger:
     async def settle_in(self, conn: AsyncConnection, settles: Sequence[_Settle]) -> None:
         """Settle ``(item, error)`` pairs (as :meth:`settle`) in the caller's transaction on ``conn``,
         one statement; call :meth:`settled` with their items once it has committed."""
-        stmt = (
-            update(JobDetail)
-            .where(JobDetail.item == bindparam("b_item"), JobDetail.status == "out")
-            .values(status=bindparam("b_status"), error=bindparam("b_error"), updated_at=datetime.now(UTC))
-        )
-        params = [{"b_item": item, "b_status": "stored" if error is None else "failed", "b_error": error}
+        now = datetime.now(UTC)
+        params = [{"b_item": item, "b_status": "stored" if error is None else "failed", "b_error": error, "b_at": now}
                   for item, error in settles]
-        await conn.execute(stmt.execution_options(synchronize_session=False), params)
+        await conn.execute(self._settle_stmt, params)
 
     def settled(self, items: Iterable[str]) -> None:
         """``items``' settles are committed (:meth:`settle_in`): the owners of the runs they end are woken."""
