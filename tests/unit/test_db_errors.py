@@ -71,3 +71,78 @@ async def test_the_dispatch_gauges_on_a_config_db_that_is_gone_are_an_outage() -
             await refresh_dispatch_gauges(engine)
     finally:
         await engine.dispose()
+
+
+async def test_a_sqlite_write_waits_for_a_lock_off_the_loop(tmp_path: Path) -> None:
+    """A config DB's call runs on the loop's thread, but one that finds the file locked by another
+    writer waits for it on its connection's thread: the loop goes on meanwhile, and the write is done
+    once the lock is free."""
+    import sqlite3
+
+    from sqlalchemy import text
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'c.db'}", busy_timeout=30)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (a INTEGER)"))
+        other = sqlite3.connect(tmp_path / "c.db", isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+
+        async def write() -> None:
+            async with engine.begin() as conn:
+                await conn.execute(text("INSERT INTO t VALUES (1)"))
+
+        task = asyncio.create_task(write())
+        for _ in range(50):  # the loop turns while the write waits for the lock
+            await asyncio.sleep(0)
+        assert not task.done()
+        other.execute("COMMIT")
+        await asyncio.wait_for(task, 30)
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar_one() == 1
+        other.close()
+    finally:
+        await engine.dispose()
+
+
+async def test_a_sqlite_engines_own_transactions_take_turns_without_busy_waits(tmp_path: Path) -> None:
+    """Two transactions of one engine at once: the second waits for the first's end on the engine's turn
+    (no call of either is run again on a thread after a "database is locked"), then both are written."""
+    from sqlalchemy import text
+
+    from crawlherd.db._inline_sqlite import InlineConnection
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE TABLE t (a INTEGER)"))
+        async with engine.connect() as a, engine.connect() as b:  # two connections in the pool, opened
+            await a.get_raw_connection()
+            await b.get_raw_connection()
+        first_in = asyncio.Event()
+        release = asyncio.Event()
+        drivers: list[InlineConnection] = []
+
+        async def write(a: int, hold: bool) -> None:
+            async with engine.begin() as conn:
+                driver = (await conn.get_raw_connection()).driver_connection
+                assert isinstance(driver, InlineConnection)
+                drivers.append(driver)
+                await conn.execute(text("INSERT INTO t VALUES (:a)"), {"a": a})
+                if hold:
+                    first_in.set()
+                    await release.wait()
+
+        first = asyncio.create_task(write(1, True))
+        await first_in.wait()
+        second = asyncio.create_task(write(2, False))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not second.done()
+        release.set()
+        await asyncio.wait_for(asyncio.gather(first, second), 30)
+        assert [d.waited for d in drivers] == [0, 0]
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar_one() == 2
+    finally:
+        await engine.dispose()

@@ -128,3 +128,36 @@ async def test_the_owners_counts_asked_together_are_one_query_each_its_runs(tmp_
     finally:
         await ledger.close()
         await ledger.engine.dispose()
+
+
+async def test_listing_pages_store_items_and_detail_rows_in_one_write(tmp_path: Path) -> None:
+    """Listing pages written together: one write for their items and their detail rows; each page gets its
+    items' counts and the rows new for it -- an item two pages of one run expect is new for the first only,
+    a row already there for none -- and a row forgotten is gone."""
+    from crawlherd.item import make_item
+    from crawlherd.sinks import SQLSink
+    from crawlherd.worker.grouped import GroupedWrites
+
+    ledger, job = await _ledger_and_job(tmp_path)
+    writes = GroupedWrites(SQLSink(ledger.engine), ledger=ledger)
+    run = (job.target_id, job.slot_at)
+    later = (job.target_id, datetime(2030, 1, 1, tzinfo=UTC))
+    a, b = make_item("shop", "https://shop.test/a", {"t": "A"}), make_item("shop", "https://shop.test/b", {"t": "B"})
+    try:
+        await ledger.expect(run, ["held"])
+        first, second, third = await asyncio.gather(
+            writes.store_listing([a], website_id=1, target_id=job.target_id, run=run, details=["x", "held"]),
+            writes.store_listing([a, b], website_id=1, target_id=job.target_id, run=run, details=["x", "y"]),
+            writes.store_listing([], website_id=1, target_id=job.target_id, run=later, details=["x"]),
+        )
+        assert writes._listings is not None and writes._listings.batches <= 2
+        assert (first[0].new, first[1]) == (1, {"x"})
+        assert (second[0].new, second[0].updated, second[1]) == (1, 0, {"y"})
+        assert third[1] == {"x"}  # another run's row of the same item
+        assert await ledger.out(job) == 3  # held, x, y
+        await ledger.forget(run, ["y"])
+        assert await ledger.out(job) == 2
+    finally:
+        await writes.close()
+        await ledger.close()
+        await ledger.engine.dispose()

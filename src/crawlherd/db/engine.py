@@ -19,6 +19,7 @@ from sqlalchemy.exc import ArgumentError, InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from crawlherd._redact import redact_url
+from crawlherd.db._inline_sqlite import InlineConnection, inline_connect
 from crawlherd.db.dialect import sql_capabilities
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, disk_full, is_disk_full
 
@@ -84,7 +85,10 @@ def create_engine(
         # in-memory database is one connection (SQLAlchemy's StaticPool), which takes no pool size
         in_memory = parsed.database in (None, "", ":memory:") or "mode=memory" in url
         pool: dict[str, int] = {} if in_memory else {"pool_size": pool_size, "max_overflow": max(pool_size, 10)}
-        engine = create_async_engine(parsed, echo=echo, connect_args={"timeout": busy_timeout}, **pool)
+        connect_args: dict[str, Any] = {"timeout": busy_timeout}
+        if not in_memory:  # its calls on the loop's thread, waiting for a lock on their own (see _inline_sqlite)
+            connect_args = {"async_creator_fn": inline_connect(busy_timeout)}
+        engine = create_async_engine(parsed, echo=echo, connect_args=connect_args, **pool)
         _configure_sqlite(engine, busy_timeout)
         return engine
     timeouts, parsed = _timeouts(parsed, url)
@@ -195,7 +199,8 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout: float) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        if not isinstance(dbapi_connection.driver_connection, InlineConnection):  # that one waits on its thread
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()

@@ -127,16 +127,27 @@ class SQLSink(SinkBase):
         """Every group in one transaction (up to 500 rows; more take one per 500)."""
         if seen_at.tzinfo is None:
             raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
-        # (group, fingerprint, item, website, target) in order; a fingerprint met again is written
-        # again (executemany: one statement per row) and counted against what the first one stored.
-        rows = [(g, item.fingerprint.hex(), item, website_id, target_id)
-                for g, (items, website_id, target_id) in enumerate(groups)
-                for item in {i.fingerprint: i for i in items}.values()]  # in a group, the last one wins
+        rows = _group_rows(groups)
         new = [0] * len(groups)
         updated = [0] * len(groups)
         for start in range(0, len(rows), _BATCH):
             with translate_db_errors(f"storing {len(rows)} item(s)"):
-                await self._write(rows[start : start + _BATCH], new, updated, seen_at)
+                async with self.engine.begin() as conn:
+                    await self._write(conn, rows[start : start + _BATCH], new, updated, seen_at)
+        return [UpsertCounts(new=n, updated=u) for n, u in zip(new, updated, strict=True)]
+
+    async def upsert_counted_in(
+        self, conn: AsyncConnection, groups: Sequence[tuple[Sequence[Item], int, int | None]], *, seen_at: datetime
+    ) -> list[UpsertCounts]:
+        """:meth:`upsert_groups` in the caller's transaction on ``conn`` (a connection of :attr:`engine`),
+        with the counts: for writes that go with others (a listing page's items and its detail rows)."""
+        if seen_at.tzinfo is None:
+            raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
+        rows = _group_rows(groups)
+        new = [0] * len(groups)
+        updated = [0] * len(groups)
+        for start in range(0, len(rows), _BATCH):
+            await self._write(conn, rows[start : start + _BATCH], new, updated, seen_at)
         return [UpsertCounts(new=n, updated=u) for n, u in zip(new, updated, strict=True)]
 
     async def upsert_in(
@@ -153,24 +164,35 @@ class SQLSink(SinkBase):
             await conn.execute(self._upsert_rows, rows)
 
     async def _write(
-        self, batch: list[tuple[int, str, Item, int, int | None]], new: list[int], updated: list[int], seen_at: datetime
+        self, conn: AsyncConnection, batch: list[tuple[int, str, Item, int, int | None]], new: list[int],
+        updated: list[int], seen_at: datetime,
     ) -> None:
-        """One transaction: ``batch``'s rows upserted, their counts added to ``new`` and ``updated``."""
-        async with self.engine.begin() as conn:
-            stored = await self._stored(conn, list({r[1] for r in batch}))
-            values = []
-            for g, fp, item, website_id, target_id in batch:
-                old = stored.get(fp)
-                if old is None:
-                    new[g] += 1
-                    stored[fp] = dict(item.fields)
-                else:
-                    merged = {**old, **item.fields}
-                    if merged != old:
-                        updated[g] += 1
-                        stored[fp] = merged
-                values.append(_row(fp, item, website_id, target_id, seen_at))
-            await conn.execute(self._upsert_rows, values)
+        """In ``conn``'s transaction: ``batch``'s rows upserted, their counts added to ``new`` and ``updated``."""
+        stored = await self._stored(conn, list({r[1] for r in batch}))
+        values = []
+        for g, fp, item, website_id, target_id in batch:
+            old = stored.get(fp)
+            if old is None:
+                new[g] += 1
+                stored[fp] = dict(item.fields)
+            else:
+                merged = {**old, **item.fields}
+                if merged != old:
+                    updated[g] += 1
+                    stored[fp] = merged
+            values.append(_row(fp, item, website_id, target_id, seen_at))
+        await conn.execute(self._upsert_rows, values)
+
+
+def _group_rows(
+    groups: Sequence[tuple[Sequence[Item], int, int | None]],
+) -> list[tuple[int, str, Item, int, int | None]]:
+    """(group, fingerprint, item, website, target) in order; a fingerprint met again is written again
+    (executemany: one statement per row) and counted against what the first one stored. In a group,
+    the last one wins."""
+    return [(g, item.fingerprint.hex(), item, website_id, target_id)
+            for g, (items, website_id, target_id) in enumerate(groups)
+            for item in {i.fingerprint: i for i in items}.values()]
 
 
 def _row(fp: str, item: Item, website_id: int, target_id: int | None, seen_at: datetime) -> dict[str, Any]:

@@ -55,6 +55,20 @@ class DetailLedger:
         self.engine = engine
         self._insert = sql_capabilities(engine).insert
         self._settles: Batcher[_Settle, None] | None = None
+        self._forgets: Batcher[tuple[RunKey, tuple[str, ...]], None] | None = None
+        # a run's new rows, told by the one statement that writes them
+        self._expect_stmt = (self._insert(JobDetail).on_conflict_do_nothing()
+                             .returning(JobDetail.target_id, JobDetail.slot_at, JobDetail.item))
+        self._settle_stmt = (
+            update(JobDetail)
+            .where(JobDetail.item == bindparam("b_item"), JobDetail.status == "out")
+            .values(status=bindparam("b_status"), error=bindparam("b_error"), updated_at=bindparam("b_at"))
+            .execution_options(synchronize_session=False)
+        )
+        self._forget_stmt = delete(JobDetail).where(
+            JobDetail.target_id == bindparam("b_target"), JobDetail.slot_at == bindparam("b_slot"),
+            JobDetail.item == bindparam("b_item"),
+        ).execution_options(synchronize_session=False)
         self._outs: Batcher[RunKey, int] | None = None
         # The in-process hints (see the module docstring): item -> the runs waiting for its page; run ->
         # its items not settled here yet; the runs whose items known here are all settled; their owners.
@@ -68,30 +82,50 @@ class DetailLedger:
         is new (a row already there -- the same run's earlier attempt queued the page -- is kept)."""
         if not items:
             return set()
-        target_id, slot_at = run
-        now = datetime.now(UTC)
-        rows = [{"target_id": target_id, "slot_at": slot_at, "item": i, "status": "out", "updated_at": now}
-                for i in items]
-        self._watch(run, items)  # before the rows: a settle written meanwhile only wakes the owner early
+        self.watch(run, items)  # before the rows: a settle written meanwhile only wakes the owner early
         with translate_db_errors("recording a run's detail pages"):
             async with self.engine.begin() as conn:
-                held = set((await conn.execute(select(JobDetail.item).where(
-                    JobDetail.target_id == target_id, JobDetail.slot_at == slot_at, JobDetail.item.in_(items)
-                ))).scalars())
-                await conn.execute(self._insert(JobDetail).on_conflict_do_nothing(), rows)
-        return set(items) - held
+                return (await self.expect_in(conn, [(run, items)]))[0]
+
+    def watch(self, run: RunKey, items: Iterable[str]) -> None:
+        """Remember that ``run`` waits for ``items``' pages (the in-process hint): call it before
+        :meth:`expect_in` writes their rows."""
+        self._watch(run, items)
+
+    async def expect_in(self, conn: AsyncConnection, wanted: Sequence[tuple[RunKey, Sequence[str]]]) -> list[set[str]]:
+        """:meth:`expect` for several runs' items in the caller's transaction on ``conn``: one statement
+        (``INSERT ... ON CONFLICT DO NOTHING RETURNING``); the new items of each, in order. An item asked
+        for twice for one run is new for the first asker only, as if they had asked one after the other."""
+        now = datetime.now(UTC)
+        rows = [{"target_id": t, "slot_at": s, "item": i, "status": "out", "updated_at": now}
+                for (t, s), items in wanted for i in dict.fromkeys(items)]
+        if not rows:
+            return [set() for _ in wanted]
+        result = await conn.execute(self._expect_stmt, rows)
+        new = {(t, s, i) for t, s, i in result}
+        out: list[set[str]] = []
+        for (t, s), items in wanted:
+            mine = {i for i in items if (t, s, i) in new}
+            new -= {(t, s, i) for i in mine}
+            out.append(mine)
+        return out
 
     async def forget(self, run: RunKey, items: Sequence[str]) -> None:
-        """Remove ``run``'s rows of ``items``: pages the frontier did not queue for it."""
+        """Remove ``run``'s rows of ``items``: pages the frontier did not queue for it (with the rows the
+        other pages forget meanwhile: one statement for them all)."""
         if not items:
             return
         self._settled_here(items, runs=(run,))
-        target_id, slot_at = run
+        if self._forgets is None:
+            self._forgets = Batcher(self._forget, max_batch=500, name="crawlherd-detail-forgets")
+        await self._forgets((run, tuple(items)))
+
+    async def _forget(self, forgets: list[tuple[RunKey, tuple[str, ...]]]) -> list[None | BaseException]:
+        rows = [{"b_target": t, "b_slot": s, "b_item": i} for (t, s), items in forgets for i in items]
         with translate_db_errors("recording a run's detail pages"):
             async with self.engine.begin() as conn:
-                await conn.execute(delete(JobDetail).where(
-                    JobDetail.target_id == target_id, JobDetail.slot_at == slot_at, JobDetail.item.in_(items)
-                ))
+                await conn.execute(self._forget_stmt, rows)
+        return [None] * len(forgets)
 
     async def settle(self, item: str, error: str | None = None) -> None:
         """The detail page of ``item`` is stored (``error`` None) or failed for good (``error`` says why):
@@ -110,14 +144,10 @@ class DetailLedger:
     async def settle_in(self, conn: AsyncConnection, settles: Sequence[_Settle]) -> None:
         """Settle ``(item, error)`` pairs (as :meth:`settle`) in the caller's transaction on ``conn``,
         one statement; call :meth:`settled` with their items once it has committed."""
-        stmt = (
-            update(JobDetail)
-            .where(JobDetail.item == bindparam("b_item"), JobDetail.status == "out")
-            .values(status=bindparam("b_status"), error=bindparam("b_error"), updated_at=datetime.now(UTC))
-        )
-        params = [{"b_item": item, "b_status": "stored" if error is None else "failed", "b_error": error}
+        now = datetime.now(UTC)
+        params = [{"b_item": item, "b_status": "stored" if error is None else "failed", "b_error": error, "b_at": now}
                   for item, error in settles]
-        await conn.execute(stmt.execution_options(synchronize_session=False), params)
+        await conn.execute(self._settle_stmt, params)
 
     def settled(self, items: Iterable[str]) -> None:
         """``items``' settles are committed (:meth:`settle_in`): the owners of the runs they end are woken."""
@@ -228,7 +258,7 @@ class DetailLedger:
                     key, JobDetail.status == "failed"))).scalar_one())
 
     async def close(self) -> None:
-        for batcher in (self._settles, self._outs):
+        for batcher in (self._settles, self._outs, self._forgets):
             if batcher is not None:
                 await batcher.close()
-        self._settles = self._outs = None
+        self._settles = self._outs = self._forgets = None

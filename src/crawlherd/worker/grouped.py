@@ -24,11 +24,13 @@ from crawlherd.db.errors import translate_db_errors
 from crawlherd.item import Item
 from crawlherd.sinks import SQLSink
 from crawlherd.sinks.base import Sink, SinkBase, UpsertCounts, upsert_each
-from crawlherd.worker.details import DetailLedger
+from crawlherd.worker.details import DetailLedger, RunKey
 
 __all__ = ["GroupedWrites"]
 
 _Group = tuple[Sequence[Item], int, "int | None"]
+#: A listing page's write: its group of items, and its run's detail pages (items) to expect.
+_Listing = tuple[_Group, RunKey, Sequence[str]]
 #: A detail page's item: (item, website_id, target_id).
 _Detail = tuple[Item, int, "int | None"]
 
@@ -49,8 +51,11 @@ class GroupedWrites:
         )
         # the items are in the ledger's database: a detail page's item and its settle go in one write
         self._details: Batcher[_Detail, None] | None = None
+        # and a listing page's items and its detail pages' rows (DetailLedger.expect) go in one write
+        self._listings: Batcher[_Listing, tuple[UpsertCounts, set[str]]] | None = None
         if ledger is not None and isinstance(sink, SQLSink) and sink.engine is ledger.engine:
             self._details = Batcher(self._write_details, max_batch=max_pages, name="crawlherd-detail-writes")
+            self._listings = Batcher(self._write_listings, max_batch=max_pages, name="crawlherd-listing-writes")
 
     @property
     def writes(self) -> int:
@@ -66,6 +71,31 @@ class GroupedWrites:
         if not items:
             return UpsertCounts()
         return await self._batcher((items, website_id, target_id))
+
+    async def store_listing(
+        self, items: Sequence[Item], *, website_id: int, target_id: int | None, run: RunKey, details: Sequence[str]
+    ) -> tuple[UpsertCounts, set[str]]:
+        """Store a listing page's items and write its detail pages' rows in :attr:`ledger` (``details``,
+        hex fingerprints, for ``run``; see :meth:`DetailLedger.expect`): their counts and the details
+        whose row is new. One transaction with the other listing pages waiting when the sink is the
+        ledger's database; else stored, then expected."""
+        assert self.ledger is not None
+        if self._listings is None:
+            counts = await self.store(items, website_id=website_id, target_id=target_id)
+            return counts, await self.ledger.expect(run, details)
+        if not items and not details:
+            return UpsertCounts(), set()
+        self.ledger.watch(run, details)  # before the rows (see DetailLedger.expect)
+        return await self._listings(((items, website_id, target_id), run, details))
+
+    async def _write_listings(self, listings: list[_Listing]) -> list[tuple[UpsertCounts, set[str]] | BaseException]:
+        assert isinstance(self.sink, SQLSink) and self.ledger is not None
+        seen_at = datetime.now(UTC)
+        with translate_db_errors(f"storing {len(listings)} listing page(s)"):
+            async with self.sink.engine.begin() as conn:
+                counts = await self.sink.upsert_counted_in(conn, [group for group, _, _ in listings], seen_at=seen_at)
+                fresh = await self.ledger.expect_in(conn, [(run, details) for _, run, details in listings])
+        return list(zip(counts, fresh, strict=True))
 
     async def store_detail(self, item: Item, *, website_id: int, target_id: int | None) -> None:
         """Store a detail page's item and settle its page in :attr:`ledger`: in one transaction with the
@@ -98,5 +128,6 @@ class GroupedWrites:
     async def close(self) -> None:
         """Stop: the writes running are cancelled (their callers' pages go back to the frontier)."""
         await self._batcher.close()
-        if self._details is not None:
-            await self._details.close()
+        for batcher in (self._details, self._listings):
+            if batcher is not None:
+                await batcher.close()

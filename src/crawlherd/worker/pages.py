@@ -47,9 +47,8 @@ from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 from crawlherd.sessions import open_sessions
 from crawlherd.sinks import DETAIL_AT, Sink
-from crawlherd.sinks.base import UpsertCounts
 from crawlherd.sitespec import SiteSpec
-from crawlherd.worker.details import DetailLedger
+from crawlherd.worker.details import DetailLedger, RunKey
 from crawlherd.worker.grouped import GroupedWrites
 from crawlherd.worker.jobcrawl import (
     DETAIL_META,
@@ -341,11 +340,15 @@ class PagePipeline:
         for item in extraction.items:
             if item.fingerprint.hex() not in seen:
                 new.setdefault(item.fingerprint, item)
-        counts = await self._store(list(new.values()), website_id=job.website_id, target_id=job.target_id)
         details = detail_requests(job, new.values())
+        # the items and the detail pages' rows in one write (group-committed with the other pages')
+        run = (job.target_id, job.slot_at)
+        expected = {r.meta[DETAIL_META]["item"]: r for r in details}
+        counts, fresh = await self._grouped().store_listing(
+            list(new.values()), website_id=job.website_id, target_id=job.target_id, run=run, details=list(expected))
         for host in {r.host for r in details}:
             await self._politeness(site, host)
-        queued = await self._queue_details(job.target_id, job.slot_at, details) if details else 0
+        queued = await self._queue_details(run, expected, fresh) if details else 0
         after = state.next(new=new.values(), items_new=counts.new, items_updated=counts.updated, details_queued=queued)
         paginator = site.paginator
         url = request.url
@@ -368,14 +371,12 @@ class PagePipeline:
         await self._report(state, outcome)  # cancelled at shutdown: the lease goes back
         return result
 
-    async def _queue_details(self, target_id: int, slot_at: datetime, details: list[Request]) -> int:
-        """Queue a listing page's detail pages, each with its row in ``job_details`` written first (see
-        :mod:`crawlherd.worker.details`); how many the frontier queued. A fresh row whose page the
-        frontier did not queue (queued in this revisit period already, by another run) is removed."""
+    async def _queue_details(self, run: RunKey, items: dict[str, Request], fresh: set[str]) -> int:
+        """Queue a listing page's detail pages (``items``: by item), each with its row in ``job_details``
+        written first (``fresh``: the rows that are new; see :mod:`crawlherd.worker.details`); how many
+        the frontier queued. A fresh row whose page the frontier did not queue (queued in this revisit
+        period already, by another run) is removed."""
         assert self.frontier is not None
-        run = (target_id, slot_at)
-        items = {r.meta[DETAIL_META]["item"]: r for r in details}
-        fresh = await self.details.expect(run, list(items))
         fresh_items = [i for i in items if i in fresh]
         frontier = self.frontier
         flags: list[bool | BaseException] = [False] * len(fresh_items)
@@ -464,12 +465,6 @@ class PagePipeline:
         await self._grouped().store_detail(item, website_id=detail.website_id, target_id=detail.target_id)
         metrics.DETAIL_PAGES.inc()
         self.stats.detail_pages += 1
-
-    async def _store(self, items: list[Item], *, website_id: int, target_id: int | None) -> UpsertCounts:
-        """Store a page's items, with those of the other pages that finished meanwhile (one write for
-        all of them, see :mod:`crawlherd.worker.grouped`); returns once they are stored, so the page's
-        lease is acked only after that."""
-        return await self._grouped().store(items, website_id=website_id, target_id=target_id)
 
     def _grouped(self) -> GroupedWrites:
         if self._writes is None:
