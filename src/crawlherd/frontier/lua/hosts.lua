@@ -23,6 +23,14 @@ for _, entry in ipairs(redis.call('ZRANGE', P..':delayed', 0, 9999)) do
     delayed[host] = (delayed[host] or 0) + 1
   end
 end
+-- the loose requests (gq) count as queued (delayed holds them the same way: by host)
+for _, m in ipairs(redis.call('ZRANGE', P..':gq', 0, -1)) do
+  local host = string.match(m, '^([^\t]*)\t')
+  if host then
+    add(host)
+    delayed[host] = (delayed[host] or 0) + 1
+  end
+end
 local out = {}
 for _, host in ipairs(order) do
   local queued = redis.call('ZCARD', P..':q:'..host) + (delayed[host] or 0)

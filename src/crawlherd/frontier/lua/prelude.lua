@@ -6,13 +6,17 @@
 -- arguments follow. Times come from the caller's clock, so every process must share one notion of time
 -- (the system clock) -- and tests can drive a FakeClock.
 --
--- Key layout (version 3) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on one
+-- Key layout (version 4) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on one
 -- Redis; a hash tag on a cluster, see frontier/redis/_shards.py). A request is one packed member,
 -- "<id>\t<batch>\t<body>": id its number (P:seq), batch the enqueue batch it counts in for
 -- oldest_queued_age, body the client's encoding of the request (opaque here). No per-request hash:
 -- the member is the request, wherever it is.
+--   gq       ZSET  "<host>\t<member>" scored -prio*2^34 + seq   the loose requests: of hosts that could give
+--                  them when they were queued (no delay, below their cap, no robots.txt pending, nothing in
+--                  their queue), one queue across those hosts, read from its best (pick.lua); a request
+--                  whose host may not give it when it is read there moves to its host's queue
 --   q:<host> ZSET  member scored -prio*2^34 + seq             a host's queue (priority, then FIFO)
---   ready    ZSET  host scored by its head's score            hosts that may be fetched now
+--   ready    ZSET  host scored by its head's score            hosts whose queue may be fetched now
 --   timers   ZSET  host scored by ready_at                    hosts with work, waiting for their delay
 --   delayed  ZSET  "<prio>\t<host>\t<member>" by not-before   requests waiting for a time
 --   age      ZSET  batch scored by its enqueued-at;  agec HASH batch -> its requests still queued
@@ -40,7 +44,7 @@ local DEF_DELAY = tonumber(ARGV[3])
 local DEF_CAP = tonumber(ARGV[4])
 local K_READY, K_TIMERS, K_DELAYED = P..':ready', P..':timers', P..':delayed'
 local K_AGE, K_AGEC, K_LEXP, K_LDET = P..':age', P..':agec', P..':lexp', P..':ldet'
-local K_ATT, K_H = P..':att', P..':h'
+local K_ATT, K_H, K_GQ = P..':att', P..':h', P..':gq'
 local K_PDELAY, K_PCAP, K_C, K_SEQ = P..':pdelay', P..':pcap', P..':c', P..':seq'
 local K_BAD, K_CFG = P..':bad', P..':cfg'
 local SHIFT = 17179869184

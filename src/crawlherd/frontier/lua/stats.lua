@@ -21,6 +21,11 @@ for _, entry in ipairs(redis.call('ZRANGE', P..':delayed', 0, 9999)) do
   local host = string.match(entry, '^-?%d+\t([^\t]+)\t')
   if host then depth[host] = (depth[host] or 0) + 1 end
 end
+-- the loose requests (gq), by host
+for _, m in ipairs(redis.call('ZRANGE', P..':gq', 0, -1)) do
+  local host = string.match(m, '^([^\t]*)\t')
+  if host then depth[host] = (depth[host] or 0) + 1 end
+end
 -- robots requests queued (robots-pending hosts, rb)
 local rb = redis.call('HGETALL', P..':rb')
 for i = 1, #rb, 2 do

@@ -4,5 +4,7 @@
 -- (LEASE picks the same ones, best first).
 for _, host in ipairs(stale) do schedule(host) end
 local out = {}
-for i, c in ipairs(chosen) do out[i] = fetched[c[2]][2 * c[3]] end
+for i, c in ipairs(chosen) do
+  if c[2] == 0 then out[i] = G_SS[c[3]] else out[i] = fetched[c[2]][2 * c[3]] end
+end
 return out

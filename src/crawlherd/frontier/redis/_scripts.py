@@ -35,7 +35,7 @@ _T = TypeVar("_T")
 SCRIPTS: dict[str, tuple[str, ...]] = {
     "INIT": ("init",),
     "ENQUEUE": ("prelude", "enqueue"),
-    "HEADS": ("prelude", "heads"),
+    "HEADS": ("prelude", "pick", "heads"),
     "TOP": ("prelude", "pick", "top"),
     "LEASE": ("prelude", "pick", "lease"),
     "ACK": ("prelude", "ack"),

@@ -33,7 +33,7 @@ __all__ = ["RedisFrontier"]
 
 log = logging.getLogger("crawlherd.frontier.redis")
 
-LAYOUT_VERSION = "3"
+LAYOUT_VERSION = "4"
 _BATCH = 500
 _ENQUEUE_BATCH = 1000  # requests per ENQUEUE: a caller's batch of 1,000 is one script call, about 10 ms
 
