@@ -162,7 +162,7 @@ for item in string.gmatch(ITEMS, '[^\n]+') do
 end
 if n_new > 0 then
   redis.call('ZADD', K_AGE, NOW, batch)
-  redis.call('HSET', K_AGEC, batch, n_new)
+  redis.call('HSET', K_AGEC, batch, n_new, PIN_FIELD, PIN)
   if #delayed > 0 then bulk('ZADD', K_DELAYED, delayed) end
   -- where each host's requests go: gq when the host could give them now and has nothing in its queue (no
   -- delay, below its cap, no robots.txt pending, not ready: an eligible host with a queue is ready), else

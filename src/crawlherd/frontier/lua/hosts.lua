@@ -14,7 +14,9 @@ local function add(host)
 end
 for _, host in ipairs(redis.call('ZRANGE', P..':ready', 0, -1)) do add(host) end
 for _, host in ipairs(redis.call('ZRANGE', P..':timers', 0, -1)) do add(host) end
-for _, host in ipairs(redis.call('HKEYS', K_H)) do add(host) end
+for _, host in ipairs(redis.call('HKEYS', K_H)) do
+  if host ~= '\t' then add(host) end  -- not the pin (prelude.lua)
+end
 for _, host in ipairs(redis.call('ZRANGEBYSCORE', P..':blocked', '('..ARGV[2], '+inf')) do add(host) end
 for _, entry in ipairs(redis.call('ZRANGE', P..':delayed', 0, 9999)) do
   local host = string.match(entry, '^-?%d+\t([^\t]+)\t')

@@ -112,7 +112,10 @@ for host, good in pairs(GOT) do
 end
 if #ready_rem > 0 then bulk('ZREM', K_READY, ready_rem) end
 if #ready_add > 0 then bulk('ZADD', K_READY, ready_add) end
-if #states_set > 0 then bulk('HSET', K_H, states_set) end
+if #states_set > 0 then
+  states_set[#states_set + 1], states_set[#states_set + 2] = PIN_FIELD, PIN
+  bulk('HSET', K_H, states_set)
+end
 for _, host in ipairs(stale) do schedule(host) end
 for _, host in ipairs(move_passed()) do schedule(host) end
 for _, host in ipairs(replace) do schedule(host) end

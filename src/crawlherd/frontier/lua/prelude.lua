@@ -27,7 +27,8 @@
 --                  of that call its holder stopped renewing while it renews the others (its own expiry)
 --   ldet     SET   the "<serial>:<id>" entries of lexp
 --   att      HASH  id -> attempts already made (after retry)
---   h        HASH  host -> "<leases out> <ready_at>"          only hosts with leases out or a delay running
+--   h        HASH  host -> "<leases out> <ready_at>"          only hosts with leases out or a delay running;
+--                  and PIN_FIELD (see below), as agec
 --   pdelay / pcap  HASH host -> per-host policy overrides
 --   c        HASH  counters: queued enqueued dup acked retries failures expired dfu bad; out (leases out)
 --   cfg      HASH  layout version, dupefilter kind and its parameters
@@ -48,6 +49,12 @@ local K_ATT, K_H, K_GQ = P..':att', P..':h', P..':gq'
 local K_PDELAY, K_PCAP, K_C, K_SEQ = P..':pdelay', P..':pcap', P..':c', P..':seq'
 local K_BAD, K_CFG = P..':bad', P..':cfg'
 local SHIFT = 17179869184
+-- h and agec hold a field per host with leases out and per enqueue batch still queued: hundreds, read and
+-- written hundreds at a time. Redis keeps a hash of up to hash-max-listpack-entries fields (128 to 512) as a
+-- listpack, where every field read or written scans the hash: a lease of 500 spent milliseconds there. A
+-- field whose value is longer than hash-max-listpack-value (64) makes the hash a hash table for as long as
+-- it exists: written with their bulk writes, never deleted (a tab is in no host name nor batch number).
+local PIN_FIELD, PIN = '\t', string.rep('-', 256)
 
 -- The frontier's time never goes back: a worker whose clock reading is older than one already used
 -- (it was read before another worker's call ran) acts at the newest time seen.

@@ -16,7 +16,9 @@ local function count(host)
 end
 for _, host in ipairs(redis.call('ZRANGE', P..':ready', 0, -1)) do count(host) end
 for _, host in ipairs(redis.call('ZRANGE', P..':timers', 0, -1)) do count(host) end
-for _, host in ipairs(redis.call('HKEYS', P..':h')) do count(host) end
+for _, host in ipairs(redis.call('HKEYS', P..':h')) do
+  if host ~= '\t' then count(host) end  -- not the pin (prelude.lua)
+end
 for _, entry in ipairs(redis.call('ZRANGE', P..':delayed', 0, 9999)) do
   local host = string.match(entry, '^-?%d+\t([^\t]+)\t')
   if host then depth[host] = (depth[host] or 0) + 1 end

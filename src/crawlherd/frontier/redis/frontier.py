@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
@@ -32,6 +33,7 @@ from crawlherd.request import Request
 __all__ = ["RedisFrontier"]
 
 log = logging.getLogger("crawlherd.frontier.redis")
+_SPACE = re.compile(r"\s")  # what str.isspace() is true for: a token with one is none of ours
 
 LAYOUT_VERSION = "4"
 _BATCH = 500
@@ -396,7 +398,7 @@ class RedisFrontier(WaitingMixin):
         await self._init()
         shards = self._shards
         # a token with a space in it is none of ours (ACK reads the tokens as one argument, space-separated)
-        foreign = {lease.token for lease in leases if not lease.token or any(c.isspace() for c in lease.token)}
+        foreign = {lease.token for lease in leases if not lease.token or _SPACE.search(lease.token)}
         groups = shards.group(lease.token for lease in leases if lease.token not in foreign)
         self.renewal.drop([lease.token for lease in leases])  # being settled: not renewed (see Renewal.drop)
         if not groups:
