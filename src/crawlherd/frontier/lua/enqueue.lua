@@ -134,14 +134,15 @@ for item in string.gmatch(ITEMS, '[^\n]+') do
         id = tonumber(sq) + shift
         if id > top then top = id end
       end
-      local member = id..'\t'..batch..'\t'..body
       queued = queued + 1
       n_new = n_new + 1
       flag = '1'
       if nb ~= '-' and tonumber(nb) > NOW then
         delayed[#delayed + 1] = tonumber(nb)
-        delayed[#delayed + 1] = prio..'\t'..host..'\t'..member
+        delayed[#delayed + 1] = prio..'\t'..host..'\t'..id..'\t'..batch..'\t'..body
       else
+        -- as gq holds it (most go there): one copy of the body, not two
+        local member = host..'\t'..id..'\t'..batch..'\t'..body
         local q = byhost[host]
         local score = -prio * SHIFT + id
         if not q then
@@ -182,12 +183,11 @@ if n_new > 0 then
       local inf, ra = unpack_state(states[i])
       local q = byhost[host]
       if not RB[i] and not inready[i] and inf < cap_of(host) and ra <= NOW and delay_of(host) <= 0 then
-        local pre = host..'\t'
-        for j = 1, #q, 2 do
-          loose[#loose + 1] = q[j]
-          loose[#loose + 1] = pre..q[j + 1]
-        end
+        local n = #loose
+        for j = 1, #q do loose[n + j] = q[j] end
       else
+        local cut = #host + 2  -- the member as its host's queue holds it: without the host
+        for j = 2, #q, 2 do q[j] = string.sub(q[j], cut) end
         bulk('ZADD', qkey(host), q)
         if RB[i] then
           schedule(host)  -- robots-pending: placed by its robots request, not by these

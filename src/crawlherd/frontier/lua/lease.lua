@@ -1,8 +1,8 @@
 -- LEASE (after prelude.lua and pick.lua). ARGV[5] limit, [6] cutoff (see pick.lua), [7] lease timeout,
 -- [8] liveness. Leases what
--- pick.lua picked. Returns the time the leases were made at ('%.17g'), then token, member, attempt, score
--- (its place in the queue: a sharded frontier merges the leases of its shards by it) and host for each
--- lease; members found unreadable are moved aside. The loose requests pick.lua passed over (their host may
+-- pick.lua picked. Returns the time the leases were made at ('%.17g'), then token, "<host>\t<member>" (as
+-- gq holds it), attempt and score (its place in the queue: a sharded frontier merges the leases of its
+-- shards by it) for each lease; members found unreadable are moved aside. The loose requests pick.lua passed over (their host may
 -- not give them now) go to their hosts' queues, which hold them until the host may give again.
 -- A lease ends at its deadline (lease timeout: the bound of one page), or sooner when its holder stops
 -- renewing it (RENEW, every third of the liveness bound): it expires LIVENESS after it was made or last
@@ -43,15 +43,15 @@ local leases, ids, batches, bad_got = {}, {}, {}, {}
 local n, nl, o = 0, 0, 1
 for _, c in ipairs(chosen) do
   local i, r = c[2], c[3]
-  local host, member, score
+  local host, hm, score  -- hm: "<host>\t<member>", the lease record's end and the reply's member
   if i == 0 then
-    host = G_H[r]
-    member, score = string.sub(G_M[r], #host + 2), G_SS[r]
+    host, hm, score = G_H[r], G_M[r], G_SS[r]
   else
     local items = fetched[i]
-    host, member, score = hosts[i], items[2 * r - 1], items[2 * r]
+    host, score = hosts[i], items[2 * r]
+    hm = host..'\t'..items[2 * r - 1]
   end
-  local id, b = string.match(member, '^(%d+)\t(%d+)\t')
+  local id, b = string.match(hm, '^[^\t]*\t(%d+)\t(%d+)\t')
   if i > 0 and RB[i] then  -- the robots request is out: the host stays pending until it is settled
     if id then redis.call('HSET', K_RB, host, 'out\t'..id) else redis.call('HDEL', K_RB, host) end
   end
@@ -60,13 +60,14 @@ for _, c in ipairs(chosen) do
     n = n + 1
     local token = id..MID..n..AT
     leases[nl + 1] = id
-    leases[nl + 2] = token..'\t'..(-math.floor(c[1] / SHIFT))..'\t'..host..'\t'..member
+    leases[nl + 2] = token..'\t'..(-math.floor(c[1] / SHIFT))..'\t'..hm  -- "<token>\t<prio>\t<host>\t<member>"
     nl = nl + 2
     ids[n] = id
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = token, member, 1, score, host
-    o = o + 5
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = token, hm, 1, score
+    o = o + 4
   else
     GOT[host] = GOT[host] - 1
+    local member = string.sub(hm, #host + 2)
     bury(string.match(member, '^(%d+)') or redis.call('INCR', K_SEQ), 'unreadable entry header', member)
   end
 end
@@ -129,7 +130,7 @@ if n > 0 then
   if redis.call('EXISTS', K_ATT) == 1 then
     local atts = hmget(K_ATT, ids)
     for j = 1, n do
-      if atts[j] then out[5 * j - 1] = tonumber(atts[j]) + 1 end
+      if atts[j] then out[4 * j] = tonumber(atts[j]) + 1 end
     end
   end
 end

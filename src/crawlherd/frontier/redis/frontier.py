@@ -309,10 +309,11 @@ class RedisFrontier(WaitingMixin):
             got = True
             expires = float(text(reply[0])) + self.options.lease_timeout
             tokens = []
-            for i in range(1, len(reply), 5):
+            for i in range(1, len(reply), 4):
                 token, payload = text(reply[i]), raw(reply[i + 1])
                 try:
-                    request = decode(payload.split(b"\t", 2)[2], text(reply[i + 4]))
+                    host, _, _, body = payload.split(b"\t", 3)  # "<host>\t<id>\t<batch>\t<body>"
+                    request = decode(body, host.decode("utf-8"))
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     buried.append(_Buried(shard, token, payload, f"undecodable request record: {exc}"))
                     continue
