@@ -106,8 +106,7 @@ for i, host in ipairs(hosts) do
   end
 end
 for host, good in pairs(GOT) do
-  local s = GSTATE[host]
-  local inf, ra = new_state(host, s[1], s[2])
+  local inf, ra = new_state(host, GINF[host], GRA[host])
   -- at its cap, or its delay running: out of ready if its queue has requests (mostly it has none)
   if good > 0 and (inf >= cap_of(host) or ra > NOW) then replace[#replace + 1] = host end
 end

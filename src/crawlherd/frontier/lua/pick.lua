@@ -9,11 +9,12 @@
 --     queued request scored after the LIMIT-th best head can be among the LIMIT best; nothing after that
 --     cutoff is taken from gq either).
 -- Leaves: hosts (the ready hosts read), fetched[i] (host i's requests read, member and score), taken[i]
--- (how many of host i's queue are picked), G_M/G_S/G_H (gq's members, scores, hosts read), G_USED (how
--- many of them were passed: picked or passed over), passed (the gq indexes passed over), chosen (the
--- picked, best first: {score, i, rank} from a queue, {score, 0, j} from gq), GOT (host -> picked), LEFT
--- (host -> room left), INF/RA (ready host i's leases out and ready time), HI (host -> its INF/RA index, or
--- the state of a host read from gq), RB (robots states) and stale (ready hosts with nothing to hand out).
+-- (how many of host i's queue are picked), G_M/G_S/G_SS/G_H (gq's members, scores as numbers and as
+-- read, hosts), G_USED (how many of them were passed: picked or passed over), passed (the gq indexes
+-- passed over), chosen (the picked, best first: {score, i, rank} from a queue, {score, 0, j} from gq),
+-- GOT (host -> picked), LEFT (host -> room left), INF/RA (ready host i's leases out and ready time),
+-- GINF/GRA (the same of a host read from gq only), RB (robots states) and stale (ready hosts with nothing
+-- to hand out).
 local LIMIT = tonumber(ARGV[5])
 local CUT = tonumber(ARGV[6])
 refresh()
@@ -68,7 +69,7 @@ for i, host in ipairs(hosts) do
 end
 -- The loose requests, a slice at a time: their hosts' rooms from their states (one HMGET a slice).
 local G_M, G_S, G_H, G_SS = {}, {}, {}, {}
-local GSTATE = {}  -- host read from gq only -> {inf, ra}
+local GINF, GRA = {}, {}  -- host read from gq only -> its leases out, its ready time
 local g_read, g_more = 0, true
 local function load_loose()
   local part = redis.call('ZRANGE', K_GQ, g_read, g_read + LIMIT - 1, 'WITHSCORES')
@@ -89,7 +90,7 @@ local function load_loose()
   local st, rb = hmget(K_H, new), robots_states(new)
   for k, h in ipairs(new) do
     local inf, ra = unpack_state(st[k])
-    GSTATE[h] = {inf, ra}
+    GINF[h], GRA[h] = inf, ra
     local room = cap_of(h) - inf
     if room > 1 and delay_of(h) > 0 then room = 1 end
     LEFT[h], GOK[h] = room, not rb[k] and ra <= NOW

@@ -185,7 +185,8 @@ end
 -- After the lease id of host was settled: if it was the host's robots request, the host is no longer
 -- pending. Returns true when it was.
 local function robots_settled(host, id)
-  if robots_of(host) ~= 'out\t'..id then return false end
+  local rb = robots_of(host)
+  if not rb or rb ~= 'out\t'..id then return false end  -- (no string made while no host is pending)
   redis.call('HDEL', K_RB, host)
   return true
 end
