@@ -1,14 +1,14 @@
--- LEASE (after prelude.lua and pick.lua). ARGV[5] limit, [6] cutoff (see pick.lua), [7] lease timeout,
--- [8] liveness. Leases what
+-- LEASE (after prelude.lua and pick.lua). ARGV[5] limit, [6] lease timeout, [7] liveness. Leases what
 -- pick.lua picked. Returns the time the leases were made at ('%.17g'), then token, "<host>\t<member>" (as
 -- gq holds it), attempt and score (its place in the queue: a sharded frontier merges the leases of its
--- shards by it) for each lease; members found unreadable are moved aside. The loose requests pick.lua passed over (their host may
--- not give them now) go to their hosts' queues, which hold them until the host may give again.
+-- shards by it) for each lease; members found unreadable are moved aside. The loose requests pick.lua
+-- passed over (their host may not give them now) go to their hosts' queues, which hold them until the
+-- host may give again.
 -- A lease ends at its deadline (lease timeout: the bound of one page), or sooner when its holder stops
 -- renewing it (RENEW, every third of the liveness bound): it expires LIVENESS after it was made or last
 -- renewed. The deadline travels in the token ('@'), for RENEW.
-local DEADLINE = NOW + tonumber(ARGV[7])
-local EXPIRES = math.min(DEADLINE, NOW + tonumber(ARGV[8]))
+local DEADLINE = NOW + tonumber(ARGV[6])
+local EXPIRES = math.min(DEADLINE, NOW + tonumber(ARGV[7]))
 local AT = '@'..fmt(DEADLINE)
 local out = {fmt(NOW)}
 -- the loose requests read: the picked and the passed over leave gq (they are its best G_USED)
@@ -60,7 +60,7 @@ for _, c in ipairs(chosen) do
     n = n + 1
     local token = id..MID..n..AT
     leases[nl + 1] = id
-    leases[nl + 2] = token..'\t'..(-math.floor(c[1] / SHIFT))..'\t'..hm  -- "<token>\t<prio>\t<host>\t<member>"
+    leases[nl + 2] = token..'\t'..(-math.floor(c[1] / SHIFT))..'\t'..hm  -- token, prio, host, member
     nl = nl + 2
     ids[n] = id
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = token, hm, 1, score

@@ -1,13 +1,13 @@
--- PICK (after prelude.lua; the start of HEADS, TOP and LEASE). ARGV[5] limit, [6] a cutoff score ('' none: no
--- request scored after it is wanted). Brings the shard up to date (expired leases, due requests and
--- hosts), then picks the LIMIT best requests that may be handed out now: what taking the best request whose
--- host may be fetched now (room under its cap, no delay running, no robots.txt pending) LIMIT times would
--- give. Two sources, merged in score order:
+-- PICK (after prelude.lua; the start of HEADS and LEASE). ARGV[5] limit. Brings the shard up to date
+-- (expired leases, due requests and hosts), then picks the LIMIT best requests that may be handed out now:
+-- what taking the best request whose host may give it now (room under its cap, no delay running, no
+-- robots.txt pending) LIMIT times would give. Two sources, merged in score order:
 --   - gq, the loose requests (see prelude.lua), read in slices of LIMIT from its best: a request whose host
 --     may not give it now is passed over (LEASE moves it to its host's queue: it is not read again);
---   - the best LIMIT ready hosts' queues: of each, as many requests as its cap and delay allow (no
---     queued request scored after the LIMIT-th best head can be among the LIMIT best; nothing after that
---     cutoff is taken from gq either).
+--   - the best LIMIT ready hosts' queues: of each, as many requests as its cap and delay allow. Each of
+--     these hosts gives at least one request no later than its head (its head, or loose requests of its
+--     own that came before it and took its room), so nothing scored after the LIMIT-th best head (the
+--     cutoff) can be among the LIMIT best, from either source.
 -- Leaves: hosts (the ready hosts read), fetched[i] (host i's requests read, member and score), taken[i]
 -- (how many of host i's queue are picked), G_M/G_S/G_SS/G_H (gq's members, scores as numbers and as
 -- read, hosts), G_USED (how many of them were passed: picked or passed over), passed (the gq indexes
@@ -16,19 +16,13 @@
 -- GINF/GRA (the same of a host read from gq only), RB (robots states) and stale (ready hosts with nothing
 -- to hand out).
 local LIMIT = tonumber(ARGV[5])
-local CUT = tonumber(ARGV[6])
 refresh()
-local top
-if CUT then
-  top = redis.call('ZRANGE', K_READY, '-inf', ARGV[6], 'BYSCORE', 'LIMIT', 0, LIMIT, 'WITHSCORES')
-else
-  top = redis.call('ZRANGE', K_READY, 0, LIMIT - 1, 'WITHSCORES')
-end
+local top = redis.call('ZRANGE', K_READY, 0, LIMIT - 1, 'WITHSCORES')
 local hosts = {}
 for i = 1, #top, 2 do hosts[#hosts + 1] = top[i] end
 -- no request scored after the LIMIT-th best head can be among the LIMIT best
-local cutoff = CUT or math.huge
-if #hosts == LIMIT and tonumber(top[#top]) < cutoff then cutoff = tonumber(top[#top]) end
+local cutoff = math.huge
+if #hosts == LIMIT then cutoff = tonumber(top[#top]) end
 local states = {}
 if #hosts > 0 then states = hmget(K_H, hosts) end
 local RB = robots_states(hosts)

@@ -6,8 +6,8 @@
 -- arguments follow. Times come from the caller's clock, so every process must share one notion of time
 -- (the system clock) -- and tests can drive a FakeClock.
 --
--- Key layout (version 4) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on one
--- Redis; a hash tag on a cluster, see frontier/redis/_shards.py). A request is one packed member,
+-- Key layout (version 4) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on
+-- one Redis; a hash tag on a cluster, see frontier/redis/_shards.py). A request is one packed member,
 -- "<id>\t<batch>\t<body>": id its number (P:seq), batch the enqueue batch it counts in for
 -- oldest_queued_age, body the client's encoding of the request (opaque here). No per-request hash:
 -- the member is the request, wherever it is.

@@ -36,7 +36,6 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     "INIT": ("init",),
     "ENQUEUE": ("prelude", "enqueue"),
     "HEADS": ("prelude", "pick", "heads"),
-    "TOP": ("prelude", "pick", "top"),
     "LEASE": ("prelude", "pick", "lease"),
     "ACK": ("prelude", "ack"),
     "RETRY": ("prelude", "retry"),

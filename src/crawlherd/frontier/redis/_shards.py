@@ -19,13 +19,12 @@ is here, in :class:`OneRedis` and :class:`ClusterShards`.
   the shards spread evenly over masters that hold equal slot ranges, and all of a shard's keys are in
   one slot. Besides the shards: ``{p}:shards`` (STRING, the shard count, fixed at creation) and
   ``{p}:seq`` (STRING, the request counter the shards share, so that FIFO among equal priorities holds
-  across shards). A lease asks every shard for its best ready heads (``HEADS``), and the shards where a
-  host among the best may give more than its head for their best requests up to the cutoff (``TOP``);
-  it merges them, leases from each shard as many as it has among the best ``limit`` of all (in
-  parallel), and merges the leases by queue score; ack and retry go to the shard named in the lease
-  token (``"<shard>/<token>"``). ``max_size`` is checked against the shards' counts read just before
-  each batch: concurrent enqueuers may pass it by at most their batches. The frontier talks to the
-  master of each shard's slot (:mod:`._cluster`) and finds it again after a failover.
+  across shards). A lease asks every shard for the scores of the best ``limit`` requests it would hand
+  out now (``HEADS``: picked as its ``LEASE`` picks them), merges them, leases from each shard as many as
+  it has among the best ``limit`` of all (in parallel), and merges the leases by queue score; ack and retry go
+  to the shard named in the lease token (``"<shard>/<token>"``). ``max_size`` is checked against the shards'
+  counts read just before each batch: concurrent enqueuers may pass it by at most their batches. The frontier
+  talks to the master of each shard's slot (:mod:`._cluster`) and finds it again after a failover.
 """
 
 from __future__ import annotations
@@ -63,12 +62,9 @@ class LeasePlan(NamedTuple):
     quota: dict[int, int]
 
 
-#: The HEADS of every shard (or the error it raised): its best ready heads, each a score and a flag (1:
-#: its host may give more than its head).
+#: The HEADS of every shard (or the error it raised): the scores of the best requests it would hand out
+#: now, best first.
 HeadsFn = Callable[[], Awaitable[list[Any]]]
-#: The TOP of the shards named, up to a cutoff score (None: none): the scores of the best requests each
-#: would hand out now, best first (or the error it raised).
-TopFn = Callable[[list[int], float | None], Awaitable[list[Any]]]
 
 
 class Shards:
@@ -123,7 +119,7 @@ class Shards:
         shard's queued count)."""
         raise NotImplementedError
 
-    async def lease_plan(self, limit: int, heads: HeadsFn, top: TopFn) -> LeasePlan:
+    async def lease_plan(self, limit: int, heads: HeadsFn) -> LeasePlan:
         """Where to lease the best ``limit`` ready requests from."""
         raise NotImplementedError
 
@@ -174,7 +170,7 @@ class OneRedis(Shards):
                      ) -> dict[int, int]:
         return {0: max_size}  # the script checks it, atomically
 
-    async def lease_plan(self, limit: int, heads: HeadsFn, top: TopFn) -> LeasePlan:
+    async def lease_plan(self, limit: int, heads: HeadsFn) -> LeasePlan:
         return LeasePlan({0: limit})  # the shard's LEASE takes the best itself
 
     async def nodes(self) -> list[aioredis.Redis]:
@@ -238,34 +234,20 @@ class ClusterShards(Shards):
         share = Counter(self.of(host).number for host in hosts[:room])
         return {k: have[k] + share[k] for k in {self.of(host).number for host in hosts}}
 
-    async def lease_plan(self, limit: int, heads: HeadsFn, top: TopFn) -> LeasePlan:
-        """Each shard's share of the best ``limit`` of all. The shards' best ready heads, merged, give the
-        cutoff (the ``limit``-th best head: nothing after it can be among the best); where a host among
-        them may give more than its head, its shard's best requests up to the cutoff (``TOP``) take the
-        place of its heads; a k-way merge of those lists gives each shard its count -- and its ``LEASE``
-        picks the same requests, best first."""
+    async def lease_plan(self, limit: int, heads: HeadsFn) -> LeasePlan:
+        """Each shard's share of the best ``limit`` of all: a k-way merge of the shards' best (each shard's
+        ``LEASE`` of its share picks the same requests, best first)."""
         replies = await heads()
         lists = [
-            [(float(reply[i]), k, int(reply[i + 1])) for i in range(0, len(reply), 2)]
-            for k, reply in enumerate(replies)
-            if not isinstance(reply, BaseException)
+            [(float(s), k) for s in reply] for k, reply in enumerate(replies) if not isinstance(reply, BaseException)
         ]
         if not any(lists):
             for reply in replies:
                 if isinstance(reply, BaseException):
                     raise reply
             return LeasePlan({})
-        best = list(itertools.islice(heapq.merge(*lists), limit))
-        more = sorted({k for _, k, flag in best if flag})
-        if more:
-            cutoff = best[-1][0] if len(best) == limit else None
-            tops = await top(more, cutoff)
-            candidates = [[(s, k) for s, k, _ in best if k not in more]]
-            for k, reply in zip(more, tops, strict=True):
-                if not isinstance(reply, BaseException):
-                    candidates.append([(float(s), k) for s in reply])
-            best = [(s, k, 0) for s, k in itertools.islice(heapq.merge(*candidates), limit)]
-        return LeasePlan(dict(sorted(Counter(k for _, k, _ in best).items())))
+        best = itertools.islice(heapq.merge(*lists), limit)
+        return LeasePlan(dict(sorted(Counter(k for _, k in best).items())))
 
     async def nodes(self) -> list[aioredis.Redis]:
         return await self._cluster.masters()

@@ -284,12 +284,8 @@ class RedisFrontier(WaitingMixin):
         async def heads() -> list[Any]:
             return await self._calls.fan([(shard, "HEADS", (limit,)) for shard in shards])
 
-        async def top(numbers: list[int], cutoff: float | None) -> list[Any]:
-            cut = "" if cutoff is None else repr(cutoff)
-            return await self._calls.fan([(shards[k], "TOP", (limit, cut)) for k in numbers])
-
-        plan = await self._shards.lease_plan(limit, heads, top)
-        calls = [(shards[k], "LEASE", (n, "", *lt)) for k, n in plan.quota.items()]
+        plan = await self._shards.lease_plan(limit, heads)
+        calls = [(shards[k], "LEASE", (n, *lt)) for k, n in plan.quota.items()]
         return self._take(calls, await self._calls.fan(calls), out) if calls else []
 
     def _lease_args(self) -> tuple[str, str]:
