@@ -62,9 +62,9 @@ class LeasePlan(NamedTuple):
     quota: dict[int, int]
 
 
-#: The HEADS of every shard (or the error it raised): the scores of the best requests it would hand out
-#: now, best first.
-HeadsFn = Callable[[], Awaitable[list[Any]]]
+#: The HEADS of the shards asked (shard number -> how many): the scores of the best requests each would
+#: hand out now, best first (or the error it raised), in the order asked.
+HeadsFn = Callable[[dict[int, int]], Awaitable[list[Any]]]
 
 
 class Shards:
@@ -236,17 +236,30 @@ class ClusterShards(Shards):
 
     async def lease_plan(self, limit: int, heads: HeadsFn) -> LeasePlan:
         """Each shard's share of the best ``limit`` of all: a k-way merge of the shards' best (each shard's
-        ``LEASE`` of its share picks the same requests, best first)."""
-        replies = await heads()
-        lists = [
-            [(float(s), k) for s in reply] for k, reply in enumerate(replies) if not isinstance(reply, BaseException)
-        ]
-        if not any(lists):
-            for reply in replies:
+        ``LEASE`` of its share picks the same requests, best first). Each shard is asked first for twice its
+        even share; a shard all of whose answer is among the best ``limit`` may have more there: it is asked
+        again for four times as many (up to ``limit``), until none may."""
+        n = len(self.all)
+        ask = dict.fromkeys(range(n), min(limit, 2 * -(-limit // n)))
+        lists: dict[int, list[tuple[float, int]]] = {}
+        full: dict[int, bool] = {}  # the shard gave all it was asked for: it may have more
+        failed: BaseException | None = None
+        while ask:
+            for k, reply in zip(ask, await heads(ask), strict=True):
                 if isinstance(reply, BaseException):
-                    raise reply
-            return LeasePlan({})
-        best = itertools.islice(heapq.merge(*lists), limit)
+                    failed = failed or reply
+                    lists.pop(k, None)
+                    continue
+                lists[k] = [(float(s), k) for s in reply]
+                full[k] = len(reply) == ask[k] < limit
+            best = list(itertools.islice(heapq.merge(*lists.values()), limit))
+            last = best[-1] if len(best) == limit else None
+            ask = {
+                k: min(limit, 4 * len(lists[k])) for k in lists
+                if full[k] and (last is None or lists[k][-1] <= last)
+            }
+        if not lists and failed is not None:
+            raise failed
         return LeasePlan(dict(sorted(Counter(k for _, k in best).items())))
 
     async def nodes(self) -> list[aioredis.Redis]:

@@ -281,8 +281,8 @@ class RedisFrontier(WaitingMixin):
         lt = self._lease_args()
         shards = self._shards.all
 
-        async def heads() -> list[Any]:
-            return await self._calls.fan([(shard, "HEADS", (limit,)) for shard in shards])
+        async def heads(ask: dict[int, int]) -> list[Any]:
+            return await self._calls.fan([(shards[k], "HEADS", (n,)) for k, n in ask.items()])
 
         plan = await self._shards.lease_plan(limit, heads)
         calls = [(shards[k], "LEASE", (n, *lt)) for k, n in plan.quota.items()]
