@@ -25,8 +25,8 @@ for _, entry in ipairs(redis.call('ZRANGE', P..':delayed', 0, 9999)) do
     delayed[host] = (delayed[host] or 0) + 1
   end
 end
--- the loose requests (gq) count as queued (delayed holds them the same way: by host)
-for _, m in ipairs(redis.call('ZRANGE', P..':gq', 0, -1)) do
+-- the loose requests (gq) count as queued, by host: the best 10,000 counted, as delayed
+for _, m in ipairs(redis.call('ZRANGE', P..':gq', 0, 9999)) do
   local host = string.match(m, '^([^\t]*)\t')
   if host then
     add(host)

@@ -23,8 +23,8 @@ for _, entry in ipairs(redis.call('ZRANGE', P..':delayed', 0, 9999)) do
   local host = string.match(entry, '^-?%d+\t([^\t]+)\t')
   if host then depth[host] = (depth[host] or 0) + 1 end
 end
--- the loose requests (gq), by host
-for _, m in ipairs(redis.call('ZRANGE', P..':gq', 0, -1)) do
+-- the loose requests (gq), by host: the best 10,000 counted (as delayed; a heartbeat reads them)
+for _, m in ipairs(redis.call('ZRANGE', P..':gq', 0, 9999)) do
   local host = string.match(m, '^([^\t]*)\t')
   if host then depth[host] = (depth[host] or 0) + 1 end
 end
