@@ -42,6 +42,11 @@ async def open_redis(redis_url: str, prefix: str, **options: Any) -> RedisFronti
     return await frontier.__aenter__()
 
 
+async def loose_of(client: aioredis.Redis, key: str, host: str) -> list[tuple[bytes, float]]:
+    """The loose requests (``gq``) of ``host``."""
+    return [(m, s) for m, s in await client.zrange(key, 0, -1, withscores=True) if m.startswith(f"{host}\t".encode())]
+
+
 async def test_plain_bodies_are_read_and_one_without_a_fingerprint_is_moved_aside(
     redis_url: str, unique_name: str, client: aioredis.Redis
 ) -> None:
@@ -52,16 +57,15 @@ async def test_plain_bodies_are_read_and_one_without_a_fingerprint_is_moved_asid
     try:
         originals = [Request(f"http://H{i}.test:80/a/../p?b=2&a=1", priority=3, depth=2) for i in range(3)]
         await frontier.enqueue_requests(originals)
-        key = f"{unique_name}:q:h0.test"
-        (member, score), = await client.zrange(key, 0, -1, withscores=True)
+        key = f"{unique_name}:gq"  # hosts that could give them at once: the loose requests, "<host>\t<member>"
+        (member, score), = await loose_of(client, key, "h0.test")
         head, body = member.rsplit(b"\t", 1)
         assert body == f"3 2 {originals[0].url} {originals[0].fingerprint.hex()}".encode()
         await client.zrem(key, member)
         await client.zadd(key, {head + b"\t" + body.rsplit(b" ", 1)[0]: score})  # the older form
-        key2 = f"{unique_name}:q:h1.test"
-        (member2, score2), = await client.zrange(key2, 0, -1, withscores=True)
-        await client.zrem(key2, member2)
-        await client.zadd(key2, {member2.rsplit(b" ", 1)[0] + b" zz": score2})
+        (member2, score2), = await loose_of(client, key, "h1.test")
+        await client.zrem(key, member2)
+        await client.zadd(key, {member2.rsplit(b" ", 1)[0] + b" zz": score2})
         leases = await frontier.next_requests(10)
         got = {lease.request.host: lease.request for lease in leases}
         assert sorted(got) == ["h2.test"]
@@ -85,14 +89,16 @@ async def test_corrupt_and_foreign_entries_are_moved_aside(
     try:
         for i in range(4):
             assert await frontier.enqueue_request(Request(f"http://h{i}.test/"))
-        # each request is one member of its host's queue, "<id>\t<batch>\t<body>": replace three of them
-        members = [(await client.zrange(f"{unique_name}:q:h{i}.test", 0, -1, withscores=True))[0] for i in range(4)]
-        ids = [int(m.split(b"\t", 1)[0]) for m, _ in members]
+        # each request is one member of the loose requests, "<host>\t<id>\t<batch>\t<body>": replace three
+        key = f"{unique_name}:gq"
+        members = [(await loose_of(client, key, f"h{i}.test"))[0] for i in range(4)]
+        ids = [int(m.split(b"\t", 2)[1]) for m, _ in members]
         foreign = json.dumps({"v": 99, "url": "http://h2.test/"})
-        bodies = [f"{ids[0]}\t\x80\x81 pickled?".encode(), f"{ids[1]}\t1\t{{not json", f"{ids[2]}\t1\t{foreign}"]
+        bodies = [f"h0.test\t{ids[0]}\t\x80\x81 pickled?".encode(), f"h1.test\t{ids[1]}\t1\t{{not json",
+                  f"h2.test\t{ids[2]}\t1\t{foreign}"]
         for i, body in enumerate(bodies):  # the first has no readable header
-            await client.zrem(f"{unique_name}:q:h{i}.test", members[i][0])
-            await client.zadd(f"{unique_name}:q:h{i}.test", {body: members[i][1]})
+            await client.zrem(key, members[i][0])
+            await client.zadd(key, {body: members[i][1]})
         with caplog.at_level(logging.WARNING, logger="crawlherd.frontier.redis"):
             leases = await frontier.next_requests(10)
         assert [lease.request.url for lease in leases] == ["http://h3.test/"]
@@ -154,7 +160,7 @@ async def test_live_client_is_used_and_not_closed(redis_url: str, unique_name: s
     async with open_scheduler(f"{redis_url}?prefix={unique_name}", client=client) as frontier:
         assert await frontier.enqueue_request(Request("http://live.test/"))
     assert await client.ping()  # still open: the frontier closes only what it opened
-    assert await client.exists(f"{unique_name}:q:live.test") == 1
+    assert await client.exists(f"{unique_name}:gq") == 1  # its loose requests (the host could give it at once)
 
 
 async def test_prefixes_are_separate_frontiers(redis_url: str, unique_name: str, client: aioredis.Redis) -> None:

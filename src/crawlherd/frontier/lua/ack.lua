@@ -49,7 +49,10 @@ if #done > 0 then
     if inf >= cap and now_inf < cap then place(host, head_of(host), now_inf, ra) end  -- its cap held it back
   end
   if #gone > 0 then bulk('HDEL', K_H, gone) end
-  if #keep > 0 then bulk('HSET', K_H, keep) end
+  if #keep > 0 then
+    keep[#keep + 1], keep[#keep + 2] = PIN_FIELD, PIN
+    bulk('HSET', K_H, keep)
+  end
   for _, host in ipairs(robots_done) do schedule(host) end  -- its pages may go now
   if MODE == 'ack' then redis.call('HINCRBY', K_C, 'acked', #done)
   else redis.call('HINCRBY', K_C, 'failures', #done) end

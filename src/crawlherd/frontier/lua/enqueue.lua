@@ -134,14 +134,15 @@ for item in string.gmatch(ITEMS, '[^\n]+') do
         id = tonumber(sq) + shift
         if id > top then top = id end
       end
-      local member = id..'\t'..batch..'\t'..body
       queued = queued + 1
       n_new = n_new + 1
       flag = '1'
       if nb ~= '-' and tonumber(nb) > NOW then
         delayed[#delayed + 1] = tonumber(nb)
-        delayed[#delayed + 1] = prio..'\t'..host..'\t'..member
+        delayed[#delayed + 1] = prio..'\t'..host..'\t'..id..'\t'..batch..'\t'..body
       else
+        -- as gq holds it (most go there): one copy of the body, not two
+        local member = host..'\t'..id..'\t'..batch..'\t'..body
         local q = byhost[host]
         local score = -prio * SHIFT + id
         if not q then
@@ -162,29 +163,46 @@ for item in string.gmatch(ITEMS, '[^\n]+') do
 end
 if n_new > 0 then
   redis.call('ZADD', K_AGE, NOW, batch)
-  redis.call('HSET', K_AGEC, batch, n_new)
+  redis.call('HSET', K_AGEC, batch, n_new, PIN_FIELD, PIN)
   if #delayed > 0 then bulk('ZADD', K_DELAYED, delayed) end
-  for _, host in ipairs(hosts) do bulk('ZADD', qkey(host), byhost[host]) end
-  -- where each host goes: a host with nothing out and no delay running (no state) is ready at its head,
-  -- which the new requests may have improved (ZADD LT); one at its cap stays out; one waiting stays waiting
+  -- where each host's requests go: gq when the host could give them now and has nothing in its queue (no
+  -- delay, below its cap, no robots.txt pending, not ready: an eligible host with a queue is ready), else
+  -- its queue -- and the host where it belongs: one with nothing out and no delay running (no state) is
+  -- ready at its head, which the new requests may have improved (ZADD LT); one at its cap stays out; one
+  -- waiting stays waiting
   if #hosts > 0 then
     local states = hmget(K_H, hosts)
     local RB = robots_states(hosts)
-    local ready, timers = {}, {}
+    local inready = {}
+    for i = 1, #hosts, 4000 do
+      local part = redis.call('ZMSCORE', K_READY, unpack(hosts, i, math.min(i + 3999, #hosts)))
+      for j, v in ipairs(part) do inready[i + j - 1] = v end
+    end
+    local ready, timers, loose = {}, {}, {}
     for i, host in ipairs(hosts) do
       local inf, ra = unpack_state(states[i])
-      if RB[i] then
-        schedule(host)  -- robots-pending: placed by its robots request, not by these
-      elseif inf < cap_of(host) then
-        if ra > NOW then
-          timers[#timers + 1] = ra
-          timers[#timers + 1] = host
-        else
-          ready[#ready + 1] = hostmin[host]
-          ready[#ready + 1] = host
+      local q = byhost[host]
+      if not RB[i] and not inready[i] and inf < cap_of(host) and ra <= NOW and delay_of(host) <= 0 then
+        local n = #loose
+        for j = 1, #q do loose[n + j] = q[j] end
+      else
+        local cut = #host + 2  -- the member as its host's queue holds it: without the host
+        for j = 2, #q, 2 do q[j] = string.sub(q[j], cut) end
+        bulk('ZADD', qkey(host), q)
+        if RB[i] then
+          schedule(host)  -- robots-pending: placed by its robots request, not by these
+        elseif inf < cap_of(host) then
+          if ra > NOW then
+            timers[#timers + 1] = ra
+            timers[#timers + 1] = host
+          else
+            ready[#ready + 1] = hostmin[host]
+            ready[#ready + 1] = host
+          end
         end
       end
     end
+    if #loose > 0 then bulk('ZADD', K_GQ, loose) end
     if #ready > 0 then bulk('ZADD', K_READY, ready, 'LT') end
     if #timers > 0 then bulk('ZADD', K_TIMERS, timers) end
   end

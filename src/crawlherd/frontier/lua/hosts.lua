@@ -14,10 +14,20 @@ local function add(host)
 end
 for _, host in ipairs(redis.call('ZRANGE', P..':ready', 0, -1)) do add(host) end
 for _, host in ipairs(redis.call('ZRANGE', P..':timers', 0, -1)) do add(host) end
-for _, host in ipairs(redis.call('HKEYS', K_H)) do add(host) end
+for _, host in ipairs(redis.call('HKEYS', K_H)) do
+  if host ~= '\t' then add(host) end  -- not the pin (prelude.lua)
+end
 for _, host in ipairs(redis.call('ZRANGEBYSCORE', P..':blocked', '('..ARGV[2], '+inf')) do add(host) end
 for _, entry in ipairs(redis.call('ZRANGE', P..':delayed', 0, 9999)) do
   local host = string.match(entry, '^-?%d+\t([^\t]+)\t')
+  if host then
+    add(host)
+    delayed[host] = (delayed[host] or 0) + 1
+  end
+end
+-- the loose requests (gq) count as queued, by host: the best 10,000 counted, as delayed
+for _, m in ipairs(redis.call('ZRANGE', P..':gq', 0, 9999)) do
+  local host = string.match(m, '^([^\t]*)\t')
   if host then
     add(host)
     delayed[host] = (delayed[host] or 0) + 1

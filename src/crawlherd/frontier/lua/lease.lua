@@ -1,82 +1,125 @@
--- LEASE (after prelude.lua and pick.lua). ARGV[5] limit, [6] cutoff (see pick.lua), [7] lease timeout,
--- [8] liveness. Leases what
--- pick.lua picked. Returns the time the leases were made at ('%.17g'), then token, member, attempt, score
--- (its place in the queue: a sharded frontier merges the leases of its shards by it) and host for each
--- lease; members found unreadable are moved aside.
+-- LEASE (after prelude.lua and pick.lua). ARGV[5] limit, [6] lease timeout, [7] liveness. Leases what
+-- pick.lua picked. Returns the time the leases were made at ('%.17g'), then token, "<host>\t<member>" (as
+-- gq holds it), attempt and score (its place in the queue: a sharded frontier merges the leases of its
+-- shards by it) for each lease; members found unreadable are moved aside. The loose requests pick.lua
+-- passed over (their host may not give them now) go to their hosts' queues, which hold them until the
+-- host may give again.
 -- A lease ends at its deadline (lease timeout: the bound of one page), or sooner when its holder stops
 -- renewing it (RENEW, every third of the liveness bound): it expires LIVENESS after it was made or last
 -- renewed. The deadline travels in the token ('@'), for RENEW.
-local DEADLINE = NOW + tonumber(ARGV[7])
-local EXPIRES = math.min(DEADLINE, NOW + tonumber(ARGV[8]))
+local DEADLINE = NOW + tonumber(ARGV[6])
+local EXPIRES = math.min(DEADLINE, NOW + tonumber(ARGV[7]))
 local AT = '@'..fmt(DEADLINE)
 local out = {fmt(NOW)}
+-- the loose requests read: the picked and the passed over leave gq (they are its best G_USED)
+if G_USED > 0 then redis.call('ZREMRANGEBYRANK', K_GQ, 0, G_USED - 1) end
+-- passed-over loose requests to their hosts' queues (after the queues' picked requests are trimmed)
+local function move_passed()
+  if #passed == 0 then return {} end
+  local byhost, order = {}, {}
+  for _, j in ipairs(passed) do
+    local host = G_H[j]
+    local q = byhost[host]
+    if not q then
+      q = {}
+      byhost[host] = q
+      order[#order + 1] = host
+    end
+    q[#q + 1] = G_SS[j]
+    q[#q + 1] = string.sub(G_M[j], #host + 2)
+  end
+  for _, host in ipairs(order) do bulk('ZADD', qkey(host), byhost[host]) end
+  return order  -- placed again by the caller
+end
 if #chosen == 0 then
   for _, host in ipairs(stale) do schedule(host) end
+  for _, host in ipairs(move_passed()) do schedule(host) end
   return out
 end
 local serial = redis.call('INCR', P..':lseq')
 -- The leases, in the order picked (best first): the reply is in priority order, FIFO among equals.
 local MID = ':'..serial..'.'
-local leases, ids, got, batches = {}, {}, {}, {}
+local leases, ids, batches, bad_got = {}, {}, {}, {}
 local n, nl, o = 0, 0, 1
 for _, c in ipairs(chosen) do
   local i, r = c[2], c[3]
-  local host, items = hosts[i], fetched[i]
-  local member = items[2 * r - 1]
-  local id, b = string.match(member, '^(%d+)\t(%d+)\t')
-  if RB[i] then  -- the robots request is out: the host stays pending until it is settled
+  local host, hm, score  -- hm: "<host>\t<member>", the lease record's end and the reply's member
+  if i == 0 then
+    host, hm, score = G_H[r], G_M[r], G_SS[r]
+  else
+    local items = fetched[i]
+    host, score = hosts[i], items[2 * r]
+    hm = host..'\t'..items[2 * r - 1]
+  end
+  local id, b = string.match(hm, '^[^\t]*\t(%d+)\t(%d+)\t')
+  if i > 0 and RB[i] then  -- the robots request is out: the host stays pending until it is settled
     if id then redis.call('HSET', K_RB, host, 'out\t'..id) else redis.call('HDEL', K_RB, host) end
   end
   if id then
     batches[b] = (batches[b] or 0) + 1
-    got[i] = (got[i] or 0) + 1
     n = n + 1
     local token = id..MID..n..AT
     leases[nl + 1] = id
-    leases[nl + 2] = token..'\t'..(-math.floor(c[1] / SHIFT))..'\t'..host..'\t'..member
+    leases[nl + 2] = token..'\t'..(-math.floor(c[1] / SHIFT))..'\t'..hm  -- token, prio, host, member
     nl = nl + 2
     ids[n] = id
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = token, member, 1, items[2 * r], host
-    o = o + 5
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = token, hm, 1, score
+    o = o + 4
   else
+    GOT[host] = GOT[host] - 1
+    local member = string.sub(hm, #host + 2)
     bury(string.match(member, '^(%d+)') or redis.call('INCR', K_SEQ), 'unreadable entry header', member)
   end
 end
+-- the hosts' new states (leases out, the delay running) and places
 local ready_add, ready_rem, states_set = {}, {}, {}
-local n_taken = 0
+local replace = {}  -- hosts picked from gq that may now be held back: placed again once their state is set
+local n_taken = #chosen
+local function new_state(host, inf, ra)
+  local good = GOT[host] or 0
+  inf = inf + good
+  local d = delay_of(host)
+  if d > 0 and good > 0 then ra = NOW + d end
+  if inf > 0 or ra > NOW then
+    states_set[#states_set + 1] = host
+    states_set[#states_set + 1] = state_str(inf, ra)
+  end
+  return inf, ra
+end
 for i, host in ipairs(hosts) do
-  local k = taken[i]
-  if k then
+  local k = taken[i] or 0
+  if k > 0 or GOT[host] then
     local items = fetched[i]
-    if not RB[i] then redis.call('ZREMRANGEBYRANK', qkey(host), 0, k - 1) end
-    n_taken = n_taken + k
-    local good = got[i] or 0
-    local inf, ra = INF[i] + good, RA[i]
-    local d = delay_of(host)
-    if d > 0 and good > 0 then ra = NOW + d end
-    if inf > 0 or ra > NOW then
-      states_set[#states_set + 1] = host
-      states_set[#states_set + 1] = state_str(inf, ra)
-    end
+    if k > 0 and not RB[i] then redis.call('ZREMRANGEBYRANK', qkey(host), 0, k - 1) end
+    local inf, ra = new_state(host, INF[i], RA[i])
+    GOT[host] = nil
     local has_next = #items / 2 > k
     if not has_next or inf >= cap_of(host) then
       ready_rem[#ready_rem + 1] = host
     elseif ra > NOW then
       ready_rem[#ready_rem + 1] = host
       redis.call('ZADD', K_TIMERS, ra, host)
-    else
+    elseif k > 0 then
       ready_add[#ready_add + 1] = items[2 * k + 2]
       ready_add[#ready_add + 1] = host
     end
   end
 end
-for _, host in ipairs(stale) do schedule(host) end
+for host, good in pairs(GOT) do
+  local inf, ra = new_state(host, GINF[host], GRA[host])
+  -- at its cap, or its delay running: out of ready if its queue has requests (mostly it has none)
+  if good > 0 and (inf >= cap_of(host) or ra > NOW) then replace[#replace + 1] = host end
+end
 if #ready_rem > 0 then bulk('ZREM', K_READY, ready_rem) end
 if #ready_add > 0 then bulk('ZADD', K_READY, ready_add) end
-if #states_set > 0 then bulk('HSET', K_H, states_set) end
-if n_taken > 0 then
-  redis.call('HINCRBY', K_C, 'queued', -n_taken)
+if #states_set > 0 then
+  states_set[#states_set + 1], states_set[#states_set + 2] = PIN_FIELD, PIN
+  bulk('HSET', K_H, states_set)
 end
+for _, host in ipairs(stale) do schedule(host) end
+for _, host in ipairs(move_passed()) do schedule(host) end
+for _, host in ipairs(replace) do schedule(host) end
+redis.call('HINCRBY', K_C, 'queued', -n_taken)
 batches_done(batches)
 if n > 0 then
   -- one record and one expiry entry for the call's leases (see the key layout)
@@ -86,7 +129,7 @@ if n > 0 then
   if redis.call('EXISTS', K_ATT) == 1 then
     local atts = hmget(K_ATT, ids)
     for j = 1, n do
-      if atts[j] then out[5 * j - 1] = tonumber(atts[j]) + 1 end
+      if atts[j] then out[4 * j] = tonumber(atts[j]) + 1 end
     end
   end
 end

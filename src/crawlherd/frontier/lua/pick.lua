@@ -1,30 +1,33 @@
--- PICK (after prelude.lua; the start of TOP and LEASE). ARGV[5] limit, [6] a cutoff score ('' none: no
--- request scored after it is wanted). Brings the shard up to date (expired leases, due requests and
--- hosts), then picks the LIMIT best requests that may be handed out now:
--- what taking the best ready head LIMIT times would give, in a few calls per host. The candidates are the
--- best LIMIT ready hosts (no other host's head can be among the LIMIT best) and, of each, as many requests
--- as its cap and delay allow; the LIMIT best candidates are picked. Leaves: hosts (the candidate hosts),
--- fetched[i] (host i's requests read, member and score), taken[i] (how many of host i's are picked),
--- chosen (the picked scores, best first), INF/RA (host i's leases out and ready time), RB (robots states)
--- and stale (hosts found with nothing to hand out now).
+-- PICK (after prelude.lua; the start of HEADS and LEASE). ARGV[5] limit. Brings the shard up to date
+-- (expired leases, due requests and hosts), then picks the LIMIT best requests that may be handed out now:
+-- what taking the best request whose host may give it now (room under its cap, no delay running, no
+-- robots.txt pending) LIMIT times would give. Two sources, merged in score order:
+--   - gq, the loose requests (see prelude.lua), read in slices of LIMIT from its best: a request whose host
+--     may not give it now is passed over (LEASE moves it to its host's queue: it is not read again);
+--   - the best LIMIT ready hosts' queues: of each, as many requests as its cap and delay allow. Each of
+--     these hosts gives at least one request no later than its head (its head, or loose requests of its
+--     own that came before it and took its room), so nothing scored after the LIMIT-th best head (the
+--     cutoff) can be among the LIMIT best, from either source.
+-- Leaves: hosts (the ready hosts read), fetched[i] (host i's requests read, member and score), taken[i]
+-- (how many of host i's queue are picked), G_M/G_S/G_SS/G_H (gq's members, scores as numbers and as
+-- read, hosts), G_USED (how many of them were passed: picked or passed over), passed (the gq indexes
+-- passed over), chosen (the picked, best first: {score, i, rank} from a queue, {score, 0, j} from gq),
+-- GOT (host -> picked), LEFT (host -> room left), INF/RA (ready host i's leases out and ready time),
+-- GINF/GRA (the same of a host read from gq only), RB (robots states) and stale (ready hosts with nothing
+-- to hand out).
 local LIMIT = tonumber(ARGV[5])
-local CUT = tonumber(ARGV[6])
 refresh()
-local top
-if CUT then
-  top = redis.call('ZRANGE', K_READY, '-inf', ARGV[6], 'BYSCORE', 'LIMIT', 0, LIMIT, 'WITHSCORES')
-else
-  top = redis.call('ZRANGE', K_READY, 0, LIMIT - 1, 'WITHSCORES')
-end
+local top = redis.call('ZRANGE', K_READY, 0, LIMIT - 1, 'WITHSCORES')
 local hosts = {}
 for i = 1, #top, 2 do hosts[#hosts + 1] = top[i] end
 -- no request scored after the LIMIT-th best head can be among the LIMIT best
-local cutoff = CUT or math.huge
-if #hosts == LIMIT and tonumber(top[#top]) < cutoff then cutoff = tonumber(top[#top]) end
+local cutoff = math.huge
+if #hosts == LIMIT then cutoff = tonumber(top[#top]) end
 local states = {}
 if #hosts > 0 then states = hmget(K_H, hosts) end
 local RB = robots_states(hosts)
 local heads, extras, fetched, INF, RA = {}, {}, {}, {}, {}
+local LEFT, GOK = {}, {}  -- host -> room left in this pick; host -> may give loose requests now
 local stale = {}
 for i, host in ipairs(hosts) do
   local inf, ra = unpack_state(states[i])
@@ -46,6 +49,7 @@ for i, host in ipairs(hosts) do
       items = redis.call('ZRANGE', qkey(host), 0, room, 'WITHSCORES')
     end
   end
+  LEFT[host], GOK[host] = room, not RB[i] and ra <= NOW
   fetched[i] = items
   if #items == 0 then
     stale[#stale + 1] = host  -- not fetchable now after all: placed again by LEASE
@@ -57,26 +61,73 @@ for i, host in ipairs(hosts) do
     end
   end
 end
+-- The loose requests, a slice at a time: their hosts' rooms from their states (one HMGET a slice).
+local G_M, G_S, G_H, G_SS = {}, {}, {}, {}
+local GINF, GRA = {}, {}  -- host read from gq only -> its leases out, its ready time
+local g_read, g_more = 0, true
+local function load_loose()
+  local part = redis.call('ZRANGE', K_GQ, g_read, g_read + LIMIT - 1, 'WITHSCORES')
+  g_more = #part == 2 * LIMIT
+  local new, n = {}, #G_M
+  for j = 1, #part, 2 do
+    local m = part[j]
+    local h = string.match(m, '^([^\t]*)\t') or ''
+    n = n + 1
+    G_M[n], G_SS[n], G_S[n], G_H[n] = m, part[j + 1], tonumber(part[j + 1]), h
+    if LEFT[h] == nil then
+      LEFT[h] = false
+      new[#new + 1] = h
+    end
+  end
+  g_read = g_read + #part / 2
+  if #new == 0 then return end
+  local st, rb = hmget(K_H, new), robots_states(new)
+  for k, h in ipairs(new) do
+    local inf, ra = unpack_state(st[k])
+    GINF[h], GRA[h] = inf, ra
+    local room = cap_of(h) - inf
+    if room > 1 and delay_of(h) > 0 then room = 1 end
+    LEFT[h], GOK[h] = room, not rb[k] and ra <= NOW
+  end
+end
 -- The LIMIT best candidates. The heads come in the ready set's order (by score): only the extras (later
--- requests of a host) need a sort, then the two lists are merged -- a sort of all with a Lua comparator
+-- requests of a host) need a sort, then the three lists are merged -- a sort of all with a Lua comparator
 -- cost more than the rest of the script's Lua.
 local function before(x, y) return x[1] < y[1] end
 for j = 2, #heads do
   if heads[j][1] < heads[j - 1][1] then table.sort(heads, before) break end
 end
 if #extras > 1 then table.sort(extras, before) end
-local taken, chosen = {}, {}
-local a, b = 1, 1
-for _ = 1, LIMIT do
-  local x, y = heads[a], extras[b]
+local taken, chosen, passed, GOT = {}, {}, {}, {}
+local a, b, g = 1, 1, 1
+while #chosen < LIMIT do
+  if g > #G_M and g_more then load_loose() end
+  local x, y, gs = heads[a], extras[b], G_S[g]
   local c
-  if x and (not y or x[1] <= y[1]) then
-    c, a = x, a + 1
-  elseif y then
-    c, b = y, b + 1
+  if x and (not y or x[1] <= y[1]) then c = x else c = y end
+  if c and (not gs or c[1] <= gs) then
+    if c == x then a = a + 1 else b = b + 1 end
+    local i, r = c[2], c[3]
+    local host = hosts[i]
+    -- a host's requests are taken in rank order: once one is passed (no room left), so are the rest
+    if (taken[i] or 0) == r - 1 and LEFT[host] > 0 then
+      taken[i] = r
+      LEFT[host] = LEFT[host] - 1
+      GOT[host] = (GOT[host] or 0) + 1
+      chosen[#chosen + 1] = c
+    end
+  elseif gs and gs <= cutoff then
+    local host = G_H[g]
+    if GOK[host] and LEFT[host] > 0 then
+      LEFT[host] = LEFT[host] - 1
+      GOT[host] = (GOT[host] or 0) + 1
+      chosen[#chosen + 1] = {gs, 0, g}
+    else
+      passed[#passed + 1] = g
+    end
+    g = g + 1
   else
     break
   end
-  taken[c[2]] = c[3]  -- ranks are taken in order within a host: the count is the last rank
-  chosen[#chosen + 1] = c
 end
+local G_USED = g - 1

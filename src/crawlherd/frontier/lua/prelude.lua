@@ -6,13 +6,17 @@
 -- arguments follow. Times come from the caller's clock, so every process must share one notion of time
 -- (the system clock) -- and tests can drive a FakeClock.
 --
--- Key layout (version 3) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on one
--- Redis; a hash tag on a cluster, see frontier/redis/_shards.py). A request is one packed member,
+-- Key layout (version 4) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on
+-- one Redis; a hash tag on a cluster, see frontier/redis/_shards.py). A request is one packed member,
 -- "<id>\t<batch>\t<body>": id its number (P:seq), batch the enqueue batch it counts in for
 -- oldest_queued_age, body the client's encoding of the request (opaque here). No per-request hash:
 -- the member is the request, wherever it is.
+--   gq       ZSET  "<host>\t<member>" scored -prio*2^34 + seq   the loose requests: of hosts that could give
+--                  them when they were queued (no delay, below their cap, no robots.txt pending, nothing in
+--                  their queue), one queue across those hosts, read from its best (pick.lua); a request
+--                  whose host may not give it when it is read there moves to its host's queue
 --   q:<host> ZSET  member scored -prio*2^34 + seq             a host's queue (priority, then FIFO)
---   ready    ZSET  host scored by its head's score            hosts that may be fetched now
+--   ready    ZSET  host scored by its head's score            hosts whose queue may be fetched now
 --   timers   ZSET  host scored by ready_at                    hosts with work, waiting for their delay
 --   delayed  ZSET  "<prio>\t<host>\t<member>" by not-before   requests waiting for a time
 --   age      ZSET  batch scored by its enqueued-at;  agec HASH batch -> its requests still queued
@@ -23,7 +27,8 @@
 --                  of that call its holder stopped renewing while it renews the others (its own expiry)
 --   ldet     SET   the "<serial>:<id>" entries of lexp
 --   att      HASH  id -> attempts already made (after retry)
---   h        HASH  host -> "<leases out> <ready_at>"          only hosts with leases out or a delay running
+--   h        HASH  host -> "<leases out> <ready_at>"          only hosts with leases out or a delay running;
+--                  and PIN_FIELD (see below), as agec
 --   pdelay / pcap  HASH host -> per-host policy overrides
 --   c        HASH  counters: queued enqueued dup acked retries failures expired dfu bad; out (leases out)
 --   cfg      HASH  layout version, dupefilter kind and its parameters
@@ -40,10 +45,16 @@ local DEF_DELAY = tonumber(ARGV[3])
 local DEF_CAP = tonumber(ARGV[4])
 local K_READY, K_TIMERS, K_DELAYED = P..':ready', P..':timers', P..':delayed'
 local K_AGE, K_AGEC, K_LEXP, K_LDET = P..':age', P..':agec', P..':lexp', P..':ldet'
-local K_ATT, K_H = P..':att', P..':h'
+local K_ATT, K_H, K_GQ = P..':att', P..':h', P..':gq'
 local K_PDELAY, K_PCAP, K_C, K_SEQ = P..':pdelay', P..':pcap', P..':c', P..':seq'
 local K_BAD, K_CFG = P..':bad', P..':cfg'
 local SHIFT = 17179869184
+-- h and agec hold a field per host with leases out and per enqueue batch still queued: hundreds, read and
+-- written hundreds at a time. Redis keeps a hash of up to hash-max-listpack-entries fields (128 to 512) as a
+-- listpack, where every field read or written scans the hash: a lease of 500 spent milliseconds there. A
+-- field whose value is longer than hash-max-listpack-value (64) makes the hash a hash table for as long as
+-- it exists: written with their bulk writes, never deleted (a tab is in no host name nor batch number).
+local PIN_FIELD, PIN = '\t', string.rep('-', 256)
 
 -- The frontier's time never goes back: a worker whose clock reading is older than one already used
 -- (it was read before another worker's call ran) acts at the newest time seen.
@@ -174,7 +185,8 @@ end
 -- After the lease id of host was settled: if it was the host's robots request, the host is no longer
 -- pending. Returns true when it was.
 local function robots_settled(host, id)
-  if robots_of(host) ~= 'out\t'..id then return false end
+  local rb = robots_of(host)
+  if not rb or rb ~= 'out\t'..id then return false end  -- (no string made while no host is pending)
   redis.call('HDEL', K_RB, host)
   return true
 end

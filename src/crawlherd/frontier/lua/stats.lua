@@ -16,9 +16,16 @@ local function count(host)
 end
 for _, host in ipairs(redis.call('ZRANGE', P..':ready', 0, -1)) do count(host) end
 for _, host in ipairs(redis.call('ZRANGE', P..':timers', 0, -1)) do count(host) end
-for _, host in ipairs(redis.call('HKEYS', P..':h')) do count(host) end
+for _, host in ipairs(redis.call('HKEYS', P..':h')) do
+  if host ~= '\t' then count(host) end  -- not the pin (prelude.lua)
+end
 for _, entry in ipairs(redis.call('ZRANGE', P..':delayed', 0, 9999)) do
   local host = string.match(entry, '^-?%d+\t([^\t]+)\t')
+  if host then depth[host] = (depth[host] or 0) + 1 end
+end
+-- the loose requests (gq), by host: the best 10,000 counted (as delayed; a heartbeat reads them)
+for _, m in ipairs(redis.call('ZRANGE', P..':gq', 0, 9999)) do
+  local host = string.match(m, '^([^\t]*)\t')
   if host then depth[host] = (depth[host] or 0) + 1 end
 end
 -- robots requests queued (robots-pending hosts, rb)

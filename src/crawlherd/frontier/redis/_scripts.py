@@ -35,8 +35,7 @@ _T = TypeVar("_T")
 SCRIPTS: dict[str, tuple[str, ...]] = {
     "INIT": ("init",),
     "ENQUEUE": ("prelude", "enqueue"),
-    "HEADS": ("prelude", "heads"),
-    "TOP": ("prelude", "pick", "top"),
+    "HEADS": ("prelude", "pick", "heads"),
     "LEASE": ("prelude", "pick", "lease"),
     "ACK": ("prelude", "ack"),
     "RETRY": ("prelude", "retry"),

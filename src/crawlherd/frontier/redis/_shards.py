@@ -1,8 +1,8 @@
 """Where the Redis frontier's keys live: its **shards**.
 
-A shard is one complete frontier of layout 3 (the keys listed at the top of
-``frontier/lua/prelude.lua``: per-host queues ``q:<host>``, the ``ready`` and ``timers`` host indexes,
-``delayed``, the leases ``l:<call>``/``lexp``/``ldet``/``att``, host states ``h``, policies
+A shard is one complete frontier of layout 4 (the keys listed at the top of
+``frontier/lua/prelude.lua``: the loose requests ``gq``, per-host queues ``q:<host>``, the ``ready`` and
+``timers`` host indexes, ``delayed``, the leases ``l:<call>``/``lexp``/``ldet``/``att``, host states ``h``, policies
 ``pdelay``/``pcap``, counters ``c``, ``cfg``, the duplicate filter ``df:<n>`` or ``bloom``, ``bad``,
 serials) under a key prefix ``KP``; every script runs on one shard and touches only its keys. A host belongs
 to exactly one shard (``crc32(host) % shards``), and so do its requests, its politeness state and the
@@ -19,13 +19,12 @@ is here, in :class:`OneRedis` and :class:`ClusterShards`.
   the shards spread evenly over masters that hold equal slot ranges, and all of a shard's keys are in
   one slot. Besides the shards: ``{p}:shards`` (STRING, the shard count, fixed at creation) and
   ``{p}:seq`` (STRING, the request counter the shards share, so that FIFO among equal priorities holds
-  across shards). A lease asks every shard for its best ready heads (``HEADS``), and the shards where a
-  host among the best may give more than its head for their best requests up to the cutoff (``TOP``);
-  it merges them, leases from each shard as many as it has among the best ``limit`` of all (in
-  parallel), and merges the leases by queue score; ack and retry go to the shard named in the lease
-  token (``"<shard>/<token>"``). ``max_size`` is checked against the shards' counts read just before
-  each batch: concurrent enqueuers may pass it by at most their batches. The frontier talks to the
-  master of each shard's slot (:mod:`._cluster`) and finds it again after a failover.
+  across shards). A lease asks every shard for the scores of the best ``limit`` requests it would hand
+  out now (``HEADS``: picked as its ``LEASE`` picks them), merges them, leases from each shard as many as
+  it has among the best ``limit`` of all (in parallel), and merges the leases by queue score; ack and retry go
+  to the shard named in the lease token (``"<shard>/<token>"``). ``max_size`` is checked against the shards'
+  counts read just before each batch: concurrent enqueuers may pass it by at most their batches. The frontier
+  talks to the master of each shard's slot (:mod:`._cluster`) and finds it again after a failover.
 """
 
 from __future__ import annotations
@@ -63,12 +62,9 @@ class LeasePlan(NamedTuple):
     quota: dict[int, int]
 
 
-#: The HEADS of every shard (or the error it raised): its best ready heads, each a score and a flag (1:
-#: its host may give more than its head).
-HeadsFn = Callable[[], Awaitable[list[Any]]]
-#: The TOP of the shards named, up to a cutoff score (None: none): the scores of the best requests each
-#: would hand out now, best first (or the error it raised).
-TopFn = Callable[[list[int], float | None], Awaitable[list[Any]]]
+#: The HEADS of the shards asked (shard number -> how many): the scores of the best requests each would
+#: hand out now, best first (or the error it raised), in the order asked.
+HeadsFn = Callable[[dict[int, int]], Awaitable[list[Any]]]
 
 
 class Shards:
@@ -123,7 +119,7 @@ class Shards:
         shard's queued count)."""
         raise NotImplementedError
 
-    async def lease_plan(self, limit: int, heads: HeadsFn, top: TopFn) -> LeasePlan:
+    async def lease_plan(self, limit: int, heads: HeadsFn) -> LeasePlan:
         """Where to lease the best ``limit`` ready requests from."""
         raise NotImplementedError
 
@@ -174,7 +170,7 @@ class OneRedis(Shards):
                      ) -> dict[int, int]:
         return {0: max_size}  # the script checks it, atomically
 
-    async def lease_plan(self, limit: int, heads: HeadsFn, top: TopFn) -> LeasePlan:
+    async def lease_plan(self, limit: int, heads: HeadsFn) -> LeasePlan:
         return LeasePlan({0: limit})  # the shard's LEASE takes the best itself
 
     async def nodes(self) -> list[aioredis.Redis]:
@@ -238,34 +234,33 @@ class ClusterShards(Shards):
         share = Counter(self.of(host).number for host in hosts[:room])
         return {k: have[k] + share[k] for k in {self.of(host).number for host in hosts}}
 
-    async def lease_plan(self, limit: int, heads: HeadsFn, top: TopFn) -> LeasePlan:
-        """Each shard's share of the best ``limit`` of all. The shards' best ready heads, merged, give the
-        cutoff (the ``limit``-th best head: nothing after it can be among the best); where a host among
-        them may give more than its head, its shard's best requests up to the cutoff (``TOP``) take the
-        place of its heads; a k-way merge of those lists gives each shard its count -- and its ``LEASE``
-        picks the same requests, best first."""
-        replies = await heads()
-        lists = [
-            [(float(reply[i]), k, int(reply[i + 1])) for i in range(0, len(reply), 2)]
-            for k, reply in enumerate(replies)
-            if not isinstance(reply, BaseException)
-        ]
-        if not any(lists):
-            for reply in replies:
+    async def lease_plan(self, limit: int, heads: HeadsFn) -> LeasePlan:
+        """Each shard's share of the best ``limit`` of all: a k-way merge of the shards' best (each shard's
+        ``LEASE`` of its share picks the same requests, best first). Each shard is asked first for twice its
+        even share; a shard all of whose answer is among the best ``limit`` may have more there: it is asked
+        again for four times as many (up to ``limit``), until none may."""
+        n = len(self.all)
+        ask = dict.fromkeys(range(n), min(limit, 2 * -(-limit // n)))
+        lists: dict[int, list[tuple[float, int]]] = {}
+        full: dict[int, bool] = {}  # the shard gave all it was asked for: it may have more
+        failed: BaseException | None = None
+        while ask:
+            for k, reply in zip(ask, await heads(ask), strict=True):
                 if isinstance(reply, BaseException):
-                    raise reply
-            return LeasePlan({})
-        best = list(itertools.islice(heapq.merge(*lists), limit))
-        more = sorted({k for _, k, flag in best if flag})
-        if more:
-            cutoff = best[-1][0] if len(best) == limit else None
-            tops = await top(more, cutoff)
-            candidates = [[(s, k) for s, k, _ in best if k not in more]]
-            for k, reply in zip(more, tops, strict=True):
-                if not isinstance(reply, BaseException):
-                    candidates.append([(float(s), k) for s in reply])
-            best = [(s, k, 0) for s, k in itertools.islice(heapq.merge(*candidates), limit)]
-        return LeasePlan(dict(sorted(Counter(k for _, k, _ in best).items())))
+                    failed = failed or reply
+                    lists.pop(k, None)
+                    continue
+                lists[k] = [(float(s), k) for s in reply]
+                full[k] = len(reply) == ask[k] < limit
+            best = list(itertools.islice(heapq.merge(*lists.values()), limit))
+            last = best[-1] if len(best) == limit else None
+            ask = {
+                k: min(limit, 4 * len(lists[k])) for k in lists
+                if full[k] and (last is None or lists[k][-1] <= last)
+            }
+        if not lists and failed is not None:
+            raise failed
+        return LeasePlan(dict(sorted(Counter(k for _, k in best).items())))
 
     async def nodes(self) -> list[aioredis.Redis]:
         return await self._cluster.masters()

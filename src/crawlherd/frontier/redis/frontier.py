@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
@@ -32,8 +33,9 @@ from crawlherd.request import Request
 __all__ = ["RedisFrontier"]
 
 log = logging.getLogger("crawlherd.frontier.redis")
+_SPACE = re.compile(r"\s")  # what str.isspace() is true for: a token with one is none of ours
 
-LAYOUT_VERSION = "3"
+LAYOUT_VERSION = "4"
 _BATCH = 500
 _ENQUEUE_BATCH = 1000  # requests per ENQUEUE: a caller's batch of 1,000 is one script call, about 10 ms
 
@@ -279,15 +281,11 @@ class RedisFrontier(WaitingMixin):
         lt = self._lease_args()
         shards = self._shards.all
 
-        async def heads() -> list[Any]:
-            return await self._calls.fan([(shard, "HEADS", (limit,)) for shard in shards])
+        async def heads(ask: dict[int, int]) -> list[Any]:
+            return await self._calls.fan([(shards[k], "HEADS", (n,)) for k, n in ask.items()])
 
-        async def top(numbers: list[int], cutoff: float | None) -> list[Any]:
-            cut = "" if cutoff is None else repr(cutoff)
-            return await self._calls.fan([(shards[k], "TOP", (limit, cut)) for k in numbers])
-
-        plan = await self._shards.lease_plan(limit, heads, top)
-        calls = [(shards[k], "LEASE", (n, "", *lt)) for k, n in plan.quota.items()]
+        plan = await self._shards.lease_plan(limit, heads)
+        calls = [(shards[k], "LEASE", (n, *lt)) for k, n in plan.quota.items()]
         return self._take(calls, await self._calls.fan(calls), out) if calls else []
 
     def _lease_args(self) -> tuple[str, str]:
@@ -307,10 +305,11 @@ class RedisFrontier(WaitingMixin):
             got = True
             expires = float(text(reply[0])) + self.options.lease_timeout
             tokens = []
-            for i in range(1, len(reply), 5):
+            for i in range(1, len(reply), 4):
                 token, payload = text(reply[i]), raw(reply[i + 1])
                 try:
-                    request = decode(payload.split(b"\t", 2)[2], text(reply[i + 4]))
+                    host, _, _, body = payload.split(b"\t", 3)  # "<host>\t<id>\t<batch>\t<body>"
+                    request = decode(body, host.decode("utf-8"))
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     buried.append(_Buried(shard, token, payload, f"undecodable request record: {exc}"))
                     continue
@@ -396,7 +395,7 @@ class RedisFrontier(WaitingMixin):
         await self._init()
         shards = self._shards
         # a token with a space in it is none of ours (ACK reads the tokens as one argument, space-separated)
-        foreign = {lease.token for lease in leases if not lease.token or any(c.isspace() for c in lease.token)}
+        foreign = {lease.token for lease in leases if not lease.token or _SPACE.search(lease.token)}
         groups = shards.group(lease.token for lease in leases if lease.token not in foreign)
         self.renewal.drop([lease.token for lease in leases])  # being settled: not renewed (see Renewal.drop)
         if not groups:
