@@ -141,6 +141,9 @@ class BrokerBase:
         self._outstanding: dict[str, tuple[Delivery, Session | None]] = {}
         # fetched from the broker by a consume() loop but not handed out yet
         self._unyielded: dict[str, Delivery] = {}
+        # deliveries whose settle is on its way to the broker: no longer outstanding (their session has
+        # room again), but still the broker's, so a consume() loop must not take them back meanwhile
+        self._settling_ids: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._describe()} {'closed' if self._closed else 'open'}>"
@@ -307,11 +310,14 @@ class BrokerBase:
         consumer's lease. Unreachable broker: the delivery stays held here (settle it again later);
         lease lost: BrokerError(``lost``)."""
         self._take(delivery)
+        self._settling_ids.add(delivery.delivery_id)
         try:
             done = await operation()
         except BackendUnavailableError:
             self._untake(delivery)
             raise
+        finally:
+            self._settling_ids.discard(delivery.delivery_id)
         if not done:
             raise BrokerError(lost)
 

@@ -349,7 +349,8 @@ class RedisBroker(BrokerBase):
             if cursor != "0-0":
                 state.next_claim = now  # more to look at
             claimed = [self._delivery(eid, f, True) for eid, f in res[1]
-                       if f is not None and self._id(eid) not in self._outstanding]
+                       if f is not None and self._id(eid) not in self._outstanding
+                       and self._id(eid) not in self._settling_ids]  # (its own settle is on its way)
             claimed = await self._drop_poison(claimed, claimed=True)
             if claimed:
                 return claimed
