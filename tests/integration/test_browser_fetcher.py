@@ -212,7 +212,8 @@ async def test_wait_for_selector_and_screenshot(site: DemoSite, cdp: str) -> Non
             site.expected_items("rust", "paris")
         )
         assert response.screenshot is not None and response.screenshot.startswith(b"\x89PNG")
-    short = FetchLimits(allow_private_addresses=True, total_timeout=3)
+    # long enough for the navigation on a loaded machine (at 3 s it timed out before the selector wait)
+    short = FetchLimits(allow_private_addresses=True, total_timeout=8)
     loaded = BrowserOptions(cdp_url=cdp, wait_until="domcontentloaded")
     async with BrowserFetcher(short, loaded) as fetcher:
         with pytest.raises(FetchTimeoutError, match="#never"):
