@@ -30,28 +30,39 @@ def scratch_url(kind: str, name: str, *, sqlite_path: str, redis_url: str, amqp_
 
 
 async def drain(
-    url: str, *, idle: float = 3.0, expect: int = 0, expect_keys: int = 0, patience: float = 60.0
+    url: str, *, idle: float = 3.0, expect: int = 0, expect_keys: int = 0, patience: float = 60.0,
+    acks_in_flight: int = 64,
 ) -> list[Delivery]:
     """Consume and ack everything in the broker until nothing arrives for ``idle`` seconds -- or, while
     fewer than ``expect`` messages, or fewer than ``expect_keys`` distinct keys, have come, for
     ``patience`` seconds (a busy machine's broker, moto's SQS above all, can take longer than ``idle`` to
     answer a receive, and a message redelivered meanwhile is not one more of those expected; what comes
-    after is still waited for ``idle``, so a duplicate is seen)."""
+    after is still waited for ``idle``, so a duplicate is seen).
+
+    Up to ``acks_in_flight`` acks run at once, as a worker's slots settle theirs: one at a time, 25,000
+    deliveries took a busy machine a minute (an SQS ack waits for its delete batch to fill or time out)."""
     got: list[Delivery] = []
     keys: set[str] = set()
+    acks: list[asyncio.Task[None]] = []
     async with open_broker(url) as broker:
         stream = broker.consume(prefetch=200).__aiter__()
-        while True:
-            waiting = len(got) < expect or len(keys) < expect_keys
-            try:
-                delivery = await asyncio.wait_for(stream.__anext__(), patience if waiting else idle)
-            except (TimeoutError, StopAsyncIteration):
-                break
-            got.append(delivery)
-            keys.add(delivery.key)
-            await broker.ack(delivery)
-        with contextlib.suppress(Exception):
-            await stream.aclose()  # type: ignore[attr-defined]
+        try:
+            while True:
+                waiting = len(got) < expect or len(keys) < expect_keys
+                try:
+                    delivery = await asyncio.wait_for(stream.__anext__(), patience if waiting else idle)
+                except (TimeoutError, StopAsyncIteration):
+                    break
+                got.append(delivery)
+                keys.add(delivery.key)
+                acks.append(asyncio.create_task(broker.ack(delivery)))
+                pending = [t for t in acks[-acks_in_flight - 1:] if not t.done()]
+                if len(pending) > acks_in_flight:
+                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            await asyncio.gather(*acks)  # every ack done (or its error raised) before the broker closes
+            with contextlib.suppress(Exception):
+                await stream.aclose()  # type: ignore[attr-defined]
     return got
 
 
