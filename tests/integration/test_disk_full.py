@@ -45,7 +45,12 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def fill(disk: Path) -> Path:
     """Write a file until the file system is full; the file (delete it to free the space)."""
     filler = disk / "filler"
-    with filler.open("wb") as f, contextlib.suppress(OSError):
+    try:
+        f = filler.open("wb")
+    except OSError as exc:  # full already: shown if the test fails later
+        print(f"the disk was full before the filler: {exc}; {[(p.name, p.stat().st_size) for p in disk.iterdir()]}")
+        return filler
+    with f, contextlib.suppress(OSError):
         while True:
             f.write(b"\0" * 65536)
             f.flush()
@@ -84,7 +89,7 @@ async def test_the_disk_filling_under_crawlherd_run(small_disk: Path, board: Boa
         await wait_until(said_full, alive=[run], deadline=30)
         await asyncio.sleep(2.0)  # it goes on failing meanwhile: said once, and it stays up
         run.check_alive()
-        filler.unlink()  # the operator frees space
+        filler.unlink(missing_ok=True)  # the operator frees space
 
         async def all_succeeded() -> bool:
             return sorted(await statuses()) == ["succeeded"] * len(KEYWORDS)
