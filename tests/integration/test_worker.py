@@ -448,3 +448,44 @@ async def test_an_attempt_that_fails_after_storing_items_counts_them_once(board:
     assert worker.stats.items_updated == sum(a.items_updated for a in attempts)
     totals = await overview(engine)
     assert (totals.items_new_last_day, totals.items_updated_last_day) == (3, worker.stats.items_updated)
+
+
+async def test_a_frontier_outage_mid_listing_strands_no_detail_rows(
+    board: Board, engine: AsyncEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second slot of a target reads the same listing: its detail pages are duplicates of the first
+    slot's (queued in the revisit period). The frontier fails once as the listing page queues them
+    (setting the detail host's politeness): the page goes back and is read again -- and the job
+    succeeds at once, its detail rows settled, none left "out" for ``details_stall`` with no page
+    behind it (a Redis restarted under two workers held a job so for 900 s)."""
+    from crawlherd.errors import BackendUnavailableError
+    from crawlherd.worker.pages import PagePipeline
+
+    frontier = f"sqlite:///{tmp_path / 'frontier.db'}"  # shared by both runs: the revisit period holds
+    await load(engine, tmp_path, website(board, robots="ignore"), ["go"], due=True)
+    await run_until_idle(engine, tmp_path, frontier_url=frontier)
+    assert [r[0] for r in await runs(engine)] == ["succeeded"]
+
+    original = PagePipeline._politeness
+    failed: list[str] = []
+    read: list[str] = []
+
+    async def once(self: PagePipeline, site: Any, host: str, url: str | None = None) -> None:
+        if url is not None:  # the listing page read: its own host's politeness comes with its URL
+            read.append(url)
+        elif read and not failed:  # then the detail hosts', as the listing page queues their pages
+            failed.append(host)
+            raise BackendUnavailableError("the frontier went away (injected)", role="frontier")
+        await original(self, site, host, url)
+
+    monkeypatch.setattr(PagePipeline, "_politeness", once)
+    async with engine.begin() as conn:  # the next slot, due now
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC) + timedelta(seconds=1)))
+    await asyncio.sleep(1.1)
+    # details_stall=5: a row stranded as it was would fail with that reason after 5 s (not hold for 900)
+    await run_until_idle(engine, tmp_path, frontier_url=frontier, details_stall=5)
+    assert failed, "the outage was not injected"
+    assert [r[0] for r in await runs(engine)] == ["succeeded", "succeeded"]
+    async with engine.connect() as conn:
+        left = (await conn.execute(select(JobDetail.slot_at, JobDetail.status, JobDetail.error))).all()
+    assert left == [], left

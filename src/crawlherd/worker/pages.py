@@ -341,13 +341,17 @@ class PagePipeline:
             if item.fingerprint.hex() not in seen:
                 new.setdefault(item.fingerprint, item)
         details = detail_requests(job, new.values())
+        # The detail hosts' politeness first: a frontier that fails here has nothing to undo. Failing
+        # between the write below and the queueing, it left rows "out" with no page of this run behind
+        # them; read again, the page found them there, took their (duplicate) pages for queued by the
+        # first reading, and the job waited for them until details_stall.
+        for host in {r.host for r in details}:
+            await self._politeness(site, host)
         # the items and the detail pages' rows in one write (group-committed with the other pages')
         run = (job.target_id, job.slot_at)
         expected = {r.meta[DETAIL_META]["item"]: r for r in details}
         counts, fresh = await self._grouped().store_listing(
             list(new.values()), website_id=job.website_id, target_id=job.target_id, run=run, details=list(expected))
-        for host in {r.host for r in details}:
-            await self._politeness(site, host)
         queued = await self._queue_details(run, expected, fresh) if details else 0
         after = state.next(new=new.values(), items_new=counts.new, items_updated=counts.updated, details_queued=queued)
         paginator = site.paginator
