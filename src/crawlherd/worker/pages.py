@@ -347,12 +347,23 @@ class PagePipeline:
         # first reading, and the job waited for them until details_stall.
         for host in {r.host for r in details}:
             await self._politeness(site, host)
-        # the items and the detail pages' rows in one write (group-committed with the other pages')
         run = (job.target_id, job.slot_at)
         expected = {r.meta[DETAIL_META]["item"]: r for r in details}
-        counts, fresh = await self._grouped().store_listing(
-            list(new.values()), website_id=job.website_id, target_id=job.target_id, run=run, details=list(expected))
-        queued = await self._queue_details(run, expected, fresh) if details else 0
+
+        async def store_and_queue() -> tuple[Any, int]:
+            # the items and the detail pages' rows in one write (group-committed with the other pages')
+            counts, fresh = await self._grouped().store_listing(
+                list(new.values()), website_id=job.website_id, target_id=job.target_id, run=run,
+                details=list(expected))
+            return counts, (await self._queue_details(run, expected, fresh) if details else 0)
+
+        # Shielded: a page cancelled meanwhile (its run of the dispatcher ended: the frontier failed
+        # under other pages) would have its group-committed write go through with no queueing after it
+        # -- rows "out" with no page behind them, held by the next reading for duplicates it queued.
+        # Run to its end, the write is followed by the queueing or by the rows' removal.
+        writing = asyncio.ensure_future(store_and_queue())
+        writing.add_done_callback(_retrieved)
+        counts, queued = await asyncio.shield(writing)
         after = state.next(new=new.values(), items_new=counts.new, items_updated=counts.updated, details_queued=queued)
         paginator = site.paginator
         url = request.url
@@ -495,3 +506,9 @@ def _unavailable_in(exc: BaseException) -> BackendUnavailableError | None:
         if leaves and all(leaf is not None for leaf in leaves):
             return leaves[0]
     return None
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark ``fut``'s exception retrieved: its awaiter may have been cancelled (see ``_listing_page``)."""
+    if not fut.cancelled():
+        fut.exception()
