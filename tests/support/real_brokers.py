@@ -14,6 +14,7 @@ from typing import Any
 
 from crawlherd.brokers import open_broker
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
+from crawlherd.errors import BrokerError
 
 
 def scratch_url(kind: str, name: str, *, sqlite_path: str, redis_url: str, amqp_url: str,
@@ -40,9 +41,12 @@ async def drain(
     after is still waited for ``idle``, so a duplicate is seen).
 
     Up to ``acks_in_flight`` acks run at once, as a worker's slots settle theirs: one at a time, 25,000
-    deliveries took a busy machine a minute (an SQS ack waits for its delete batch to fill or time out)."""
+    deliveries took a busy machine a minute (an SQS ack waits for its delete batch to fill or time out).
+    An SQS message received again (its delete was on its way past its visibility timeout) is acked and
+    not counted again: what is counted is what was published -- messages, not deliveries."""
     got: list[Delivery] = []
     keys: set[str] = set()
+    messages: set[str | None] = set()
     acks: list[asyncio.Task[None]] = []
     async with open_broker(url) as broker:
         stream = broker.consume(prefetch=200).__aiter__()
@@ -53,17 +57,30 @@ async def drain(
                     delivery = await asyncio.wait_for(stream.__anext__(), patience if waiting else idle)
                 except (TimeoutError, StopAsyncIteration):
                     break
-                got.append(delivery)
-                keys.add(delivery.key)
                 acks.append(asyncio.create_task(broker.ack(delivery)))
+                message = _message_id(delivery)
+                if message is None or message not in messages:  # else the same message again (SQS: its
+                    messages.add(message)                       # delete was slower than its visibility)
+                    got.append(delivery)
+                    keys.add(delivery.key)
                 pending = [t for t in acks[-acks_in_flight - 1:] if not t.done()]
                 if len(pending) > acks_in_flight:
                     await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            await asyncio.gather(*acks)  # every ack done (or its error raised) before the broker closes
+            # every ack done before the broker closes; one refused (BrokerError: its lease lost, the
+            # message received again meanwhile) leaves the message to its later delivery
+            for result in await asyncio.gather(*acks, return_exceptions=True):
+                if isinstance(result, BaseException) and not isinstance(result, BrokerError):
+                    raise result
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]
     return got
+
+
+def _message_id(delivery: Delivery) -> str | None:
+    """SQS's MessageId of ``delivery`` (one per publish, the same on every receive); None elsewhere."""
+    raw = delivery.raw
+    return raw.get("MessageId") if isinstance(raw, dict) and isinstance(raw.get("MessageId"), str) else None
 
 
 def keys_of(deliveries: list[Delivery]) -> Counter[str]:
