@@ -175,15 +175,23 @@ class PagePipeline:
     async def mark(self, marker: Request) -> bool:
         """Queue a job's marker (:func:`~crawlherd.worker.jobcrawl.marker_request`): True the first time,
         and again only when the frontier has lost it (then with everything else it held)."""
+        self._open_frontier()
         if self._marks is None:  # the markers of the jobs polling at the same moment: one frontier call
             self._marks = Batcher(self._enqueue_marks, max_batch=500, name="crawlherd-job-markers")
         return await self._marks(marker)
 
+    def _open_frontier(self) -> Frontier:
+        """The frontier; closed under a job that still polls (a stop aborted by a second Ctrl+C), an
+        outage: the job goes back to the broker, no traceback."""
+        if self.frontier is None:
+            raise BackendUnavailableError("the worker's frontier is closed: the worker is stopping", role="frontier")
+        return self.frontier
+
     async def _enqueue_marks(self, markers: list[Request]) -> list[bool | BaseException]:
-        assert self.frontier is not None
-        flags = await enqueue_each(self.frontier, markers)
+        frontier = self._open_frontier()
+        flags = await enqueue_each(frontier, markers)
         if any(flag is True for flag in flags):
-            await self.frontier.set_host_policy(MARKER_HOST, delay=0.0, max_in_flight=64)  # no politeness to keep
+            await frontier.set_host_policy(MARKER_HOST, delay=0.0, max_in_flight=64)  # no politeness to keep
             self._new_pages.set()
         return flags
 
