@@ -48,6 +48,8 @@ async def drain(
     keys: set[str] = set()
     messages: set[str | None] = set()
     acks: list[asyncio.Task[None]] = []
+    if url.startswith("sqs"):
+        acks_in_flight = min(acks_in_flight, 10)  # one delete batch: moto answers one request at a time
     async with open_broker(url) as broker:
         stream = broker.consume(prefetch=200).__aiter__()
         try:
