@@ -8,7 +8,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Self, TypeVar
 
-__all__ = ["AsyncClosing", "awaiting", "cancel_and_wait", "first_of", "pipe", "until_done", "wait_while_progressing"]
+__all__ = ["AsyncClosing", "awaiting", "cancel_and_wait", "first_of", "pipe", "retrieved", "until_done",
+           "wait_while_progressing"]
 
 T = TypeVar("T")
 
@@ -48,6 +49,13 @@ async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
 #: Event-loop turns given, when a stall deadline has passed, to answers already received but not yet
 #: read (the socket's callback, the client's reader task, the waiter it wakes).
 _CATCH_UP_TURNS = 5
+
+
+def retrieved(fut: asyncio.Future[Any]) -> None:
+    """A done callback: mark ``fut``'s exception seen -- its awaiters may all have gone (cancelled, or a
+    shared future nobody waits on any more), and an exception never retrieved is logged at exit."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def first_of(*aws: Awaitable[object]) -> None:

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from crawlherd import metrics
-from crawlherd._aio import first_of, until_done
+from crawlherd._aio import first_of, retrieved, until_done
 from crawlherd._resilience import Batcher, Retrier, Stopped
 from crawlherd.crawler import Crawler, CrawlerRunConfig
 from crawlherd.crawler.concurrency import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
@@ -370,7 +370,7 @@ class PagePipeline:
         # -- rows "out" with no page behind them, held by the next reading for duplicates it queued.
         # Run to its end, the write is followed by the queueing or by the rows' removal.
         writing = asyncio.ensure_future(store_and_queue())
-        writing.add_done_callback(_retrieved)
+        writing.add_done_callback(retrieved)
         counts, queued = await asyncio.shield(writing)
         after = state.next(new=new.values(), items_new=counts.new, items_updated=counts.updated, details_queued=queued)
         paginator = site.paginator
@@ -514,9 +514,3 @@ def _unavailable_in(exc: BaseException) -> BackendUnavailableError | None:
         if leaves and all(leaf is not None for leaf in leaves):
             return leaves[0]
     return None
-
-
-def _retrieved(fut: asyncio.Future[Any]) -> None:
-    """Mark ``fut``'s exception retrieved: its awaiter may have been cancelled (see ``_listing_page``)."""
-    if not fut.cancelled():
-        fut.exception()

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 
+from crawlherd._aio import retrieved
 from crawlherd._options import option_types
 from crawlherd._redact import redact_url
 from crawlherd._resilience import Batcher
@@ -336,7 +337,7 @@ class RedisFrontier(WaitingMixin):
         # the waiters that find nothing to lease look together: one PEEK while it is out
         if self._peeking is None or self._peeking.done():
             self._peeking = asyncio.ensure_future(self._peek())
-            self._peeking.add_done_callback(_retrieved)
+            self._peeking.add_done_callback(retrieved)
         queued, inflight, wake = await asyncio.shield(self._peeking)
         return bool(queued or inflight), wake
 
@@ -491,9 +492,3 @@ class RedisFrontier(WaitingMixin):
             await self._leases.close()
             await self._settles.close()
             await self._shards.aclose()
-
-
-def _retrieved(fut: asyncio.Future[Any]) -> None:
-    """Mark a shared future's exception seen (its waiters may all have gone)."""
-    if not fut.cancelled():
-        fut.exception()
