@@ -46,7 +46,7 @@ def fill(disk: Path) -> Path:
     """Write a file until the file system is full; the file (delete it to free the space)."""
     filler = disk / "filler"
     try:
-        f = filler.open("wb")
+        f = filler.open("wb", buffering=0)  # unbuffered: closing it has nothing left to write (and fail)
     except OSError as exc:  # full already: shown if the test fails later
         print(f"the disk was full before the filler: {exc}; {[(p.name, p.stat().st_size) for p in disk.iterdir()]}")
         return filler
