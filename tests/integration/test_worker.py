@@ -489,3 +489,24 @@ async def test_a_frontier_outage_mid_listing_strands_no_detail_rows(
     async with engine.connect() as conn:
         left = (await conn.execute(select(JobDetail.slot_at, JobDetail.status, JobDetail.error))).all()
     assert left == [], left
+
+
+async def test_a_job_calling_a_closed_page_pipeline_meets_an_outage(engine: AsyncEngine) -> None:
+    """A stop aborted by a second Ctrl+C closes the page pipeline under jobs still running: their calls
+    (the first listing page, the marker) are a frontier outage -- the job goes back to the broker --
+    not an AssertionError logged with a traceback as an unexpected failure."""
+    from crawlherd.errors import BackendUnavailableError
+    from crawlherd.request import Request
+    from crawlherd.sitespec import SiteSpec
+    from crawlherd.worker.jobcrawl import marker_request
+
+    async with open_broker(str(engine.url)) as broker:
+        worker = Worker(engine, broker, WorkerOptions(limits=FetchLimits(allow_private_addresses=True)))
+        async with worker:
+            await worker.pages.close()
+            with pytest.raises(BackendUnavailableError, match="frontier is closed") as marked:
+                await worker.pages.mark(marker_request("r1"))
+            site = SiteSpec.model_validate(website(Board(url="http://127.0.0.1:9"), robots="ignore"))
+            with pytest.raises(BackendUnavailableError, match="frontier is closed"):
+                await worker.pages.queue_listing(site, Request("http://127.0.0.1:9/search?q=x"))
+    assert marked.value.role == "frontier"

@@ -166,9 +166,9 @@ class PagePipeline:
 
     async def queue_listing(self, site: SiteSpec, request: Request) -> None:
         """Queue a job's first listing page (the website's politeness set first) and wake the loop."""
-        assert self.frontier is not None
+        frontier = self._open_frontier()
         await self._politeness(site, request.host)
-        if not await self.frontier.enqueue_request(request):
+        if not await frontier.enqueue_request(request):
             raise JobError(f"the frontier refused listing page {request.url}")
         self._new_pages.set()
 
@@ -181,8 +181,9 @@ class PagePipeline:
         return await self._marks(marker)
 
     def _open_frontier(self) -> Frontier:
-        """The frontier; closed under a job that still polls (a stop aborted by a second Ctrl+C), an
-        outage: the job goes back to the broker, no traceback."""
+        """The frontier, for the calls a job makes (:meth:`queue_listing`, :meth:`mark`). Closed under a job
+        that still runs (a stop aborted by a second Ctrl+C), an outage: the job goes back to the broker, no
+        traceback."""
         if self.frontier is None:
             raise BackendUnavailableError("the worker's frontier is closed: the worker is stopping", role="frontier")
         return self.frontier
