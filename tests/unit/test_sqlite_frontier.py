@@ -228,3 +228,59 @@ async def test_the_leases_of_one_turn_share_a_transaction_and_a_cancelled_caller
         while (lease := await f.next_request()) is not None:
             urls.add(lease.request.url)
         assert urls == {f"http://a.test/{i}" for i in range(3)}
+
+
+def _cap_the_file(f: SQLiteFrontier, extra_pages: int) -> None:
+    """SQLite's own limit on the file's size (``PRAGMA max_page_count``, on the frontier's connection):
+    a write that needs more than ``extra_pages`` new pages fails with SQLITE_FULL, as on a full disk."""
+    db = f._open()
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count = {pages + extra_pages}")
+
+
+async def test_a_lease_transaction_that_fails_loses_no_request(tmp_path: Path) -> None:
+    """A full disk fails the transaction that records a batch of leases: the requests it took from the
+    queue go back to it (they were once lost in memory until the file was reopened)."""
+    async with open_scheduler(url_of(tmp_path / "f.db"), delay=0, max_in_flight=1000) as f:
+        assert isinstance(f, SQLiteFrontier)
+        urls = {f"http://h{i % 50}.test/{i}" for i in range(2000)}
+        assert await f.enqueue_requests(Request(u) for u in sorted(urls)) == 2000
+        _cap_the_file(f, 0)
+        with pytest.raises(BackendUnavailableError, match="full"):
+            await f.next_requests(1000)
+        stats = await f.stats()
+        assert stats.in_flight == 0 and stats.queued == 2000
+        _cap_the_file(f, 10_000)  # the disk freed
+        got: set[str] = set()
+        while leases := await f.next_requests(500):
+            got.update(lease.request.url for lease in leases)
+            await f.ack_many(leases)
+        assert got == urls
+        assert (await f.stats()).acked == 2000
+
+
+async def test_an_enqueue_whose_snapshot_fails_is_queued_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The duplicate filter's snapshot (written after an enqueue's transaction committed) fails on a full
+    disk: the enqueue stands -- its requests are queued and leased, its counters saved once -- and the
+    snapshot is written later (here: at close)."""
+    db = tmp_path / "f.db"
+    async with open_scheduler(url_of(db), delay=0, max_in_flight=10_000, snapshot_every=5000) as f:
+        assert isinstance(f, SQLiteFrontier)
+        assert await f.enqueue_requests(Request(f"http://a.test/{i}") for i in range(4999)) == 4999
+        _cap_the_file(f, 10)  # room for one request's rows, not for a snapshot of 5,000 fingerprints
+        with caplog.at_level("WARNING", logger="crawlherd.frontier"):
+            assert await f.enqueue_request(Request("http://a.test/last"))
+        assert "the duplicate filter's snapshot is written later" in caplog.text
+        _cap_the_file(f, 10_000)  # the disk freed
+        got = []
+        while leases := await f.next_requests(1000):
+            got += leases
+        assert len(got) == 5000 and "http://a.test/last" in {lease.request.url for lease in got}
+        await f.ack_many(got)
+        assert (await f.stats()).enqueued == 5000
+    async with open_scheduler(url_of(db)) as f:
+        stats = await f.stats()
+        assert stats.enqueued == stats.acked == 5000
+        assert not await f.enqueue_request(Request("http://a.test/last"))

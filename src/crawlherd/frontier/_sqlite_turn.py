@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlherd.errors import LeaseError
+from crawlherd.errors import BackendUnavailableError, LeaseError
 from crawlherd.frontier._index import Held, HostIndex
 from crawlherd.frontier._sqlite_file import signed
 from crawlherd.frontier._waiting import WaitingMixin
@@ -34,6 +35,8 @@ from crawlherd.frontier.options import FrontierOptions
 from crawlherd.request import Request
 
 __all__ = ["TurnWrites"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -202,6 +205,25 @@ class TurnWrites(WaitingMixin):
         rows, fps, added, dups = self._take_new([op for op in ops if isinstance(op, _Enqueue)], now)
         settles = [op for op in ops if isinstance(op, _Settle)]
         gone = self._held_of(settles)
+        counts = dict(self._counts)
+        try:
+            self._commit_turn(rows, fps, gone, dups, len(added), settles)
+        except BaseException:
+            self._counts = counts  # nothing was written: nothing counted
+            raise
+        # committed: now the memory
+        self._applied(added, settles, now)
+
+    def _commit_turn(
+        self,
+        rows: list[tuple[Any, ...]],
+        fps: list[tuple[int]],
+        gone: list[Held[int]],
+        dups: int,
+        added: int,
+        settles: list[_Settle],
+    ) -> None:
+        """The turn's transaction: the new rows and fingerprints in, the settled rows out, the counters."""
         with self._tx() as db:
             if rows:
                 db.executemany(
@@ -218,11 +240,9 @@ class TurnWrites(WaitingMixin):
                 if robots_done:
                     db.executemany("UPDATE robots SET id = NULL WHERE host = ?", robots_done)
             self._counts["duplicates"] += dups
-            self._counts["enqueued"] += len(added)
+            self._counts["enqueued"] += added
             for op in settles:
                 self._counts[op.counter] += len(op.held)
-        # committed: now the memory
-        self._applied(added, settles, now)
 
     def _take_new(
         self, ops: list[_Enqueue], now: float
@@ -280,9 +300,6 @@ class TurnWrites(WaitingMixin):
         self._logged += len(added)
         for _, _, fp in added:
             seen.add(fp)
-        if self._logged >= self._snapshot_every:
-            with self._tx() as db:
-                self._snapshot(db)
         for request, rid, _ in added:
             index.add(rid, request.host, request.priority, rid, request.not_before, now)
         settled = False
@@ -294,4 +311,15 @@ class TurnWrites(WaitingMixin):
                     settled = True
         if added or settled:
             self._notify()
+        if self._logged >= self._snapshot_every:
+            self._try_snapshot()
+
+    def _try_snapshot(self) -> None:
+        """Fold the duplicate filter's log into a new snapshot. It is an economy, not a write anyone waits
+        for: one that fails (a full disk) is logged and tried again after the next turn that adds."""
+        try:
+            with self._tx() as db:
+                self._snapshot(db)
+        except BackendUnavailableError as exc:
+            log.warning("%s; the duplicate filter's snapshot is written later", exc)
 

@@ -218,6 +218,18 @@ class SQLiteFrontier(TurnWrites):
         if not self._index.ready and not self._index.due(now):
             return [], 0  # nothing to hand out: no write transaction for a look (waiting slots look often)
         expires = now + self.options.lease_timeout
+        picked: list[tuple[int, _Host, int, str, bool]] = []
+        try:
+            return self._lease_picked(picked, limit, now, expires)
+        except BaseException:
+            self._put_back(picked, now)
+            raise
+
+    def _lease_picked(
+        self, picked: list[tuple[int, _Host, int, str, bool]], limit: int, now: float, expires: float
+    ) -> tuple[list[Lease], int]:
+        """Lease up to ``limit`` requests in one transaction; what it takes from the index goes to
+        ``picked`` as it goes (for :meth:`_put_back` should the transaction fail)."""
         with self._tx() as db:
             index = self._index
             if index.due(now):
@@ -229,7 +241,6 @@ class SQLiteFrontier(TurnWrites):
                         [(seq, now, held.payload) for held, seq in expired],
                     )
                     db.executemany("DELETE FROM leases WHERE id = ?", [(held.payload,) for held, _ in expired])
-            picked: list[tuple[int, _Host, int, str, bool]] = []
             host_rows: list[tuple[str, float]] = []
             while len(picked) < limit:
                 popped = index.pop(now)
@@ -251,13 +262,29 @@ class SQLiteFrontier(TurnWrites):
                     "ON CONFLICT (host) DO UPDATE SET ready_at = excluded.ready_at",
                     host_rows,
                 )
-            return self._hand_out(db, picked, now, expires)
+            leases, buried = self._hand_out(db, picked, now, expires)
+        for h, robots in buried:  # committed: their hosts may go on
+            index.release(h, now, robots)
+        if buried:
+            self._notify()
+        return leases, len(buried)
+
+    def _put_back(self, picked: list[tuple[int, _Host, int, str, bool]], now: float) -> None:
+        """A lease transaction failed (a full disk) and changed nothing in the file: the requests it
+        took from the index go back to their queues (under new sequence numbers), none leased."""
+        index = self._index
+        for rid, h, prio, token, robots in picked:
+            if index.take(token) is None:
+                h.in_flight -= 1  # popped, not yet held
+            index.requeue(Held(rid, h, prio, now, robots), index.next_seq(now), now, 0.0)
+        if picked:
+            self._notify()
 
     def _hand_out(
         self, db: sqlite3.Connection, picked: list[tuple[int, _Host, int, str, bool]], now: float, expires: float
-    ) -> tuple[list[Lease], int]:
-        """The leases of the ``picked`` requests (read from their rows), and how many could not be read
-        (moved to table ``bad``)."""
+    ) -> tuple[list[Lease], list[tuple[_Host, bool]]]:
+        """The leases of the ``picked`` requests (read from their rows), and the (host, robots) of those
+        that could not be read (moved to table ``bad``; to release once committed)."""
         index = self._index
         records: dict[int, tuple[str, int]] = {}
         ids = [rid for rid, _, _, _, _ in picked]
@@ -269,7 +296,7 @@ class SQLiteFrontier(TurnWrites):
             ):
                 records[rid] = (record, attempts)
         out: list[Lease] = []
-        buried = 0
+        buried: list[tuple[_Host, bool]] = []
         for rid, h, prio, token, robots in picked:
             record, attempts = records.get(rid, ("", 0))
             try:
@@ -277,16 +304,16 @@ class SQLiteFrontier(TurnWrites):
                     raise ValueError("the request's row is missing")
                 request = Request.from_record(json.loads(record))
             except (ValueError, KeyError, TypeError) as exc:
-                self._bury(db, rid, h, robots, record, f"undecodable request record: {exc}", now)
-                buried += 1
+                self._bury(db, rid, h, robots, record, f"undecodable request record: {exc}")
+                buried.append((h, robots))
                 continue
             index.hold(token, Held(rid, h, prio, expires, robots))
             out.append(Lease(token, request, expires, attempts + 1))
         return out, buried
 
-    def _bury(self, db: sqlite3.Connection, rid: int, h: _Host, robots: bool, record: str, reason: str, now: float
-              ) -> None:
-        """Move a request whose record cannot be read to table ``bad``."""
+    def _bury(self, db: sqlite3.Connection, rid: int, h: _Host, robots: bool, record: str, reason: str) -> None:
+        """Move a request whose record cannot be read to table ``bad`` (its host released by the caller,
+        once committed)."""
         log.warning("sqlite frontier %s: moved request %d aside to table bad: %s", self.path, rid, reason)
         db.execute("INSERT OR REPLACE INTO bad VALUES (?, ?, ?)", (rid, reason, record))
         db.execute("DELETE FROM requests WHERE id = ?", (rid,))
@@ -294,8 +321,6 @@ class SQLiteFrontier(TurnWrites):
         self._counts["bad"] += 1
         if robots:
             db.execute("UPDATE robots SET id = NULL WHERE host = ?", (h.name,))
-        self._index.release(h, now, robots)
-        self._notify()
 
     async def _pending_and_wakeup(self) -> tuple[bool, float | None]:
         self._open()
