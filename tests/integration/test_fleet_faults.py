@@ -101,7 +101,7 @@ async def load_jobs(engine: AsyncEngine, board: PagedBoard, tmp_path: Path, brok
     path.write_text(yaml.safe_dump({"websites": [site], "targets": [target]}), encoding="utf-8")
     await import_targets(engine, path)
     async with engine.begin() as conn:
-        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC) - timedelta(seconds=1)))
     async with open_broker(broker_url) as broker:
         await DispatchService(engine, broker).run_once()
 

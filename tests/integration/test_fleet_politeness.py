@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -72,7 +72,7 @@ async def crawl_with_workers(
     (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
     await import_targets(engine, tmp_path / "targets.yaml")
     async with engine.begin() as conn:
-        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC) - timedelta(seconds=1)))
     async with open_broker(broker_url) as broker:
         service = DispatchService(engine, broker)
         await dispatch_due(service)

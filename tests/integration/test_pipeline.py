@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ async def load_targets(engine: AsyncEngine, document: dict[str, Any], tmp_path: 
     path.write_text(targets_toml(document), encoding="utf-8")
     await import_targets(engine, path)
     async with engine.begin() as conn:
-        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC) - timedelta(seconds=1)))
 
 
 _ROW_KEYS = {"website", "url", "fingerprint", "first_seen", "last_seen"}
@@ -428,7 +428,7 @@ async def test_run_command_on_the_embedded_defaults(tmp_path: Path, monkeypatch:
         engine = create_engine("sqlite:///crawlherd.db")
         try:
             async with engine.begin() as conn:
-                await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+                await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC) - timedelta(seconds=1)))
             ran = await invoke("run", "--until-idle", "--allow-private", "--interval", "0.2")
             assert ran.exit_code == 0, ran.output
             assert "console: http://127.0.0.1:" in ran.output  # `run` serves the console

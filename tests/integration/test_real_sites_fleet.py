@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -65,7 +65,7 @@ async def test_three_workers_share_bans_logins_and_politeness(
     (tmp_path / "targets.yaml").write_text(yaml.safe_dump(document), encoding="utf-8")
     await import_targets(engine, tmp_path / "targets.yaml")
     async with engine.begin() as conn:
-        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+        await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC) - timedelta(seconds=1)))
     async with open_broker(broker_url) as broker:
         service = DispatchService(engine, broker)
         await dispatch_due(service)

@@ -129,8 +129,10 @@ async def load(engine: AsyncEngine, tmp_path: Path, site: dict[str, Any], keywor
     path.write_text(yaml.safe_dump(document), encoding="utf-8")
     await import_targets(engine, path)
     if due:
+        # a second ago: SQLite's clock (the dispatcher's) has whole milliseconds, and a tick within the
+        # same millisecond as this read of the local clock found the target not due yet
         async with engine.begin() as conn:
-            await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC)))
+            await conn.execute(update(ScrapeTarget).values(next_run_at=datetime.now(UTC) - timedelta(seconds=1)))
 
 
 async def run_until_idle(engine: AsyncEngine, tmp_path: Path, **options: Any) -> Worker:
