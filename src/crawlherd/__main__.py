@@ -1,3 +1,3 @@
-from crawlherd.cli import main
+from crawlherd.cli import entry
 
-main()
+entry()

@@ -31,11 +31,11 @@ __all__ = ["ENV_PREFIX", "Settings", "load_settings"]
 ENV_PREFIX = "CRAWLHERD_"
 DEFAULT_CONFIG_FILE = "crawlherd.toml"
 #: ``CRAWLHERD_*`` variables that are not settings (the test suite's, and options that read their own
-#: variable: the console's ports and session timeouts, the Lambda adapter's margin, allocation tracing);
-#: never warned about.
+#: variable: the console's ports and session timeouts, the Lambda adapter's margin, allocation tracing,
+#: the garbage collector's tuning); never warned about.
 NOT_SETTINGS = frozenset({"REQUIRE_SERVICES", "CHROMIUM", "CHROMIUM_CDP_URL", "METRICS_PORT", "WEB_PORT", "WEB_HOST",
                           "WEB_SESSION_IDLE", "WEB_SESSION_MAX", "LAMBDA_MARGIN", "TRACEMALLOC",
-                          "TRACEMALLOC_FRAMES", "TRACEMALLOC_TRIM", "USER"})
+                          "TRACEMALLOC_FRAMES", "TRACEMALLOC_TRIM", "USER", "GC"})
 NOT_SETTINGS_PREFIXES = ("TEST_",)
 
 log = logging.getLogger(__name__)

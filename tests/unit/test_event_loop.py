@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
+from collections.abc import Iterator
 
 import click
 import pytest
 
-from crawlherd.cli._loop import run_async
+from crawlherd.cli import _loop
+from crawlherd.cli._loop import GC_THRESHOLDS, run_async
 
 
 async def _loop_module() -> str:
@@ -52,3 +55,37 @@ def test_the_event_loop_setting_comes_from_the_environment() -> None:
 
     assert load_settings(None, env={"CRAWLHERD_EVENT_LOOP": "asyncio"}).event_loop == "asyncio"
     assert load_settings(None, env={}).event_loop == "auto"
+
+
+async def _collector() -> tuple[tuple[int, ...], int]:
+    return gc.get_threshold(), gc.get_freeze_count()
+
+
+@pytest.fixture
+def python_gc() -> Iterator[None]:
+    """The test process's collector as it was, afterwards (a test here tunes it)."""
+    before = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*before)
+
+
+@pytest.mark.usefixtures("python_gc")
+def test_a_process_of_its_own_tunes_its_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CRAWLHERD_GC", raising=False)
+    monkeypatch.setattr(_loop, "_owned", False)
+    before = gc.get_threshold()
+    # in another program's process (CliRunner, an embedding): its collector is left alone
+    assert run_async(_collector(), "asyncio") == (before, gc.get_freeze_count())
+    _loop.own_the_process()
+    thresholds, frozen = run_async(_collector(), "asyncio")
+    assert thresholds == GC_THRESHOLDS != before
+    assert frozen > 1000  # start-up's objects: out of the collector's sight
+
+
+@pytest.mark.usefixtures("python_gc")
+def test_crawlherd_gc_default_keeps_pythons_collector(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRAWLHERD_GC", "default")
+    monkeypatch.setattr(_loop, "_owned", True)
+    before = gc.get_threshold()
+    assert run_async(_collector(), "asyncio") == (before, gc.get_freeze_count())

@@ -12,7 +12,7 @@ import click
 
 from crawlherd.errors import CrawlherdError
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
 
 # name -> "module:attribute"; imported lazily so ``crawlherd --help`` stays fast.
 COMMANDS: dict[str, str] = {
@@ -134,3 +134,12 @@ def main(ctx: click.Context, config_file: str | None, verbose: int, log_format: 
     ctx.ensure_object(dict)
     ctx.obj["config_file"] = config_file
     ctx.obj["user"] = user
+
+
+def entry() -> None:
+    """The ``crawlherd`` console script and ``python -m crawlherd``: :func:`main`, in a process of its own
+    (its garbage collector tuned for a long-running service; see :mod:`crawlherd.cli._loop`)."""
+    from crawlherd.cli._loop import own_the_process
+
+    own_the_process()
+    main()

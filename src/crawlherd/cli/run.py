@@ -19,7 +19,7 @@ from crawlherd.cli._common import (
     stats_dump,
 )
 from crawlherd.cli._console import console_options, console_or_none, start_metrics
-from crawlherd.cli._loop import run_async
+from crawlherd.cli._loop import run_async, service_up
 from crawlherd.cli.worker import run_options, worker_pool_size, worker_started, worker_statistics, worker_status
 from crawlherd.db import upgrade
 from crawlherd.dispatch.embedded import run_embedded
@@ -86,6 +86,7 @@ def run(ctx: click.Context, /, database_url: str | None, broker_url: str | None,
                     ):
                         if console is not None:
                             out.info(f"console: {console.url}")
+                        service_up()
                         await run_embedded(
                             engine, broker, w, stop=stop, interval=settings.dispatch_interval,
                             until_idle=until_idle, on_cycle=count,

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from crawlherd._redact import redact_url
 from crawlherd.brokers import Broker
 from crawlherd.cli._common import Output, Rates, periodic_status, settings_from, stats_dump
-from crawlherd.cli._loop import loop_option, run_async
+from crawlherd.cli._loop import loop_option, run_async, service_up
 from crawlherd.cli._service import service_options, service_stores
 from crawlherd.cli._signals import OVERDUE, stop_on_signals
 from crawlherd.errors import BackendUnavailableError
@@ -186,6 +186,7 @@ def worker(
                         fg="yellow", err=True,
                     )
                 async with w, periodic_status(out, lambda: worker_status(w, rates), settings.status_interval):
+                    service_up()
                     await w.run(stop)
             stats = worker_statistics(w, rates.elapsed)
             out.info(stats_dump(f"worker stopped ({w.name}); statistics", stats, tty=out.tty))
