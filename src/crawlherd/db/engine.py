@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from crawlherd import _json
 from crawlherd._redact import redact_url
 from crawlherd.db._inline_sqlite import InlineConnection, inline_connect
 from crawlherd.db.dialect import sql_capabilities
@@ -88,17 +89,20 @@ def create_engine(
         connect_args: dict[str, Any] = {"timeout": busy_timeout}
         if not in_memory:  # its calls on the loop's thread, waiting for a lock on their own (see _inline_sqlite)
             connect_args = {"async_creator_fn": inline_connect(busy_timeout)}
-        engine = create_async_engine(parsed, echo=echo, connect_args=connect_args, **pool)
+        engine = create_async_engine(parsed, echo=echo, connect_args=connect_args, **_JSON, **pool)
         _configure_sqlite(engine, busy_timeout)
         return engine
     timeouts, parsed = _timeouts(parsed, url)
     engine = create_async_engine(
-        parsed, echo=echo, pool_size=pool_size, max_overflow=pool_size, connect_args=timeouts
+        parsed, echo=echo, pool_size=pool_size, max_overflow=pool_size, connect_args=timeouts, **_JSON
     )
     _ping_when_idle(engine, PING_IDLE)
     _drop_timed_out(engine)
     return engine
 
+
+#: The JSON columns' (items, website specs, job payloads) reader and writer: :mod:`crawlherd._json`.
+_JSON: dict[str, Any] = {"json_serializer": _json.dumps, "json_deserializer": _json.loads}
 
 #: A PostgreSQL config DB's client-side bounds, in seconds (the URL's ``?connect_timeout=`` and
 #: ``?command_timeout=`` change them): a server that stops answering without closing the connection (a

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crawlherd import _json
 from crawlherd.errors import BackendUnavailableError, LeaseError
 from crawlherd.frontier._index import Held, HostIndex
 from crawlherd.frontier._sqlite_file import signed
@@ -269,7 +269,7 @@ class TurnWrites(WaitingMixin):
                 op.flags.append(True)
                 batch_fps.add(fp)
                 seq = index.next_seq(now)
-                record = json.dumps(request.to_record(), separators=(",", ":"), ensure_ascii=False)
+                record = _json.dumps(request.to_record())
                 # the id is the first sequence number: unique, and above every id ever used in the file
                 rows.append((seq, request.host, request.priority, seq, request.not_before, now, record))
                 fps.append((signed(fp),))

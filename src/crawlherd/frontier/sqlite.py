@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import sqlite3
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
+from crawlherd import _json
 from crawlherd.errors import ConfigurationError, FrontierError, LeaseError
 from crawlherd.frontier._index import Held, HostIndex, HostSlot
 from crawlherd.frontier._sqlite_file import (
@@ -175,7 +175,7 @@ class SQLiteFrontier(TurnWrites):
             return False
         now = self._clock.now()
         seq = self._index.next_seq(now)
-        record = json.dumps(request.to_record(), separators=(",", ":"), ensure_ascii=False)
+        record = _json.dumps(request.to_record())
         with self._tx() as db:
             db.execute(
                 "INSERT INTO requests (id, host, priority, seq, not_before, enqueued_at, record) "
@@ -302,7 +302,7 @@ class SQLiteFrontier(TurnWrites):
             try:
                 if not record:
                     raise ValueError("the request's row is missing")
-                request = Request.from_record(json.loads(record))
+                request = Request.from_record(_json.loads(record))
             except (ValueError, KeyError, TypeError) as exc:
                 self._bury(db, rid, h, robots, record, f"undecodable request record: {exc}")
                 buried.append((h, robots))

@@ -12,7 +12,6 @@ listing's fields for a detail page. No worker reads a website's configuration fr
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import time
 import uuid
@@ -24,6 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from crawlherd import _json
 from crawlherd.fetch.actions import PAGE_META
 from crawlherd.item import Item
 from crawlherd.messages import JobMessage
@@ -167,7 +167,7 @@ def _known_site(raw: object) -> SiteSpec | None:
     if not isinstance(raw, dict):
         return None
     try:
-        key = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+        key = _json.dumps(raw, sort_keys=True)
     except (TypeError, ValueError):
         return None
     site = _SITES.get(key)

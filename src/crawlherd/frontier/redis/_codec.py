@@ -10,9 +10,9 @@ the request's number (sharded frontiers) and its host in front of the body.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from crawlherd import _json
 from crawlherd.frontier.dupefilter import fp_to_int
 from crawlherd.request import Request
 
@@ -42,14 +42,14 @@ def encode_body(request: Request) -> str:
     # v, url, p, d: nothing else to keep; no space (a field separator) nor newline (ENQUEUE's line separator)
     if len(rec) == 4 and " " not in request.url and "\n" not in request.url:
         return f"{request.priority} {request.depth} {request.url} {request.fingerprint.hex()}"
-    return json.dumps(rec, separators=(",", ":"), ensure_ascii=False)
+    return _json.dumps(rec)
 
 
 def decode(body: bytes, host: str) -> Request:
     """A stored body back to its request (``host``: the queue it was in). Raises ValueError, KeyError,
     TypeError or IndexError for a body that is neither form (the caller moves it aside)."""
     if body[:1] == b"{":
-        return Request.from_record(json.loads(body))
+        return Request.from_record(_json.loads(body))
     prio, depth, url, fp = body.split(b" ", 3)
     return Request._restore(url.decode("utf-8"), host, bytes.fromhex(fp.decode("ascii")), int(prio), int(depth))
 
