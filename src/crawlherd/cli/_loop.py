@@ -31,9 +31,9 @@ loop_option = click.option(
 )
 
 
-#: The collector's thresholds in a ``crawlherd`` process (Python's: 700, 10, 10). A worker makes and drops
-#: some 3,000 containers a page; at Python's, a young collection ran every ~0.2 pages and the collector
-#: took 11% of a worker's CPU (``bench/worker.py``), half of it walking the objects start-up made.
+#: The collector's thresholds in a ``crawlherd`` process (Python's: 700, 10, 10). At Python's, a worker ran a
+#: young collection every ~6 pages, an older one every ~60, and the collector took 11% of its CPU
+#: (``bench/worker.py``), much of it walking again and again the objects start-up made.
 GC_THRESHOLDS = (10_000, 20, 20)
 
 _owned = False
@@ -51,7 +51,8 @@ def _tune_gc() -> None:
     """In a process of its own (see :func:`own_the_process`), before its loop starts: what start-up made
     (modules, classes, settings, schemas -- kept for the process's life) is moved out of the collector's
     sight (``gc.freeze``), and young collections run less often (:data:`GC_THRESHOLDS`). Cyclic garbage is
-    still collected, in larger batches. ``CRAWLHERD_GC=default`` leaves Python's collector as it is."""
+    still collected, in larger batches; a frozen object that ends in a reference cycle is not (bounded by
+    what start-up made). ``CRAWLHERD_GC=default`` leaves Python's collector as it is."""
     if _tuned():
         gc.collect()
         gc.freeze()
