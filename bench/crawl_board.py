@@ -205,7 +205,11 @@ async def run_raw(hosts: list[str], port: int, paths: list[str]) -> int:
 
 
 def run_cli(hosts: list[str], port: int) -> int:
-    from crawlherd.cli import main
+    from crawlherd.cli import _loop, main
+
+    own = getattr(_loop, "own_the_process", None)  # this client process is the command's own, as
+    if own is not None:  # `crawlherd crawl` is (--base-src trees from before it have no such call)
+        own()
 
     seeds = [f"http://{a}:{port}/t{t}/list1" for a in hosts for t in range(TARGETS)]
     argv = [

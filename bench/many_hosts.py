@@ -220,8 +220,12 @@ def fleet_member(seeds: list[str], delay: float, pages: int, frontier: str, shar
     import crawlherd.fetch.http
     import crawlherd.frontier.redis
     import crawlherd.settings  # noqa: F401 - what the command imports as it starts
+    from crawlherd.cli import _loop
     from crawlherd.cli import main as cli
 
+    own = getattr(_loop, "own_the_process", None)  # the process is the command's own, as `crawlherd crawl`
+    if own is not None:  # is (--base-src trees from before it have no such call)
+        own()
     print("ready", flush=True)
     sys.stdin.readline()
     out = io.StringIO()
