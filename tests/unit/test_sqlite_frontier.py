@@ -284,3 +284,27 @@ async def test_an_enqueue_whose_snapshot_fails_is_queued_and_counted(
         stats = await f.stats()
         assert stats.enqueued == stats.acked == 5000
         assert not await f.enqueue_request(Request("http://a.test/last"))
+
+
+async def test_a_failed_lease_transaction_that_took_back_expired_leases_leaves_them_leasable(tmp_path: Path) -> None:
+    """The failed transaction had also taken back expired leases: in memory they are queued again, in the
+    file their lease rows are still there (rolled back). Leasing them again replaces those rows."""
+    clock = FakeClock()
+    async with open_scheduler(url_of(tmp_path / "f.db"), clock=clock, delay=0, lease_timeout=10,
+                              max_in_flight=1000) as f:
+        assert isinstance(f, SQLiteFrontier)
+        urls = {f"http://h{i % 5}.test/{i}" for i in range(600)}
+        await f.enqueue_requests(Request(u) for u in sorted(urls))
+        assert len(await f.next_requests(600)) == 600
+        clock.advance(11)  # every lease expired
+        _cap_the_file(f, 0)
+        with pytest.raises(BackendUnavailableError, match="full"):
+            await f.next_requests(600)
+        _cap_the_file(f, 10_000)
+        got: set[str] = set()
+        while leases := await f.next_requests(500):
+            got.update(lease.request.url for lease in leases)
+            await f.ack_many(leases)
+        assert got == urls
+        stats = await f.stats()
+        assert stats.expired_leases == 600 and stats.acked == 600  # each counted once, failure or not

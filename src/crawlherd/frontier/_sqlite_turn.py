@@ -205,26 +205,7 @@ class TurnWrites(WaitingMixin):
         rows, fps, added, dups = self._take_new([op for op in ops if isinstance(op, _Enqueue)], now)
         settles = [op for op in ops if isinstance(op, _Settle)]
         gone = self._held_of(settles)
-        counts = dict(self._counts)
-        try:
-            self._commit_turn(rows, fps, gone, dups, len(added), settles)
-        except BaseException:
-            self._counts = counts  # nothing was written: nothing counted
-            raise
-        # committed: now the memory
-        self._applied(added, settles, now)
-
-    def _commit_turn(
-        self,
-        rows: list[tuple[Any, ...]],
-        fps: list[tuple[int]],
-        gone: list[Held[int]],
-        dups: int,
-        added: int,
-        settles: list[_Settle],
-    ) -> None:
-        """The turn's transaction: the new rows and fingerprints in, the settled rows out, the counters."""
-        with self._tx() as db:
+        with self._tx() as db:  # failing, it counts nothing
             if rows:
                 db.executemany(
                     "INSERT INTO requests (id, host, priority, seq, not_before, enqueued_at, record) "
@@ -240,9 +221,11 @@ class TurnWrites(WaitingMixin):
                 if robots_done:
                     db.executemany("UPDATE robots SET id = NULL WHERE host = ?", robots_done)
             self._counts["duplicates"] += dups
-            self._counts["enqueued"] += added
+            self._counts["enqueued"] += len(added)
             for op in settles:
                 self._counts[op.counter] += len(op.held)
+        # committed: now the memory
+        self._applied(added, settles, now)
 
     def _take_new(
         self, ops: list[_Enqueue], now: float

@@ -150,7 +150,10 @@ class SQLiteFrontier(TurnWrites):
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction; the counters changed in it are saved with it, or, when it fails (a full
+        disk), are as they were before it."""
         db = self._open()
+        counts = dict(self._counts)
         with sqlite_errors(self.path):
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -158,6 +161,7 @@ class SQLiteFrontier(TurnWrites):
                 save_counters(db, self._counts)
                 db.execute("COMMIT")
             except BaseException:
+                self._counts = counts
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
@@ -230,17 +234,18 @@ class SQLiteFrontier(TurnWrites):
     ) -> tuple[list[Lease], int]:
         """Lease up to ``limit`` requests in one transaction; what it takes from the index goes to
         ``picked`` as it goes (for :meth:`_put_back` should the transaction fail)."""
+        index = self._index
+        # Expired leases come back in memory (and are counted) whether the transaction below commits or
+        # not; their rows follow in it (a failed one leaves stale lease rows, replaced when leased again).
+        expired = index.refresh(now) if index.due(now) else []
+        self._counts["expired"] += len(expired)
         with self._tx() as db:
-            index = self._index
-            if index.due(now):
-                expired = index.refresh(now)
-                if expired:
-                    self._counts["expired"] += len(expired)
-                    db.executemany(
-                        "UPDATE requests SET seq = ?, enqueued_at = ? WHERE id = ?",
-                        [(seq, now, held.payload) for held, seq in expired],
-                    )
-                    db.executemany("DELETE FROM leases WHERE id = ?", [(held.payload,) for held, _ in expired])
+            if expired:
+                db.executemany(
+                    "UPDATE requests SET seq = ?, enqueued_at = ? WHERE id = ?",
+                    [(seq, now, held.payload) for held, seq in expired],
+                )
+                db.executemany("DELETE FROM leases WHERE id = ?", [(held.payload,) for held, _ in expired])
             host_rows: list[tuple[str, float]] = []
             while len(picked) < limit:
                 popped = index.pop(now)
@@ -252,8 +257,9 @@ class SQLiteFrontier(TurnWrites):
                 picked.append((rid, h, prio, f"{self._token_base}.{next(self._tokens)}", robots))
             if not picked:
                 return [], 0
+            # OR REPLACE: see the expired leases above
             db.executemany(
-                "INSERT INTO leases (id, token) VALUES (?, ?)",
+                "INSERT OR REPLACE INTO leases (id, token) VALUES (?, ?)",
                 [(rid, token) for rid, _, _, token, _ in picked],
             )
             if host_rows:
