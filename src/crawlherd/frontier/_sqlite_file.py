@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import itertools
-import json
 import logging
 import os
 import sqlite3
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
+from crawlherd import _json
 from crawlherd._options import Count, check_options
 from crawlherd.clock import Clock
 from crawlherd.errors import BackendUnavailableError, ConfigurationError, disk_full, is_disk_full
@@ -141,7 +141,7 @@ def queued_by_host(db: sqlite3.Connection) -> tuple[dict[str, int], float | None
 
 
 def save_counters(db: sqlite3.Connection, counts: dict[str, int]) -> None:
-    db.execute("INSERT OR REPLACE INTO meta VALUES ('counters', ?)", (json.dumps(counts),))
+    db.execute("INSERT OR REPLACE INTO meta VALUES ('counters', ?)", (_json.dumps(counts),))  # with every transaction
 
 
 def save_policy(db: sqlite3.Connection, host: str, policy: HostPolicy) -> None:
@@ -170,7 +170,7 @@ def load(db: sqlite3.Connection, path: Path, opts: FrontierOptions, clock: Clock
     they come back to the queue now, counted in ``expired``."""
     meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
     kind = _check_meta(meta, path, opts)
-    counters = json.loads(meta.get("counters", "{}"))
+    counters = _json.loads(meta.get("counters", "{}"))
     counts = {name: int(counters.get(name, 0)) for name in COUNTERS}
     seen, logged = _load_filter(db, opts)
 
