@@ -14,7 +14,14 @@ from crawlherd.item import make_item
 from crawlherd.messages import JobMessage, idempotency_key
 from crawlherd.request import Request
 from crawlherd.sitespec import SiteSpec
-from crawlherd.worker.jobcrawl import DETAIL_META, LOCAL_META, DetailPage, ListingState, detail_requests
+from crawlherd.worker.jobcrawl import (
+    DETAIL_META,
+    LISTING_META,
+    LOCAL_META,
+    DetailPage,
+    ListingState,
+    detail_requests,
+)
 
 
 def _job(site: SiteSpec) -> JobMessage:
@@ -36,6 +43,22 @@ def test_every_detail_page_of_a_website_shares_one_validated_spec() -> None:
     assert len(specs) == 1  # validated (selectors compiled) once, not once per page
     first = pages[0]
     assert first is not None and first.site == site and first.fields == {"title": "0"} and first.website_id == 2
+
+
+def test_a_job_dumped_once_is_what_each_of_its_requests_carries() -> None:
+    site = SiteSpec.model_validate(demo_targets("http://x")["websites"][1])
+    job = _job(site)
+    first = ListingState(job=job, owner="w1")
+    later = first.next(new=[make_item(site.name, "http://x/jobs/1", {})], items_new=1, items_updated=0,
+                       details_queued=1)
+    for state in (first, later, first):  # the job's dump made once, reused: each page's own fields kept
+        carried = state.request("http://x/browse/a/b?page=2").meta[LISTING_META]
+        assert carried == state.model_dump(mode="json")
+        assert ListingState.model_validate(json.loads(json.dumps(carried))) == state
+    other = _job(site)  # another job (another id): its own dump
+    assert ListingState(job=other, owner="w1").request("http://x/p").meta[LISTING_META]["job"]["job_id"] == other.job_id
+    detail = detail_requests(job, [make_item(site.name, "http://x/jobs/2", {})])[0]
+    assert detail.meta[DETAIL_META]["site"] == site.model_dump(mode="json")
 
 
 def test_a_bad_spec_in_a_detail_request_is_refused_as_before() -> None:

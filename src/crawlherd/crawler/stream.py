@@ -19,7 +19,7 @@ from crawlherd.crawler.proxies import RunSession
 from crawlherd.fetch.gate import HostGate, SendStamps
 from crawlherd.fetch.robots import RobotsCache, SharedRobots, is_robots_request
 from crawlherd.frontier import Frontier
-from crawlherd.frontier.base import EnqueueMany
+from crawlherd.frontier.base import enqueue_many_of
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
 
@@ -41,7 +41,7 @@ class CrawlRun:
     def __init__(self, frontier: Frontier, config: CrawlerRunConfig) -> None:
         self.frontier = frontier
         #: The frontier's ``enqueue_many`` when it has one (crawler/follow.py queues a page's links with it).
-        self.enqueue_many = frontier.enqueue_many if isinstance(frontier, EnqueueMany) else None
+        self.enqueue_many = enqueue_many_of(frontier)
         self.config = config
         self.meta = config.request_meta()
         #: The run's User-Agent, cookies and proxies, when its config sets any (crawler/proxies.py).

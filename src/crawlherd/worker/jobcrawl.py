@@ -87,7 +87,8 @@ class ListingState(BaseModel):
         for a website that needs one). Its dedup key is the run and the page's number: a page is queued
         once per run and place in the chain -- a listing page read twice (its lease came back) does not
         queue its next page twice -- and a later run (another attempt, another slot) queues it again."""
-        meta = {LISTING_META: self.model_dump(mode="json"), LOCAL_META: _KNOWN.add(self)}
+        state = {"job": _dumped(self.job), **self.model_dump(mode="json", exclude={"job"})}
+        meta = {LISTING_META: state, LOCAL_META: _KNOWN.add(self)}
         return Request(
             url, priority=LISTING_PRIORITY, meta={**meta, **browser_meta(self.job.site, listing=True)},
             dedup_key=f"listing:{self.run}:{self.page}",
@@ -182,6 +183,24 @@ def _known_site(raw: object) -> SiteSpec | None:
     return site
 
 
+# A job (and its website's spec) as JSON data, dumped once per object rather than once per listing page
+# (the job's spec is most of a listing request's record, and every detail request's). The cached dict is
+# shared by the requests made from it: nothing changes a request's meta in place. Bounded as _SITES.
+_DUMPED: dict[int, tuple[BaseModel, dict[str, Any]]] = {}
+
+
+def _dumped(model: BaseModel) -> dict[str, Any]:
+    """``model.model_dump(mode="json")`` of a frozen model, from the cache when made before."""
+    held = _DUMPED.get(id(model))
+    if held is not None and held[0] is model:
+        return held[1]
+    if len(_DUMPED) >= _SITES_KEPT:
+        _DUMPED.clear()
+    data = model.model_dump(mode="json")
+    _DUMPED[id(model)] = (model, data)  # the model held: its id is not reused while it is here
+    return data
+
+
 def detail_requests(job: JobMessage, items: Iterable[Item], *, now: datetime | None = None) -> list[Request]:
     """The detail requests of ``items`` (none when the website reads no detail fields). Their dedup
     key is the revisit period: a page queued in this period -- by any run, by any worker sharing the
@@ -192,7 +211,7 @@ def detail_requests(job: JobMessage, items: Iterable[Item], *, now: datetime | N
     now = now or datetime.now(UTC)
     period = int(now.timestamp() // max(1.0, site.revisit_age))
     dedup_key = f"{site.name}:{period}"
-    site_json = site.model_dump(mode="json")
+    site_json = _dumped(site)
     browser = browser_meta(site, listing=False)
     out = []
     for item in items:
