@@ -196,8 +196,10 @@ class Request:
         kwargs.update(changes)
         return Request(url, **kwargs)
 
-    def to_record(self) -> dict[str, Any]:
-        """A JSON-safe dict with a version field, for persistent backends (never pickle)."""
+    def to_record(self, *, fingerprint: bool = False) -> dict[str, Any]:
+        """A JSON-safe dict with a version field, for persistent backends (never pickle); with
+        ``fingerprint``, the fingerprint too (``"fp"``, hex), so that :meth:`from_record` given the
+        request's host need not parse the URL again."""
         rec: dict[str, Any] = {"v": RECORD_VERSION, "url": self.url, "p": self.priority, "d": self.depth}
         if self.method != "GET":
             rec["m"] = self.method
@@ -211,17 +213,36 @@ class Request:
             rec["nb"] = self.not_before
         if self.dedup_key is not None:
             rec["k"] = self.dedup_key
+        if fingerprint:
+            rec["fp"] = self.fingerprint.hex()
         return rec
 
     @classmethod
-    def from_record(cls, rec: Mapping[str, Any]) -> Request:
-        """Rebuild a request from :meth:`to_record`'s dict; a foreign or corrupt one raises ValueError."""
+    def from_record(cls, rec: Mapping[str, Any], *, host: str | None = None) -> Request:
+        """Rebuild a request from :meth:`to_record`'s dict; a foreign or corrupt one raises ValueError.
+        ``host``: the request's host as the frontier that stored the record knows it -- with a record
+        that carries its fingerprint, the URL is then not parsed again (a frontier hands out thousands
+        a second)."""
         if not isinstance(rec, Mapping) or rec.get("v") != RECORD_VERSION:
             raise ValueError(f"not a version-{RECORD_VERSION} request record: {rec!r:.200}")
         body = rec.get("b")
+        fp = rec.get("fp")
+        method = rec.get("m", "GET")
+        url = rec["url"]
+        if (host and isinstance(fp, str) and isinstance(url, str) and len(fp) == 2 * FINGERPRINT_SIZE
+                and method in _METHODS):
+            self = cls._restore(url, host, bytes.fromhex(fp), int(rec.get("p", 0)), int(rec.get("d", 0)))
+            self.method = method
+            meta, headers = rec.get("meta"), rec.get("h")
+            self._meta = dict(meta) if meta else None
+            self._headers = dict(headers) if headers else None
+            self.body = base64.b64decode(body) if body is not None else None
+            self.not_before = rec.get("nb")
+            self.dedup_key = rec.get("k")
+            return self
         return cls(
-            rec["url"],
-            method=rec.get("m", "GET"),
+            url,
+            method=method,
             priority=rec.get("p", 0),
             depth=rec.get("d", 0),
             meta=rec.get("meta"),

@@ -291,20 +291,24 @@ async def test_a_failed_lease_transaction_that_took_back_expired_leases_leaves_t
     file their lease rows are still there (rolled back). Leasing them again replaces those rows."""
     clock = FakeClock()
     async with open_scheduler(url_of(tmp_path / "f.db"), clock=clock, delay=0, lease_timeout=10,
-                              max_in_flight=1000) as f:
+                              max_in_flight=10_000) as f:
         assert isinstance(f, SQLiteFrontier)
         urls = {f"http://h{i % 5}.test/{i}" for i in range(600)}
         await f.enqueue_requests(Request(u) for u in sorted(urls))
         assert len(await f.next_requests(600)) == 600
         clock.advance(11)  # every lease expired
+        # and requests never leased: the failing transaction's 2,000 new lease rows need new pages (the
+        # expired ones' rows alone may fit in the file's slack)
+        fresh = {f"http://h{i % 5}.test/fresh/{i}" for i in range(2000)}
+        await f.enqueue_requests(Request(u) for u in sorted(fresh))
         _cap_the_file(f, 0)
         with pytest.raises(BackendUnavailableError, match="full"):
-            await f.next_requests(600)
+            await f.next_requests(2600)
         _cap_the_file(f, 10_000)
         got: set[str] = set()
         while leases := await f.next_requests(500):
             got.update(lease.request.url for lease in leases)
             await f.ack_many(leases)
-        assert got == urls
+        assert got == urls | fresh
         stats = await f.stats()
-        assert stats.expired_leases == 600 and stats.acked == 600  # each counted once, failure or not
+        assert stats.expired_leases == 600 and stats.acked == 2600  # each counted once, failure or not

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -117,6 +119,35 @@ def test_record_round_trip_and_refusal_of_foreign_records() -> None:
         Request.from_record({"v": 99, "url": "http://x/"})
     with pytest.raises(ValueError, match="version"):
         Request.from_record(["not", "a", "dict"])  # type: ignore[arg-type]
+
+
+def _attributes(req: Request) -> tuple[object, ...]:
+    return (req.url, req.host, req.method, req.priority, req.depth, req.meta, req.headers, req.body, req.not_before,
+            req.dedup_key, req.fingerprint)
+
+
+@pytest.mark.parametrize("req", [
+    Request("http://Example.com/a?b=1#frag", method="PUT", priority=4, depth=2, meta={"a": [1]}, body="é",
+            headers={"X-A": "1"}, not_before=5.5, dedup_key="k"),
+    Request("https://example.com:8443/%7Ex/ü"),
+    Request("http://[::1]:81/p", method="HEAD"),
+], ids=["every-field", "escapes", "ipv6"])
+def test_a_record_with_its_fingerprint_is_read_back_without_parsing_the_url(req: Request) -> None:
+    rec = json.loads(json.dumps(req.to_record(fingerprint=True)))
+    assert rec["fp"] == req.fingerprint.hex()
+    fast = Request.from_record(rec, host=req.host)  # as a frontier reads its own records
+    assert _attributes(fast) == _attributes(req) == _attributes(Request.from_record(rec))
+    assert _attributes(Request.from_record(req.to_record(), host=req.host)) == _attributes(req)  # no fp: parsed
+
+
+def test_a_stored_record_with_a_broken_fingerprint_or_url_is_refused() -> None:
+    rec = Request("http://example.com/a").to_record(fingerprint=True)
+    with pytest.raises(ValueError, match="non-hexadecimal"):
+        Request.from_record({**rec, "fp": "zz" * 8}, host="example.com")
+    with pytest.raises(ValueError, match="not a stored request"):
+        Request.from_record({**rec, "url": "ftp://example.com/a"}, host="example.com")
+    with pytest.raises(InvalidURLError):  # not a string: parsed, and refused as any bad URL is
+        Request.from_record({**rec, "url": 5}, host="example.com")
 
 
 def test_replace_validates_the_new_url() -> None:

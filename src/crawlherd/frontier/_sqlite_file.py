@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS requests (
     not_before REAL,                 -- not handed out before (enqueue's not_before, retry's delay)
     enqueued_at REAL NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
-    record TEXT NOT NULL             -- JSON of Request.to_record() (versioned)
+    record TEXT NOT NULL             -- JSON of Request.to_record(fingerprint=True) (versioned)
 );
 -- Leases out. Apart from requests so that leasing appends to a small table instead of rewriting
 -- request rows scattered over the file.

@@ -252,7 +252,7 @@ class TurnWrites(WaitingMixin):
                 op.flags.append(True)
                 batch_fps.add(fp)
                 seq = index.next_seq(now)
-                record = _json.dumps(request.to_record())
+                record = _json.dumps(request.to_record(fingerprint=True))
                 # the id is the first sequence number: unique, and above every id ever used in the file
                 rows.append((seq, request.host, request.priority, seq, request.not_before, now, record))
                 fps.append((signed(fp),))

@@ -179,7 +179,7 @@ class SQLiteFrontier(TurnWrites):
             return False
         now = self._clock.now()
         seq = self._index.next_seq(now)
-        record = _json.dumps(request.to_record())
+        record = _json.dumps(request.to_record(fingerprint=True))
         with self._tx() as db:
             db.execute(
                 "INSERT INTO requests (id, host, priority, seq, not_before, enqueued_at, record) "
@@ -308,7 +308,7 @@ class SQLiteFrontier(TurnWrites):
             try:
                 if not record:
                     raise ValueError("the request's row is missing")
-                request = Request.from_record(_json.loads(record))
+                request = Request.from_record(_json.loads(record), host=h.name)
             except (ValueError, KeyError, TypeError) as exc:
                 self._bury(db, rid, h, robots, record, f"undecodable request record: {exc}")
                 buried.append((h, robots))

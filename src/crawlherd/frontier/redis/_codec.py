@@ -3,7 +3,7 @@
 A request is one packed member of its host's queue, ``"<id>\\t<batch>\\t<body>"`` (the scripts add the
 header). The body is ``"<priority> <depth> <url> <fingerprint hex>"`` for a plain GET -- most of a
 crawl's requests, handed out again without parsing their URL -- else the JSON of
-:meth:`Request.to_record` (it starts with ``{`` and carries a version field); never pickle. An
+:meth:`Request.to_record` with its fingerprint (it starts with ``{`` and carries a version field); never pickle. An
 ENQUEUE argument puts the duplicate filter's two halves, the not-before time, the clamped priority,
 the request's number (sharded frontiers) and its host in front of the body.
 """
@@ -42,6 +42,7 @@ def encode_body(request: Request) -> str:
     # v, url, p, d: nothing else to keep; no space (a field separator) nor newline (ENQUEUE's line separator)
     if len(rec) == 4 and " " not in request.url and "\n" not in request.url:
         return f"{request.priority} {request.depth} {request.url} {request.fingerprint.hex()}"
+    rec["fp"] = request.fingerprint.hex()  # read back without parsing the URL (Request.from_record)
     return _json.dumps(rec)
 
 
@@ -49,7 +50,7 @@ def decode(body: bytes, host: str) -> Request:
     """A stored body back to its request (``host``: the queue it was in). Raises ValueError, KeyError,
     TypeError or IndexError for a body that is neither form (the caller moves it aside)."""
     if body[:1] == b"{":
-        return Request.from_record(_json.loads(body))
+        return Request.from_record(_json.loads(body), host=host)
     prio, depth, url, fp = body.split(b" ", 3)
     return Request._restore(url.decode("utf-8"), host, bytes.fromhex(fp.decode("ascii")), int(prio), int(depth))
 
