@@ -192,3 +192,20 @@ async def test_concurrent_upserts_of_one_item_keep_every_field(sink_url: str, id
         stored = await one.get(item(url).fingerprint)
     assert stored is not None
     assert dict(stored.fields) == {"title": "X", **{f"f{i}": i for i in range(10)}}
+
+
+async def test_writers_storing_the_same_items_in_opposite_orders_do_not_deadlock(sink_url: str, ids: Ids) -> None:
+    """Two workers whose searches overlap store the same items in different orders at once. Each upsert
+    locks its rows in the order it writes them: unless every writer writes them in one order, PostgreSQL
+    finds a deadlock and fails one write (its pages fetched again)."""
+    items = [item(f"https://shop.test/{i}", n=i) for i in range(300)]
+    async with open_sink(sink_url) as one, open_sink(sink_url) as two:
+        for round_ in range(4):
+            seen = T0 + timedelta(minutes=round_)
+            await asyncio.gather(  # neither fails
+                one.upsert(items, website_id=ids.shop, target_id=None, seen_at=seen),
+                two.upsert(items[::-1], website_id=ids.shop, target_id=None, seen_at=seen),
+            )
+        assert await one.count() == 300
+        stored = await two.get(items[7].fingerprint)
+        assert stored is not None and dict(stored.fields) == {"n": 7}

@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from crawlherd.db import ScrapeTarget, create_engine, upgrade
@@ -20,8 +21,8 @@ from crawlherd.worker.details import DetailLedger
 HOUR = 3600.0  # a poll that would outlast the test: only the wake can end the wait
 
 
-async def _ledger_and_job(tmp_path: Path) -> tuple[DetailLedger, JobMessage]:
-    engine = create_engine(f"sqlite:///{tmp_path / 'config.db'}")
+async def _ledger_and_job(tmp_path: Path, url: str | None = None) -> tuple[DetailLedger, JobMessage]:
+    engine = create_engine(url or f"sqlite:///{tmp_path / 'config.db'}")
     await upgrade(engine)
     document = demo_targets("http://x")
     path = tmp_path / "targets.toml"
@@ -161,3 +162,31 @@ async def test_listing_pages_store_items_and_detail_rows_in_one_write(tmp_path: 
         await writes.close()
         await ledger.close()
         await ledger.engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'config.db'}"
+    return str(request.getfixturevalue("postgres_db_url"))
+
+
+async def test_two_workers_writing_one_runs_rows_in_opposite_orders_do_not_deadlock(tmp_path: Path, db_url: str) -> None:
+    """Two workers (two ledgers, two engines) expect and settle the same rows at once, in opposite
+    orders: PostgreSQL fails one of two transactions that lock shared rows in opposite orders, unless
+    every writer takes them in one order."""
+    one, job = await _ledger_and_job(tmp_path, db_url)
+    two = DetailLedger(create_engine(db_url))
+    run = (job.target_id, job.slot_at)
+    items = [f"{i:064x}" for i in range(300)]
+    try:
+        for _ in range(3):
+            new_one, new_two = await asyncio.gather(one.expect(run, items), two.expect(run, items[::-1]))
+            await asyncio.gather(*(one.settle(i) for i in items), *(two.settle(i) for i in items[::-1]))
+            assert await one.out(job) == 0
+            assert new_one | new_two <= set(items)
+            await one.done(job)  # the stored rows go: the next round writes them again
+    finally:
+        for ledger in (one, two):
+            await ledger.close()
+            await ledger.engine.dispose()

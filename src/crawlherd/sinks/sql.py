@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, String, any_, bindparam, func, literal_column, select
@@ -160,6 +161,7 @@ class SQLSink(SinkBase):
             raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
         rows = [_row(item.fingerprint.hex(), item, website_id, target_id, seen_at)
                 for items, website_id, target_id in groups for item in items]
+        rows.sort(key=itemgetter("fingerprint"))  # locks taken in one order by every writer (see _group_rows)
         if rows:
             await conn.execute(self._upsert_rows, rows)
 
@@ -187,12 +189,20 @@ class SQLSink(SinkBase):
 def _group_rows(
     groups: Sequence[tuple[Sequence[Item], int, int | None]],
 ) -> list[tuple[int, str, Item, int, int | None]]:
-    """(group, fingerprint, item, website, target) in order; a fingerprint met again is written again
-    (executemany: one statement per row) and counted against what the first one stored. In a group,
-    the last one wins."""
-    return [(g, item.fingerprint.hex(), item, website_id, target_id)
+    """(group, fingerprint, item, website, target), in fingerprint order; a fingerprint met again is
+    written again (executemany: one statement per row) after the first, and counted against what the
+    first one stored. In a group, the last one wins. Every write locks its rows in fingerprint order:
+    two workers storing overlapping items at once (searches that find the same postings) wait for each
+    other rather than deadlock."""
+    rows = [(g, item.fingerprint.hex(), item, website_id, target_id)
             for g, (items, website_id, target_id) in enumerate(groups)
             for item in {i.fingerprint: i for i in items}.values()]
+    rows.sort(key=_fingerprint_of)  # stable: equal fingerprints keep their order
+    return rows
+
+
+def _fingerprint_of(row: tuple[int, str, Item, int, int | None]) -> str:
+    return row[1]
 
 
 def _row(fp: str, item: Item, website_id: int, target_id: int | None, seen_at: datetime) -> dict[str, Any]:

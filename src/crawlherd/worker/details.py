@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -45,6 +46,21 @@ _Settle = tuple[str, "str | None"]
 
 #: Items whose waiting runs a ledger remembers, at most (past it, it forgets them all: owners then poll).
 _WATCHED = 100_000
+
+
+# The order every writer of job_details takes its rows' locks in -- by run, then item; a settle, by item --
+# so that two workers' writes at once (their pages' settles, their listing pages' rows) wait for each other
+# rather than deadlock (PostgreSQL fails one of two transactions that lock shared rows in opposite orders).
+def _row_key(row: dict[str, Any]) -> tuple[int, datetime, str]:
+    return row["target_id"], row["slot_at"], row["item"]
+
+
+def _forget_key(row: dict[str, Any]) -> tuple[int, datetime, str]:
+    return row["b_target"], row["b_slot"], row["b_item"]
+
+
+def _settle_order(param: dict[str, Any]) -> str:
+    return str(param["b_item"])
 
 
 class DetailLedger:
@@ -99,6 +115,7 @@ class DetailLedger:
         now = datetime.now(UTC)
         rows = [{"target_id": t, "slot_at": s, "item": i, "status": "out", "updated_at": now}
                 for (t, s), items in wanted for i in dict.fromkeys(items)]
+        rows.sort(key=_row_key)  # every writer locks job_details rows in one order (see _settle_order)
         if not rows:
             return [set() for _ in wanted]
         result = await conn.execute(self._expect_stmt, rows)
@@ -121,7 +138,8 @@ class DetailLedger:
         await self._forgets((run, tuple(items)))
 
     async def _forget(self, forgets: list[tuple[RunKey, tuple[str, ...]]]) -> list[None | BaseException]:
-        rows = [{"b_target": t, "b_slot": s, "b_item": i} for (t, s), items in forgets for i in items]
+        rows = sorted(({"b_target": t, "b_slot": s, "b_item": i} for (t, s), items in forgets for i in items),
+                      key=_forget_key)
         with translate_db_errors("recording a run's detail pages"):
             async with self.engine.begin() as conn:
                 await conn.execute(self._forget_stmt, rows)
@@ -147,6 +165,7 @@ class DetailLedger:
         now = datetime.now(UTC)
         params = [{"b_item": item, "b_status": "stored" if error is None else "failed", "b_error": error, "b_at": now}
                   for item, error in settles]
+        params.sort(key=_settle_order)  # stable: an item settled twice keeps its order
         await conn.execute(self._settle_stmt, params)
 
     def settled(self, items: Iterable[str]) -> None:
