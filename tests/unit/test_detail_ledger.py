@@ -171,7 +171,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("postgres_db_url"))
 
 
-async def test_two_workers_writing_one_runs_rows_in_opposite_orders_do_not_deadlock(tmp_path: Path, db_url: str) -> None:
+async def test_two_workers_writing_one_runs_rows_in_opposite_orders_do_not_deadlock(
+    tmp_path: Path, db_url: str
+) -> None:
     """Two workers (two ledgers, two engines) expect and settle the same rows at once, in opposite
     orders: PostgreSQL fails one of two transactions that lock shared rows in opposite orders, unless
     every writer takes them in one order."""
