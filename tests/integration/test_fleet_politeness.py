@@ -191,3 +191,31 @@ async def test_four_workers_on_one_redis_frontier_keep_one_websites_max_concurre
     assert most <= CAP, sorted((round(s.start - spans[0].start, 3), round(s.end - spans[0].start, 3), s.path)
                                for s in spans)
     assert most == CAP  # reached: the test can see a breach
+
+
+@pytest.mark.timeout(180)
+async def test_three_workers_keep_the_crawl_delay_of_robots_txt_over_the_websites_min_delay(
+    engine: AsyncEngine, tmp_path: Path, redis_url: str, unique_name: str
+) -> None:
+    """robots.txt asks ``Crawl-delay: 1``, the website's ``min_delay`` is 0.2 s and it obeys robots.txt:
+    three workers sharing the frontier, a job each, keep 1 s between any two of their requests to the
+    host at the server -- the listing pages, which learn the Crawl-delay, and the detail pages they queue
+    (each listing page once set the host's delay back to min_delay as it queued its detail pages)."""
+    keywords = ["k0", "k1", "k2"]
+    with BusyBoard(robots_txt="User-agent: *\nCrawl-delay: 1\n") as server:
+        base = server.urls[0]
+        site = {
+            "name": "slow", "base_url": base, "search_url_template": f"{base}/search?q={{keywords}}",
+            "pagination": {"type": "page_param", "param": "page", "start": 1, "max_pages": 1},
+            "extraction": {"item_selector": "article", "item_url": "a@href", "fields": {"title": "a"},
+                           "detail_fields": {"salary": ".salary"}},
+            "politeness": {"min_delay": 0.2, "max_concurrency": 1, "robots": "obey"},
+        }
+        expected = {f"/jobs/{w}-1-{i}" for w in keywords for i in range(CARDS)}
+        await crawl_with_workers(engine, tmp_path, redis_url, unique_name, server, site, keywords, expected, 3)
+        stamps = sorted((s for s in server.stamps if s.path != "/robots.txt"), key=lambda s: s.at)
+
+    assert {s.path for s in stamps if s.path.startswith("/jobs/")} == expected
+    gaps = [b.at - a.at for a, b in zip(stamps, stamps[1:], strict=False)]
+    print(f"min gap at the server: {min(gaps):.3f} s over {len(stamps)} requests")
+    assert min(gaps) >= 1.0, [(s.path, round(s.at - stamps[0].at, 3)) for s in stamps]

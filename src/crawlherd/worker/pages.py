@@ -167,7 +167,7 @@ class PagePipeline:
     async def queue_listing(self, site: SiteSpec, request: Request) -> None:
         """Queue a job's first listing page (the website's politeness set first) and wake the loop."""
         frontier = self._open_frontier()
-        await self._politeness(site, request.host)
+        await self._politeness(site, request.host, request.url)
         if not await frontier.enqueue_request(request):
             raise JobError(f"the frontier refused listing page {request.url}")
         self._new_pages.set()
@@ -312,17 +312,23 @@ class PagePipeline:
             kept = self._flipped[id(crawler)] = (config, config.clone(check_robots_txt=obey))
         return kept[1]
 
-    async def _politeness(self, site: SiteSpec, host: str, url: str | None = None) -> None:
-        """The website's politeness as the frontier's policy for ``host`` (robots.txt's Crawl-delay,
-        once known, raises the delay when the website obeys robots.txt)."""
+    async def _politeness(self, site: SiteSpec, host: str, url: str, *, raise_only: bool = False) -> None:
+        """The website's politeness as the frontier's policy for ``host`` (``url``: a page of it): its
+        ``min_delay``, or robots.txt's Crawl-delay when the website obeys robots.txt and that is longer
+        and known here already. ``raise_only``: set it only when the Crawl-delay raises it (a listing page
+        just fetched: robots.txt was read for it). The policy is the fleet's (a shared frontier): setting
+        the website's delay without the Crawl-delay known would lower the host's delay for every worker."""
         assert self.frontier is not None
         delay = site.politeness.min_delay
-        if url is not None and site.politeness.robots == "obey":
+        if site.politeness.robots == "obey":
             crawler = await self._crawler_for(site.requires_playwright)
             robots_delay = crawler.robots.crawl_delay(url)
-            if not robots_delay or robots_delay <= delay:
+            if robots_delay and robots_delay > delay:
+                delay = robots_delay
+            elif raise_only:
                 return
-            delay = robots_delay
+        elif raise_only:
+            return
         await self.frontier.set_host_policy(host, delay=delay, max_in_flight=site.politeness.max_concurrency)
 
     async def _listing_page(self, request: Request, state: ListingState) -> CrawlResult:
@@ -339,7 +345,7 @@ class PagePipeline:
         metrics.observe_fetch(result)
         if not result.success:
             return result  # reported by _page_failed once the dispatcher settled it (a 429 is re-fetched first)
-        await self._politeness(site, request.host, request.url)
+        await self._politeness(site, request.host, request.url, raise_only=True)
         page = Page(
             url=result.final_url or request.url, html=result.text, website=site.name, status=result.status_code or 0
         )
@@ -354,8 +360,8 @@ class PagePipeline:
         # between the write below and the queueing, it left rows "out" with no page of this run behind
         # them; read again, the page found them there, took their (duplicate) pages for queued by the
         # first reading, and the job waited for them until details_stall.
-        for host in {r.host for r in details}:
-            await self._politeness(site, host)
+        for host, url in {r.host: r.url for r in details}.items():
+            await self._politeness(site, host, url)
         run = (job.target_id, job.slot_at)
         expected = {r.meta[DETAIL_META]["item"]: r for r in details}
 
