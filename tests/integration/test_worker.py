@@ -472,13 +472,13 @@ async def test_a_frontier_outage_mid_listing_strands_no_detail_rows(
     failed: list[str] = []
     read: list[str] = []
 
-    async def once(self: PagePipeline, site: Any, host: str, url: str | None = None) -> None:
-        if url is not None:  # the listing page read: its own host's politeness comes with its URL
+    async def once(self: PagePipeline, site: Any, host: str, url: str, *, raise_only: bool = False) -> None:
+        if raise_only:  # the listing page read: its own host's delay, raised by robots.txt only
             read.append(url)
         elif read and not failed:  # then the detail hosts', as the listing page queues their pages
             failed.append(host)
             raise BackendUnavailableError("the frontier went away (injected)", role="frontier")
-        await original(self, site, host, url)
+        await original(self, site, host, url, raise_only=raise_only)
 
     monkeypatch.setattr(PagePipeline, "_politeness", once)
     async with engine.begin() as conn:  # the next slot, due now
