@@ -219,3 +219,27 @@ async def test_three_workers_keep_the_crawl_delay_of_robots_txt_over_the_website
     gaps = [b.at - a.at for a, b in zip(stamps, stamps[1:], strict=False)]
     print(f"min gap at the server: {min(gaps):.3f} s over {len(stamps)} requests")
     assert min(gaps) >= 1.0, [(s.path, round(s.at - stamps[0].at, 3)) for s in stamps]
+
+
+@pytest.mark.timeout(180)
+async def test_workers_starting_jobs_of_one_host_at_once_fetch_its_robots_txt_once(
+    engine: AsyncEngine, tmp_path: Path, redis_url: str, unique_name: str
+) -> None:
+    """Three workers, two jobs each, all of one host with no delay, start at once: each needs the host's
+    robots.txt before its first page. The first to ask claims the fetch in the shared frontier; the others
+    wait for what it shares -- the host sees robots.txt once, not once per worker."""
+    keywords = [f"k{n}" for n in range(6)]
+    with BusyBoard(robots_txt="User-agent: *\nDisallow: /private\n", hold=0.2) as server:
+        base = server.urls[0]
+        site = {
+            "name": "fast", "base_url": base, "search_url_template": f"{base}/search?q={{keywords}}",
+            "pagination": {"type": "page_param", "param": "page", "start": 1, "max_pages": 1},
+            "extraction": {"item_selector": "article", "item_url": "a@href", "fields": {"title": "a"},
+                           "detail_fields": {"salary": ".salary"}},
+            "politeness": {"min_delay": 0, "max_concurrency": 8, "robots": "obey"},
+        }
+        expected = {f"/jobs/{w}-1-{i}" for w in keywords for i in range(CARDS)}
+        await crawl_with_workers(engine, tmp_path, redis_url, unique_name, server, site, keywords, expected, 3)
+        robots = [s for s in server.stamps if s.path == "/robots.txt"]
+
+    assert len(robots) == 1, [(round(s.at - robots[0].at, 3), s.path) for s in robots]

@@ -7,7 +7,7 @@ of them is late between its slot and its write, and fetch each host's robots.txt
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -20,6 +20,7 @@ from crawlherd.frontier import open_scheduler
 from crawlherd.frontier.redis import RedisFrontier
 from crawlherd.frontier.redis._fleet import SEND_HOLD
 from tests.servers.timestamping import TimestampingServer
+from tests.support.processes import wait_until
 
 from .test_durable_frontier import delete_prefix
 
@@ -320,3 +321,49 @@ async def test_crawls_sharing_a_redis_frontier_fetch_each_robots_txt_once(redis_
     for port in server.ports:
         paths = [s.path for s in stamps if s.port == port]
         assert paths[0] == "/robots.txt" and paths.count("/robots.txt") == 1, (port, paths)
+
+
+async def test_processes_asking_for_one_robots_txt_at_once_fetch_it_once(
+    redis_url: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two robots caches (two processes) on one Redis frontier ask for a host's robots.txt at the same
+    moment: the first claims the fetch, the other waits for what it shares. When the claimant's fetch
+    reads nothing to share (a 5xx), it gives the claim back and the other fetches for itself at once --
+    here, where a claim would otherwise hold it for an hour, before the test's timeout."""
+    from crawlherd.fetch import robots as robots_module
+    from tests.unit.test_robots import RobotsFetcher
+
+    monkeypatch.setattr(robots_module, "CLAIM_SECONDS", 3600.0)
+    frontier = await open_redis(redis_url, unique_name)
+    client = aioredis.Redis.from_url(redis_url)
+
+    def claimed(origin: str) -> Callable[[], Awaitable[bool]]:
+        async def held() -> bool:  # the first cache holds the claim (and waits for its answer)
+            return bool(await client.exists(f"{unique_name}:robots:{origin}:claim"))
+        return held
+
+    try:
+        fetchers = [RobotsFetcher(200, "User-agent: *\nDisallow: /private\n") for _ in range(2)]
+        caches = [robots_module.RobotsCache(f) for f in fetchers]
+        for cache in caches:
+            cache.share(frontier)
+        for origin, status in (("http://a.test", 200), ("http://b.test", 503)):
+            for f in fetchers:
+                f.status = status
+            fetchers[0].gate = gate = asyncio.Event()  # the first holds its answer
+            first = asyncio.ensure_future(caches[0].load(f"{origin}/x"))
+            await wait_until(claimed(origin), every=0.01, deadline=10)
+            second = asyncio.ensure_future(caches[1].load(f"{origin}/y"))
+            await asyncio.sleep(0.2)
+            assert not second.done()  # waiting for the first's robots.txt, not fetching it
+            gate.set()
+            assert (await first)[0] == (await second)[0] == status
+        # a.test: fetched once, by the first; b.test (503, not shared): the claim given back, fetched by both
+        assert [f.calls for f in fetchers] == [["http://a.test/robots.txt", "http://b.test/robots.txt"],
+                                               ["http://b.test/robots.txt"]]
+        assert await caches[1].allowed("http://a.test/y") and not await caches[1].allowed("http://a.test/private")
+        assert not await client.exists(f"{unique_name}:robots:http://b.test:claim")
+    finally:
+        await client.aclose()
+        await frontier.close()
+        await delete_prefix(redis_url, unique_name)

@@ -17,13 +17,16 @@ to ``on_crawl_delay(host, seconds)`` once per host -- the crawler wires it to th
 Processes sharing a frontier (Redis) share what they read (:class:`SharedRobots`, :meth:`RobotsCache.share`):
 a host's robots.txt is fetched once by the process that took its robots work, and a process handed one of
 the host's pages reads it from the store instead of fetching it again (which would cost the host a
-delay). What could not be read (an error, a 5xx) is not shared: each process finds out for itself.
+delay). Processes that need it at the same moment do not all fetch it: the first claims the fetch, the
+others wait for what it shares (:data:`CLAIM_SECONDS` at most, then they fetch it themselves). What could
+not be read (an error, a 5xx) is not shared: the claim is given back, and each process finds out for itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
@@ -58,6 +61,9 @@ _T = TypeVar("_T")
 
 #: The ``Request.meta`` key that marks a request as its host's robots.txt work (not a page of the crawl).
 ROBOTS_META = "robots_txt"
+#: How long a process's claim on a host's robots.txt holds the other processes (waiting for it to share).
+CLAIM_SECONDS = 10.0
+_CLAIM_POLL = 0.05  # seconds between a waiting process's looks at the store
 #: URLs whose robots.txt answer is kept between a link's queueing and its fetch (RobotsCache.known_disallowed).
 _ALLOWED_KEPT = 50_000
 
@@ -73,6 +79,15 @@ class SharedRobots(Protocol):
 
     async def share_robots_txt(self, origin: str, status: int, text: str, ttl: float) -> None:
         """Keep ``origin``'s robots.txt (its HTTP status, 2xx or 4xx, and text) for ``ttl`` seconds."""
+        ...
+
+    async def claim_robots_txt(self, origin: str, seconds: float) -> bool:
+        """Take the fetch of ``origin``'s robots.txt for ``seconds`` at most: True when this caller takes
+        it, False while another process holds it (it will share what it reads)."""
+        ...
+
+    async def release_robots_txt(self, origin: str) -> None:
+        """Give up a claim (:meth:`claim_robots_txt`): the fetch found nothing to share."""
         ...
 
 
@@ -246,10 +261,22 @@ class RobotsCache:
     async def _load(self, origin: str) -> _Entry:
         now = self._clock.now()
         shared = self._shared
-        if shared is not None:
-            kept = await _ask(shared.shared_robots_txt(origin), origin)
-            if kept is not None:
-                return self._parsed(origin, *kept, now)
+        if shared is None:
+            return await self._fetch(origin, None, now)
+        kept = await _shared_or_claim(shared, origin)
+        if kept is not None:
+            return self._parsed(origin, *kept, now)
+        read: list[bool] = []
+        try:
+            return await self._fetch(origin, shared, now, read)
+        finally:
+            if not read:  # nothing to share: the processes waiting for it fetch it themselves now
+                await _ask(shared.release_robots_txt(origin), origin)
+
+    async def _fetch(self, origin: str, shared: SharedRobots | None, now: float, read: list[bool] | None = None
+                     ) -> _Entry:
+        """Fetch ``origin``'s robots.txt; one that was read (a 2xx or 4xx answer) is shared, and ``read``
+        told so."""
         robots_url = origin + "/robots.txt"
         self.fetches += 1
         try:
@@ -267,6 +294,8 @@ class RobotsCache:
         text = "" if response.status >= 400 else response.text[:MAX_ROBOTS_CHARS]
         if shared is not None:
             await _ask(shared.share_robots_txt(origin, response.status, text, self._ttl), origin)
+            if read is not None:
+                read.append(True)
         return self._parsed(origin, response.status, text, now)
 
     def _parsed(self, origin: str, status: int, text: str, now: float) -> _Entry:
@@ -279,6 +308,22 @@ class RobotsCache:
             log.warning("%s/robots.txt cannot be parsed (%s: %s); no rules applied", origin, type(exc).__name__, exc)
             return _Entry(None, False, now + self._ttl, status=status)
         return _Entry(parser, False, now + self._ttl, status=status)
+
+
+async def _shared_or_claim(shared: SharedRobots, origin: str) -> tuple[int, str] | None:
+    """``origin``'s robots.txt from the store; else None once this process holds the claim on its fetch
+    (or the store cannot answer, or the claimant shared nothing in :data:`CLAIM_SECONDS`): then fetch it.
+    Wall-clock time: the wait is on other processes."""
+    deadline = time.monotonic() + CLAIM_SECONDS
+    while True:
+        kept = await _ask(shared.shared_robots_txt(origin), origin)
+        if kept is not None:
+            return kept
+        if await _ask(shared.claim_robots_txt(origin, CLAIM_SECONDS), origin) is not False:
+            return None  # claimed here (or the store is down): this process fetches it
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(_CLAIM_POLL)
 
 
 async def _ask(call: Awaitable[_T], origin: str) -> _T | None:

@@ -5,7 +5,8 @@
   The stamps one process asks for at once go in one script call per shard, as do the answers, which are
   recorded in the background: a request's caller never waits for its answer to be written.
 - :class:`RobotsTexts` (:class:`~crawlherd.fetch.robots.SharedRobots`): the robots.txt files read, one
-  string each (``<KP>:robots:<origin>``: ``"<status>\t<text>"``), expiring with their cache time.
+  string each (``<KP>:robots:<origin>``: ``"<status>\t<text>"``), expiring with their cache time, and the
+  claims on their fetch (``<KP>:robots:<origin>:claim``, expiring by themselves).
 """
 
 from __future__ import annotations
@@ -173,3 +174,22 @@ class RobotsTexts:
             await client.set(key, f"{status}\t{text}".encode(), px=max(1, int(ttl * 1000)))
 
         await self._calls.guard(write)
+
+    async def claim(self, origin: str, seconds: float) -> bool:
+        """``<KP>:robots-claim:<origin>``, set if absent, expiring after ``seconds``: True if set here."""
+        shard, key = self._key(origin)
+
+        async def take() -> bool:
+            client = await self._calls.shards.client(shard.slot)
+            return bool(await client.set(f"{key}:claim", b"1", nx=True, px=max(1, int(seconds * 1000))))
+
+        return await self._calls.guard(take)
+
+    async def release(self, origin: str) -> None:
+        shard, key = self._key(origin)
+
+        async def drop() -> None:
+            client = await self._calls.shards.client(shard.slot)
+            await client.delete(f"{key}:claim")
+
+        await self._calls.guard(drop)

@@ -439,6 +439,12 @@ class RedisFrontier(WaitingMixin):
     async def share_robots_txt(self, origin: str, status: int, text: str, ttl: float) -> None:
         await self._robots_txt.put(origin, status, text, ttl)
 
+    async def claim_robots_txt(self, origin: str, seconds: float) -> bool:
+        return await self._robots_txt.claim(origin, seconds)
+
+    async def release_robots_txt(self, origin: str) -> None:
+        await self._robots_txt.release(origin)
+
     async def set_host_policy(self, host: str, *, delay: float | None = None, max_in_flight: int | None = None) -> None:
         policy = HostPolicy().updated(host, delay=delay, max_in_flight=max_in_flight)
         await self._init()
