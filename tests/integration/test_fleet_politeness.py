@@ -59,6 +59,19 @@ class JobBoard(TimestampingServer):
                 + str(len(data)).encode() + b"\r\n\r\n" + data)
 
 
+def board_site(name: str, base: str, *, pages: int, min_delay: float, max_concurrency: int, robots: str
+               ) -> dict[str, object]:
+    """A job board website at ``base``: ``/search?q=<keyword>&page=N`` (``pages`` of them), each card's
+    ``a`` a detail page with a ``.salary``; its politeness as given."""
+    return {
+        "name": name, "base_url": base, "search_url_template": f"{base}/search?q={{keywords}}",
+        "pagination": {"type": "page_param", "param": "page", "start": 1, "max_pages": pages},
+        "extraction": {"item_selector": "article", "item_url": "a@href", "fields": {"title": "a"},
+                       "detail_fields": {"salary": ".salary"}},
+        "politeness": {"min_delay": min_delay, "max_concurrency": max_concurrency, "robots": robots},
+    }
+
+
 async def crawl_with_workers(
     engine: AsyncEngine, tmp_path: Path, redis_url: str, unique_name: str, server: TimestampingServer,
     site: dict[str, object], keywords: list[str], expected: set[str], workers: int,
@@ -114,13 +127,7 @@ async def test_five_workers_on_one_redis_frontier_keep_one_websites_min_delay(
 ) -> None:
     with JobBoard() as server:
         base = server.urls[0]
-        site = {
-            "name": "board", "base_url": base, "search_url_template": f"{base}/search?q={{keywords}}",
-            "pagination": {"type": "page_param", "param": "page", "start": 1, "max_pages": 2},
-            "extraction": {"item_selector": "article", "item_url": "a@href", "fields": {"title": "a"},
-                           "detail_fields": {"salary": ".salary"}},
-            "politeness": {"min_delay": 1.0, "max_concurrency": 1, "robots": "ignore"},
-        }
+        site = board_site("board", base, pages=2, min_delay=1.0, max_concurrency=1, robots="ignore")
         expected = {f"/jobs/{w}-{p}" for w in KEYWORDS for p in (1, 2)}
         await crawl_with_workers(engine, tmp_path, redis_url, unique_name, server, site, KEYWORDS, expected, WORKERS)
         stamps: list[Stamp] = sorted(server.stamps, key=lambda s: s.at)
@@ -172,13 +179,7 @@ async def test_four_workers_on_one_redis_frontier_keep_one_websites_max_concurre
     keywords = [f"k{n}" for n in range(6)]
     with BusyBoard(hold=0.3) as server:
         base = server.urls[0]
-        site = {
-            "name": "busy", "base_url": base, "search_url_template": f"{base}/search?q={{keywords}}",
-            "pagination": {"type": "page_param", "param": "page", "start": 1, "max_pages": 2},
-            "extraction": {"item_selector": "article", "item_url": "a@href", "fields": {"title": "a"},
-                           "detail_fields": {"salary": ".salary"}},
-            "politeness": {"min_delay": 0, "max_concurrency": CAP, "robots": "ignore"},
-        }
+        site = board_site("busy", base, pages=2, min_delay=0, max_concurrency=CAP, robots="ignore")
         expected = {f"/jobs/{w}-{p}-{i}" for w in keywords for p in (1, 2) for i in range(CARDS)}
         await crawl_with_workers(engine, tmp_path, redis_url, unique_name, server, site, keywords, expected, 4)
         spans = list(server.spans)
@@ -204,13 +205,7 @@ async def test_three_workers_keep_the_crawl_delay_of_robots_txt_over_the_website
     keywords = ["k0", "k1", "k2"]
     with BusyBoard(robots_txt="User-agent: *\nCrawl-delay: 1\n") as server:
         base = server.urls[0]
-        site = {
-            "name": "slow", "base_url": base, "search_url_template": f"{base}/search?q={{keywords}}",
-            "pagination": {"type": "page_param", "param": "page", "start": 1, "max_pages": 1},
-            "extraction": {"item_selector": "article", "item_url": "a@href", "fields": {"title": "a"},
-                           "detail_fields": {"salary": ".salary"}},
-            "politeness": {"min_delay": 0.2, "max_concurrency": 1, "robots": "obey"},
-        }
+        site = board_site("slow", base, pages=1, min_delay=0.2, max_concurrency=1, robots="obey")
         expected = {f"/jobs/{w}-1-{i}" for w in keywords for i in range(CARDS)}
         await crawl_with_workers(engine, tmp_path, redis_url, unique_name, server, site, keywords, expected, 3)
         stamps = sorted((s for s in server.stamps if s.path != "/robots.txt"), key=lambda s: s.at)
@@ -231,13 +226,7 @@ async def test_workers_starting_jobs_of_one_host_at_once_fetch_its_robots_txt_on
     keywords = [f"k{n}" for n in range(6)]
     with BusyBoard(robots_txt="User-agent: *\nDisallow: /private\n", hold=0.2) as server:
         base = server.urls[0]
-        site = {
-            "name": "fast", "base_url": base, "search_url_template": f"{base}/search?q={{keywords}}",
-            "pagination": {"type": "page_param", "param": "page", "start": 1, "max_pages": 1},
-            "extraction": {"item_selector": "article", "item_url": "a@href", "fields": {"title": "a"},
-                           "detail_fields": {"salary": ".salary"}},
-            "politeness": {"min_delay": 0, "max_concurrency": 8, "robots": "obey"},
-        }
+        site = board_site("fast", base, pages=1, min_delay=0, max_concurrency=8, robots="obey")
         expected = {f"/jobs/{w}-1-{i}" for w in keywords for i in range(CARDS)}
         await crawl_with_workers(engine, tmp_path, redis_url, unique_name, server, site, keywords, expected, 3)
         robots = [s for s in server.stamps if s.path == "/robots.txt"]
