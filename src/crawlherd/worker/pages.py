@@ -321,8 +321,8 @@ class PagePipeline:
         assert self.frontier is not None
         delay = site.politeness.min_delay
         if site.politeness.robots == "obey":
-            crawler = await self._crawler_for(site.requires_playwright)
-            robots_delay = crawler.robots.crawl_delay(url)
+            crawler = self._browser if site.requires_playwright else self._http  # none started: nothing read
+            robots_delay = None if crawler is None else crawler.robots.crawl_delay(url)
             if robots_delay and robots_delay > delay:
                 delay = robots_delay
             elif raise_only:

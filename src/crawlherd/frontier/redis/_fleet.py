@@ -176,7 +176,7 @@ class RobotsTexts:
         await self._calls.guard(write)
 
     async def claim(self, origin: str, seconds: float) -> bool:
-        """``<KP>:robots-claim:<origin>``, set if absent, expiring after ``seconds``: True if set here."""
+        """``<KP>:robots:<origin>:claim``, set if absent, expiring after ``seconds``: True if set here."""
         shard, key = self._key(origin)
 
         async def take() -> bool:
