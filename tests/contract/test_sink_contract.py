@@ -197,15 +197,20 @@ async def test_concurrent_upserts_of_one_item_keep_every_field(sink_url: str, id
 async def test_writers_storing_the_same_items_in_opposite_orders_do_not_deadlock(sink_url: str, ids: Ids) -> None:
     """Two workers whose searches overlap store the same items in different orders at once. Each upsert
     locks its rows in the order it writes them: unless every writer writes them in one order, PostgreSQL
-    finds a deadlock and fails one write (its pages fetched again)."""
+    finds a deadlock and fails one write (its pages fetched again). And each item is counted new (or
+    updated) by one of them, not by both."""
     items = [item(f"https://shop.test/{i}", n=i) for i in range(300)]
     async with open_sink(sink_url) as one, open_sink(sink_url) as two:
         for round_ in range(4):
             seen = T0 + timedelta(minutes=round_)
-            await asyncio.gather(  # neither fails
-                one.upsert(items, website_id=ids.shop, target_id=None, seen_at=seen),
-                two.upsert(items[::-1], website_id=ids.shop, target_id=None, seen_at=seen),
+            batch = items if round_ < 2 else [item(i.url, n=i.fields["n"], round=round_) for i in items]
+            first, second = await asyncio.gather(  # neither fails
+                one.upsert(batch, website_id=ids.shop, target_id=None, seen_at=seen),
+                two.upsert(batch[::-1], website_id=ids.shop, target_id=None, seen_at=seen),
             )
+            # and one item stored by both at once is new (or updated) once: the counts stay exact
+            assert (first.new + second.new, first.updated + second.updated) == [
+                (300, 0), (0, 0), (0, 300), (0, 300)][round_], (round_, first, second)
         assert await one.count() == 300
         stored = await two.get(items[7].fingerprint)
-        assert stored is not None and dict(stored.fields) == {"n": 7}
+        assert stored is not None and dict(stored.fields) == {"n": 7, "round": 3}

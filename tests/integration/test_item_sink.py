@@ -1,7 +1,7 @@
-"""The SQL sink on PostgreSQL: fields are merged in the database, so a writer that read the row before
-another writer committed never loses that writer's fields. (What every sink does is asserted by the sink
-contract suite, ``tests/contract/test_sink_contract.py``; SQLite serialises writers with ``BEGIN
-IMMEDIATE``, so this interleaving cannot happen there.)"""
+"""The SQL sink on PostgreSQL: fields are merged in the database, and the rows a counted write reads are
+locked until it commits, so a writer storing the same item meanwhile waits -- no field is lost and one
+change counts once. (What every sink does is asserted by the sink contract suite,
+``tests/contract/test_sink_contract.py``; SQLite serialises writers with its write lock.)"""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ async def engine(postgres_db_url: str) -> AsyncIterator[AsyncEngine]:
         yield engine
 
 
-class _StaleReader(SQLSink):
-    """Reads the stored fields, then waits at ``gate`` before writing: another writer commits between."""
+class _SlowReader(SQLSink):
+    """Reads the stored fields, then waits at ``gate`` before writing."""
 
     def __init__(self, engine: AsyncEngine, gate: asyncio.Event, reading: asyncio.Event) -> None:
         super().__init__(engine)
@@ -44,23 +44,25 @@ class _StaleReader(SQLSink):
         return stored
 
 
-async def test_a_writer_with_a_stale_read_keeps_the_other_writers_fields(engine: AsyncEngine) -> None:
+async def test_a_writer_storing_an_item_another_has_read_waits_and_both_fields_stay(engine: AsyncEngine) -> None:
     now = datetime.now(UTC)
     url = "https://shop.test/x"
     await SQLSink(engine).upsert([make_item("shop", url, {"title": "X"})], website_id=WEBSITE_ID, target_id=None,
                                  seen_at=now)
     gate, reading = asyncio.Event(), asyncio.Event()
     listing = asyncio.create_task(
-        _StaleReader(engine, gate, reading).upsert(
+        _SlowReader(engine, gate, reading).upsert(
             [make_item("shop", url, {"title": "X2"})], website_id=WEBSITE_ID, target_id=None, seen_at=now
         )
     )
     await reading.wait()  # the listing writer has read the row (no description yet) ...
-    await SQLSink(engine).upsert(
+    detail = asyncio.create_task(SQLSink(engine).upsert(
         [make_item("shop", url, {"description": "long"})], website_id=WEBSITE_ID, target_id=None, seen_at=now
-    )  # ... the detail writer commits ...
-    gate.set()  # ... then the listing writer writes.
-    await listing
+    ))
+    await asyncio.sleep(0.3)
+    assert not detail.done()  # ... the detail writer waits for the row it read (it would have read it stale) ...
+    gate.set()  # ... until the listing writer has written.
+    assert ((await listing).updated, (await detail).updated) == (1, 1)
     async with engine.connect() as conn:
         data = (await conn.execute(select(StoredItem.data).where(StoredItem.url == url))).scalar_one()
     assert data == {"title": "X2", "description": "long"}

@@ -62,11 +62,19 @@ class SQLSink(SinkBase):
             index_elements=[StoredItem.fingerprint],
             set_={"data": merged, "last_seen": insert.excluded.last_seen, "url": insert.excluded.url},
         )
+        # A counted write first inserts the rows that are not there (the unique index decides, so the
+        # item is new for exactly one of two writers storing it at once) and learns which it inserted.
+        self._insert_new = insert.on_conflict_do_nothing(index_elements=[StoredItem.fingerprint]).returning(
+            StoredItem.fingerprint
+        )
         # PostgreSQL: the stored rows of a write read with one array parameter, one statement whatever
-        # their number (an IN list is a new statement, prepared again, for every number of rows).
+        # their number (an IN list is a new statement, prepared again, for every number of rows), and
+        # locked (in fingerprint order) until the write commits: a writer storing the same item at once
+        # reads it after this one's fields, so that one change counts as one update. (SQLite: the
+        # write's INSERT took the database's write lock already.)
         self._stored_any = select(StoredItem.fingerprint, StoredItem.data).where(
             StoredItem.fingerprint == any_(bindparam("fingerprints", type_=postgresql.ARRAY(String)))
-        ) if sql.array_params else None
+        ).order_by(StoredItem.fingerprint).with_for_update() if sql.array_params else None
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLSink:
@@ -156,7 +164,10 @@ class SQLSink(SinkBase):
     ) -> None:
         """:meth:`upsert_groups` without the counts, in the caller's transaction on ``conn`` (a
         connection of :attr:`engine`): one statement, no read -- for writes whose counts nobody uses
-        (a detail page's item, stored with its settle)."""
+        (a detail page's item, stored with its settle: its row is there, its listing page stored it).
+        Its rows are locked in fingerprint order as a counted write's are, existing rows first and
+        then the new ones: a write here that *inserts* items a counted write inserts at the same time
+        could meet it in a deadlock (one of the two fails as an outage and is tried again)."""
         if seen_at.tzinfo is None:
             raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
         rows = [_row(item.fingerprint.hex(), item, website_id, target_id, seen_at)
@@ -169,12 +180,29 @@ class SQLSink(SinkBase):
         self, conn: AsyncConnection, batch: list[tuple[int, str, Item, int, int | None]], new: list[int],
         updated: list[int], seen_at: datetime,
     ) -> None:
-        """In ``conn``'s transaction: ``batch``'s rows upserted, their counts added to ``new`` and ``updated``."""
-        stored = await self._stored(conn, list({r[1] for r in batch}))
+        """In ``conn``'s transaction: ``batch``'s rows upserted, their counts added to ``new`` and ``updated``.
+        The rows not there are inserted first (new: exactly one writer inserts a row); the others are
+        read under their lock, and their fields merged over the stored ones (updated when that changes
+        them) -- counts that stay exact with other writers storing the same items at once."""
+        inserted = {fp for (fp,) in await conn.execute(
+            self._insert_new, [_row(fp, item, website_id, target_id, seen_at) for _, fp, item, website_id, target_id
+                               in batch])}
+        if len(inserted) == len(batch):  # every row new (no fingerprint twice): nothing more to write
+            for g, *_ in batch:
+                new[g] += 1
+            return
+        there = sorted({fp for _, fp, *_ in batch if fp not in inserted})
+        stored = await self._stored(conn, there) if there else {}
+        firsts: set[str] = set()  # a fingerprint met again in the batch: its first is the one inserted
         values = []
         for g, fp, item, website_id, target_id in batch:
+            if fp in inserted and fp not in firsts:
+                firsts.add(fp)
+                new[g] += 1
+                stored[fp] = dict(item.fields)
+                continue
             old = stored.get(fp)
-            if old is None:
+            if old is None:  # there at the insert, gone since (removed meanwhile): stored anew
                 new[g] += 1
                 stored[fp] = dict(item.fields)
             else:
