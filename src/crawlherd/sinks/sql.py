@@ -165,9 +165,9 @@ class SQLSink(SinkBase):
         """:meth:`upsert_groups` without the counts, in the caller's transaction on ``conn`` (a
         connection of :attr:`engine`): one statement, no read -- for writes whose counts nobody uses
         (a detail page's item, stored with its settle: its row is there, its listing page stored it).
-        Its rows are locked in fingerprint order as a counted write's are, existing rows first and
-        then the new ones: a write here that *inserts* items a counted write inserts at the same time
-        could meet it in a deadlock (one of the two fails as an outage and is tried again)."""
+        Its rows are locked in fingerprint order; a counted write's, those it inserts and then those
+        that were there, each in that order: a write here that *inserts* items a counted write inserts
+        at the same time could meet it in a deadlock (one of the two fails as an outage, tried again)."""
         if seen_at.tzinfo is None:
             raise ValueError(f"seen_at must be timezone-aware, got {seen_at!r}")
         rows = [_row(item.fingerprint.hex(), item, website_id, target_id, seen_at)
