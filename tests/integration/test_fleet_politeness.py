@@ -201,11 +201,12 @@ async def test_three_workers_keep_the_crawl_delay_of_robots_txt_over_the_website
     """robots.txt asks ``Crawl-delay: 1``, the website's ``min_delay`` is 0.2 s and it obeys robots.txt:
     three workers sharing the frontier, a job each, keep 1 s between any two of their requests to the
     host at the server -- the listing pages, which learn the Crawl-delay, and the detail pages they queue
-    (each listing page once set the host's delay back to min_delay as it queued its detail pages)."""
+    (each listing page once set the host's delay back to min_delay as it queued its detail pages). Its
+    ``max_concurrency`` of 3 lets the workers' pages be in flight together: only the delay spaces them."""
     keywords = ["k0", "k1", "k2"]
     with BusyBoard(robots_txt="User-agent: *\nCrawl-delay: 1\n") as server:
         base = server.urls[0]
-        site = board_site("slow", base, pages=1, min_delay=0.2, max_concurrency=1, robots="obey")
+        site = board_site("slow", base, pages=1, min_delay=0.2, max_concurrency=3, robots="obey")
         expected = {f"/jobs/{w}-1-{i}" for w in keywords for i in range(CARDS)}
         await crawl_with_workers(engine, tmp_path, redis_url, unique_name, server, site, keywords, expected, 3)
         stamps = sorted((s for s in server.stamps if s.path != "/robots.txt"), key=lambda s: s.at)
