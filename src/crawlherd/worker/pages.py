@@ -33,7 +33,7 @@ from crawlherd._resilience import Batcher, Retrier, Stopped
 from crawlherd.crawler import Crawler, CrawlerRunConfig
 from crawlherd.crawler.concurrency import MemoryAdaptiveDispatcher, RateLimiter, SemaphoreDispatcher
 from crawlherd.crawler.concurrency.base import Dispatcher
-from crawlherd.errors import BackendUnavailableError, JobError, RetryLater
+from crawlherd.errors import BackendUnavailableError, FetchError, JobError, RetryLater
 from crawlherd.extract.handlers import run_extractor
 from crawlherd.extract.rules import Page
 from crawlherd.extract.selectors import call_for_page
@@ -314,15 +314,22 @@ class PagePipeline:
 
     async def _politeness(self, site: SiteSpec, host: str, url: str, *, raise_only: bool = False) -> None:
         """The website's politeness as the frontier's policy for ``host`` (``url``: a page of it): its
-        ``min_delay``, or robots.txt's Crawl-delay when the website obeys robots.txt and that is longer
-        and known here already. ``raise_only``: set it only when the Crawl-delay raises it (a listing page
-        just fetched: robots.txt was read for it). The policy is the fleet's (a shared frontier): setting
-        the website's delay without the Crawl-delay known would lower the host's delay for every worker."""
+        ``min_delay``, or robots.txt's Crawl-delay when the website obeys robots.txt and that is longer.
+        The policy is the fleet's (a shared frontier): set without the Crawl-delay, it would lower the
+        host's delay for every worker -- so robots.txt is read first (from this process's cache, the one
+        the other workers share, or fetched). ``raise_only``: set it only when the Crawl-delay raises it
+        (a listing page just fetched, robots.txt read for it)."""
         assert self.frontier is not None
         delay = site.politeness.min_delay
         if site.politeness.robots == "obey":
-            crawler = self._browser if site.requires_playwright else self._http  # none started: nothing read
-            robots_delay = None if crawler is None else crawler.robots.crawl_delay(url)
+            # the crawler that fetched the page (raise_only), else one that is open: a browser is not
+            # started for this
+            crawler = (self._browser if site.requires_playwright else None) or self._http
+            assert crawler is not None
+            if not raise_only:
+                with contextlib.suppress(FetchError):  # unreadable: the page's own fetch says why
+                    await crawler.robots.load(url)
+            robots_delay = crawler.robots.crawl_delay(url)
             if robots_delay and robots_delay > delay:
                 delay = robots_delay
             elif raise_only:
