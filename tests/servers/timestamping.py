@@ -136,9 +136,12 @@ class TimestampingServer:
                     response = self._response(path)
                     if self.hold:
                         time.sleep(self.hold)
+                    # the span ends as the answer goes out: a client cannot have it sooner, and a clock read
+                    # after sendall() may come late (this thread descheduled meanwhile on a busy machine)
+                    end = time.time()
                     conn.sendall(response)
                     with self._lock:
-                        self.spans.append(Span(stamp, time.time(), path))
+                        self.spans.append(Span(stamp, end, path))
         except OSError:
             return
 
