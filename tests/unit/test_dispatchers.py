@@ -8,14 +8,14 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from crawlherd.clock import FakeClock
 from crawlherd.crawler.concurrency import CrawlerMonitor, MemoryAdaptiveDispatcher, SemaphoreDispatcher, SystemMemory
 from crawlherd.crawler.concurrency import base as concurrency_base
-from crawlherd.errors import ConfigurationError, MemoryPressureError
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, MemoryPressureError
 from crawlherd.frontier import Frontier, open_scheduler
 from crawlherd.request import Request
 from crawlherd.result import CrawlResult
@@ -371,3 +371,70 @@ def _render_text(monitor: CrawlerMonitor, reader: SystemMemory) -> str:
     console = Console(record=True, width=120)
     console.print(monitor.render())
     return console.export_text()
+
+
+class Unwritable:
+    """A frontier (the memory one) whose settles and put-backs fail as a full disk's would while
+    ``down``: the rest is the real frontier's."""
+
+    def __init__(self, frontier: Frontier) -> None:
+        self.frontier = frontier
+        self.down = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.frontier, name)
+
+    def _check(self) -> None:
+        if self.down:
+            raise BackendUnavailableError("frontier: the disk is full", role="frontier")
+
+    async def ack(self, lease: Any) -> None:
+        self._check()
+        await self.frontier.ack(lease)
+
+    async def fail(self, lease: Any, reason: str) -> None:
+        self._check()
+        await self.frontier.fail(lease, reason)
+
+    async def retry(self, lease: Any, delay: float = 0.0) -> None:
+        self._check()
+        await self.frontier.retry(lease, delay)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SemaphoreDispatcher(2), lambda: MemoryAdaptiveDispatcher(max_session_permit=2, memory_reader=Reading(50)),
+])
+async def test_leases_held_when_the_frontier_failed_are_put_back_by_the_next_run(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frontier fails mid-run (an ack meets a full disk): the run ends with the outage, and the page
+    in flight it cancels cannot be put back either. Both leases are kept and put back by the dispatcher's
+    next run -- not left out until they expire (300 s here, on a clock that does not move)."""
+    monkeypatch.setattr(concurrency_base, "_GIVE_BACK_BOUND", 0.2)
+    urls = URLS[:3]
+    frontier = Unwritable(open_scheduler("memory://", clock=FakeClock(), lease_timeout=300, max_in_flight=10))
+    await frontier.enqueue_requests([Request(u) for u in urls])
+    dispatcher = make()
+    work = Work()
+    results: list[CrawlResult] = []
+    runner = asyncio.create_task(collect(dispatcher.run(cast(Frontier, frontier), work), results))
+    await spin()
+    assert sorted(work.started) == sorted(urls[:2])
+    frontier.down = True
+    work.gate(urls[0]).set()  # fetched; its ack fails
+    with pytest.raises(BackendUnavailableError, match="disk is full"):
+        await runner
+    assert urls[1] in work.cancelled and results == []  # (and the third, leased meanwhile by one of them)
+    assert (await frontier.stats()).in_flight == 1 + len(work.cancelled)
+    # still down: the next run says so, and keeps them (the guard: without them it waits for leases
+    # that never expire)
+    with pytest.raises(BackendUnavailableError):
+        async with asyncio.timeout(10):
+            await collect(dispatcher.run(cast(Frontier, frontier), work), results)
+    frontier.down = False
+    work.gated = False
+    async with asyncio.timeout(10):
+        await collect(dispatcher.run(cast(Frontier, frontier), work), results)
+    assert sorted(r.url for r in results) == sorted(urls)
+    stats = await frontier.stats()
+    assert stats.in_flight == 0 and stats.acked == 3 and await frontier.idle()

@@ -230,6 +230,31 @@ async def test_the_leases_of_one_turn_share_a_transaction_and_a_cancelled_caller
         assert urls == {f"http://a.test/{i}" for i in range(3)}
 
 
+async def test_a_cancelled_callers_lease_the_file_cannot_take_back_goes_back_once_it_can(tmp_path: Path) -> None:
+    """The lease a cancelled caller leaves is put back with back-off while the file takes no write (here
+    ``PRAGMA query_only``, as a full disk), not once and then left to ``lease_timeout``."""
+    async with open_scheduler(url_of(tmp_path / "f.db"), max_in_flight=10) as f:
+        assert isinstance(f, SQLiteFrontier)
+        await f.enqueue_requests(Request(f"http://a.test/{i}") for i in range(2))
+        callers = [asyncio.create_task(f.next_request()) for _ in range(2)]
+        await asyncio.sleep(0)
+        f._lease_turn()  # both leases made, neither caller resumed yet
+        f._open().execute("PRAGMA query_only = ON")
+        callers[1].cancel()
+        first = await callers[0]
+        with pytest.raises(asyncio.CancelledError):
+            await callers[1]
+        await asyncio.sleep(0.3)  # a few tries of the give-back, each refused
+        assert first is not None and (await f.stats()).in_flight == 2
+        f._open().execute("PRAGMA query_only = OFF")
+        assert f._givebacks  # still trying
+        async with asyncio.timeout(10):  # the next try takes it (within 2 s: its back-off's cap)
+            await asyncio.wait(set(f._givebacks))
+        assert (await f.stats()).in_flight == 1
+        second = await f.next_request()
+        assert second is not None and {first.request.url, second.request.url} == {"http://a.test/0", "http://a.test/1"}
+
+
 def _cap_the_file(f: SQLiteFrontier, extra_pages: int) -> None:
     """SQLite's own limit on the file's size (``PRAGMA max_page_count``, on the frontier's connection):
     a write that needs more than ``extra_pages`` new pages fails with SQLITE_FULL, as on a full disk."""

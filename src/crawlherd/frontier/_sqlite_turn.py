@@ -157,8 +157,18 @@ class TurnWrites(WaitingMixin):
             f.set_result(lease)
 
     async def _give_back(self, lease: Lease) -> None:
-        with contextlib.suppress(Exception):
-            await self.retry(lease, 0.0)
+        """Put back a lease whose caller has gone. The file unwritable (a full disk): tried again with
+        back-off until it is written or the frontier closes -- else the page would wait out its lease."""
+        pause = 0.1
+        while not self._closed:
+            try:
+                await self.retry(lease, 0.0)
+                return
+            except BackendUnavailableError:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+            except Exception:  # noqa: BLE001 - settled or expired meanwhile: nothing to put back
+                return
 
     # -- the turn ----------------------------------------------------------------------------------
 

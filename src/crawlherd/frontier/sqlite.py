@@ -429,6 +429,8 @@ class SQLiteFrontier(TurnWrites):
     async def close(self) -> None:
         if not self._begin_close():
             return
+        for task in self._givebacks:  # still failing to put a lease back: it expires in the file
+            task.cancel()
         db = self._db
         if db is not None:
             try:

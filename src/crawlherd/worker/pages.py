@@ -222,6 +222,8 @@ class PagePipeline:
         assert self.frontier is not None
         frontier = self.frontier
         limiter = RateLimiter(base_delay=(0.0, 0.0), decay=0.5)  # 429 back-off; spacing is the frontier's
+        # one dispatcher for every run: what a run could not put back (the frontier unavailable), the next does
+        dispatcher = self._dispatcher(limiter)
         attempts = self.retrier.attempts("frontier", stop=stop)
         stopping = asyncio.ensure_future(stop.wait())
         self._stop = stop
@@ -231,7 +233,7 @@ class PagePipeline:
                     if attempts.failures:  # still down? (the frontier answers, or this raises the same)
                         await frontier.idle()
                         attempts.succeeded()
-                    await self._run_pages(frontier, limiter, stopping)
+                    await self._run_pages(frontier, dispatcher, stopping)
                 except Stopped:
                     return
                 except Exception as exc:  # the frontier went away: wait, go on
@@ -251,10 +253,10 @@ class PagePipeline:
             self._stop = None
             stopping.cancel()
 
-    async def _run_pages(self, frontier: Frontier, limiter: RateLimiter, stopping: asyncio.Future[Any]) -> None:
+    async def _run_pages(self, frontier: Frontier, dispatcher: Dispatcher, stopping: asyncio.Future[Any]) -> None:
         """One run of the engine's dispatcher over the frontier, until it has nothing more or ``stopping``
         is done (then what is in flight is cancelled and its leases go back)."""
-        results = self._dispatcher(limiter).run(frontier, self._page)
+        results = dispatcher.run(frontier, self._page)
         try:
             async for result in until_done(results, stopping):
                 if not result.success:

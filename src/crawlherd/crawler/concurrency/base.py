@@ -11,7 +11,10 @@ rate-limited answer is re-fetched up to ``max_retries`` times (the frontier hold
 blocks the host for the back-off); with a :class:`CrawlerMonitor` attached, every step is counted.
 
 Closing the iterator :meth:`Dispatcher.run` returns cancels the work in flight; the leases of that
-work are put back into the frontier.
+work are put back into the frontier. A lease that cannot be put back, or settled, because the frontier
+is unavailable (down, its disk full) is kept by the dispatcher and put back by its next run on that
+frontier, before that run leases anything: an outage in the middle of a run does not leave pages out
+until their leases expire.
 """
 
 from __future__ import annotations
@@ -145,6 +148,36 @@ class BaseDispatcher:
         self.crawler: Any = None
         self._memory = monitor.memory if monitor is not None else ProcessMemory()
 
+    #: Leases of ``_unreturned_to`` that could not be put back or settled (the frontier unavailable):
+    #: put back by the next :meth:`run` on that frontier. Class defaults: a crawl4ai-style subclass may
+    #: not call ``__init__``.
+    _unreturned: tuple[Lease, ...] = ()
+    _unreturned_to: Frontier | None = None
+
+    def _keep_unreturned(self, frontier: Frontier, lease: Lease) -> None:
+        if self._unreturned_to is not frontier:  # a new frontier: the old one's leases expire there
+            self._unreturned, self._unreturned_to = (), frontier
+        self._unreturned += (lease,)
+
+    async def _put_back_unreturned(self, frontier: Frontier) -> None:
+        """Put back the leases an earlier run on ``frontier`` could not (see the module docstring); the
+        frontier still unavailable: its error, the leases kept for the next run."""
+        leases = self._unreturned
+        if self._unreturned_to is not frontier:
+            self._unreturned, self._unreturned_to = (), frontier
+            return
+        for i, lease in enumerate(leases):
+            try:
+                await frontier.retry(lease, 0.0)
+            except LeaseError:  # expired meanwhile, or settled after all: nothing to put back
+                pass
+            except BaseException:
+                self._unreturned = leases[i:]
+                raise
+        if leases:
+            self._unreturned = ()
+            log.info("put back %d lease(s) held when the frontier became unavailable", len(leases))
+
     async def run_urls(self, urls: Iterable[str], crawler: Any, config: Any = None) -> list[CrawlResult]:
         """crawl4ai's entry point: ``crawler.arun_many(urls, dispatcher=self, config=config)``, as a
         list. A crawl4ai-style subclass overrides it to run the URLs itself."""
@@ -155,6 +188,8 @@ class BaseDispatcher:
     async def run(
         self, frontier: Frontier, process: ProcessFn, *, clock: Clock | None = None, rate_limit_at_send: bool = False
     ) -> AsyncIterator[CrawlResult]:
+        if self._unreturned:
+            await self._put_back_unreturned(frontier)
         state = _RunState(frontier, process, clock or SystemClock(), not rate_limit_at_send)
         channel = _Channel()
         monitor = self.monitor
@@ -207,10 +242,12 @@ class BaseDispatcher:
     async def _give_back(self, state: _RunState, lease: Lease) -> None:
         """Put a lease whose work was cancelled back into the frontier (best effort, bounded: tried again
         for a few seconds, so that the stale connections a frontier that just came back leaves behind do
-        not keep the page out until its lease runs out)."""
+        not keep the page out until its lease runs out). Not put back: kept for the next run."""
         with contextlib.suppress(Exception, asyncio.CancelledError):
             async with asyncio.timeout(_GIVE_BACK_BOUND):
                 await self._put_back(state, lease, 0.0, patience=_GIVE_BACK_BOUND)
+            return
+        self._keep_unreturned(state.frontier, lease)
 
     @staticmethod
     async def _put_back(state: _RunState, lease: Lease, delay: float, *, patience: float) -> None:

@@ -30,7 +30,7 @@ from crawlherd._aio import cancel_and_wait
 from crawlherd.clock import Clock
 from crawlherd.crawler.concurrency.base import BaseDispatcher, _RunState
 from crawlherd.crawler.concurrency.memory_usage import SystemMemory
-from crawlherd.errors import ConfigurationError, MemoryPressureError
+from crawlherd.errors import BackendUnavailableError, ConfigurationError, MemoryPressureError
 from crawlherd.frontier.base import Lease
 
 if TYPE_CHECKING:
@@ -239,6 +239,8 @@ class MemoryAdaptiveDispatcher(BaseDispatcher):
         self._release(task)
         exc = task.exception()
         if exc is not None:
+            if isinstance(exc, BackendUnavailableError):  # not settled, nor put back: the next run puts it back
+                self._keep_unreturned(state.frontier, lease)
             emit(exc)
             return
         result = task.result()

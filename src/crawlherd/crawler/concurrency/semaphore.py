@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from crawlherd.crawler.concurrency.base import BaseDispatcher, _RunState
-from crawlherd.errors import ConfigurationError
+from crawlherd.errors import BackendUnavailableError, ConfigurationError
 
 if TYPE_CHECKING:
     from crawlherd.crawler.concurrency.monitor import CrawlerMonitor
@@ -53,6 +53,9 @@ class SemaphoreDispatcher(BaseDispatcher):
                 result = await handle(state, lease)
             except asyncio.CancelledError:
                 await self._give_back(state, lease)
+                raise
+            except BackendUnavailableError:  # not settled, nor put back: the next run puts it back
+                self._keep_unreturned(state.frontier, lease)
                 raise
             if result is not None:
                 emit(result)
