@@ -266,17 +266,18 @@ class RobotsCache:
         kept = await _shared_or_claim(shared, origin)
         if kept is not None:
             return self._parsed(origin, *kept, now)
-        read: list[bool] = []
         try:
-            return await self._fetch(origin, shared, now, read)
-        finally:
-            if not read:  # nothing to share: the processes waiting for it fetch it themselves now
-                await _ask(shared.release_robots_txt(origin), origin)
+            entry = await self._fetch(origin, shared, now)
+        except BaseException:
+            await _ask(shared.release_robots_txt(origin), origin)
+            raise
+        if entry.status is None or entry.problem is not None:  # not read, so not shared: the processes
+            await _ask(shared.release_robots_txt(origin), origin)  # waiting for it fetch it themselves now
+        return entry
 
-    async def _fetch(self, origin: str, shared: SharedRobots | None, now: float, read: list[bool] | None = None
-                     ) -> _Entry:
-        """Fetch ``origin``'s robots.txt; one that was read (a 2xx or 4xx answer) is shared, and ``read``
-        told so."""
+    async def _fetch(self, origin: str, shared: SharedRobots | None, now: float) -> _Entry:
+        """Fetch ``origin``'s robots.txt; one that was read (a 2xx or 4xx answer: an entry with a status
+        and no problem) is shared."""
         robots_url = origin + "/robots.txt"
         self.fetches += 1
         try:
@@ -294,8 +295,6 @@ class RobotsCache:
         text = "" if response.status >= 400 else response.text[:MAX_ROBOTS_CHARS]
         if shared is not None:
             await _ask(shared.share_robots_txt(origin, response.status, text, self._ttl), origin)
-            if read is not None:
-                read.append(True)
         return self._parsed(origin, response.status, text, now)
 
     def _parsed(self, origin: str, status: int, text: str, now: float) -> _Entry:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crawlherd import _json
+from crawlherd._resilience import backoff_delay
 from crawlherd.errors import BackendUnavailableError, LeaseError
 from crawlherd.frontier._index import Held, HostIndex
 from crawlherd.frontier._sqlite_file import signed
@@ -159,14 +160,14 @@ class TurnWrites(WaitingMixin):
     async def _give_back(self, lease: Lease) -> None:
         """Put back a lease whose caller has gone. The file unwritable (a full disk): tried again with
         back-off until it is written or the frontier closes -- else the page would wait out its lease."""
-        pause = 0.1
+        failures = 0
         while not self._closed:
             try:
                 await self.retry(lease, 0.0)
                 return
             except BackendUnavailableError:
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 2.0)
+                failures += 1
+                await asyncio.sleep(backoff_delay(failures, base=0.1, cap=2.0))
             except Exception:  # noqa: BLE001 - settled or expired meanwhile: nothing to put back
                 return
 
