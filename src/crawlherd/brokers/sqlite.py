@@ -45,7 +45,7 @@ from crawlherd.brokers._common import (
 )
 from crawlherd.brokers.base import Broker, DeadLetter, Delivery
 from crawlherd.clock import Clock, SystemClock
-from crawlherd.errors import BrokerError, ConfigurationError, PublishError
+from crawlherd.errors import BrokerError, ConfigurationError, PublishError, disk_full, is_disk_full
 
 __all__ = ["SQLiteBroker", "SQLiteBrokerOptions"]
 
@@ -118,7 +118,9 @@ def _driver_errors(broker: SQLiteBroker, *, publishing: bool = False, doing: str
     except sqlite3.OperationalError as exc:
         if publishing:
             raise PublishError(f"{broker!r}: not published: {exc}") from exc
-        raise unavailable(f"{broker!r}: {doing}{exc}", backend="sqlite") from exc
+        what = f"sqlite broker {broker.path}"  # the file's disk full: said as every SQLite store says it
+        raise unavailable(disk_full(what, exc) if is_disk_full(exc) else f"{broker!r}: {doing}{exc}",
+                          backend="sqlite") from exc
     except sqlite3.Error as exc:
         raise (PublishError if publishing else BrokerError)(f"{broker!r}: {doing}{exc}") from exc
 
