@@ -1,39 +1,45 @@
 -- ACK (after prelude.lua). ARGV[5] mode: 'ack' | 'fail'; [6] the tokens, separated by spaces. Returns the
 -- tokens that were not valid leases.
 local MODE = ARGV[5]
-local tokens, ids, infos, sers = leases_in_arg(6)
-local bad, done, perhost, hosts, settled, robots_done = {}, {}, {}, {}, {}, {}
+local tokens, sers, lhosts = leases_in_arg(6)
+local bad, done, done_hosts, perhost, hosts, settled = {}, {}, {}, {}, {}, {}
 local byser, calls = {}, {}
 for i, token in ipairs(tokens) do
-  local info = infos[i]
-  local tok, host
-  if info then tok, host = string.match(info, '^([^\t]*)\t%-?%d+\t([^\t]*)\t') end
-  if info and tok == token and not settled[ids[i]] then
-    settled[ids[i]] = true  -- the same token twice in one call is settled once
-    done[#done + 1] = ids[i]
+  local host = lhosts[i]
+  if host and not settled[token] then
+    settled[token] = true  -- the same token twice in one call is settled once
+    done[#done + 1] = token
+    done_hosts[#done] = host
     local ser = sers[i]
-    if not byser[ser] then
-      byser[ser] = {}
+    local g = byser[ser]
+    if not g then
+      g = {}
+      byser[ser] = g
       calls[#calls + 1] = ser
     end
-    local g = byser[ser]
-    g[#g + 1] = ids[i]
-    if not perhost[host] then
-      perhost[host] = 0
+    g[#g + 1] = token
+    local k = perhost[host]
+    if not k then
+      k = 0
       hosts[#hosts + 1] = host
     end
-    perhost[host] = perhost[host] + 1
-    if robots_settled(host, ids[i]) then robots_done[#robots_done + 1] = host end
+    perhost[host] = k + 1
   else
     bad[#bad + 1] = token
   end
 end
 if #done > 0 then
-  for _, ser in ipairs(calls) do
-    bulk('HDEL', lease_key(ser), byser[ser])
-    leases_ended(ser, byser[ser])
+  for _, ser in ipairs(calls) do leases_ended(ser, byser[ser]) end
+  local robots_done = {}  -- hosts whose robots request this was: not pending any more
+  for j, token in ipairs(done) do
+    local host = done_hosts[j]
+    if robots_of(host) and robots_settled(host, token_parts(token)) then robots_done[#robots_done + 1] = host end
   end
-  if redis.call('EXISTS', K_ATT) == 1 then bulk('HDEL', K_ATT, done) end
+  if redis.call('EXISTS', K_ATT) == 1 then
+    local ids = {}
+    for j, token in ipairs(done) do ids[j] = token_parts(token) end
+    bulk('HDEL', K_ATT, ids)
+  end
   local states = hmget(K_H, hosts)
   local gone, keep = {}, {}
   for i, host in ipairs(hosts) do

@@ -12,7 +12,7 @@
 local MAX = tonumber(ARGV[5])
 local DF = ARGV[6]
 local ALLOW = ARGV[7] == 'allow'
-local K_BLOOM = P..':bloom'
+local K_BLOOM, K_DF = P..':bloom', P..':df:'
 
 local function bloom_layers()
   local n = tonumber(redis.call('HGET', K_BLOOM, 'n'))
@@ -62,7 +62,7 @@ end
 -- 1 new, 0 seen, or nil + message when the filter cannot be used (e.g. a foreign key in its place).
 local function seen_add(a, b)
   if DF == 'exact' then
-    local r = redis.pcall('SADD', P..':df:'..a, b)
+    local r = redis.pcall('SADD', K_DF..a, b)
     if type(r) == 'table' and r.err then return nil, r.err end
     return r
   end
@@ -73,7 +73,7 @@ end
 
 local function seen_has(a, b)
   if DF == 'exact' then
-    local r = redis.pcall('SISMEMBER', P..':df:'..a, b)
+    local r = redis.pcall('SISMEMBER', K_DF..a, b)
     if type(r) == 'table' and r.err then return nil, r.err end
     return r == 1
   end
@@ -98,15 +98,27 @@ if GIVEN then
 else
   base = redis.call('INCRBY', K_SEQ, nitems) - nitems
 end
-local batch = redis.call('INCR', P..':bseq')
+local batch = istr(redis.call('INCR', P..':bseq'))
 local flags = {}
 local delayed, byhost, hostmin, hosts = {}, {}, {}, {}
-for item in string.gmatch(ITEMS, '[^\n]+') do
-  local a, b, nb, prio, sq, host, body = string.match(item, '^(%d+) (%d+) (%S+) (%-?%d+) (%S+) (%S+) (.*)$')
+-- each line: its fields read by one pattern anchored at the line's start, the body cut out after them
+-- (a pattern run over the whole line, the body included, cost more than the rest of the loop)
+local find, match, sub, format = string.find, string.match, string.sub, string.format
+local pos, len = 1, #ITEMS
+while pos <= len do
+  local nl = find(ITEMS, '\n', pos, true) or len + 1
+  while nl == pos do  -- an empty line
+    pos = pos + 1
+    nl = find(ITEMS, '\n', pos, true) or len + 1
+  end
+  if pos > len then break end
+  local a, b, nb, prio, sq, host, at = match(ITEMS, '^(%d+) (%d+) (%S+) (%-?%d+) (%S+) (%S+) ()', pos)
   prio = tonumber(prio)
-  if not prio then
+  if not prio or at > nl then
     return redis.error_reply('malformed enqueue argument '..(processed + 1))
   end
+  local body = sub(ITEMS, at, nl - 1)
+  pos = nl + 1
   local go, flag = true, '0'
   if MAX >= 0 and queued >= MAX then
     local seen, err = seen_has(a, b)
@@ -137,12 +149,13 @@ for item in string.gmatch(ITEMS, '[^\n]+') do
       queued = queued + 1
       n_new = n_new + 1
       flag = '1'
+      local ids = format('%d', id)
       if nb ~= '-' and tonumber(nb) > NOW then
         delayed[#delayed + 1] = tonumber(nb)
-        delayed[#delayed + 1] = prio..'\t'..host..'\t'..id..'\t'..batch..'\t'..body
+        delayed[#delayed + 1] = prio..'\t'..host..'\t'..ids..'\t'..batch..'\t'..body
       else
         -- as gq holds it (most go there): one copy of the body, not two
-        local member = host..'\t'..id..'\t'..batch..'\t'..body
+        local member = host..'\t'..ids..'\t'..batch..'\t'..body
         local q = byhost[host]
         local score = -prio * SHIFT + id
         if not q then

@@ -39,11 +39,12 @@ end
 local serial = redis.call('INCR', P..':lseq')
 -- The leases, in the order picked (best first): the reply is in priority order, FIFO among equals.
 local MID = ':'..serial..'.'
-local leases, ids, batches, bad_got = {}, {}, {}, {}
-local n, nl, o = 0, 0, 1
+-- leases: the live leases (token, host), lines: the pieces of the call's lines (see prelude.lua), joined once
+local leases, lines, ids, batches, bad_got = {}, {}, {}, {}, {}
+local n, nl, nb, o = 0, 0, 0, 1
 for _, c in ipairs(chosen) do
   local i, r = c[2], c[3]
-  local host, hm, score  -- hm: "<host>\t<member>", the lease record's end and the reply's member
+  local host, hm, score  -- hm: "<host>\t<member>", the lease line's end and the reply's member
   if i == 0 then
     host, hm, score = G_H[r], G_M[r], G_SS[r]
   else
@@ -58,10 +59,12 @@ for _, c in ipairs(chosen) do
   if id then
     batches[b] = (batches[b] or 0) + 1
     n = n + 1
-    local token = id..MID..n..AT
-    leases[nl + 1] = id
-    leases[nl + 2] = token..'\t'..(-math.floor(c[1] / SHIFT))..'\t'..hm  -- token, prio, host, member
+    local token = id..MID..istr(n)..AT
+    leases[nl + 1], leases[nl + 2] = token, host
     nl = nl + 2
+    lines[nb + 1], lines[nb + 2], lines[nb + 3], lines[nb + 4], lines[nb + 5], lines[nb + 6] =
+      '\n', token, '\t', score, '\t', hm
+    nb = nb + 6
     ids[n] = id
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = token, hm, 1, score
     o = o + 4
@@ -122,8 +125,10 @@ for _, host in ipairs(replace) do schedule(host) end
 redis.call('HINCRBY', K_C, 'queued', -n_taken)
 batches_done(batches)
 if n > 0 then
-  -- one record and one expiry entry for the call's leases (see the key layout)
+  -- the call's leases, their lines and one expiry entry (see the key layout)
+  leases[nl + 1], leases[nl + 2] = PIN_FIELD, PIN
   bulk('HSET', lease_key(serial), leases)
+  redis.call('SET', lease_lines(serial), table.concat(lines))
   redis.call('ZADD', K_LEXP, EXPIRES, serial)
   redis.call('HINCRBY', K_C, 'out', n)
   if redis.call('EXISTS', K_ATT) == 1 then

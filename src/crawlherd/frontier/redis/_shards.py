@@ -1,10 +1,10 @@
 """Where the Redis frontier's keys live: its **shards**.
 
-A shard is one complete frontier of layout 4 (the keys listed at the top of
+A shard is one complete frontier of layout 5 (the keys listed at the top of
 ``frontier/lua/prelude.lua``: the loose requests ``gq``, per-host queues ``q:<host>``, the ``ready`` and
-``timers`` host indexes, ``delayed``, the leases ``l:<call>``/``lexp``/``ldet``/``att``, host states ``h``, policies
-``pdelay``/``pcap``, counters ``c``, ``cfg``, the duplicate filter ``df:<n>`` or ``bloom``, ``bad``,
-serials) under a key prefix ``KP``; every script runs on one shard and touches only its keys. A host belongs
+``timers`` host indexes, ``delayed``, the leases ``l:<call>``/``lb:<call>``/``lexp``/``ldet``/``att``, host
+states ``h``, policies ``pdelay``/``pcap``, counters ``c``, ``cfg``, the duplicate filter ``df:<n>`` or ``bloom``,
+``bad``, serials) under a key prefix ``KP``; every script runs on one shard and touches only its keys. A host belongs
 to exactly one shard (``crc32(host) % shards``), and so do its requests, its politeness state and the
 fingerprints of its requests (a fingerprint's URL names its host): dedup with enqueue, politeness and leases
 stay one atomic script per shard. The frontier's code is the same for one shard and for many; what differs

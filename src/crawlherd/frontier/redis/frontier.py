@@ -36,7 +36,7 @@ __all__ = ["RedisFrontier"]
 log = logging.getLogger("crawlherd.frontier.redis")
 _SPACE = re.compile(r"\s")  # what str.isspace() is true for: a token with one is none of ours
 
-LAYOUT_VERSION = "4"
+LAYOUT_VERSION = "5"  # 4 (lease records by id) is read and moved to 5 by INIT
 _BATCH = 500
 _ENQUEUE_BATCH = 1000  # requests per ENQUEUE: a caller's batch of 1,000 is one script call, about 10 ms
 
