@@ -1,23 +1,28 @@
--- ACK (after prelude.lua). ARGV[5] mode: 'ack' | 'fail'; [6] the tokens, separated by spaces. Returns the
--- tokens that were not valid leases.
+-- ACK (after prelude.lua). ARGV[5] mode: 'ack' | 'fail'; [6] the leases, a MessagePack array of strings:
+-- the LEASE call serial and the id of each, read from its token by the client (one argument for all,
+-- decoded in C). Returns the places (1-based) of those that were not valid leases.
 local MODE = ARGV[5]
-local tokens, sers, lhosts = leases_in_arg(6)
+local ok, pairs_ = pcall(cmsgpack.unpack, ARGV[6] or '')
+if not ok or type(pairs_) ~= 'table' or #pairs_ % 2 ~= 0 then return redis.error_reply('malformed ack argument') end
+local sers, ids = {}, {}
+for k = 1, #pairs_ / 2 do sers[k], ids[k] = pairs_[2 * k - 1], pairs_[2 * k] end
+local lhosts = lease_hosts(sers, ids)
 local bad, done, done_hosts, perhost, hosts, settled = {}, {}, {}, {}, {}, {}
 local byser, calls = {}, {}
-for i, token in ipairs(tokens) do
-  local host = lhosts[i]
-  if host and not settled[token] then
-    settled[token] = true  -- the same token twice in one call is settled once
-    done[#done + 1] = token
+for i, id in ipairs(ids) do
+  local host, ser = lhosts[i], sers[i]
+  local key = ser..':'..id
+  if host and not settled[key] then
+    settled[key] = true  -- the same lease twice in one call is settled once
+    done[#done + 1] = id
     done_hosts[#done] = host
-    local ser = sers[i]
     local g = byser[ser]
     if not g then
       g = {}
       byser[ser] = g
       calls[#calls + 1] = ser
     end
-    g[#g + 1] = token
+    g[#g + 1] = id
     local k = perhost[host]
     if not k then
       k = 0
@@ -25,21 +30,17 @@ for i, token in ipairs(tokens) do
     end
     perhost[host] = k + 1
   else
-    bad[#bad + 1] = token
+    bad[#bad + 1] = i
   end
 end
 if #done > 0 then
   for _, ser in ipairs(calls) do leases_ended(ser, byser[ser]) end
   local robots_done = {}  -- hosts whose robots request this was: not pending any more
-  for j, token in ipairs(done) do
+  for j, id in ipairs(done) do
     local host = done_hosts[j]
-    if robots_of(host) and robots_settled(host, token_parts(token)) then robots_done[#robots_done + 1] = host end
+    if robots_of(host) and robots_settled(host, id) then robots_done[#robots_done + 1] = host end
   end
-  if redis.call('EXISTS', K_ATT) == 1 then
-    local ids = {}
-    for j, token in ipairs(done) do ids[j] = token_parts(token) end
-    bulk('HDEL', K_ATT, ids)
-  end
+  if redis.call('EXISTS', K_ATT) == 1 then bulk('HDEL', K_ATT, done) end
   local states = hmget(K_H, hosts)
   local gone, keep = {}, {}
   for i, host in ipairs(hosts) do

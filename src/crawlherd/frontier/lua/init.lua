@@ -18,8 +18,8 @@ if layout == '4' and ARGV[5] == '5' then
         local tok, prio, host, member = string.match(all[j + 1], '^([^\t]*)\t(%-?%d+)\t([^\t]*)\t(.*)$')
         local id = tonumber(all[j])
         if tok and id then
-          live[#live + 1], live[#live + 2] = tok, host
-          lines[#lines + 1] = '\n'..tok..'\t'..string.format('%.17g', -tonumber(prio) * SHIFT + id)..'\t'..host..
+          live[#live + 1], live[#live + 2] = all[j], host
+          lines[#lines + 1] = '\n'..all[j]..'\t'..string.format('%.17g', -tonumber(prio) * SHIFT + id)..'\t'..host..
             '\t'..member
         end
       end
@@ -29,6 +29,10 @@ if layout == '4' and ARGV[5] == '5' then
       if #lines > 0 then redis.call('SET', P..':lb:'..ser, table.concat(lines)) end
     end
   end
+  -- age batches are numbered by P:seq now (layout 4: P:bseq): past every batch number used before
+  local seq, bseq = tonumber(redis.call('GET', P..':seq') or '0'), tonumber(redis.call('GET', P..':bseq') or '0')
+  if bseq > seq then redis.call('SET', P..':seq', string.format('%d', bseq)) end
+  redis.call('DEL', P..':bseq')
   redis.call('HSET', K_CFG, 'layout', ARGV[5])
   layout = ARGV[5]
 end

@@ -1,16 +1,16 @@
 -- LEASE (after prelude.lua and pick.lua). ARGV[5] limit, [6] lease timeout, [7] liveness. Leases what
--- pick.lua picked. Returns the time the leases were made at ('%.17g'), then token, "<host>\t<member>" (as
--- gq holds it), attempt and score (its place in the queue: a sharded frontier merges the leases of its
--- shards by it) for each lease; members found unreadable are moved aside. The loose requests pick.lua
--- passed over (their host may not give them now) go to their hosts' queues, which hold them until the
--- host may give again.
+-- pick.lua picked. Returns the time the leases were made at ('%.17g'), the call's serial and the leases'
+-- deadline ('%.17g'), then id, "<host>\t<member>" (as gq holds it), attempt and score (its place in the
+-- queue: a sharded frontier merges the leases of its shards by it) for each lease: the client makes each
+-- token, "<id>:<serial>.<n>@<deadline>" (n: its place in the reply), from them. Members found unreadable are
+-- moved aside. The loose requests pick.lua passed over (their host may not give them now) go to their hosts'
+-- queues, which hold them until the host may give again.
 -- A lease ends at its deadline (lease timeout: the bound of one page), or sooner when its holder stops
 -- renewing it (RENEW, every third of the liveness bound): it expires LIVENESS after it was made or last
 -- renewed. The deadline travels in the token ('@'), for RENEW.
 local DEADLINE = NOW + tonumber(ARGV[6])
 local EXPIRES = math.min(DEADLINE, NOW + tonumber(ARGV[7]))
-local AT = '@'..fmt(DEADLINE)
-local out = {fmt(NOW)}
+local out = {fmt(NOW), 0, fmt(DEADLINE)}  -- the time, the call's serial (0: no lease) and the deadline
 -- the loose requests read: the picked and the passed over leave gq (they are its best G_USED)
 if G_USED > 0 then redis.call('ZREMRANGEBYRANK', K_GQ, 0, G_USED - 1) end
 -- passed-over loose requests to their hosts' queues (after the queues' picked requests are trimmed)
@@ -37,11 +37,11 @@ if #chosen == 0 then
   return out
 end
 local serial = redis.call('INCR', P..':lseq')
+out[2] = serial
 -- The leases, in the order picked (best first): the reply is in priority order, FIFO among equals.
-local MID = ':'..serial..'.'
--- leases: the live leases (token, host), lines: the pieces of the call's lines (see prelude.lua), joined once
+-- leases: the live leases (id, host), lines: the pieces of the call's lines (see prelude.lua), joined once
 local leases, lines, ids, batches, bad_got = {}, {}, {}, {}, {}
-local n, nl, nb, o = 0, 0, 0, 1
+local n, nl, nb, o = 0, 0, 0, 3
 for _, c in ipairs(chosen) do
   local i, r = c[2], c[3]
   local host, hm, score  -- hm: "<host>\t<member>", the lease line's end and the reply's member
@@ -59,14 +59,13 @@ for _, c in ipairs(chosen) do
   if id then
     batches[b] = (batches[b] or 0) + 1
     n = n + 1
-    local token = id..MID..istr(n)..AT
-    leases[nl + 1], leases[nl + 2] = token, host
+    leases[nl + 1], leases[nl + 2] = id, host
     nl = nl + 2
     lines[nb + 1], lines[nb + 2], lines[nb + 3], lines[nb + 4], lines[nb + 5], lines[nb + 6] =
-      '\n', token, '\t', score, '\t', hm
+      '\n', id, '\t', score, '\t', hm
     nb = nb + 6
     ids[n] = id
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = token, hm, 1, score
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, hm, 1, score
     o = o + 4
   else
     GOT[host] = GOT[host] - 1
@@ -134,7 +133,7 @@ if n > 0 then
   if redis.call('EXISTS', K_ATT) == 1 then
     local atts = hmget(K_ATT, ids)
     for j = 1, n do
-      if atts[j] then out[4 * j] = tonumber(atts[j]) + 1 end
+      if atts[j] then out[4 * j + 2] = tonumber(atts[j]) + 1 end
     end
   end
 end

@@ -20,13 +20,15 @@
 --   timers   ZSET  host scored by ready_at                    hosts with work, waiting for their delay
 --   delayed  ZSET  "<prio>\t<host>\t<member>" by not-before   requests waiting for a time
 --   age      ZSET  batch scored by its enqueued-at;  agec HASH batch -> its requests still queued
---   l:<serial> HASH token -> host   the leases out of one LEASE call (serial P:lseq), by token
---                  "<id>:<serial>.<n>@<deadline>": a settle checks its token by the field alone; and
---                  PIN_FIELD (see below), as agec: a call's hundreds of leases read and deleted by field
---   lb:<serial> STRING  what that call's leases hold: a line "\n<token>\t<score>\t<host>\t<member>" a
---                  lease, written once by LEASE, read back only when a lease is given back (RETRY, BURY) or
+--   l:<serial> HASH id -> host   the leases out of one LEASE call (serial P:lseq); a lease's token is
+--                  "<id>:<serial>.<n>@<deadline>" (n: its place in the call), made by the client from the
+--                  parts LEASE returns: a settle finds its lease by id and serial alone (a lease taken back
+--                  and leased again is in another call); and PIN_FIELD (see below), as agec: a call's
+--                  hundreds of leases read and deleted by field
+--   lb:<serial> STRING  what that call's leases hold: a line "\n<id>\t<score>\t<host>\t<member>" a lease,
+--                  written once by LEASE, read back only when a lease is given back (RETRY, BURY) or
 --                  expires; deleted with the call's last lease (layout 4 had the line as the l:<serial>
---                  field of its id: ACK read it back whole)
+--                  field of its id, with the token: ACK read it back whole)
 --   lexp     ZSET  serial scored by expires-at                lease expiry, one entry per LEASE call: the
 --                  deadline, or sooner while its holder does not renew it (RENEW); "<serial>:<id>": a lease
 --                  of that call its holder stopped renewing while it renews the others (its own expiry)
@@ -43,7 +45,9 @@
 --   bad      HASH  id -> "<reason>\t<payload>"   corrupt or foreign entries moved aside
 --   rb       HASH  host -> "q\t<score>\t<member>" | "out\t<id>"   robots-pending hosts (see below)
 --   rbseen   SET   hosts whose robots request was ever queued (enqueue_robots: once per host)
---   seq, bseq, lseq, now  STRING  request, batch and lease serials; the newest time seen
+--   seq, lseq, now  STRING  request and age batch numbers (one counter: an ENQUEUE's batch is the lowest of
+--                  its numbers, which the client took), lease serials; the newest time seen (layout 4 had a
+--                  batch counter of its own, bseq)
 --   sent:<host>, hold:<host>, out:<host>  the send clock and Retry-After hold (send.lua; expire by themselves)
 local P = ARGV[1]
 local NOW = tonumber(ARGV[2])
@@ -126,23 +130,19 @@ local function hmget(key, fields)
   return out
 end
 
--- The leases of one LEASE call (see the key layout): the live ones (token -> host) and what they hold
--- (the call's lines, "\n<token>\t<score>\t<host>\t<member>" each).
+-- The leases of one LEASE call (see the key layout): the live ones (id -> host) and what they hold (the
+-- call's lines, "\n<id>\t<score>\t<host>\t<member>" each).
 local function lease_key(serial) return P..':l:'..serial end
 local function lease_lines(serial) return P..':lb:'..serial end
 -- A lease token's id and LEASE call serial (nil: not a token).
 local function token_parts(token) return string.match(token, '^(%d+):(%d+)%.') end
 
--- The lease tokens in ARGV[i], separated by spaces (one argument for all): the tokens, their LEASE calls'
--- serials (false: not a token) and their hosts (false where the token is not a live lease). One HMGET
--- per LEASE call the tokens come from (usually one).
-local function leases_in_arg(i)
-  local tokens, sers, hosts, groups, order, n = {}, {}, {}, {}, {}, 0
-  for token in string.gmatch(ARGV[i] or '', '%S+') do
-    n = n + 1
-    tokens[n] = token
-    local ser = string.match(token, '^%d+:(%d+)%.')
-    sers[n], hosts[n] = ser or false, false
+-- The hosts of leases (ids[i] of LEASE call sers[i]; false where it is not a live lease): one HMGET per
+-- LEASE call (usually one).
+local function lease_hosts(sers, ids)
+  local hosts, groups, order = {}, {}, {}
+  for k, ser in ipairs(sers) do
+    hosts[k] = false
     if ser then
       local g = groups[ser]
       if not g then
@@ -150,56 +150,69 @@ local function leases_in_arg(i)
         groups[ser] = g
         order[#order + 1] = ser
       end
-      g[#g + 1] = n
+      g[#g + 1] = k
     end
   end
   for _, ser in ipairs(order) do
     local g, fields = groups[ser], {}
-    for j, k in ipairs(g) do fields[j] = tokens[k] end
+    for j, k in ipairs(g) do fields[j] = ids[k] end
     local got = hmget(lease_key(ser), fields)
     for j, k in ipairs(g) do hosts[k] = got[j] end
   end
-  return tokens, sers, hosts
+  return hosts
 end
 
--- Leases ended (settled, given back): the tokens of LEASE call ser, deleted from its live leases here.
--- The call's lines and expiry entry go with its last lease; a lease's own entry (see RENEW) with it.
-local function leases_ended(ser, tokens)
-  bulk('HDEL', lease_key(ser), tokens)
+-- The lease tokens in ARGV[i], separated by spaces (one argument for all): the tokens, their ids and LEASE
+-- calls' serials (false: not a token) and their hosts (false where the token is not a live lease).
+local function leases_in_arg(i)
+  local tokens, ids, sers, n = {}, {}, {}, 0
+  for token in string.gmatch(ARGV[i] or '', '%S+') do
+    n = n + 1
+    tokens[n] = token
+    local id, ser = token_parts(token)
+    ids[n], sers[n] = id or false, ser or false
+  end
+  return tokens, ids, sers, lease_hosts(sers, ids)
+end
+
+-- Leases ended (settled, given back): the ids of LEASE call ser, deleted from its live leases here. The
+-- call's lines and expiry entry go with its last lease; a lease's own entry (see RENEW) with it.
+local function leases_ended(ser, ids)
+  bulk('HDEL', lease_key(ser), ids)
   if redis.call('HLEN', lease_key(ser)) <= 1 then  -- only its pin left (see lease.lua), or nothing
     redis.call('DEL', lease_key(ser), lease_lines(ser))
     redis.call('ZREM', K_LEXP, ser)
   end
   if redis.call('EXISTS', K_LDET) == 1 then
     local own = {}
-    for j, token in ipairs(tokens) do own[j] = ser..':'..token_parts(token) end
+    for j, id in ipairs(ids) do own[j] = ser..':'..id end
     bulk('ZREM', K_LEXP, own)
     bulk('SREM', K_LDET, own)
   end
-  redis.call('HINCRBY', K_C, 'out', -#tokens)
+  redis.call('HINCRBY', K_C, 'out', -#ids)
 end
 
--- The lines of LEASE call ser held by the leases in want (their tokens): token -> {prio, host, member}.
+-- The lines of LEASE call ser held by the leases in want (their ids): id -> {prio, host, member}.
 local function lease_records(ser, want)
   local out = {}
   local lines = redis.call('GET', lease_lines(ser))
   if not lines then return out end
-  local function add(token, score, host, member)
-    out[token] = {-math.floor(tonumber(score) / SHIFT), host, member}
+  local function add(id, score, host, member)
+    out[id] = {-math.floor(tonumber(score) / SHIFT), host, member}
   end
   if #want <= 8 then
-    for _, token in ipairs(want) do
-      local _, e = string.find(lines, '\n'..token..'\t', 1, true)
+    for _, id in ipairs(want) do
+      local _, e = string.find(lines, '\n'..id..'\t', 1, true)
       if e then
         local score, host, member = string.match(lines, '^([^\t\n]*)\t([^\t\n]*)\t([^\n]*)', e + 1)
-        if member then add(token, score, host, member) end
+        if member then add(id, score, host, member) end
       end
     end
   else
     local set = {}
-    for _, token in ipairs(want) do set[token] = true end
-    for token, score, host, member in string.gmatch(lines, '\n([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\n]*)') do
-      if set[token] then add(token, score, host, member) end
+    for _, id in ipairs(want) do set[id] = true end
+    for id, score, host, member in string.gmatch(lines, '\n([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\n]*)') do
+      if set[id] then add(id, score, host, member) end
     end
   end
   return out
@@ -284,7 +297,7 @@ end
 
 -- A new age batch of n requests enqueued now; returns its number.
 local function new_batch(n)
-  local b = redis.call('INCR', P..':bseq')
+  local b = redis.call('INCR', K_SEQ)  -- (one counter for numbers and batches: ENQUEUE's batch is a number)
   redis.call('ZADD', K_AGE, NOW, b)
   redis.call('HSET', K_AGEC, b, n)
   return b
@@ -352,25 +365,25 @@ local function expire(entries)
   for _, e in ipairs(entries) do
     redis.call('ZREM', K_LEXP, e)
     local ser, one = string.match(e, '^(%d+):(%d+)$')
-    local tokens, hosts, all = {}, {}, nil
+    local ids, hosts = {}, {}
     if ser then
       redis.call('SREM', K_LDET, e)
+      local host = redis.call('HGET', lease_key(ser), one)
+      if host then ids[1], hosts[1] = one, host end
     else
       ser = e
-    end
-    all = redis.call('HGETALL', lease_key(ser))
-    for j = 1, #all, 2 do
-      if all[j] ~= PIN_FIELD and (not one or token_parts(all[j]) == one) then
-        tokens[#tokens + 1], hosts[#hosts + 1] = all[j], all[j + 1]
+      local all = redis.call('HGETALL', lease_key(ser))
+      for j = 1, #all, 2 do
+        if all[j] ~= PIN_FIELD then ids[#ids + 1], hosts[#hosts + 1] = all[j], all[j + 1] end
       end
     end
-    if #tokens > 0 then
-      local recs = lease_records(ser, tokens)
-      leases_ended(ser, tokens)
-      for j, token in ipairs(tokens) do
-        local rec = recs[token]
+    if #ids > 0 then
+      local recs = lease_records(ser, ids)
+      leases_ended(ser, ids)
+      for j, id in ipairs(ids) do
+        local rec = recs[id]
         if rec then
-          batch = take_back(token_parts(token), rec, batch)
+          batch = take_back(id, rec, batch)
         else  -- its line is missing (never, but the host's room is given back)
           local inf, ra = state_of(hosts[j])
           set_state(hosts[j], inf - 1, ra)
@@ -407,10 +420,10 @@ end
 local function lease_of(token)
   local id, ser = token_parts(token)
   if not id then return nil end
-  local host = redis.call('HGET', lease_key(ser), token)
+  local host = redis.call('HGET', lease_key(ser), id)
   if not host then return nil end
-  local rec = lease_records(ser, {token})[token]
-  leases_ended(ser, {token})
+  local rec = lease_records(ser, {id})[id]
+  leases_ended(ser, {id})
   local inf, ra = state_of(host)
   set_state(host, inf - 1, ra)
   if not rec then return nil end  -- its line is missing (never)

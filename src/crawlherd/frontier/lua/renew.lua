@@ -7,7 +7,7 @@
 -- Returns the tokens that are no longer valid leases (settled, or expired and taken back: the holder has
 -- lost them).
 local LIVE = tonumber(ARGV[5])
-local tokens, sers, lhosts = leases_in_arg(6)
+local tokens, ids, sers, lhosts = leases_in_arg(6)
 local lost, until_, renewed, calls = {}, {}, {}, {}
 for i, token in ipairs(tokens) do
   local deadline = tonumber(string.match(token, '@([^@]+)$') or '')
@@ -18,7 +18,7 @@ for i, token in ipairs(tokens) do
       calls[#calls + 1] = ser
       until_[ser] = math.min(NOW + LIVE, deadline)
     end
-    renewed[ser][token] = true
+    renewed[ser][ids[i]] = true
   else
     lost[#lost + 1] = token
   end
@@ -32,10 +32,10 @@ for _, ser in ipairs(calls) do
     -- leases of the call not renewed now keep the call's expiry so far (or their own, earlier one)
     local was = redis.call('ZSCORE', K_LEXP, ser)
     local own = {}
-    for _, token in ipairs(redis.call('HKEYS', key)) do
-      if not mine[token] and token ~= PIN_FIELD then
+    for _, id in ipairs(redis.call('HKEYS', key)) do
+      if not mine[id] and id ~= PIN_FIELD then
         own[#own + 1] = was
-        own[#own + 1] = ser..':'..token_parts(token)
+        own[#own + 1] = ser..':'..id
       end
     end
     if was and #own > 0 then
@@ -49,7 +49,7 @@ for _, ser in ipairs(calls) do
   if DET then
     -- renewed again (held again after a settle failed): no expiry of its own any more
     local names = {}
-    for token in pairs(mine) do names[#names + 1] = ser..':'..token_parts(token) end
+    for id in pairs(mine) do names[#names + 1] = ser..':'..id end
     bulk('ZREM', K_LEXP, names)
     bulk('SREM', K_LDET, names)
   end
