@@ -450,10 +450,10 @@ async def test_the_leases_out_of_a_layout_4_frontier_settle_and_expire_after_the
         await frontier.close()
     # the leases written back as layout 4 wrote them
     (serial,) = {lease.token.split(":", 1)[1].split(".", 1)[0] for lease in leases}
-    lines = await client.get(f"{unique_name}:lb:{serial}")
+    lines = (await client.get(f"{unique_name}:lb:{serial}")).decode().split("\n")  # "<id>\n<score>\n<hm>\n" each
     records = {}
-    for line in lines.decode().split("\n")[1:]:
-        id_, score, hm = line.split("\t", 2)
+    for j in range(0, len(lines) - 1, 3):
+        id_, score, hm = lines[j : j + 3]
         token = next(lease.token for lease in leases if lease.token.startswith(f"{id_}:"))
         records[id_] = f"{token}\t{-(int(score) // 2**34)}\t{hm}"
     await client.delete(f"{unique_name}:l:{serial}", f"{unique_name}:lb:{serial}")

@@ -11,9 +11,13 @@ local bad, done, done_hosts, perhost, hosts, settled = {}, {}, {}, {}, {}, {}
 local byser, calls = {}, {}
 for i, id in ipairs(ids) do
   local host, ser = lhosts[i], sers[i]
-  local key = ser..':'..id
-  if host and not settled[key] then
-    settled[key] = true  -- the same lease twice in one call is settled once
+  local mine = settled[ser]
+  if not mine then
+    mine = {}
+    settled[ser] = mine
+  end
+  if host and not mine[id] then
+    mine[id] = true  -- the same lease twice in one call is settled once
     done[#done + 1] = id
     done_hosts[#done] = host
     local g = byser[ser]

@@ -19,8 +19,8 @@ if layout == '4' and ARGV[5] == '5' then
         local id = tonumber(all[j])
         if tok and id then
           live[#live + 1], live[#live + 2] = all[j], host
-          lines[#lines + 1] = '\n'..all[j]..'\t'..string.format('%.17g', -tonumber(prio) * SHIFT + id)..'\t'..host..
-            '\t'..member
+          lines[#lines + 1] = all[j]..'\n'..string.format('%.17g', -tonumber(prio) * SHIFT + id)..'\n'..host..
+            '\t'..member..'\n'
         end
       end
       redis.call('DEL', key)

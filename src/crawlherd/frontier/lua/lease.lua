@@ -31,7 +31,7 @@ local function move_passed()
   for _, host in ipairs(order) do bulk('ZADD', qkey(host), byhost[host]) end
   return order  -- placed again by the caller
 end
-if #chosen == 0 then
+if NC == 0 then
   for _, host in ipairs(stale) do schedule(host) end
   for _, host in ipairs(move_passed()) do schedule(host) end
   return out
@@ -42,8 +42,8 @@ out[2] = serial
 -- leases: the live leases (id, host), lines: the pieces of the call's lines (see prelude.lua), joined once
 local leases, lines, ids, batches, bad_got = {}, {}, {}, {}, {}
 local n, nl, nb, o = 0, 0, 0, 3
-for _, c in ipairs(chosen) do
-  local i, r = c[2], c[3]
+for k = 1, NC do
+  local i, r = CI[k], CR[k]
   local host, hm, score  -- hm: "<host>\t<member>", the lease line's end and the reply's member
   if i == 0 then
     host, hm, score = G_H[r], G_M[r], G_SS[r]
@@ -52,7 +52,7 @@ for _, c in ipairs(chosen) do
     host, score = hosts[i], items[2 * r]
     hm = host..'\t'..items[2 * r - 1]
   end
-  local id, b = string.match(hm, '^[^\t]*\t(%d+)\t(%d+)\t')
+  local id, b = match(hm, '^[^\t]*\t(%d+)\t(%d+)\t')
   if i > 0 and RB[i] then  -- the robots request is out: the host stays pending until it is settled
     if id then redis.call('HSET', K_RB, host, 'out\t'..id) else redis.call('HDEL', K_RB, host) end
   end
@@ -61,9 +61,8 @@ for _, c in ipairs(chosen) do
     n = n + 1
     leases[nl + 1], leases[nl + 2] = id, host
     nl = nl + 2
-    lines[nb + 1], lines[nb + 2], lines[nb + 3], lines[nb + 4], lines[nb + 5], lines[nb + 6] =
-      '\n', id, '\t', score, '\t', hm
-    nb = nb + 6
+    lines[nb + 1], lines[nb + 2], lines[nb + 3] = id, score, hm
+    nb = nb + 3
     ids[n] = id
     out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, hm, 1, score
     o = o + 4
@@ -76,7 +75,7 @@ end
 -- the hosts' new states (leases out, the delay running) and places
 local ready_add, ready_rem, states_set = {}, {}, {}
 local replace = {}  -- hosts picked from gq that may now be held back: placed again once their state is set
-local n_taken = #chosen
+local n_taken = NC
 local function new_state(host, inf, ra)
   local good = GOT[host] or 0
   inf = inf + good
@@ -127,7 +126,8 @@ if n > 0 then
   -- the call's leases, their lines and one expiry entry (see the key layout)
   leases[nl + 1], leases[nl + 2] = PIN_FIELD, PIN
   bulk('HSET', lease_key(serial), leases)
-  redis.call('SET', lease_lines(serial), table.concat(lines))
+  lines[nb + 1] = ''
+  redis.call('SET', lease_lines(serial), table.concat(lines, '\n'))
   redis.call('ZADD', K_LEXP, EXPIRES, serial)
   redis.call('HINCRBY', K_C, 'out', n)
   if redis.call('EXISTS', K_ATT) == 1 then

@@ -25,10 +25,10 @@
 --                  parts LEASE returns: a settle finds its lease by id and serial alone (a lease taken back
 --                  and leased again is in another call); and PIN_FIELD (see below), as agec: a call's
 --                  hundreds of leases read and deleted by field
---   lb:<serial> STRING  what that call's leases hold: a line "\n<id>\t<score>\t<host>\t<member>" a lease,
---                  written once by LEASE, read back only when a lease is given back (RETRY, BURY) or
---                  expires; deleted with the call's last lease (layout 4 had the line as the l:<serial>
---                  field of its id, with the token: ACK read it back whole)
+--   lb:<serial> STRING  what that call's leases hold: "<id>\n<score>\n<host>\t<member>\n" a lease, written
+--                  once by LEASE, read back only when a lease is given back (RETRY, BURY) or expires;
+--                  deleted with the call's last lease (layout 4 had it as the l:<serial> field of its id,
+--                  with the token: ACK read it back whole)
 --   lexp     ZSET  serial scored by expires-at                lease expiry, one entry per LEASE call: the
 --                  deadline, or sooner while its holder does not renew it (RENEW); "<serial>:<id>": a lease
 --                  of that call its holder stopped renewing while it renews the others (its own expiry)
@@ -131,7 +131,7 @@ local function hmget(key, fields)
 end
 
 -- The leases of one LEASE call (see the key layout): the live ones (id -> host) and what they hold (the
--- call's lines, "\n<id>\t<score>\t<host>\t<member>" each).
+-- call's lines, "<id>\n<score>\n<host>\t<member>\n" each).
 local function lease_key(serial) return P..':l:'..serial end
 local function lease_lines(serial) return P..':lb:'..serial end
 -- A lease token's id and LEASE call serial (nil: not a token).
@@ -194,25 +194,15 @@ end
 
 -- The lines of LEASE call ser held by the leases in want (their ids): id -> {prio, host, member}.
 local function lease_records(ser, want)
-  local out = {}
+  local out, set, left = {}, {}, #want
   local lines = redis.call('GET', lease_lines(ser))
   if not lines then return out end
-  local function add(id, score, host, member)
-    out[id] = {-math.floor(tonumber(score) / SHIFT), host, member}
-  end
-  if #want <= 8 then
-    for _, id in ipairs(want) do
-      local _, e = string.find(lines, '\n'..id..'\t', 1, true)
-      if e then
-        local score, host, member = string.match(lines, '^([^\t\n]*)\t([^\t\n]*)\t([^\n]*)', e + 1)
-        if member then add(id, score, host, member) end
-      end
-    end
-  else
-    local set = {}
-    for _, id in ipairs(want) do set[id] = true end
-    for id, score, host, member in string.gmatch(lines, '\n([^\t\n]*)\t([^\t\n]*)\t([^\t\n]*)\t([^\n]*)') do
-      if set[id] then add(id, score, host, member) end
+  for _, id in ipairs(want) do set[id] = true end
+  for id, score, host, member in string.gmatch(lines, '([^\n]*)\n([^\n]*)\n([^\t\n]*)\t([^\n]*)\n') do
+    if set[id] then
+      out[id] = {-math.floor(tonumber(score) / SHIFT), host, member}
+      left = left - 1
+      if left == 0 then break end
     end
   end
   return out
