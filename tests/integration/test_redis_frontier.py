@@ -432,3 +432,48 @@ async def test_more_calls_at_once_than_redis_pys_default_pool_are_not_an_outage(
         assert queued == [True] * 300
     finally:
         await frontier.close()
+
+
+async def test_the_leases_out_of_a_layout_4_frontier_settle_and_expire_after_the_upgrade(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    """Layout 4 kept each lease's record in ``l:<serial>`` (id -> ``"<token>\\t<prio>\\t<host>\\t<member>"``)
+    and numbered age batches with ``bseq``: a frontier opened on such keys moves them to layout 5 (INIT);
+    a lease out before the upgrade settles with its token, the others expire and come back."""
+    clock = FakeClock()
+    frontier = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=10)
+    try:
+        await frontier.enqueue_requests([Request(f"http://u{i}.test/", priority=i) for i in range(3)])
+        leases = await frontier.next_requests(3)
+        assert len(leases) == 3
+    finally:
+        await frontier.close()
+    # the leases written back as layout 4 wrote them
+    (serial,) = {lease.token.split(":", 1)[1].split(".", 1)[0] for lease in leases}
+    lines = (await client.get(f"{unique_name}:lb:{serial}")).decode().split("\n")  # "<id>\n<score>\n<hm>\n" each
+    records = {}
+    for j in range(0, len(lines) - 1, 3):
+        id_, score, hm = lines[j : j + 3]
+        token = next(lease.token for lease in leases if lease.token.startswith(f"{id_}:"))
+        records[id_] = f"{token}\t{-(int(score) // 2**34)}\t{hm}"
+    await client.delete(f"{unique_name}:l:{serial}", f"{unique_name}:lb:{serial}")
+    await client.hset(f"{unique_name}:l:{serial}", mapping=records)
+    await client.hset(f"{unique_name}:cfg", "layout", "4")
+    await client.set(f"{unique_name}:bseq", 10**6)
+    again = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=10)
+    try:
+        assert await client.hget(f"{unique_name}:cfg", "layout") == b"5"
+        await again.ack(leases[0])
+        clock.advance(11)  # the deadline passes: the other two come back
+        back = await again.next_requests(3)
+        assert [lease.request.url for lease in back] == [lease.request.url for lease in leases[1:]]
+        assert [lease.request.priority for lease in back] == [1, 0]
+        with pytest.raises(LeaseError):
+            await again.ack(leases[1])  # taken back: its old token is refused
+        await again.ack_many(back)
+        assert await again.idle()
+        assert int(await client.get(f"{unique_name}:seq")) > 10**6  # age batches numbered past the old ones
+        stats = await again.stats()
+        assert (stats.acked, stats.expired_leases, stats.in_flight) == (3, 2, 0)
+    finally:
+        await again.close()

@@ -1,37 +1,48 @@
--- ACK (after prelude.lua). ARGV[5] mode: 'ack' | 'fail'; [6] the tokens, separated by spaces. Returns the
--- tokens that were not valid leases.
+-- ACK (after prelude.lua). ARGV[5] mode: 'ack' | 'fail'; [6] the leases, a MessagePack array of strings:
+-- the LEASE call serial and the id of each, read from its token by the client (one argument for all,
+-- decoded in C). Returns the places (1-based) of those that were not valid leases.
 local MODE = ARGV[5]
-local tokens, ids, infos, sers = leases_in_arg(6)
-local bad, done, perhost, hosts, settled, robots_done = {}, {}, {}, {}, {}, {}
+local ok, pairs_ = pcall(cmsgpack.unpack, ARGV[6] or '')
+if not ok or type(pairs_) ~= 'table' or #pairs_ % 2 ~= 0 then return redis.error_reply('malformed ack argument') end
+local sers, ids = {}, {}
+for k = 1, #pairs_ / 2 do sers[k], ids[k] = pairs_[2 * k - 1], pairs_[2 * k] end
+local lhosts = lease_hosts(sers, ids)
+local bad, done, done_hosts, perhost, hosts, settled = {}, {}, {}, {}, {}, {}
 local byser, calls = {}, {}
-for i, token in ipairs(tokens) do
-  local info = infos[i]
-  local tok, host
-  if info then tok, host = string.match(info, '^([^\t]*)\t%-?%d+\t([^\t]*)\t') end
-  if info and tok == token and not settled[ids[i]] then
-    settled[ids[i]] = true  -- the same token twice in one call is settled once
-    done[#done + 1] = ids[i]
-    local ser = sers[i]
-    if not byser[ser] then
-      byser[ser] = {}
+for i, id in ipairs(ids) do
+  local host, ser = lhosts[i], sers[i]
+  local mine = settled[ser]
+  if not mine then
+    mine = {}
+    settled[ser] = mine
+  end
+  if host and not mine[id] then
+    mine[id] = true  -- the same lease twice in one call is settled once
+    done[#done + 1] = id
+    done_hosts[#done] = host
+    local g = byser[ser]
+    if not g then
+      g = {}
+      byser[ser] = g
       calls[#calls + 1] = ser
     end
-    local g = byser[ser]
-    g[#g + 1] = ids[i]
-    if not perhost[host] then
-      perhost[host] = 0
+    g[#g + 1] = id
+    local k = perhost[host]
+    if not k then
+      k = 0
       hosts[#hosts + 1] = host
     end
-    perhost[host] = perhost[host] + 1
-    if robots_settled(host, ids[i]) then robots_done[#robots_done + 1] = host end
+    perhost[host] = k + 1
   else
-    bad[#bad + 1] = token
+    bad[#bad + 1] = i
   end
 end
 if #done > 0 then
-  for _, ser in ipairs(calls) do
-    bulk('HDEL', lease_key(ser), byser[ser])
-    leases_ended(ser, byser[ser])
+  for _, ser in ipairs(calls) do leases_ended(ser, byser[ser]) end
+  local robots_done = {}  -- hosts whose robots request this was: not pending any more
+  for j, id in ipairs(done) do
+    local host = done_hosts[j]
+    if robots_of(host) and robots_settled(host, id) then robots_done[#robots_done + 1] = host end
   end
   if redis.call('EXISTS', K_ATT) == 1 then bulk('HDEL', K_ATT, done) end
   local states = hmget(K_H, hosts)

@@ -1,11 +1,16 @@
 -- ENQUEUE (after prelude.lua). ARGV[5] how many may be queued in this shard at most (-1 unbounded),
--- [6] dupefilter kind, [7] "allow" when an unusable filter may be bypassed, [8] '' (request numbers from
--- this shard's P:seq) or 'seq' (each request brings its number: a sharded frontier numbers a batch from
--- one counter, so that FIFO holds across shards), [9] how many requests, [10] the requests, one a line
--- (one argument for all: each argument costs the client and the server more than its bytes), each
--- request's fields packed (one match: cheaper to read than seven):
---   "<df_a> <df_b> <not_before|-> <priority> <number|-> <host> <body>"
--- Exact filter: df_a = bucket, df_b = fingerprint >> bits. Bloom: df_a, df_b = the two hash halves.
+-- [6] dupefilter kind, [7] "allow" when an unusable filter may be bypassed, [8] where the requests'
+-- numbers come from: 'own' (this shard's P:seq: one Redis) or 'seq' (a counter the shards share, so that
+-- FIFO holds across shards), taken by the client before the call; [9] how many requests, [10] the lowest
+-- number among them, the batch they were numbered in (their age batch), [11] the highest; [12] the
+-- requests, six strings each, in one MessagePack array: one argument for all (each argument costs the
+-- client more than its bytes), decoded in C by cmsgpack (a Lua pattern over each request, struct.unpack
+-- or a JSON decoder cost more):
+--   df_a, df_b, not_before ('-': none, else "<not_before> <priority>"), score, host, member
+-- the member as gq holds it ("<host>\t<id>\t<batch>\t<body>", see prelude.lua) and its score, both as
+-- stored: nothing of them is built here.
+-- Exact filter: df_a = the key of the fingerprint's bucket, df_b = fingerprint >> bits. Bloom: df_a, df_b =
+-- the two hash halves.
 -- Returns {status, queued, processed, message, flags}: status 'ok', 'full' (stopped at processed+1) or
 -- 'dferr' (the filter could not be used and the policy is fail); flags, one a request processed: '1'
 -- queued, '0' a duplicate.
@@ -62,7 +67,7 @@ end
 -- 1 new, 0 seen, or nil + message when the filter cannot be used (e.g. a foreign key in its place).
 local function seen_add(a, b)
   if DF == 'exact' then
-    local r = redis.pcall('SADD', P..':df:'..a, b)
+    local r = redis.pcall('SADD', a, b)
     if type(r) == 'table' and r.err then return nil, r.err end
     return r
   end
@@ -73,7 +78,7 @@ end
 
 local function seen_has(a, b)
   if DF == 'exact' then
-    local r = redis.pcall('SISMEMBER', P..':df:'..a, b)
+    local r = redis.pcall('SISMEMBER', a, b)
     if type(r) == 'table' and r.err then return nil, r.err end
     return r == 1
   end
@@ -85,28 +90,31 @@ end
 local queued = tonumber(redis.call('HGET', K_C, 'queued') or '0')
 local n_new, n_dup, n_dfu, processed = 0, 0, 0, 0
 local status, message = 'ok', ''
-local GIVEN = ARGV[8] == 'seq'
+local SHARED = ARGV[8] == 'seq'
 local nitems = tonumber(ARGV[9])
-local ITEMS = ARGV[10] or ''
-local base, top, shift = 0, 0, 0
-if GIVEN then
-  top = tonumber(redis.call('GET', K_SEQ) or '0')
+local LOW, HIGH = tonumber(ARGV[10]), tonumber(ARGV[11])
+local ok, ITEMS = pcall(cmsgpack.unpack, ARGV[12] or '')
+if not (ok and type(ITEMS) == 'table' and nitems and LOW and HIGH and #ITEMS == 6 * nitems) then
+  return redis.error_reply('malformed enqueue arguments')
+end
+local shift = 0
+if SHARED and nitems > 0 then
   -- numbers this shard has used already (the shared counter lost writes in a failover): move past them,
   -- an id must stay unique in its shard
-  local first = nitems > 0 and tonumber(string.match(ITEMS, '^%S+ %S+ %S+ %S+ (%d+) '))
-  if first and first <= top then shift = top - first + 1 end
-else
-  base = redis.call('INCRBY', K_SEQ, nitems) - nitems
+  local top = tonumber(redis.call('GET', K_SEQ) or '0')
+  if LOW <= top then shift = top - LOW + 1 end
 end
-local batch = redis.call('INCR', P..':bseq')
+local batch = istr(LOW + shift)
+-- A member and score moved past this shard's numbers (see shift).
+local function renumbered(host, member, score)
+  local id, b, body = split(string.sub(member, #host + 2))
+  if not id then return member, score end  -- (never: the client wrote it)
+  return host..'\t'..istr(id + shift)..'\t'..istr(b + shift)..'\t'..body, tonumber(score) + shift
+end
 local flags = {}
-local delayed, byhost, hostmin, hosts = {}, {}, {}, {}
-for item in string.gmatch(ITEMS, '[^\n]+') do
-  local a, b, nb, prio, sq, host, body = string.match(item, '^(%d+) (%d+) (%S+) (%-?%d+) (%S+) (%S+) (.*)$')
-  prio = tonumber(prio)
-  if not prio then
-    return redis.error_reply('malformed enqueue argument '..(processed + 1))
-  end
+local delayed, byhost, hosts = {}, {}, {}
+for k = 1, 6 * nitems, 6 do
+  local a, b, nb, score, host, member = ITEMS[k], ITEMS[k + 1], ITEMS[k + 2], ITEMS[k + 3], ITEMS[k + 4], ITEMS[k + 5]
   local go, flag = true, '0'
   if MAX >= 0 and queued >= MAX then
     local seen, err = seen_has(a, b)
@@ -129,29 +137,22 @@ for item in string.gmatch(ITEMS, '[^\n]+') do
     if new == 0 then
       n_dup = n_dup + 1
     else
-      local id = base + processed + 1
-      if GIVEN then
-        id = tonumber(sq) + shift
-        if id > top then top = id end
-      end
+      if shift > 0 then member, score = renumbered(host, member, score) end
       queued = queued + 1
       n_new = n_new + 1
       flag = '1'
-      if nb ~= '-' and tonumber(nb) > NOW then
-        delayed[#delayed + 1] = tonumber(nb)
-        delayed[#delayed + 1] = prio..'\t'..host..'\t'..id..'\t'..batch..'\t'..body
+      local not_before, prio = nil, nil
+      if nb ~= '-' then not_before, prio = string.match(nb, '^(%S+) (%S+)$') end
+      if not_before and tonumber(not_before) > NOW then
+        delayed[#delayed + 1] = tonumber(not_before)
+        delayed[#delayed + 1] = prio..'\t'..member
       else
         -- as gq holds it (most go there): one copy of the body, not two
-        local member = host..'\t'..id..'\t'..batch..'\t'..body
         local q = byhost[host]
-        local score = -prio * SHIFT + id
         if not q then
           q = {}
           byhost[host] = q
           hosts[#hosts + 1] = host
-          hostmin[host] = score
-        elseif score < hostmin[host] then
-          hostmin[host] = score
         end
         q[#q + 1] = score
         q[#q + 1] = member
@@ -186,8 +187,12 @@ if n_new > 0 then
         local n = #loose
         for j = 1, #q do loose[n + j] = q[j] end
       else
-        local cut = #host + 2  -- the member as its host's queue holds it: without the host
-        for j = 2, #q, 2 do q[j] = string.sub(q[j], cut) end
+        local cut, best = #host + 2, math.huge  -- the member as its host's queue holds it: without the host
+        for j = 2, #q, 2 do
+          q[j] = string.sub(q[j], cut)
+          local score = tonumber(q[j - 1])
+          if score < best then best = score end
+        end
         bulk('ZADD', qkey(host), q)
         if RB[i] then
           schedule(host)  -- robots-pending: placed by its robots request, not by these
@@ -196,7 +201,7 @@ if n_new > 0 then
             timers[#timers + 1] = ra
             timers[#timers + 1] = host
           else
-            ready[#ready + 1] = hostmin[host]
+            ready[#ready + 1] = best
             ready[#ready + 1] = host
           end
         end
@@ -209,8 +214,12 @@ if n_new > 0 then
   redis.call('HINCRBY', K_C, 'queued', n_new)
   redis.call('HINCRBY', K_C, 'enqueued', n_new)
 end
--- this shard's own numbers (re-queues after a retry or an expiry) come after every number it was given
-if GIVEN and n_new > 0 then redis.call('SET', K_SEQ, string.format('%d', top)) end
+-- this shard's own numbers (re-queues after a retry or an expiry, age batches) come after every number it
+-- was given
+if SHARED and n_new > 0 then
+  local top = tonumber(redis.call('GET', K_SEQ) or '0')
+  if HIGH + shift > top then redis.call('SET', K_SEQ, string.format('%d', HIGH + shift)) end
+end
 if n_dup > 0 then redis.call('HINCRBY', K_C, 'dup', n_dup) end
 if n_dfu > 0 then redis.call('HINCRBY', K_C, 'dfu', n_dfu) end
 return {status, n_new, processed, message, table.concat(flags)}

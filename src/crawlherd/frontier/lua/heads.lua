@@ -4,7 +4,8 @@
 -- share of the best LIMIT of all is what it LEASEs (its LEASE picks the same ones, best first).
 for _, host in ipairs(stale) do schedule(host) end
 local out = {}
-for i, c in ipairs(chosen) do
-  if c[2] == 0 then out[i] = G_SS[c[3]] else out[i] = fetched[c[2]][2 * c[3]] end
+for k = 1, NC do
+  local i, r = CI[k], CR[k]
+  if i == 0 then out[k] = G_SS[r] else out[k] = fetched[i][2 * r] end
 end
 return out

@@ -38,9 +38,9 @@ for _, host in ipairs(order) do
   local queued = redis.call('ZCARD', P..':q:'..host) + (delayed[host] or 0)
   local inf, ra = 0, '0'
   local v = redis.call('HGET', K_H, host)
-  if v then
+  if v then  -- "<leases out> <ready_at>", or "<leases out>" (ready_at 0)
     local i, r = string.match(v, '^(%-?%d+) (.*)$')
-    inf, ra = tonumber(i), r
+    if i then inf, ra = tonumber(i), r else inf = tonumber(v) end
   end
   local blk = redis.call('ZSCORE', P..':blocked', host) or ''
   if queued > 0 or inf > 0 or tonumber(ra) > NOW or (blk ~= '' and tonumber(blk) > NOW) then

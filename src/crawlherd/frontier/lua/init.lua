@@ -3,6 +3,39 @@
 local P = ARGV[1]
 local K_CFG = P..':cfg'
 local layout = redis.call('HGET', K_CFG, 'layout')
+if layout == '4' and ARGV[5] == '5' then
+  -- layout 4 kept each lease's record in l:<serial> (id -> "<token>\t<prio>\t<host>\t<member>"): the
+  -- leases out are kept as layout 5 keeps them (see prelude.lua); the rest of the layout is the same
+  local SHIFT, seen = 17179869184, {}
+  for _, e in ipairs(redis.call('ZRANGE', P..':lexp', 0, -1)) do
+    local ser = string.match(e, '^(%d+)')
+    if ser and not seen[ser] then
+      seen[ser] = true
+      local key = P..':l:'..ser
+      local all = redis.call('HGETALL', key)
+      local live, lines = {}, {}
+      for j = 1, #all, 2 do
+        local tok, prio, host, member = string.match(all[j + 1], '^([^\t]*)\t(%-?%d+)\t([^\t]*)\t(.*)$')
+        local id = tonumber(all[j])
+        if tok and id then
+          live[#live + 1], live[#live + 2] = all[j], host
+          lines[#lines + 1] = all[j]..'\n'..string.format('%.17g', -tonumber(prio) * SHIFT + id)..'\n'..host..
+            '\t'..member..'\n'
+        end
+      end
+      redis.call('DEL', key)
+      if #live > 0 then live[#live + 1], live[#live + 2] = '\t', string.rep('-', 256) end  -- the pin (prelude.lua)
+      for i = 1, #live, 4000 do redis.call('HSET', key, unpack(live, i, math.min(i + 3999, #live))) end
+      if #lines > 0 then redis.call('SET', P..':lb:'..ser, table.concat(lines)) end
+    end
+  end
+  -- age batches are numbered by P:seq now (layout 4: P:bseq): past every batch number used before
+  local seq, bseq = tonumber(redis.call('GET', P..':seq') or '0'), tonumber(redis.call('GET', P..':bseq') or '0')
+  if bseq > seq then redis.call('SET', P..':seq', string.format('%d', bseq)) end
+  redis.call('DEL', P..':bseq')
+  redis.call('HSET', K_CFG, 'layout', ARGV[5])
+  layout = ARGV[5]
+end
 if layout and layout ~= ARGV[5] then
   return {'layout', layout}
 end

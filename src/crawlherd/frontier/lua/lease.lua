@@ -1,16 +1,16 @@
 -- LEASE (after prelude.lua and pick.lua). ARGV[5] limit, [6] lease timeout, [7] liveness. Leases what
--- pick.lua picked. Returns the time the leases were made at ('%.17g'), then token, "<host>\t<member>" (as
--- gq holds it), attempt and score (its place in the queue: a sharded frontier merges the leases of its
--- shards by it) for each lease; members found unreadable are moved aside. The loose requests pick.lua
--- passed over (their host may not give them now) go to their hosts' queues, which hold them until the
--- host may give again.
+-- pick.lua picked. Returns the time the leases were made at ('%.17g'), the call's serial and the leases'
+-- deadline ('%.17g'), then id, "<host>\t<member>" (as gq holds it), attempt and score (its place in the
+-- queue: a sharded frontier merges the leases of its shards by it) for each lease: the client makes each
+-- token, "<id>:<serial>.<n>@<deadline>" (n: its place in the reply), from them. Members found unreadable are
+-- moved aside. The loose requests pick.lua passed over (their host may not give them now) go to their hosts'
+-- queues, which hold them until the host may give again.
 -- A lease ends at its deadline (lease timeout: the bound of one page), or sooner when its holder stops
 -- renewing it (RENEW, every third of the liveness bound): it expires LIVENESS after it was made or last
 -- renewed. The deadline travels in the token ('@'), for RENEW.
 local DEADLINE = NOW + tonumber(ARGV[6])
 local EXPIRES = math.min(DEADLINE, NOW + tonumber(ARGV[7]))
-local AT = '@'..fmt(DEADLINE)
-local out = {fmt(NOW)}
+local out = {fmt(NOW), 0, fmt(DEADLINE)}  -- the time, the call's serial (0: no lease) and the deadline
 -- the loose requests read: the picked and the passed over leave gq (they are its best G_USED)
 if G_USED > 0 then redis.call('ZREMRANGEBYRANK', K_GQ, 0, G_USED - 1) end
 -- passed-over loose requests to their hosts' queues (after the queues' picked requests are trimmed)
@@ -31,19 +31,20 @@ local function move_passed()
   for _, host in ipairs(order) do bulk('ZADD', qkey(host), byhost[host]) end
   return order  -- placed again by the caller
 end
-if #chosen == 0 then
+if NC == 0 then
   for _, host in ipairs(stale) do schedule(host) end
   for _, host in ipairs(move_passed()) do schedule(host) end
   return out
 end
 local serial = redis.call('INCR', P..':lseq')
+out[2] = serial
 -- The leases, in the order picked (best first): the reply is in priority order, FIFO among equals.
-local MID = ':'..serial..'.'
-local leases, ids, batches, bad_got = {}, {}, {}, {}
-local n, nl, o = 0, 0, 1
-for _, c in ipairs(chosen) do
-  local i, r = c[2], c[3]
-  local host, hm, score  -- hm: "<host>\t<member>", the lease record's end and the reply's member
+-- leases: the live leases (id, host), lines: the pieces of the call's lines (see prelude.lua), joined once
+local leases, lines, ids, batches, bad_got = {}, {}, {}, {}, {}
+local n, nl, nb, o = 0, 0, 0, 3
+for k = 1, NC do
+  local i, r = CI[k], CR[k]
+  local host, hm, score  -- hm: "<host>\t<member>", the lease line's end and the reply's member
   if i == 0 then
     host, hm, score = G_H[r], G_M[r], G_SS[r]
   else
@@ -51,19 +52,19 @@ for _, c in ipairs(chosen) do
     host, score = hosts[i], items[2 * r]
     hm = host..'\t'..items[2 * r - 1]
   end
-  local id, b = string.match(hm, '^[^\t]*\t(%d+)\t(%d+)\t')
+  local id, b = match(hm, '^[^\t]*\t(%d+)\t(%d+)\t')
   if i > 0 and RB[i] then  -- the robots request is out: the host stays pending until it is settled
     if id then redis.call('HSET', K_RB, host, 'out\t'..id) else redis.call('HDEL', K_RB, host) end
   end
   if id then
     batches[b] = (batches[b] or 0) + 1
     n = n + 1
-    local token = id..MID..n..AT
-    leases[nl + 1] = id
-    leases[nl + 2] = token..'\t'..(-math.floor(c[1] / SHIFT))..'\t'..hm  -- token, prio, host, member
+    leases[nl + 1], leases[nl + 2] = id, host
     nl = nl + 2
+    lines[nb + 1], lines[nb + 2], lines[nb + 3] = id, score, hm
+    nb = nb + 3
     ids[n] = id
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = token, hm, 1, score
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, hm, 1, score
     o = o + 4
   else
     GOT[host] = GOT[host] - 1
@@ -74,7 +75,7 @@ end
 -- the hosts' new states (leases out, the delay running) and places
 local ready_add, ready_rem, states_set = {}, {}, {}
 local replace = {}  -- hosts picked from gq that may now be held back: placed again once their state is set
-local n_taken = #chosen
+local n_taken = NC
 local function new_state(host, inf, ra)
   local good = GOT[host] or 0
   inf = inf + good
@@ -122,14 +123,17 @@ for _, host in ipairs(replace) do schedule(host) end
 redis.call('HINCRBY', K_C, 'queued', -n_taken)
 batches_done(batches)
 if n > 0 then
-  -- one record and one expiry entry for the call's leases (see the key layout)
+  -- the call's leases, their lines and one expiry entry (see the key layout)
+  leases[nl + 1], leases[nl + 2] = PIN_FIELD, PIN
   bulk('HSET', lease_key(serial), leases)
+  lines[nb + 1] = ''
+  redis.call('SET', lease_lines(serial), table.concat(lines, '\n'))
   redis.call('ZADD', K_LEXP, EXPIRES, serial)
   redis.call('HINCRBY', K_C, 'out', n)
   if redis.call('EXISTS', K_ATT) == 1 then
     local atts = hmget(K_ATT, ids)
     for j = 1, n do
-      if atts[j] then out[4 * j] = tonumber(atts[j]) + 1 end
+      if atts[j] then out[4 * j + 2] = tonumber(atts[j]) + 1 end
     end
   end
 end

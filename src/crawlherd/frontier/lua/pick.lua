@@ -11,11 +11,12 @@
 -- Leaves: hosts (the ready hosts read), fetched[i] (host i's requests read, member and score), taken[i]
 -- (how many of host i's queue are picked), G_M/G_S/G_SS/G_H (gq's members, scores as numbers and as
 -- read, hosts), G_USED (how many of them were passed: picked or passed over), passed (the gq indexes
--- passed over), chosen (the picked, best first: {score, i, rank} from a queue, {score, 0, j} from gq),
+-- passed over), CI/CR (the picked, best first, NC of them: i, rank from a queue, 0, j from gq),
 -- GOT (host -> picked), LEFT (host -> room left), INF/RA (ready host i's leases out and ready time),
 -- GINF/GRA (the same of a host read from gq only), RB (robots states) and stale (ready hosts with nothing
 -- to hand out).
 local LIMIT = tonumber(ARGV[5])
+local match = string.match
 refresh()
 local top = redis.call('ZRANGE', K_READY, 0, LIMIT - 1, 'WITHSCORES')
 local hosts = {}
@@ -70,10 +71,10 @@ local function load_loose()
   g_more = #part == 2 * LIMIT
   local new, n = {}, #G_M
   for j = 1, #part, 2 do
-    local m = part[j]
-    local h = string.match(m, '^([^\t]*)\t') or ''
+    local m, ss = part[j], part[j + 1]
+    local h = match(m, '^([^\t]*)\t') or ''
     n = n + 1
-    G_M[n], G_SS[n], G_S[n], G_H[n] = m, part[j + 1], tonumber(part[j + 1]), h
+    G_M[n], G_SS[n], G_S[n], G_H[n] = m, ss, tonumber(ss), h
     if LEFT[h] == nil then
       LEFT[h] = false
       new[#new + 1] = h
@@ -98,9 +99,10 @@ for j = 2, #heads do
   if heads[j][1] < heads[j - 1][1] then table.sort(heads, before) break end
 end
 if #extras > 1 then table.sort(extras, before) end
-local taken, chosen, passed, GOT = {}, {}, {}, {}
+local taken, passed, GOT = {}, {}, {}
+local CI, CR, NC = {}, {}, 0  -- the picked (two arrays: no table a request)
 local a, b, g = 1, 1, 1
-while #chosen < LIMIT do
+while NC < LIMIT do
   if g > #G_M and g_more then load_loose() end
   local x, y, gs = heads[a], extras[b], G_S[g]
   local c
@@ -114,14 +116,16 @@ while #chosen < LIMIT do
       taken[i] = r
       LEFT[host] = LEFT[host] - 1
       GOT[host] = (GOT[host] or 0) + 1
-      chosen[#chosen + 1] = c
+      NC = NC + 1
+      CI[NC], CR[NC] = i, r
     end
   elseif gs and gs <= cutoff then
     local host = G_H[g]
     if GOK[host] and LEFT[host] > 0 then
       LEFT[host] = LEFT[host] - 1
       GOT[host] = (GOT[host] or 0) + 1
-      chosen[#chosen + 1] = {gs, 0, g}
+      NC = NC + 1
+      CI[NC], CR[NC] = 0, g
     else
       passed[#passed + 1] = g
     end

@@ -6,7 +6,7 @@
 -- arguments follow. Times come from the caller's clock, so every process must share one notion of time
 -- (the system clock) -- and tests can drive a FakeClock.
 --
--- Key layout (version 4) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on
+-- Key layout (version 5) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on
 -- one Redis; a hash tag on a cluster, see frontier/redis/_shards.py). A request is one packed member,
 -- "<id>\t<batch>\t<body>": id its number (P:seq), batch the enqueue batch it counts in for
 -- oldest_queued_age, body the client's encoding of the request (opaque here). No per-request hash:
@@ -20,14 +20,22 @@
 --   timers   ZSET  host scored by ready_at                    hosts with work, waiting for their delay
 --   delayed  ZSET  "<prio>\t<host>\t<member>" by not-before   requests waiting for a time
 --   age      ZSET  batch scored by its enqueued-at;  agec HASH batch -> its requests still queued
---   l:<serial> HASH id -> "<token>\t<prio>\t<host>\t<member>"   the leases out of one LEASE call (serial
---                  P:lseq); token "<id>:<serial>.<n>@<deadline>"
+--   l:<serial> HASH id -> host   the leases out of one LEASE call (serial P:lseq); a lease's token is
+--                  "<id>:<serial>.<n>@<deadline>" (n: its place in the call), made by the client from the
+--                  parts LEASE returns: a settle finds its lease by id and serial alone (a lease taken back
+--                  and leased again is in another call); and PIN_FIELD (see below), as agec: a call's
+--                  hundreds of leases read and deleted by field
+--   lb:<serial> STRING  what that call's leases hold: "<id>\n<score>\n<host>\t<member>\n" a lease, written
+--                  once by LEASE, read back only when a lease is given back (RETRY, BURY) or expires;
+--                  deleted with the call's last lease (layout 4 had it as the l:<serial> field of its id,
+--                  with the token: ACK read it back whole)
 --   lexp     ZSET  serial scored by expires-at                lease expiry, one entry per LEASE call: the
 --                  deadline, or sooner while its holder does not renew it (RENEW); "<serial>:<id>": a lease
 --                  of that call its holder stopped renewing while it renews the others (its own expiry)
 --   ldet     SET   the "<serial>:<id>" entries of lexp
 --   att      HASH  id -> attempts already made (after retry)
---   h        HASH  host -> "<leases out> <ready_at>"          only hosts with leases out or a delay running;
+--   h        HASH  host -> "<leases out> <ready_at>", or "<leases out>" when ready_at is 0: only hosts with
+--                  leases out or a delay running;
 --                  and PIN_FIELD (see below), as agec
 --   pdelay / pcap  HASH host -> per-host policy overrides
 --   c        HASH  counters: queued enqueued dup acked retries failures expired dfu bad; out (leases out)
@@ -37,7 +45,9 @@
 --   bad      HASH  id -> "<reason>\t<payload>"   corrupt or foreign entries moved aside
 --   rb       HASH  host -> "q\t<score>\t<member>" | "out\t<id>"   robots-pending hosts (see below)
 --   rbseen   SET   hosts whose robots request was ever queued (enqueue_robots: once per host)
---   seq, bseq, lseq, now  STRING  request, batch and lease serials; the newest time seen
+--   seq, lseq, now  STRING  request and age batch numbers (one counter: an ENQUEUE's batch is the lowest of
+--                  its numbers, which the client took), lease serials; the newest time seen (layout 4 had a
+--                  batch counter of its own, bseq)
 --   sent:<host>, hold:<host>, out:<host>  the send clock and Retry-After hold (send.lua; expire by themselves)
 local P = ARGV[1]
 local NOW = tonumber(ARGV[2])
@@ -63,10 +73,22 @@ if HW > NOW then NOW = HW else redis.call('SET', P..':now', ARGV[2]) end
 
 local function qkey(host) return P..':q:'..host end
 local function fmt(x) return string.format('%.17g', x) end
--- a host's packed state (see unpack_state); most hosts of a crawl without delay have ready_at 0
+-- Small integers as strings, each made once a call (a number concatenated or passed to redis.call is
+-- formatted every time, by sprintf: a cost per request where it is done per request).
+local ISTR = {}
+local function istr(n)
+  local s = ISTR[n]
+  if not s then
+    s = string.format('%d', n)
+    ISTR[n] = s
+  end
+  return s
+end
+-- a host's packed state (see unpack_state); most hosts of a crawl without delay have ready_at 0: then the
+-- state is its leases out alone
 local function state_str(inf, ra)
-  if ra == 0 then return inf..' 0' end
-  return inf..' '..fmt(ra)
+  if ra == 0 then return istr(inf) end
+  return istr(inf)..' '..fmt(ra)
 end
 
 -- A per-host policy value: the host's override in the hash key, else the default; memoised for this
@@ -108,19 +130,19 @@ local function hmget(key, fields)
   return out
 end
 
--- The leases of one LEASE call (see the key layout).
+-- The leases of one LEASE call (see the key layout): the live ones (id -> host) and what they hold (the
+-- call's lines, "<id>\n<score>\n<host>\t<member>\n" each).
 local function lease_key(serial) return P..':l:'..serial end
+local function lease_lines(serial) return P..':lb:'..serial end
+-- A lease token's id and LEASE call serial (nil: not a token).
+local function token_parts(token) return string.match(token, '^(%d+):(%d+)%.') end
 
--- The lease tokens in ARGV[i], separated by spaces (one argument for all): the tokens, their lease ids,
--- their lease records (false where there is none) and their LEASE calls' serials (false: not a token).
--- One HMGET per LEASE call the tokens come from (usually one).
-local function leases_in_arg(i)
-  local tokens, ids, sers, infos, groups, order, n = {}, {}, {}, {}, {}, {}, 0
-  for token in string.gmatch(ARGV[i] or '', '%S+') do
-    n = n + 1
-    tokens[n] = token
-    local id, ser = string.match(token, '^(%d+):(%d+)%.')
-    ids[n], sers[n], infos[n] = id or '0', ser or false, false
+-- The hosts of leases (ids[i] of LEASE call sers[i]; false where it is not a live lease): one HMGET per
+-- LEASE call (usually one).
+local function lease_hosts(sers, ids)
+  local hosts, groups, order = {}, {}, {}
+  for k, ser in ipairs(sers) do
+    hosts[k] = false
     if ser then
       local g = groups[ser]
       if not g then
@@ -128,22 +150,39 @@ local function leases_in_arg(i)
         groups[ser] = g
         order[#order + 1] = ser
       end
-      g[#g + 1] = n
+      g[#g + 1] = k
     end
   end
   for _, ser in ipairs(order) do
     local g, fields = groups[ser], {}
     for j, k in ipairs(g) do fields[j] = ids[k] end
     local got = hmget(lease_key(ser), fields)
-    for j, k in ipairs(g) do infos[k] = got[j] end
+    for j, k in ipairs(g) do hosts[k] = got[j] end
   end
-  return tokens, ids, infos, sers
+  return hosts
 end
 
--- Leases ended (settled, given back): ids of LEASE call ser, their records already deleted. The call's
--- expiry entry goes with its last lease; a lease's own entry (see RENEW) with it.
+-- The lease tokens in ARGV[i], separated by spaces (one argument for all): the tokens, their ids and LEASE
+-- calls' serials (false: not a token) and their hosts (false where the token is not a live lease).
+local function leases_in_arg(i)
+  local tokens, ids, sers, n = {}, {}, {}, 0
+  for token in string.gmatch(ARGV[i] or '', '%S+') do
+    n = n + 1
+    tokens[n] = token
+    local id, ser = token_parts(token)
+    ids[n], sers[n] = id or false, ser or false
+  end
+  return tokens, ids, sers, lease_hosts(sers, ids)
+end
+
+-- Leases ended (settled, given back): the ids of LEASE call ser, deleted from its live leases here. The
+-- call's lines and expiry entry go with its last lease; a lease's own entry (see RENEW) with it.
 local function leases_ended(ser, ids)
-  if redis.call('EXISTS', lease_key(ser)) == 0 then redis.call('ZREM', K_LEXP, ser) end
+  bulk('HDEL', lease_key(ser), ids)
+  if redis.call('HLEN', lease_key(ser)) <= 1 then  -- only its pin left (see lease.lua), or nothing
+    redis.call('DEL', lease_key(ser), lease_lines(ser))
+    redis.call('ZREM', K_LEXP, ser)
+  end
   if redis.call('EXISTS', K_LDET) == 1 then
     local own = {}
     for j, id in ipairs(ids) do own[j] = ser..':'..id end
@@ -153,9 +192,27 @@ local function leases_ended(ser, ids)
   redis.call('HINCRBY', K_C, 'out', -#ids)
 end
 
--- A host's packed state: leases out, ready time.
+-- The lines of LEASE call ser held by the leases in want (their ids): id -> {prio, host, member}.
+local function lease_records(ser, want)
+  local out, set, left = {}, {}, #want
+  local lines = redis.call('GET', lease_lines(ser))
+  if not lines then return out end
+  for _, id in ipairs(want) do set[id] = true end
+  for id, score, host, member in string.gmatch(lines, '([^\n]*)\n([^\n]*)\n([^\t\n]*)\t([^\n]*)\n') do
+    if set[id] then
+      out[id] = {-math.floor(tonumber(score) / SHIFT), host, member}
+      left = left - 1
+      if left == 0 then break end
+    end
+  end
+  return out
+end
+
+-- A host's packed state: "<leases out> <ready time>", or "<leases out>" (ready time 0).
 local function unpack_state(v)
   if not v then return 0, 0 end
+  local n = tonumber(v)
+  if n then return n, 0 end
   local inf, ra = string.match(v, '^(%-?%d+) (.*)$')
   return tonumber(inf), tonumber(ra)
 end
@@ -230,7 +287,7 @@ end
 
 -- A new age batch of n requests enqueued now; returns its number.
 local function new_batch(n)
-  local b = redis.call('INCR', P..':bseq')
+  local b = redis.call('INCR', K_SEQ)  -- (one counter for numbers and batches: ENQUEUE's batch is a number)
   redis.call('ZADD', K_AGE, NOW, b)
   redis.call('HSET', K_AGEC, b, n)
   return b
@@ -277,10 +334,10 @@ local function bury(id, reason, payload)
   redis.call('HINCRBY', K_C, 'bad', 1)
 end
 
--- An expired lease (its record info) back to its queue, in batch (a new age batch, made when nil);
--- returns the batch.
-local function take_back(id, info, batch)
-  local prio, host, member = string.match(info, '^[^\t]*\t(-?%d+)\t([^\t]*)\t(.*)$')
+-- An expired lease (id, and its record: {prio, host, member}) back to its queue, in batch (a new age
+-- batch, made when nil); returns the batch.
+local function take_back(id, rec, batch)
+  local prio, host, member = rec[1], rec[2], rec[3]
   local inf, ra = state_of(host)
   set_state(host, inf - 1, ra)
   redis.call('HINCRBY', K_C, 'expired', 1)
@@ -288,7 +345,7 @@ local function take_back(id, info, batch)
   local _, _, body = split(member)
   if not batch then batch = new_batch(0) end
   redis.call('HINCRBY', K_AGEC, batch, 1)
-  push(id, batch, body or member, tonumber(prio), host)
+  push(id, batch, body or member, prio, host)
   return batch
 end
 
@@ -298,22 +355,30 @@ local function expire(entries)
   for _, e in ipairs(entries) do
     redis.call('ZREM', K_LEXP, e)
     local ser, one = string.match(e, '^(%d+):(%d+)$')
-    local ids, infos = {}, {}
+    local ids, hosts = {}, {}
     if ser then
       redis.call('SREM', K_LDET, e)
-      local info = redis.call('HGET', lease_key(ser), one)
-      if info then ids[1], infos[1] = one, info end
+      local host = redis.call('HGET', lease_key(ser), one)
+      if host then ids[1], hosts[1] = one, host end
     else
       ser = e
       local all = redis.call('HGETALL', lease_key(ser))
       for j = 1, #all, 2 do
-        ids[#ids + 1], infos[#infos + 1] = all[j], all[j + 1]
+        if all[j] ~= PIN_FIELD then ids[#ids + 1], hosts[#hosts + 1] = all[j], all[j + 1] end
       end
     end
     if #ids > 0 then
-      bulk('HDEL', lease_key(ser), ids)
+      local recs = lease_records(ser, ids)
       leases_ended(ser, ids)
-      for j, id in ipairs(ids) do batch = take_back(id, infos[j], batch) end
+      for j, id in ipairs(ids) do
+        local rec = recs[id]
+        if rec then
+          batch = take_back(id, rec, batch)
+        else  -- its line is missing (never, but the host's room is given back)
+          local inf, ra = state_of(hosts[j])
+          set_state(hosts[j], inf - 1, ra)
+        end
+      end
     end
   end
 end
@@ -343,17 +408,16 @@ end
 
 -- Check a lease token and end the lease; returns id, prio, host, member or nil.
 local function lease_of(token)
-  local id, ser = string.match(token, '^(%d+):(%d+)%.')
+  local id, ser = token_parts(token)
   if not id then return nil end
-  local info = redis.call('HGET', lease_key(ser), id)
-  if not info then return nil end
-  local tok, prio, host, member = string.match(info, '^([^\t]*)\t(-?%d+)\t([^\t]*)\t(.*)$')
-  if tok ~= token then return nil end
-  redis.call('HDEL', lease_key(ser), id)
+  local host = redis.call('HGET', lease_key(ser), id)
+  if not host then return nil end
+  local rec = lease_records(ser, {id})[id]
   leases_ended(ser, {id})
   local inf, ra = state_of(host)
   set_state(host, inf - 1, ra)
-  return id, tonumber(prio), host, member
+  if not rec then return nil end  -- its line is missing (never)
+  return id, rec[1], host, rec[3]
 end
 
 -- After leases of host were settled: where it goes now.

@@ -7,12 +7,11 @@
 -- Returns the tokens that are no longer valid leases (settled, or expired and taken back: the holder has
 -- lost them).
 local LIVE = tonumber(ARGV[5])
-local tokens, ids, infos, sers = leases_in_arg(6)
+local tokens, ids, sers, lhosts = leases_in_arg(6)
 local lost, until_, renewed, calls = {}, {}, {}, {}
 for i, token in ipairs(tokens) do
-  local info = infos[i]
   local deadline = tonumber(string.match(token, '@([^@]+)$') or '')
-  if info and deadline and string.sub(info, 1, #token + 1) == token..'\t' then
+  if lhosts[i] and deadline then
     local ser = sers[i]
     if not renewed[ser] then
       renewed[ser] = {}
@@ -29,12 +28,12 @@ for _, ser in ipairs(calls) do
   local key, mine = lease_key(ser), renewed[ser]
   local n = 0
   for _ in pairs(mine) do n = n + 1 end
-  if n < redis.call('HLEN', key) then
+  if n < redis.call('HLEN', key) - 1 then  -- (its pin, see lease.lua)
     -- leases of the call not renewed now keep the call's expiry so far (or their own, earlier one)
     local was = redis.call('ZSCORE', K_LEXP, ser)
     local own = {}
     for _, id in ipairs(redis.call('HKEYS', key)) do
-      if not mine[id] then
+      if not mine[id] and id ~= PIN_FIELD then
         own[#own + 1] = was
         own[#own + 1] = ser..':'..id
       end

@@ -14,7 +14,7 @@ from crawlherd.frontier.redis._scripts import RedisCalls
 
 __all__ = ["bad_entries", "memory_usage", "purge", "stats"]
 
-_QUEUE_KEYS = ("q:", "gq", "ready", "timers", "delayed", "age", "l:", "lexp", "ldet", "h")
+_QUEUE_KEYS = ("q:", "gq", "ready", "timers", "delayed", "age", "l:", "lb:", "lexp", "ldet", "h")
 
 
 async def stats(calls: RedisCalls, clock: Clock) -> FrontierStats:

@@ -1,24 +1,30 @@
 """How a request is stored in the Redis frontier, and read back.
 
-A request is one packed member of its host's queue, ``"<id>\\t<batch>\\t<body>"`` (the scripts add the
-header). The body is ``"<priority> <depth> <url> <fingerprint hex>"`` for a plain GET -- most of a
-crawl's requests, handed out again without parsing their URL -- else the JSON of
-:meth:`Request.to_record` with its fingerprint (it starts with ``{`` and carries a version field); never pickle. An
-ENQUEUE argument puts the duplicate filter's two halves, the not-before time, the clamped priority,
-the request's number (sharded frontiers) and its host in front of the body.
+A request is one packed member of its host's queue, ``"<id>\\t<batch>\\t<body>"``, and of the loose
+requests (``gq``) with its host in front; the client writes it whole. The body is ``"<priority> <depth> <url>
+<fingerprint hex>"`` for a plain GET -- most of a crawl's requests, handed out again without parsing their
+URL -- else the JSON of :meth:`Request.to_record` with its fingerprint (it starts with ``{`` and carries a
+version field); never pickle. ENQUEUE takes each request as six strings (:func:`enqueue_fields`; all of
+them in one argument, :func:`packed`): the duplicate filter's two halves, the not-before time and clamped priority, and
+its score, host and member as they are stored.
 """
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Sequence
 from typing import Any
 
 from crawlherd import _json
 from crawlherd.frontier.dupefilter import fp_to_int
 from crawlherd.request import Request
 
-__all__ = ["decode", "encode_body", "enqueue_arg", "filter_args", "priority", "raw", "text"]
+__all__ = [
+    "SCORE_SHIFT", "decode", "encode_body", "enqueue_fields", "filter_args", "packed", "priority", "raw", "text"
+]
 
 _PRIO_LIMIT = (1 << 18) - 1  # scores are -prio * 2**34 + seq: exact in a double for |prio| < 2**18
+SCORE_SHIFT = 1 << 34  # a queue score: -priority * SCORE_SHIFT + the request's number (prelude.lua)
 
 
 def text(value: Any) -> str:
@@ -64,9 +70,38 @@ def filter_args(request: Request, kind: str, bits: int) -> tuple[int, int]:
     return fp & 0xFFFFFFFF, (fp >> 32) | 1
 
 
-def enqueue_arg(request: Request, kind: str, bits: int, number: int | str = "-") -> str:
-    """A request as one ENQUEUE argument: ``"<df_a> <df_b> <not_before|-> <priority> <number|-> <host>
-    <body>"`` (``number`` on a sharded frontier)."""
+def enqueue_fields(request: Request, kind: str, bits: int, kp: str, number: int, batch: int) -> tuple[str, ...]:
+    """A request as ENQUEUE takes it (enqueue.lua): ``df_a, df_b, not_before ('-': none, else "<not_before>
+    <priority>"), score, host, member`` -- df_a the key of its bucket of the exact filter (``kp``: the
+    shard's key prefix), the member ``"<host>\\t<number>\\t<batch>\\t<body>"`` and its score as stored."""
     a, b = filter_args(request, kind, bits)
-    nb = "-" if request.not_before is None else repr(float(request.not_before))
-    return f"{a} {b} {nb} {priority(request)} {number} {request.host} {encode_body(request)}"
+    prio = priority(request)
+    nb = "-" if request.not_before is None else f"{float(request.not_before)!r} {prio}"
+    host = request.host
+    member = f"{host}\t{number}\t{batch}\t{encode_body(request)}"
+    return f"{kp}:df:{a}" if kind == "exact" else str(a), str(b), nb, str(-prio * SCORE_SHIFT + number), host, member
+
+
+_U16, _U32 = struct.Struct(">H").pack, struct.Struct(">I").pack
+
+
+def packed(fields: Sequence[str]) -> bytes:
+    """Strings as ENQUEUE reads them: a MessagePack array of strings (``cmsgpack.unpack``, in C)."""
+    out = bytearray(b"\xdd")
+    out += _U32(len(fields))
+    for field in fields:
+        data = field.encode("utf-8")
+        n = len(data)
+        if n < 32:
+            out.append(0xA0 | n)
+        elif n < 256:
+            out.append(0xD9)
+            out.append(n)
+        elif n < 65536:
+            out.append(0xDA)
+            out += _U16(n)
+        else:
+            out.append(0xDB)
+            out += _U32(n)
+        out += data
+    return bytes(out)

@@ -1,18 +1,18 @@
 """Where the Redis frontier's keys live: its **shards**.
 
-A shard is one complete frontier of layout 4 (the keys listed at the top of
+A shard is one complete frontier of layout 5 (the keys listed at the top of
 ``frontier/lua/prelude.lua``: the loose requests ``gq``, per-host queues ``q:<host>``, the ``ready`` and
-``timers`` host indexes, ``delayed``, the leases ``l:<call>``/``lexp``/``ldet``/``att``, host states ``h``, policies
-``pdelay``/``pcap``, counters ``c``, ``cfg``, the duplicate filter ``df:<n>`` or ``bloom``, ``bad``,
-serials) under a key prefix ``KP``; every script runs on one shard and touches only its keys. A host belongs
+``timers`` host indexes, ``delayed``, the leases ``l:<call>``/``lb:<call>``/``lexp``/``ldet``/``att``, host
+states ``h``, policies ``pdelay``/``pcap``, counters ``c``, ``cfg``, the duplicate filter ``df:<n>`` or ``bloom``,
+``bad``, serials) under a key prefix ``KP``; every script runs on one shard and touches only its keys. A host belongs
 to exactly one shard (``crc32(host) % shards``), and so do its requests, its politeness state and the
 fingerprints of its requests (a fingerprint's URL names its host): dedup with enqueue, politeness and leases
 stay one atomic script per shard. The frontier's code is the same for one shard and for many; what differs
 is here, in :class:`OneRedis` and :class:`ClusterShards`.
 
-- ``redis://`` (one Redis) is **one shard**, ``KP`` = the prefix (``mycrawl:q:<host>``, ...). Its
-  scripts number the requests and check ``max_size`` themselves (atomically); lease tokens are the
-  scripts' own.
+- ``redis://`` (one Redis) is **one shard**, ``KP`` = the prefix (``mycrawl:q:<host>``, ...). The
+  client takes a batch's request numbers from the shard's own counter (``KP:seq``) before its ENQUEUE;
+  the scripts check ``max_size`` themselves (atomically); lease tokens are the scripts' own.
 - ``redis+cluster://host:port,host:port?prefix=p&shards=12``: ``shards`` shards (default 12, or the
   number the frontier was created with), shard ``k``'s ``KP`` the hash tag ``{p.k.j}``, ``j`` the first
   number that puts the tag's slot in the ``k``-th of ``shards`` equal slices of the 16,384 slots -- so
@@ -108,9 +108,10 @@ class Shards:
             raise LeaseError(f"lease token {token!r} names no shard of this frontier")
         return self.all[int(k)], inner
 
-    async def numbers(self, n: int) -> int | None:
-        """The first of ``n`` request numbers shared by the shards (FIFO across them), or None when the
-        shard's script numbers its requests itself."""
+    async def numbers(self, n: int) -> tuple[int, str]:
+        """The first of ``n`` request numbers (FIFO among equal priorities: in the order they were taken), and
+        where ENQUEUE is told they come from: ``"own"`` (the shard's own counter) or ``"seq"`` (a counter the
+        shards share)."""
         raise NotImplementedError
 
     async def limits(self, max_size: int, counts: Callable[[], Awaitable[list[int]]], hosts: Sequence[str]
@@ -163,8 +164,9 @@ class OneRedis(Shards):
     def split(self, token: str) -> tuple[Shard, str]:
         return self.all[0], token
 
-    async def numbers(self, n: int) -> int | None:
-        return None
+    async def numbers(self, n: int) -> tuple[int, str]:
+        # the shard's own counter (ENQUEUE takes the requests numbered and their members written whole)
+        return int(await self._client.incrby(f"{self.prefix}:seq", n)) - n + 1, "own"
 
     async def limits(self, max_size: int, counts: Callable[[], Awaitable[list[int]]], hosts: Sequence[str]
                      ) -> dict[int, int]:
@@ -220,10 +222,10 @@ class ClusterShards(Shards):
     def forget(self) -> None:
         self._cluster.forget()
 
-    async def numbers(self, n: int) -> int | None:
+    async def numbers(self, n: int) -> tuple[int, str]:
         key = f"{{{self.prefix}}}:seq"
         client = await self.client(key_slot(key.encode()))
-        return int(await client.incrby(key, n)) - n + 1
+        return int(await client.incrby(key, n)) - n + 1, "seq"
 
     async def limits(self, max_size: int, counts: Callable[[], Awaitable[list[int]]], hosts: Sequence[str]
                      ) -> dict[int, int]:

@@ -23,7 +23,7 @@ from crawlherd.frontier.base import FrontierStats, Lease
 from crawlherd.frontier.options import FrontierOptions, HostPolicy
 from crawlherd.frontier.redis import _admin
 from crawlherd.frontier.redis._cluster import ClusterMap, no_retry
-from crawlherd.frontier.redis._codec import decode, encode_body, enqueue_arg, priority, raw, text
+from crawlherd.frontier.redis._codec import decode, encode_body, enqueue_fields, packed, priority, raw, text
 from crawlherd.frontier.redis._fleet import RobotsTexts, SendClock
 from crawlherd.frontier.redis._liveness import Renewal
 from crawlherd.frontier.redis._scripts import RedisCalls, raise_first, unavailable
@@ -35,8 +35,9 @@ __all__ = ["RedisFrontier"]
 
 log = logging.getLogger("crawlherd.frontier.redis")
 _SPACE = re.compile(r"\s")  # what str.isspace() is true for: a token with one is none of ours
+_TOKEN = re.compile(r"(\d+):(\d+)\.")  # a lease token's id and LEASE call serial (lease.lua)
 
-LAYOUT_VERSION = "4"
+LAYOUT_VERSION = "5"  # 4 (lease records by id) is read and moved to 5 by INIT
 _BATCH = 500
 _ENQUEUE_BATCH = 1000  # requests per ENQUEUE: a caller's batch of 1,000 is one script call, about 10 ms
 
@@ -195,15 +196,16 @@ class RedisFrontier(WaitingMixin):
         groups: dict[int, list[int]] = {}
         for i, request in enumerate(chunk):
             groups.setdefault(shards.of(request.host).number, []).append(i)
-        first = await self._calls.guard(lambda: shards.numbers(len(chunk)))
+        first, origin = await self._calls.guard(lambda: shards.numbers(len(chunk)))
         limits = await self._limits(chunk)
         calls = []
+        kind, bits = self._kind, self._bits
         for k, positions in groups.items():
-            items = "\n".join(
-                enqueue_arg(chunk[i], self._kind, self._bits, "-" if first is None else first + i) for i in positions
-            )
-            args = (limits.get(k, -1), self._kind, self.options.dupefilter_unavailable,
-                    "" if first is None else "seq", len(positions), items)
+            low = first + positions[0]  # the shard's lowest number: its age batch
+            kp = shards.all[k].kp
+            fields = packed([f for i in positions for f in enqueue_fields(chunk[i], kind, bits, kp, first + i, low)])
+            args = (limits.get(k, -1), kind, self.options.dupefilter_unavailable, origin, len(positions),
+                    low, first + positions[-1], fields)
             calls.append((shards.all[k], "ENQUEUE", args))
         replies = await self._calls.fan(calls)
         processed: list[bool | None] = [None] * len(chunk)
@@ -305,9 +307,11 @@ class RedisFrontier(WaitingMixin):
                 continue
             got = True
             expires = float(text(reply[0])) + self.options.lease_timeout
+            # each token made of the call's parts: "<id>:<serial>.<n>@<deadline>" (n: its place in the reply)
+            mid, at = f":{int(reply[1])}.", f"@{text(reply[2])}"
             tokens = []
-            for i in range(1, len(reply), 4):
-                token, payload = text(reply[i]), raw(reply[i + 1])
+            for n, i in enumerate(range(3, len(reply), 4), 1):
+                token, payload = f"{text(reply[i])}{mid}{n}{at}", raw(reply[i + 1])
                 try:
                     host, _, _, body = payload.split(b"\t", 3)  # "<host>\t<id>\t<batch>\t<body>"
                     request = decode(body, host.decode("utf-8"))
@@ -395,19 +399,33 @@ class RedisFrontier(WaitingMixin):
             return set()
         await self._init()
         shards = self._shards
-        # a token with a space in it is none of ours (ACK reads the tokens as one argument, space-separated)
+        # ACK takes each lease as its LEASE call's serial and its id, read from its token here: a token they
+        # cannot be read from is none of ours (RENEW reads the tokens as one argument, space-separated: a
+        # token with a space in it is none of ours either)
         foreign = {lease.token for lease in leases if not lease.token or _SPACE.search(lease.token)}
         groups = shards.group(lease.token for lease in leases if lease.token not in foreign)
         self.renewal.drop([lease.token for lease in leases])  # being settled: not renewed (see Renewal.drop)
-        if not groups:
+        asked: dict[int, list[str]] = {}  # shard -> its tokens sent
+        parts: dict[int, list[str]] = {}  # shard -> serial, id of each
+        for k, inner in groups.items():
+            for token in inner:
+                if (m := _TOKEN.match(token)) is None:
+                    foreign.add(shards.token(shards.all[k], token))
+                else:
+                    asked.setdefault(k, []).append(token)
+                    parts.setdefault(k, []).extend((m[2], m[1]))
+        if not asked:
             return foreign
-        replies = await self._calls.fan([(shards.all[k], "ACK", (mode, " ".join(ts))) for k, ts in groups.items()])
+        replies = await self._calls.fan([(shards.all[k], "ACK", (mode, packed(parts[k]))) for k in asked])
         self._notify()
-        for k, reply in zip(groups, replies, strict=True):
+        for k, reply in zip(asked, replies, strict=True):
             if isinstance(reply, BaseException):  # not settled (an outage): still held, renewed again
-                self.renewal.hold(*(shards.token(shards.all[k], t) for t in groups[k]))
+                self.renewal.hold(*(shards.token(shards.all[k], t) for t in asked[k]))
         raise_first(replies)
-        bad = {shards.token(shards.all[k], text(t)) for k, reply in zip(groups, replies, strict=True) for t in reply}
+        bad = {
+            shards.token(shards.all[k], asked[k][int(i) - 1]) for k, reply in zip(asked, replies, strict=True)
+            for i in reply
+        }
         return foreign | bad
 
     async def retry(self, lease: Lease, delay: float = 0.0) -> None:
