@@ -57,7 +57,7 @@ async def test_plain_bodies_are_read_and_one_without_a_fingerprint_is_moved_asid
     try:
         originals = [Request(f"http://H{i}.test:80/a/../p?b=2&a=1", priority=3, depth=2) for i in range(3)]
         await frontier.enqueue_requests(originals)
-        key = f"{unique_name}:gq"  # hosts that could give them at once: the loose requests, "<host>\t<member>"
+        key = f"{unique_name}:gq"  # hosts that could give them at once: the loose requests, "<host>\t<score>\t<member>"
         (member, score), = await loose_of(client, key, "h0.test")
         head, body = member.rsplit(b"\t", 1)
         assert body == f"3 2 {originals[0].url} {originals[0].fingerprint.hex()}".encode()
@@ -89,13 +89,15 @@ async def test_corrupt_and_foreign_entries_are_moved_aside(
     try:
         for i in range(4):
             assert await frontier.enqueue_request(Request(f"http://h{i}.test/"))
-        # each request is one member of the loose requests, "<host>\t<id>\t<batch>\t<body>": replace three
+        # each request is one member of the loose requests, "<host>\t<score>\t<id>\t<batch>\t<body>": replace
+        # three
         key = f"{unique_name}:gq"
         members = [(await loose_of(client, key, f"h{i}.test"))[0] for i in range(4)]
-        ids = [int(m.split(b"\t", 2)[1]) for m, _ in members]
+        ids = [int(m.split(b"\t", 3)[2]) for m, _ in members]
+        s = [int(score) for _, score in members]
         foreign = json.dumps({"v": 99, "url": "http://h2.test/"})
-        bodies = [f"h0.test\t{ids[0]}\t\x80\x81 pickled?".encode(), f"h1.test\t{ids[1]}\t1\t{{not json",
-                  f"h2.test\t{ids[2]}\t1\t{foreign}"]
+        bodies = [f"h0.test\t{s[0]}\t{ids[0]}\t\x80\x81 pickled?".encode(), f"h1.test\t{s[1]}\t{ids[1]}\t1\t{{not json",
+                  f"h2.test\t{s[2]}\t{ids[2]}\t1\t{foreign}"]
         for i, body in enumerate(bodies):  # the first has no readable header
             await client.zrem(key, members[i][0])
             await client.zadd(key, {body: members[i][1]})
@@ -438,8 +440,8 @@ async def test_the_leases_out_of_a_layout_4_frontier_settle_and_expire_after_the
     redis_url: str, unique_name: str, client: aioredis.Redis
 ) -> None:
     """Layout 4 kept each lease's record in ``l:<serial>`` (id -> ``"<token>\\t<prio>\\t<host>\\t<member>"``)
-    and numbered age batches with ``bseq``: a frontier opened on such keys moves them to layout 5 (INIT);
-    a lease out before the upgrade settles with its token, the others expire and come back."""
+    and numbered age batches with ``bseq``: a frontier opened on such keys moves them to layout 5, then 6
+    (INIT); a lease out before the upgrade settles with its token, the others expire and come back."""
     clock = FakeClock()
     frontier = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=10)
     try:
@@ -450,19 +452,19 @@ async def test_the_leases_out_of_a_layout_4_frontier_settle_and_expire_after_the
         await frontier.close()
     # the leases written back as layout 4 wrote them
     (serial,) = {lease.token.split(":", 1)[1].split(".", 1)[0] for lease in leases}
-    lines = (await client.get(f"{unique_name}:lb:{serial}")).decode().split("\n")  # "<id>\n<score>\n<hm>\n" each
     records = {}
-    for j in range(0, len(lines) - 1, 3):
-        id_, score, hm = lines[j : j + 3]
+    for line in await client.lrange(f"{unique_name}:lb:{serial}", 0, -1):  # "<host>\t<score>\t<member>" each
+        host, score, member = line.decode().split("\t", 2)
+        id_ = member.split("\t", 1)[0]
         token = next(lease.token for lease in leases if lease.token.startswith(f"{id_}:"))
-        records[id_] = f"{token}\t{-(int(score) // 2**34)}\t{hm}"
+        records[id_] = f"{token}\t{-(int(score) // 2**34)}\t{host}\t{member}"
     await client.delete(f"{unique_name}:l:{serial}", f"{unique_name}:lb:{serial}")
     await client.hset(f"{unique_name}:l:{serial}", mapping=records)
     await client.hset(f"{unique_name}:cfg", "layout", "4")
     await client.set(f"{unique_name}:bseq", 10**6)
     again = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=10)
     try:
-        assert await client.hget(f"{unique_name}:cfg", "layout") == b"5"
+        assert await client.hget(f"{unique_name}:cfg", "layout") == b"6"
         await again.ack(leases[0])
         clock.advance(11)  # the deadline passes: the other two come back
         back = await again.next_requests(3)
@@ -475,5 +477,60 @@ async def test_the_leases_out_of_a_layout_4_frontier_settle_and_expire_after_the
         assert int(await client.get(f"{unique_name}:seq")) > 10**6  # age batches numbered past the old ones
         stats = await again.stats()
         assert (stats.acked, stats.expired_leases, stats.in_flight) == (3, 2, 0)
+    finally:
+        await again.close()
+
+
+async def test_the_loose_requests_and_leases_of_a_layout_5_frontier_are_read_after_the_upgrade(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    """Layout 5 kept the loose requests (``gq``) as ``"<host>\\t<member>"``, their score in the sorted set
+    alone, and a LEASE call's lines as one string (``"<id>\\n<score>\\n<host>\\t<member>\\n"`` a lease): a
+    frontier opened on such keys moves them to layout 6 (INIT); the queued requests come out in their
+    order, a lease out before the upgrade settles with its token, the others expire and come back."""
+    clock = FakeClock()
+    frontier = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=10)
+    try:
+        await frontier.enqueue_requests([Request(f"http://u{i}.test/", priority=i % 5) for i in range(20)])
+        leases = await frontier.next_requests(3)
+        assert [lease.request.priority for lease in leases] == [4, 4, 4]
+    finally:
+        await frontier.close()
+    # the keys written back as layout 5 wrote them
+    key = f"{unique_name}:gq"
+    loose = await client.zrange(key, 0, -1, withscores=True)
+    assert len(loose) == 17
+    await client.delete(key)
+    for member, score in loose:
+        host, written, rest = member.split(b"\t", 2)
+        assert float(written) == score
+        await client.zadd(key, {host + b"\t" + rest: score})
+    (serial,) = {lease.token.split(":", 1)[1].split(".", 1)[0] for lease in leases}
+    lines = []
+    for line in await client.lrange(f"{unique_name}:lb:{serial}", 0, -1):
+        host, score, member = line.decode().split("\t", 2)
+        lines.append(f"{member.split(chr(9), 1)[0]}\n{score}\n{host}\t{member}\n")
+    await client.delete(f"{unique_name}:lb:{serial}")
+    await client.set(f"{unique_name}:lb:{serial}", "".join(lines))
+    await client.hset(f"{unique_name}:cfg", "layout", "5")
+    again = await open_redis(redis_url, unique_name, clock=clock, lease_timeout=10)
+    try:
+        assert await client.hget(f"{unique_name}:cfg", "layout") == b"6"
+        await again.ack(leases[0])
+        rest = await again.next_requests(17)
+        assert [lease.request.priority for lease in rest] == [4] + [3] * 4 + [2] * 4 + [1] * 4 + [0] * 4
+        assert [lease.request.url for lease in rest[:5]] == [
+            "http://u19.test/", "http://u3.test/", "http://u8.test/", "http://u13.test/", "http://u18.test/"
+        ]
+        await again.ack_many(rest)
+        clock.advance(11)  # the deadline passes: the other two come back
+        back = await again.next_requests(3)
+        assert [lease.request.url for lease in back] == [lease.request.url for lease in leases[1:]]
+        with pytest.raises(LeaseError):
+            await again.ack(leases[1])  # taken back: its old token is refused
+        await again.ack_many(back)
+        assert await again.idle()
+        stats = await again.stats()
+        assert (stats.acked, stats.expired_leases, stats.in_flight) == (20, 2, 0)
     finally:
         await again.close()

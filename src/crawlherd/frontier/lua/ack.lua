@@ -9,8 +9,8 @@ for k = 1, #pairs_ / 2 do sers[k], ids[k] = pairs_[2 * k - 1], pairs_[2 * k] end
 local lhosts = lease_hosts(sers, ids)
 local bad, done, done_hosts, perhost, hosts, settled = {}, {}, {}, {}, {}, {}
 local byser, calls = {}, {}
-for i, id in ipairs(ids) do
-  local host, ser = lhosts[i], sers[i]
+for i = 1, #ids do
+  local id, host, ser = ids[i], lhosts[i], sers[i]
   local mine = settled[ser]
   if not mine then
     mine = {}
@@ -38,16 +38,19 @@ for i, id in ipairs(ids) do
   end
 end
 if #done > 0 then
-  for _, ser in ipairs(calls) do leases_ended(ser, byser[ser]) end
+  for k = 1, #calls do leases_ended(calls[k], byser[calls[k]]) end
   local robots_done = {}  -- hosts whose robots request this was: not pending any more
-  for j, id in ipairs(done) do
-    local host = done_hosts[j]
-    if robots_of(host) and robots_settled(host, id) then robots_done[#robots_done + 1] = host end
+  if robots_of(done_hosts[1]) ~= nil or HAS_RB then  -- (no host is robots-pending: nothing to look at)
+    for j = 1, #done do
+      local host = done_hosts[j]
+      if robots_of(host) and robots_settled(host, done[j]) then robots_done[#robots_done + 1] = host end
+    end
   end
   if redis.call('EXISTS', K_ATT) == 1 then bulk('HDEL', K_ATT, done) end
   local states = hmget(K_H, hosts)
   local gone, keep = {}, {}
-  for i, host in ipairs(hosts) do
+  for i = 1, #hosts do
+    local host = hosts[i]
     local inf, ra = unpack_state(states[i])
     local now_inf = inf - perhost[host]
     if now_inf <= 0 and ra <= NOW then

@@ -7,8 +7,8 @@
 -- client more than its bytes), decoded in C by cmsgpack (a Lua pattern over each request, struct.unpack
 -- or a JSON decoder cost more):
 --   df_a, df_b, not_before ('-': none, else "<not_before> <priority>"), score, host, member
--- the member as gq holds it ("<host>\t<id>\t<batch>\t<body>", see prelude.lua) and its score, both as
--- stored: nothing of them is built here.
+-- the member as gq holds it ("<host>\t<score>\t<id>\t<batch>\t<body>", see prelude.lua) and its score, both
+-- as stored: nothing of them is built here.
 -- Exact filter: df_a = the key of the fingerprint's bucket, df_b = fingerprint >> bits. Bloom: df_a, df_b =
 -- the two hash halves.
 -- Returns {status, queued, processed, message, flags}: status 'ok', 'full' (stopped at processed+1) or
@@ -107,9 +107,10 @@ end
 local batch = istr(LOW + shift)
 -- A member and score moved past this shard's numbers (see shift).
 local function renumbered(host, member, score)
-  local id, b, body = split(string.sub(member, #host + 2))
+  local id, b, body = split(string.sub(member, #host + #score + 3))
   if not id then return member, score end  -- (never: the client wrote it)
-  return host..'\t'..istr(id + shift)..'\t'..istr(b + shift)..'\t'..body, tonumber(score) + shift
+  local s = string.format('%d', tonumber(score) + shift)
+  return host..'\t'..s..'\t'..istr(id + shift)..'\t'..istr(b + shift)..'\t'..body, s
 end
 local flags = {}
 local delayed, byhost, hosts = {}, {}, {}
@@ -145,7 +146,7 @@ for k = 1, 6 * nitems, 6 do
       if nb ~= '-' then not_before, prio = string.match(nb, '^(%S+) (%S+)$') end
       if not_before and tonumber(not_before) > NOW then
         delayed[#delayed + 1] = tonumber(not_before)
-        delayed[#delayed + 1] = prio..'\t'..member
+        delayed[#delayed + 1] = prio..'\t'..host..'\t'..string.sub(member, #host + #score + 3)
       else
         -- as gq holds it (most go there): one copy of the body, not two
         local q = byhost[host]
@@ -177,20 +178,22 @@ if n_new > 0 then
     local inready = {}
     for i = 1, #hosts, 4000 do
       local part = redis.call('ZMSCORE', K_READY, unpack(hosts, i, math.min(i + 3999, #hosts)))
-      for j, v in ipairs(part) do inready[i + j - 1] = v end
+      for j = 1, #part do inready[i + j - 1] = part[j] end
     end
     local ready, timers, loose = {}, {}, {}
-    for i, host in ipairs(hosts) do
+    for i = 1, #hosts do
+      local host = hosts[i]
       local inf, ra = unpack_state(states[i])
       local q = byhost[host]
       if not RB[i] and not inready[i] and inf < cap_of(host) and ra <= NOW and delay_of(host) <= 0 then
         local n = #loose
         for j = 1, #q do loose[n + j] = q[j] end
       else
-        local cut, best = #host + 2, math.huge  -- the member as its host's queue holds it: without the host
+        local best = math.huge  -- the member as its host's queue holds it: without the host and score
         for j = 2, #q, 2 do
-          q[j] = string.sub(q[j], cut)
-          local score = tonumber(q[j - 1])
+          local s = q[j - 1]
+          q[j] = string.sub(q[j], #host + #s + 3)
+          local score = tonumber(s)
           if score < best then best = score end
         end
         bulk('ZADD', qkey(host), q)

@@ -6,6 +6,6 @@ for _, host in ipairs(stale) do schedule(host) end
 local out = {}
 for k = 1, NC do
   local i, r = CI[k], CR[k]
-  if i == 0 then out[k] = G_SS[r] else out[k] = fetched[i][2 * r] end
+  if i == 0 then out[k] = (gq_parts(r)) else out[k] = fetched[i][2 * r] end
 end
 return out

@@ -3,7 +3,7 @@
 local P = ARGV[1]
 local K_CFG = P..':cfg'
 local layout = redis.call('HGET', K_CFG, 'layout')
-if layout == '4' and ARGV[5] == '5' then
+if layout == '4' and (ARGV[5] == '5' or ARGV[5] == '6') then
   -- layout 4 kept each lease's record in l:<serial> (id -> "<token>\t<prio>\t<host>\t<member>"): the
   -- leases out are kept as layout 5 keeps them (see prelude.lua); the rest of the layout is the same
   local SHIFT, seen = 17179869184, {}
@@ -33,6 +33,46 @@ if layout == '4' and ARGV[5] == '5' then
   local seq, bseq = tonumber(redis.call('GET', P..':seq') or '0'), tonumber(redis.call('GET', P..':bseq') or '0')
   if bseq > seq then redis.call('SET', P..':seq', string.format('%d', bseq)) end
   redis.call('DEL', P..':bseq')
+  redis.call('HSET', K_CFG, 'layout', '5')
+  layout = '5'
+end
+if layout == '5' and ARGV[5] == '6' then
+  -- layout 5 kept gq's members as "<host>\t<member>" and a LEASE call's lines as one string
+  -- ("<id>\n<score>\n<host>\t<member>\n" a lease): gq's members carry their score now, and the lines are
+  -- a list of those members (see prelude.lua); the rest of the layout is the same
+  local K_GQ = P..':gq'
+  local TMP = P..':gq:upgrade'
+  redis.call('DEL', TMP)
+  local n = redis.call('ZCARD', K_GQ)
+  for i = 0, n - 1, 4000 do
+    local part = redis.call('ZRANGE', K_GQ, i, i + 3999, 'WITHSCORES')
+    local add = {}
+    for j = 1, #part, 2 do
+      local m, score = part[j], part[j + 1]
+      local host, member = string.match(m, '^([^\t]*)\t(.*)$')
+      if host then m = host..'\t'..score..'\t'..member end
+      add[#add + 1], add[#add + 2] = score, m
+    end
+    if #add > 0 then redis.call('ZADD', TMP, unpack(add)) end
+  end
+  if n > 0 then redis.call('RENAME', TMP, K_GQ) end
+  local seen = {}
+  for _, e in ipairs(redis.call('ZRANGE', P..':lexp', 0, -1)) do
+    local ser = string.match(e, '^(%d+)')
+    if ser and not seen[ser] then
+      seen[ser] = true
+      local key = P..':lb:'..ser
+      if redis.call('TYPE', key).ok == 'string' then
+        local lines = redis.call('GET', key)
+        local list = {}
+        for _, score, host, member in string.gmatch(lines, '([^\n]*)\n([^\n]*)\n([^\t\n]*)\t([^\n]*)\n') do
+          list[#list + 1] = host..'\t'..score..'\t'..member
+        end
+        redis.call('DEL', key)
+        for i = 1, #list, 4000 do redis.call('RPUSH', key, unpack(list, i, math.min(i + 3999, #list))) end
+      end
+    end
+  end
   redis.call('HSET', K_CFG, 'layout', ARGV[5])
   layout = ARGV[5]
 end

@@ -1,8 +1,9 @@
 -- LEASE (after prelude.lua and pick.lua). ARGV[5] limit, [6] lease timeout, [7] liveness. Leases what
 -- pick.lua picked. Returns the time the leases were made at ('%.17g'), the call's serial and the leases'
--- deadline ('%.17g'), then id, "<host>\t<member>" (as gq holds it), attempt and score (its place in the
--- queue: a sharded frontier merges the leases of its shards by it) for each lease: the client makes each
--- token, "<id>:<serial>.<n>@<deadline>" (n: its place in the reply), from them. Members found unreadable are
+-- deadline ('%.17g'), then "<host>\t<score>\t<id>\t<batch>\t<body>" (as gq holds it: the score is its
+-- place in the queue, by which a sharded frontier merges the leases of its shards) and attempt for each
+-- lease: the client reads the id from it and makes each token, "<id>:<serial>.<n>@<deadline>" (n: its
+-- place in the reply). Members found unreadable are
 -- moved aside. The loose requests pick.lua passed over (their host may not give them now) go to their hosts'
 -- queues, which hold them until the host may give again.
 -- A lease ends at its deadline (lease timeout: the bound of one page), or sooner when its holder stops
@@ -17,7 +18,8 @@ if G_USED > 0 then redis.call('ZREMRANGEBYRANK', K_GQ, 0, G_USED - 1) end
 local function move_passed()
   if #passed == 0 then return {} end
   local byhost, order = {}, {}
-  for _, j in ipairs(passed) do
+  for k = 1, #passed do
+    local j = passed[k]
     local host = G_H[j]
     local q = byhost[host]
     if not q then
@@ -25,8 +27,9 @@ local function move_passed()
       byhost[host] = q
       order[#order + 1] = host
     end
-    q[#q + 1] = G_SS[j]
-    q[#q + 1] = string.sub(G_M[j], #host + 2)
+    local score, member = gq_parts(j)
+    q[#q + 1] = score
+    q[#q + 1] = member
   end
   for _, host in ipairs(order) do bulk('ZADD', qkey(host), byhost[host]) end
   return order  -- placed again by the caller
@@ -39,36 +42,37 @@ end
 local serial = redis.call('INCR', P..':lseq')
 out[2] = serial
 -- The leases, in the order picked (best first): the reply is in priority order, FIFO among equals.
--- leases: the live leases (id, host), lines: the pieces of the call's lines (see prelude.lua), joined once
-local leases, lines, ids, batches, bad_got = {}, {}, {}, {}, {}
-local n, nl, nb, o = 0, 0, 0, 3
+-- leases: the live leases (id, host), lines: the call's lines (see prelude.lua): the members as gq holds them
+local leases, lines, ids, batches = {}, {}, {}, {}
+local n, nl, o = 0, 0, 3
 for k = 1, NC do
   local i, r = CI[k], CR[k]
-  local host, hm, score  -- hm: "<host>\t<member>", the lease line's end and the reply's member
+  local host, hm, id, b  -- hm: "<host>\t<score>\t<member>", the lease's line and the reply's member
   if i == 0 then
-    host, hm, score = G_H[r], G_M[r], G_SS[r]
+    host, hm, id, b = G_H[r], G_M[r], G_ID[r], G_B[r]
   else
     local items = fetched[i]
-    host, score = hosts[i], items[2 * r]
-    hm = host..'\t'..items[2 * r - 1]
-  end
-  local id, b = match(hm, '^[^\t]*\t(%d+)\t(%d+)\t')
-  if i > 0 and RB[i] then  -- the robots request is out: the host stays pending until it is settled
-    if id then redis.call('HSET', K_RB, host, 'out\t'..id) else redis.call('HDEL', K_RB, host) end
+    local member = items[2 * r - 1]
+    host = hosts[i]
+    id, b = match(member, '^(%d+)\t(%d+)\t')
+    hm = host..'\t'..items[2 * r]..'\t'..member
+    if RB[i] then  -- the robots request is out: the host stays pending until it is settled
+      if id then redis.call('HSET', K_RB, host, 'out\t'..id) else redis.call('HDEL', K_RB, host) end
+    end
   end
   if id then
     batches[b] = (batches[b] or 0) + 1
     n = n + 1
     leases[nl + 1], leases[nl + 2] = id, host
     nl = nl + 2
-    lines[nb + 1], lines[nb + 2], lines[nb + 3] = id, score, hm
-    nb = nb + 3
+    lines[n] = hm
     ids[n] = id
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, hm, 1, score
-    o = o + 4
+    out[o + 1], out[o + 2] = hm, 1
+    o = o + 2
   else
     GOT[host] = GOT[host] - 1
-    local member = string.sub(hm, #host + 2)
+    local member
+    if i == 0 then member = select(2, gq_parts(r)) else member = fetched[i][2 * r - 1] end
     bury(string.match(member, '^(%d+)') or redis.call('INCR', K_SEQ), 'unreadable entry header', member)
   end
 end
@@ -87,7 +91,8 @@ local function new_state(host, inf, ra)
   end
   return inf, ra
 end
-for i, host in ipairs(hosts) do
+for i = 1, #hosts do
+  local host = hosts[i]
   local k = taken[i] or 0
   if k > 0 or GOT[host] then
     local items = fetched[i]
@@ -126,14 +131,13 @@ if n > 0 then
   -- the call's leases, their lines and one expiry entry (see the key layout)
   leases[nl + 1], leases[nl + 2] = PIN_FIELD, PIN
   bulk('HSET', lease_key(serial), leases)
-  lines[nb + 1] = ''
-  redis.call('SET', lease_lines(serial), table.concat(lines, '\n'))
+  bulk('RPUSH', lease_lines(serial), lines)
   redis.call('ZADD', K_LEXP, EXPIRES, serial)
   redis.call('HINCRBY', K_C, 'out', n)
   if redis.call('EXISTS', K_ATT) == 1 then
     local atts = hmget(K_ATT, ids)
     for j = 1, n do
-      if atts[j] then out[4 * j + 2] = tonumber(atts[j]) + 1 end
+      if atts[j] then out[2 * j + 3] = tonumber(atts[j]) + 1 end
     end
   end
 end

@@ -9,8 +9,11 @@
 --     own that came before it and took its room), so nothing scored after the LIMIT-th best head (the
 --     cutoff) can be among the LIMIT best, from either source.
 -- Leaves: hosts (the ready hosts read), fetched[i] (host i's requests read, member and score), taken[i]
--- (how many of host i's queue are picked), G_M/G_S/G_SS/G_H (gq's members, scores as numbers and as
--- read, hosts), G_USED (how many of them were passed: picked or passed over), passed (the gq indexes
+-- (how many of host i's queue are picked), G_M/G_H/G_ID/G_B (gq's members, read without their scores, and
+-- their hosts, ids and batches; G_ID false: the member is unreadable), gq_score(j) and gq_parts(j) (its
+-- score as a number, read from the member when it is needed: mostly it is not; its score as written and
+-- its member as a host's queue holds it), G_USED (how many of them were passed: picked or passed over),
+-- passed (the gq indexes
 -- passed over), CI/CR (the picked, best first, NC of them: i, rank from a queue, 0, j from gq),
 -- GOT (host -> picked), LEFT (host -> room left), INF/RA (ready host i's leases out and ready time),
 -- GINF/GRA (the same of a host read from gq only), RB (robots states) and stale (ready hosts with nothing
@@ -30,7 +33,8 @@ local RB = robots_states(hosts)
 local heads, extras, fetched, INF, RA = {}, {}, {}, {}, {}
 local LEFT, GOK = {}, {}  -- host -> room left in this pick; host -> may give loose requests now
 local stale = {}
-for i, host in ipairs(hosts) do
+for i = 1, #hosts do
+  local host = hosts[i]
   local inf, ra = unpack_state(states[i])
   INF[i], RA[i] = inf, ra
   local room = cap_of(host) - inf
@@ -63,27 +67,37 @@ for i, host in ipairs(hosts) do
   end
 end
 -- The loose requests, a slice at a time: their hosts' rooms from their states (one HMGET a slice).
-local G_M, G_S, G_H, G_SS = {}, {}, {}, {}
+local G_M, G_H, G_ID, G_B, G_P1, G_P2, G_S = {}, {}, {}, {}, {}, {}, {}
+local G_N = 0
 local GINF, GRA = {}, {}  -- host read from gq only -> its leases out, its ready time
 local g_read, g_more = 0, true
 local function load_loose()
-  local part = redis.call('ZRANGE', K_GQ, g_read, g_read + LIMIT - 1, 'WITHSCORES')
-  g_more = #part == 2 * LIMIT
-  local new, n = {}, #G_M
-  for j = 1, #part, 2 do
-    local m, ss = part[j], part[j + 1]
-    local h = match(m, '^([^\t]*)\t') or ''
+  local part = redis.call('ZRANGE', K_GQ, g_read, g_read + LIMIT - 1)
+  local np = #part
+  g_more = np == LIMIT
+  local new, n = {}, G_N
+  for j = 1, np do
+    local m = part[j]
+    -- "<host>\t<score>\t<id>\t<batch>\t<body>": the score's place, not the score (see gq_score)
+    local h, p1, p2, id, b = match(m, '^([^\t]*)\t()[^\t]*()\t(%d+)\t(%d+)\t')
+    if not h then  -- unreadable: moved aside if it is picked
+      h, p1, p2 = match(m, '^([^\t]*)\t()[^\t]*()\t')
+      if not h then h = match(m, '^([^\t]*)\t') or '' end
+      id, b = false, false
+    end
     n = n + 1
-    G_M[n], G_SS[n], G_S[n], G_H[n] = m, ss, tonumber(ss), h
+    G_M[n], G_H[n], G_ID[n], G_B[n], G_P1[n], G_P2[n] = m, h, id, b, p1 or false, p2 or false
     if LEFT[h] == nil then
       LEFT[h] = false
       new[#new + 1] = h
     end
   end
-  g_read = g_read + #part / 2
+  G_N = n
+  g_read = g_read + np
   if #new == 0 then return end
   local st, rb = hmget(K_H, new), robots_states(new)
-  for k, h in ipairs(new) do
+  for k = 1, #new do
+    local h = new[k]
     local inf, ra = unpack_state(st[k])
     GINF[h], GRA[h] = inf, ra
     local room = cap_of(h) - inf
@@ -99,15 +113,38 @@ for j = 2, #heads do
   if heads[j][1] < heads[j - 1][1] then table.sort(heads, before) break end
 end
 if #extras > 1 then table.sort(extras, before) end
+-- A loose request's score, as a number (the member's, else gq's: an unreadable member).
+local function gq_score(j)
+  local s = G_S[j]
+  if not s then
+    local p1 = G_P1[j]
+    if p1 then s = tonumber(string.sub(G_M[j], p1, G_P2[j] - 1)) end
+    if not s then s = tonumber(redis.call('ZSCORE', K_GQ, G_M[j])) end
+    G_S[j] = s
+  end
+  return s
+end
+-- A loose request's score as written and its member as its host's queue holds it ("<id>\t<batch>\t<body>").
+local function gq_parts(j)
+  local m, p2 = G_M[j], G_P2[j]
+  if p2 then return string.sub(m, G_P1[j], p2 - 1), string.sub(m, p2 + 1) end
+  return fmt(gq_score(j)), string.sub(m, #G_H[j] + 2)
+end
+local HUGE = math.huge
 local taken, passed, GOT = {}, {}, {}
 local CI, CR, NC = {}, {}, 0  -- the picked (two arrays: no table a request)
 local a, b, g = 1, 1, 1
 while NC < LIMIT do
-  if g > #G_M and g_more then load_loose() end
-  local x, y, gs = heads[a], extras[b], G_S[g]
+  if g > G_N and g_more then load_loose() end
+  local x, y = heads[a], extras[b]
   local c
   if x and (not y or x[1] <= y[1]) then c = x else c = y end
-  if c and (not gs or c[1] <= gs) then
+  -- the loose request's score is read only when it is compared (mostly nothing is queued by host)
+  local take_g = false
+  if g <= G_N then
+    if c then take_g = gq_score(g) < c[1] else take_g = cutoff == HUGE or gq_score(g) <= cutoff end
+  end
+  if c and not take_g then
     if c == x then a = a + 1 else b = b + 1 end
     local i, r = c[2], c[3]
     local host = hosts[i]
@@ -119,7 +156,7 @@ while NC < LIMIT do
       NC = NC + 1
       CI[NC], CR[NC] = i, r
     end
-  elseif gs and gs <= cutoff then
+  elseif take_g then
     local host = G_H[g]
     if GOK[host] and LEFT[host] > 0 then
       LEFT[host] = LEFT[host] - 1

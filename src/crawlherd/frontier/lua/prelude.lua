@@ -6,15 +6,17 @@
 -- arguments follow. Times come from the caller's clock, so every process must share one notion of time
 -- (the system clock) -- and tests can drive a FakeClock.
 --
--- Key layout (version 5) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on
+-- Key layout (version 6) under the prefix P (P: + name): the prefix of one shard (the frontier's prefix on
 -- one Redis; a hash tag on a cluster, see frontier/redis/_shards.py). A request is one packed member,
 -- "<id>\t<batch>\t<body>": id its number (P:seq), batch the enqueue batch it counts in for
 -- oldest_queued_age, body the client's encoding of the request (opaque here). No per-request hash:
 -- the member is the request, wherever it is.
---   gq       ZSET  "<host>\t<member>" scored -prio*2^34 + seq   the loose requests: of hosts that could give
---                  them when they were queued (no delay, below their cap, no robots.txt pending, nothing in
---                  their queue), one queue across those hosts, read from its best (pick.lua); a request
---                  whose host may not give it when it is read there moves to its host's queue
+--   gq       ZSET  "<host>\t<score>\t<member>" scored <score> = -prio*2^34 + seq   the loose requests: of
+--                  hosts that could give them when they were queued (no delay, below their cap, no robots.txt
+--                  pending, nothing in their queue), one queue across those hosts, read from its best
+--                  (pick.lua) without its scores: each member carries its own (Redis formats a score it
+--                  replies with sprintf, the dearest part of reading gq; layout 5 had "<host>\t<member>");
+--                  a request whose host may not give it when it is read there moves to its host's queue
 --   q:<host> ZSET  member scored -prio*2^34 + seq             a host's queue (priority, then FIFO)
 --   ready    ZSET  host scored by its head's score            hosts whose queue may be fetched now
 --   timers   ZSET  host scored by ready_at                    hosts with work, waiting for their delay
@@ -25,10 +27,11 @@
 --                  parts LEASE returns: a settle finds its lease by id and serial alone (a lease taken back
 --                  and leased again is in another call); and PIN_FIELD (see below), as agec: a call's
 --                  hundreds of leases read and deleted by field
---   lb:<serial> STRING  what that call's leases hold: "<id>\n<score>\n<host>\t<member>\n" a lease, written
---                  once by LEASE, read back only when a lease is given back (RETRY, BURY) or expires;
---                  deleted with the call's last lease (layout 4 had it as the l:<serial> field of its id,
---                  with the token: ACK read it back whole)
+--   lb:<serial> LIST  what that call's leases hold: "<host>\t<score>\t<member>" a lease (as gq holds it),
+--                  pushed once by LEASE (no string joined in Lua), read back only when a lease is given back
+--                  (RETRY, BURY) or expires; deleted with the call's last lease (layout 5 had it as one string
+--                  of "<id>\n<score>\n<host>\t<member>\n" lines, joined by table.concat; layout 4 as the
+--                  l:<serial> field of its id, with the token: ACK read it back whole)
 --   lexp     ZSET  serial scored by expires-at                lease expiry, one entry per LEASE call: the
 --                  deadline, or sooner while its holder does not renew it (RENEW); "<serial>:<id>": a lease
 --                  of that call its holder stopped renewing while it renews the others (its own expiry)
@@ -125,13 +128,16 @@ local function hmget(key, fields)
   local out = {}
   for i = 1, #fields, 4000 do
     local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 3999, #fields)))
-    for _, v in ipairs(part) do out[#out + 1] = v end
+    if i == 1 then out = part else
+      local n = #out
+      for j = 1, #part do out[n + j] = part[j] end
+    end
   end
   return out
 end
 
 -- The leases of one LEASE call (see the key layout): the live ones (id -> host) and what they hold (the
--- call's lines, "<id>\n<score>\n<host>\t<member>\n" each).
+-- call's lines, "<host>\t<score>\t<member>" each).
 local function lease_key(serial) return P..':l:'..serial end
 local function lease_lines(serial) return P..':lb:'..serial end
 -- A lease token's id and LEASE call serial (nil: not a token).
@@ -141,7 +147,15 @@ local function token_parts(token) return string.match(token, '^(%d+):(%d+)%.') e
 -- LEASE call (usually one).
 local function lease_hosts(sers, ids)
   local hosts, groups, order = {}, {}, {}
-  for k, ser in ipairs(sers) do
+  local n = #sers
+  -- mostly one call: one HMGET of all, no grouping
+  local one = sers[1]
+  for k = 2, n do
+    if sers[k] ~= one then one = nil break end
+  end
+  if one and n > 0 then return hmget(lease_key(one), ids) end
+  for k = 1, n do
+    local ser = sers[k]
     hosts[k] = false
     if ser then
       local g = groups[ser]
@@ -195,11 +209,11 @@ end
 -- The lines of LEASE call ser held by the leases in want (their ids): id -> {prio, host, member}.
 local function lease_records(ser, want)
   local out, set, left = {}, {}, #want
-  local lines = redis.call('GET', lease_lines(ser))
-  if not lines then return out end
+  local lines = redis.call('LRANGE', lease_lines(ser), 0, -1)
   for _, id in ipairs(want) do set[id] = true end
-  for id, score, host, member in string.gmatch(lines, '([^\n]*)\n([^\n]*)\n([^\t\n]*)\t([^\n]*)\n') do
-    if set[id] then
+  for j = 1, #lines do
+    local host, score, member, id = string.match(lines[j], '^([^\t]*)\t([^\t]*)\t((%d+)\t.*)$')
+    if id and set[id] then
       out[id] = {-math.floor(tonumber(score) / SHIFT), host, member}
       left = left - 1
       if left == 0 then break end

@@ -1,7 +1,7 @@
 """How a request is stored in the Redis frontier, and read back.
 
 A request is one packed member of its host's queue, ``"<id>\\t<batch>\\t<body>"``, and of the loose
-requests (``gq``) with its host in front; the client writes it whole. The body is ``"<priority> <depth> <url>
+requests (``gq``) with its host and score in front; the client writes it whole. The body is ``"<priority> <depth> <url>
 <fingerprint hex>"`` for a plain GET -- most of a crawl's requests, handed out again without parsing their
 URL -- else the JSON of :meth:`Request.to_record` with its fingerprint (it starts with ``{`` and carries a
 version field); never pickle. ENQUEUE takes each request as six strings (:func:`enqueue_fields`; all of
@@ -73,13 +73,15 @@ def filter_args(request: Request, kind: str, bits: int) -> tuple[int, int]:
 def enqueue_fields(request: Request, kind: str, bits: int, kp: str, number: int, batch: int) -> tuple[str, ...]:
     """A request as ENQUEUE takes it (enqueue.lua): ``df_a, df_b, not_before ('-': none, else "<not_before>
     <priority>"), score, host, member`` -- df_a the key of its bucket of the exact filter (``kp``: the
-    shard's key prefix), the member ``"<host>\\t<number>\\t<batch>\\t<body>"`` and its score as stored."""
+    shard's key prefix), the member ``"<host>\\t<score>\\t<number>\\t<batch>\\t<body>"`` and its score as
+    stored."""
     a, b = filter_args(request, kind, bits)
     prio = priority(request)
     nb = "-" if request.not_before is None else f"{float(request.not_before)!r} {prio}"
     host = request.host
-    member = f"{host}\t{number}\t{batch}\t{encode_body(request)}"
-    return f"{kp}:df:{a}" if kind == "exact" else str(a), str(b), nb, str(-prio * SCORE_SHIFT + number), host, member
+    score = str(-prio * SCORE_SHIFT + number)
+    member = f"{host}\t{score}\t{number}\t{batch}\t{encode_body(request)}"
+    return f"{kp}:df:{a}" if kind == "exact" else str(a), str(b), nb, score, host, member
 
 
 _U16, _U32 = struct.Struct(">H").pack, struct.Struct(">I").pack

@@ -1,6 +1,6 @@
 """Where the Redis frontier's keys live: its **shards**.
 
-A shard is one complete frontier of layout 5 (the keys listed at the top of
+A shard is one complete frontier of layout 6 (the keys listed at the top of
 ``frontier/lua/prelude.lua``: the loose requests ``gq``, per-host queues ``q:<host>``, the ``ready`` and
 ``timers`` host indexes, ``delayed``, the leases ``l:<call>``/``lb:<call>``/``lexp``/``ldet``/``att``, host
 states ``h``, policies ``pdelay``/``pcap``, counters ``c``, ``cfg``, the duplicate filter ``df:<n>`` or ``bloom``,

@@ -37,7 +37,7 @@ log = logging.getLogger("crawlherd.frontier.redis")
 _SPACE = re.compile(r"\s")  # what str.isspace() is true for: a token with one is none of ours
 _TOKEN = re.compile(r"(\d+):(\d+)\.")  # a lease token's id and LEASE call serial (lease.lua)
 
-LAYOUT_VERSION = "5"  # 4 (lease records by id) is read and moved to 5 by INIT
+LAYOUT_VERSION = "6"  # 4 (lease records by id) and 5 (gq without scores in its members) are moved to 6 by INIT
 _BATCH = 500
 _ENQUEUE_BATCH = 1000  # requests per ENQUEUE: a caller's batch of 1,000 is one script call, about 10 ms
 
@@ -310,17 +310,19 @@ class RedisFrontier(WaitingMixin):
             # each token made of the call's parts: "<id>:<serial>.<n>@<deadline>" (n: its place in the reply)
             mid, at = f":{int(reply[1])}.", f"@{text(reply[2])}"
             tokens = []
-            for n, i in enumerate(range(3, len(reply), 4), 1):
-                token, payload = f"{text(reply[i])}{mid}{n}{at}", raw(reply[i + 1])
+            for n, i in enumerate(range(3, len(reply), 2), 1):
+                payload = raw(reply[i])
+                # "<host>\t<score>\t<id>\t<batch>\t<body>" (LEASE checked the id)
+                host, score, id_, _, body = payload.split(b"\t", 4)
+                token = f"{id_.decode('ascii')}{mid}{n}{at}"
                 try:
-                    host, _, _, body = payload.split(b"\t", 3)  # "<host>\t<id>\t<batch>\t<body>"
                     request = decode(body, host.decode("utf-8"))
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     buried.append(_Buried(shard, token, payload, f"undecodable request record: {exc}"))
                     continue
-                lease = Lease(name(shard, token), request, expires, int(reply[i + 2]))
+                lease = Lease(name(shard, token), request, expires, int(reply[i + 1]))
                 tokens.append(lease.token)
-                out.append((float(reply[i + 3]), lease))
+                out.append((float(score), lease))
             if tokens:
                 self.renewal.hold(*tokens)
         if not got:
