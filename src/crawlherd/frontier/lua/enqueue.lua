@@ -3,9 +3,9 @@
 -- numbers come from: 'own' (this shard's P:seq: one Redis) or 'seq' (a counter the shards share, so that
 -- FIFO holds across shards), taken by the client before the call; [9] how many requests, [10] the lowest
 -- number among them, the batch they were numbered in (their age batch), [11] the highest; [12] the
--- requests, six strings each, in one MessagePack array: one argument for all (each argument costs the
--- client more than its bytes), decoded in C by cmsgpack (a Lua pattern over each request, struct.unpack
--- or a JSON decoder cost more):
+-- requests, six strings each, MessagePack strings one after another: one argument for all (each
+-- argument costs the client more than its bytes), decoded in C by cmsgpack (a Lua pattern over each
+-- request, struct.unpack or a JSON decoder cost more):
 --   df_a, df_b, not_before ('-': none, else "<not_before> <priority>"), score, host, member
 -- the member as gq holds it ("<host>\t<score>\t<id>\t<batch>\t<body>", see prelude.lua) and its score, both
 -- as stored: nothing of them is built here.
@@ -93,8 +93,11 @@ local status, message = 'ok', ''
 local SHARED = ARGV[8] == 'seq'
 local nitems = tonumber(ARGV[9])
 local LOW, HIGH = tonumber(ARGV[10]), tonumber(ARGV[11])
-local ok, ITEMS = pcall(cmsgpack.unpack, ARGV[12] or '')
-if not (ok and type(ITEMS) == 'table' and nitems and LOW and HIGH and #ITEMS == 6 * nitems) then
+-- the strings come one after another, not in a MessagePack array: cmsgpack returns them as values, put in
+-- a table of their size at once (an array's table is grown as it is filled: rehashed a dozen times); a C
+-- function returns at most 8,000 values (LUAI_MAXCSTACK): the client sends 1,000 requests at most
+local ITEMS = {pcall(cmsgpack.unpack, ARGV[12] or '')}
+if not (ITEMS[1] == true and nitems and LOW and HIGH and #ITEMS == 6 * nitems + 1) then
   return redis.error_reply('malformed enqueue arguments')
 end
 local shift = 0
@@ -114,7 +117,7 @@ local function renumbered(host, member, score)
 end
 local flags = {}
 local delayed, byhost, hosts = {}, {}, {}
-for k = 1, 6 * nitems, 6 do
+for k = 2, 6 * nitems + 1, 6 do  -- (ITEMS[1]: pcall's true)
   local a, b, nb, score, host, member = ITEMS[k], ITEMS[k + 1], ITEMS[k + 2], ITEMS[k + 3], ITEMS[k + 4], ITEMS[k + 5]
   local go, flag = true, '0'
   if MAX >= 0 and queued >= MAX then

@@ -5,7 +5,7 @@ requests (``gq``) with its host and score in front; the client writes it whole. 
 <fingerprint hex>"`` for a plain GET -- most of a crawl's requests, handed out again without parsing their
 URL -- else the JSON of :meth:`Request.to_record` with its fingerprint (it starts with ``{`` and carries a
 version field); never pickle. ENQUEUE takes each request as six strings (:func:`enqueue_fields`; all of
-them in one argument, :func:`packed`): the duplicate filter's two halves, the not-before time and clamped priority, and
+them in one argument, :func:`packed`, one after another): the duplicate filter's two halves, the not-before time and clamped priority, and
 its score, host and member as they are stored.
 """
 
@@ -87,10 +87,14 @@ def enqueue_fields(request: Request, kind: str, bits: int, kp: str, number: int,
 _U16, _U32 = struct.Struct(">H").pack, struct.Struct(">I").pack
 
 
-def packed(fields: Sequence[str]) -> bytes:
-    """Strings as ENQUEUE reads them: a MessagePack array of strings (``cmsgpack.unpack``, in C)."""
-    out = bytearray(b"\xdd")
-    out += _U32(len(fields))
+def packed(fields: Sequence[str], *, array: bool = True) -> bytes:
+    """Strings as ENQUEUE and ACK read them (``cmsgpack.unpack``, in C): a MessagePack array of strings, or
+    (``array=False``) the strings one after another, which ``cmsgpack.unpack`` returns as that many values
+    (the script puts them in a table of their size at once: an array's table grows an element at a time)."""
+    out = bytearray()
+    if array:
+        out.append(0xDD)
+        out += _U32(len(fields))
     for field in fields:
         data = field.encode("utf-8")
         n = len(data)

@@ -39,7 +39,9 @@ _TOKEN = re.compile(r"(\d+):(\d+)\.")  # a lease token's id and LEASE call seria
 
 LAYOUT_VERSION = "6"  # 4 (lease records by id) and 5 (gq without scores in its members) are moved to 6 by INIT
 _BATCH = 500
-_ENQUEUE_BATCH = 1000  # requests per ENQUEUE: a caller's batch of 1,000 is one script call, about 10 ms
+# requests per ENQUEUE: a caller's batch of 1,000 is one script call, about 10 ms; at most 1,333 (ENQUEUE
+# unpacks its six strings a request as the values of one C call: 8,000 at most)
+_ENQUEUE_BATCH = 1000
 
 
 class _Buried(NamedTuple):
@@ -203,7 +205,9 @@ class RedisFrontier(WaitingMixin):
         for k, positions in groups.items():
             low = first + positions[0]  # the shard's lowest number: its age batch
             kp = shards.all[k].kp
-            fields = packed([f for i in positions for f in enqueue_fields(chunk[i], kind, bits, kp, first + i, low)])
+            fields = packed(
+                [f for i in positions for f in enqueue_fields(chunk[i], kind, bits, kp, first + i, low)], array=False
+            )
             args = (limits.get(k, -1), kind, self.options.dupefilter_unavailable, origin, len(positions),
                     low, first + positions[-1], fields)
             calls.append((shards.all[k], "ENQUEUE", args))
