@@ -115,8 +115,35 @@ local function renumbered(host, member, score)
   local s = string.format('%d', tonumber(score) + shift)
   return host..'\t'..s..'\t'..istr(id + shift)..'\t'..istr(b + shift)..'\t'..body, s
 end
+-- where each host's requests go, decided before they are read (nothing done here changes it): gq when the
+-- host could give them now and has nothing in its queue (no delay, below its cap, no robots.txt pending,
+-- not ready: an eligible host with a queue is ready), else its queue. The loose ones are put in gq's ZADD
+-- as they are read (no table a host, no copy).
+local hosts, where, LOOSE = {}, {}, {}
+for k = 6, 6 * nitems + 1, 6 do
+  local host = ITEMS[k]
+  if not where[host] then
+    hosts[#hosts + 1] = host
+    where[host] = #hosts
+  end
+end
+local states, RB, inready = {}, {}, {}
+if #hosts > 0 then
+  states = hmget(K_H, hosts)
+  RB = robots_states(hosts)
+  for i = 1, #hosts, 4000 do
+    local part = redis.call('ZMSCORE', K_READY, unpack(hosts, i, math.min(i + 3999, #hosts)))
+    for j = 1, #part do inready[i + j - 1] = part[j] end
+  end
+  for i = 1, #hosts do
+    local host = hosts[i]
+    local inf, ra = unpack_state(states[i])
+    LOOSE[host] = not RB[i] and not inready[i] and inf < cap_of(host) and ra <= NOW and delay_of(host) <= 0
+  end
+end
+local EXACT = DF == 'exact'
 local flags = {}
-local delayed, byhost, hosts = {}, {}, {}
+local delayed, byhost, qhosts, loose, nl = {}, {}, {}, {}, 0
 for k = 2, 6 * nitems + 1, 6 do  -- (ITEMS[1]: pcall's true)
   local a, b, nb, score, host, member = ITEMS[k], ITEMS[k + 1], ITEMS[k + 2], ITEMS[k + 3], ITEMS[k + 4], ITEMS[k + 5]
   local go, flag = true, '0'
@@ -132,7 +159,13 @@ for k = 2, 6 * nitems + 1, 6 do  -- (ITEMS[1]: pcall's true)
     end
   end
   if go then
-    local new, err = seen_add(a, b)
+    local new, err
+    if EXACT then  -- (seen_add, inline: a call a request)
+      new = redis.pcall('SADD', a, b)
+      if new ~= 1 and new ~= 0 then new, err = nil, new.err end
+    else
+      new, err = seen_add(a, b)
+    end
     if new == nil then
       if not ALLOW then status, message = 'dferr', err break end
       n_dfu = n_dfu + 1
@@ -150,13 +183,15 @@ for k = 2, 6 * nitems + 1, 6 do  -- (ITEMS[1]: pcall's true)
       if not_before and tonumber(not_before) > NOW then
         delayed[#delayed + 1] = tonumber(not_before)
         delayed[#delayed + 1] = prio..'\t'..host..'\t'..string.sub(member, #host + #score + 3)
+      elseif LOOSE[host] then
+        loose[nl + 1], loose[nl + 2] = score, member
+        nl = nl + 2
       else
-        -- as gq holds it (most go there): one copy of the body, not two
         local q = byhost[host]
         if not q then
           q = {}
           byhost[host] = q
-          hosts[#hosts + 1] = host
+          qhosts[#qhosts + 1] = host
         end
         q[#q + 1] = score
         q[#q + 1] = member
@@ -170,53 +205,40 @@ if n_new > 0 then
   redis.call('ZADD', K_AGE, NOW, batch)
   redis.call('HSET', K_AGEC, batch, n_new, PIN_FIELD, PIN)
   if #delayed > 0 then bulk('ZADD', K_DELAYED, delayed) end
-  -- where each host's requests go: gq when the host could give them now and has nothing in its queue (no
-  -- delay, below its cap, no robots.txt pending, not ready: an eligible host with a queue is ready), else
-  -- its queue -- and the host where it belongs: one with nothing out and no delay running (no state) is
-  -- ready at its head, which the new requests may have improved (ZADD LT); one at its cap stays out; one
-  -- waiting stays waiting
-  if #hosts > 0 then
-    local states = hmget(K_H, hosts)
-    local RB = robots_states(hosts)
-    local inready = {}
-    for i = 1, #hosts, 4000 do
-      local part = redis.call('ZMSCORE', K_READY, unpack(hosts, i, math.min(i + 3999, #hosts)))
-      for j = 1, #part do inready[i + j - 1] = part[j] end
-    end
-    local ready, timers, loose = {}, {}, {}
-    for i = 1, #hosts do
-      local host = hosts[i]
+  -- the requests of hosts that are not loose to their queues, and the host where it belongs: one with
+  -- nothing out and no delay running (no state) is ready at its head, which the new requests may have
+  -- improved (ZADD LT); one at its cap stays out; one waiting stays waiting
+  if #qhosts > 0 then
+    local ready, timers = {}, {}
+    for k = 1, #qhosts do
+      local host = qhosts[k]
+      local i = where[host]
       local inf, ra = unpack_state(states[i])
       local q = byhost[host]
-      if not RB[i] and not inready[i] and inf < cap_of(host) and ra <= NOW and delay_of(host) <= 0 then
-        local n = #loose
-        for j = 1, #q do loose[n + j] = q[j] end
-      else
-        local best = math.huge  -- the member as its host's queue holds it: without the host and score
-        for j = 2, #q, 2 do
-          local s = q[j - 1]
-          q[j] = string.sub(q[j], #host + #s + 3)
-          local score = tonumber(s)
-          if score < best then best = score end
-        end
-        bulk('ZADD', qkey(host), q)
-        if RB[i] then
-          schedule(host)  -- robots-pending: placed by its robots request, not by these
-        elseif inf < cap_of(host) then
-          if ra > NOW then
-            timers[#timers + 1] = ra
-            timers[#timers + 1] = host
-          else
-            ready[#ready + 1] = best
-            ready[#ready + 1] = host
-          end
+      local best = math.huge  -- the member as its host's queue holds it: without the host and score
+      for j = 2, #q, 2 do
+        local s = q[j - 1]
+        q[j] = string.sub(q[j], #host + #s + 3)
+        local score = tonumber(s)
+        if score < best then best = score end
+      end
+      bulk('ZADD', qkey(host), q)
+      if RB[i] then
+        schedule(host)  -- robots-pending: placed by its robots request, not by these
+      elseif inf < cap_of(host) then
+        if ra > NOW then
+          timers[#timers + 1] = ra
+          timers[#timers + 1] = host
+        else
+          ready[#ready + 1] = best
+          ready[#ready + 1] = host
         end
       end
     end
-    if #loose > 0 then bulk('ZADD', K_GQ, loose) end
     if #ready > 0 then bulk('ZADD', K_READY, ready, 'LT') end
     if #timers > 0 then bulk('ZADD', K_TIMERS, timers) end
   end
+  if nl > 0 then bulk('ZADD', K_GQ, loose) end
   redis.call('HINCRBY', K_C, 'queued', n_new)
   redis.call('HINCRBY', K_C, 'enqueued', n_new)
 end

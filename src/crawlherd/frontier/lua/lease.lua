@@ -1,9 +1,9 @@
 -- LEASE (after prelude.lua and pick.lua). ARGV[5] limit, [6] lease timeout, [7] liveness. Leases what
--- pick.lua picked. Returns the time the leases were made at ('%.17g'), the call's serial and the leases'
--- deadline ('%.17g'), then "<host>\t<score>\t<id>\t<batch>\t<body>" (as gq holds it: the score is its
--- place in the queue, by which a sharded frontier merges the leases of its shards) and attempt for each
--- lease: the client reads the id from it and makes each token, "<id>:<serial>.<n>@<deadline>" (n: its
--- place in the reply). Members found unreadable are
+-- pick.lua picked. Returns the time the leases were made at ('%.17g'), the call's serial, the leases'
+-- deadline ('%.17g'), their attempts (0: all first attempts, else a list, one a lease) and then
+-- "<host>\t<score>\t<id>\t<batch>\t<body>" for each lease (as gq holds it: the score is its place in the
+-- queue, by which a sharded frontier merges the leases of its shards): the client reads the id from it and
+-- makes each token, "<id>:<serial>.<n>@<deadline>" (n: its place in the reply). Members found unreadable are
 -- moved aside. The loose requests pick.lua passed over (their host may not give them now) go to their hosts'
 -- queues, which hold them until the host may give again.
 -- A lease ends at its deadline (lease timeout: the bound of one page), or sooner when its holder stops
@@ -11,7 +11,7 @@
 -- renewed. The deadline travels in the token ('@'), for RENEW.
 local DEADLINE = NOW + tonumber(ARGV[6])
 local EXPIRES = math.min(DEADLINE, NOW + tonumber(ARGV[7]))
-local out = {fmt(NOW), 0, fmt(DEADLINE)}  -- the time, the call's serial (0: no lease) and the deadline
+local out = {fmt(NOW), 0, fmt(DEADLINE), 0}  -- the time, the call's serial (0: no lease), the deadline, attempts
 -- the loose requests read: the picked and the passed over leave gq (they are its best G_USED)
 if G_USED > 0 then redis.call('ZREMRANGEBYRANK', K_GQ, 0, G_USED - 1) end
 -- passed-over loose requests to their hosts' queues (after the queues' picked requests are trimmed)
@@ -42,9 +42,9 @@ end
 local serial = redis.call('INCR', P..':lseq')
 out[2] = serial
 -- The leases, in the order picked (best first): the reply is in priority order, FIFO among equals.
--- leases: the live leases (id, host), lines: the call's lines (see prelude.lua): the members as gq holds them
-local leases, lines, ids, batches = {}, {}, {}, {}
-local n, nl, o = 0, 0, 3
+-- leases: the live leases (id, host); the reply's members are the call's lines (see prelude.lua)
+local leases, batches = {}, {}
+local n, nl, o = 0, 0, 4
 for k = 1, NC do
   local i, r = CI[k], CR[k]
   local host, hm, id, b  -- hm: "<host>\t<score>\t<member>", the lease's line and the reply's member
@@ -65,10 +65,8 @@ for k = 1, NC do
     n = n + 1
     leases[nl + 1], leases[nl + 2] = id, host
     nl = nl + 2
-    lines[n] = hm
-    ids[n] = id
-    out[o + 1], out[o + 2] = hm, 1
-    o = o + 2
+    o = o + 1
+    out[o] = hm
   else
     GOT[host] = GOT[host] - 1
     local member
@@ -131,14 +129,15 @@ if n > 0 then
   -- the call's leases, their lines and one expiry entry (see the key layout)
   leases[nl + 1], leases[nl + 2] = PIN_FIELD, PIN
   bulk('HSET', lease_key(serial), leases)
-  bulk('RPUSH', lease_lines(serial), lines)
+  for i = 5, o, 4000 do redis.call('RPUSH', lease_lines(serial), unpack(out, i, math.min(i + 3999, o))) end
   redis.call('ZADD', K_LEXP, EXPIRES, serial)
   redis.call('HINCRBY', K_C, 'out', n)
   if redis.call('EXISTS', K_ATT) == 1 then
+    local ids = {}
+    for j = 1, n do ids[j] = leases[2 * j - 1] end
     local atts = hmget(K_ATT, ids)
-    for j = 1, n do
-      if atts[j] then out[2 * j + 3] = tonumber(atts[j]) + 1 end
-    end
+    for j = 1, n do atts[j] = (tonumber(atts[j]) or 0) + 1 end
+    out[4] = atts
   end
 end
 return out

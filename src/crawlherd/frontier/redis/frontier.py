@@ -314,8 +314,8 @@ class RedisFrontier(WaitingMixin):
             # each token made of the call's parts: "<id>:<serial>.<n>@<deadline>" (n: its place in the reply)
             mid, at = f":{int(reply[1])}.", f"@{text(reply[2])}"
             tokens = []
-            for n, i in enumerate(range(3, len(reply), 2), 1):
-                payload = raw(reply[i])
+            attempts = reply[3] or [1] * (len(reply) - 4)  # 0: every lease's first attempt
+            for n, (payload, attempt) in enumerate(zip(map(raw, reply[4:]), attempts, strict=True), 1):
                 # "<host>\t<score>\t<id>\t<batch>\t<body>" (LEASE checked the id)
                 host, score, id_, _, body = payload.split(b"\t", 4)
                 token = f"{id_.decode('ascii')}{mid}{n}{at}"
@@ -324,7 +324,7 @@ class RedisFrontier(WaitingMixin):
                 except (ValueError, KeyError, TypeError, IndexError) as exc:
                     buried.append(_Buried(shard, token, payload, f"undecodable request record: {exc}"))
                     continue
-                lease = Lease(name(shard, token), request, expires, int(reply[i + 1]))
+                lease = Lease(name(shard, token), request, expires, int(attempt))
                 tokens.append(lease.token)
                 out.append((float(score), lease))
             if tokens:
