@@ -1,12 +1,13 @@
 """How a request is stored in the Redis frontier, and read back.
 
 A request is one packed member of its host's queue, ``"<id>\\t<batch>\\t<body>"``, and of the loose
-requests (``gq``) with its host and score in front; the client writes it whole. The body is ``"<priority> <depth> <url>
-<fingerprint hex>"`` for a plain GET -- most of a crawl's requests, handed out again without parsing their
-URL -- else the JSON of :meth:`Request.to_record` with its fingerprint (it starts with ``{`` and carries a
-version field); never pickle. ENQUEUE takes each request as six strings (:func:`enqueue_fields`; all of
-them in one argument, :func:`packed`, one after another): the duplicate filter's two halves, the not-before time and clamped priority, and
-its score, host and member as they are stored.
+requests (``gq``) with its host and score in front; the client writes it whole. The body is ``"<priority>
+<depth> <url> <fingerprint hex>"`` for a plain GET -- most of a crawl's requests, handed out again without
+parsing their URL -- else the JSON of :meth:`Request.to_record` with its fingerprint (it starts with ``{``
+and carries a version field); never pickle. ENQUEUE takes each request as six strings
+(:func:`enqueue_fields`; all of them in one argument, :func:`packed`, one after another): the duplicate
+filter's two halves, the not-before time and clamped priority, and its score, host and member as they are
+stored.
 """
 
 from __future__ import annotations
