@@ -192,9 +192,16 @@ end
 -- Leases ended (settled, given back): the ids of LEASE call ser, deleted from its live leases here. The
 -- call's lines and expiry entry go with its last lease; a lease's own entry (see RENEW) with it.
 local function leases_ended(ser, ids)
-  bulk('HDEL', lease_key(ser), ids)
-  if redis.call('HLEN', lease_key(ser)) <= 1 then  -- only its pin left (see lease.lua), or nothing
-    redis.call('DEL', lease_key(ser), lease_lines(ser))
+  local key = lease_key(ser)
+  -- ids are live and distinct: mostly all of the call's leases (its pin besides, see lease.lua), deleted
+  -- at once (HDEL of hundreds of fields of a hash table costs more than the rest of ACK)
+  local all = redis.call('HLEN', key) - 1 == #ids
+  if not all then
+    bulk('HDEL', key, ids)
+    all = redis.call('HLEN', key) <= 1  -- only its pin left, or nothing
+  end
+  if all then
+    redis.call('DEL', key, lease_lines(ser))
     redis.call('ZREM', K_LEXP, ser)
   end
   if redis.call('EXISTS', K_LDET) == 1 then
