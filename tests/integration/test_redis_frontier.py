@@ -89,8 +89,8 @@ async def test_corrupt_and_foreign_entries_are_moved_aside(
     try:
         for i in range(4):
             assert await frontier.enqueue_request(Request(f"http://h{i}.test/"))
-        # each request is one member of the loose requests, "<host>\t<score>\t<id>\t<batch>\t<body>": replace
-        # three
+        # each request is one member of the loose requests, "<host>\t<score>\t<id>\t<batch>\t<body>":
+        # replace three
         key = f"{unique_name}:gq"
         members = [(await loose_of(client, key, f"h{i}.test"))[0] for i in range(4)]
         ids = [int(m.split(b"\t", 3)[2]) for m, _ in members]
