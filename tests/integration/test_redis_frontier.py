@@ -534,3 +534,40 @@ async def test_the_loose_requests_and_leases_of_a_layout_5_frontier_are_read_aft
         assert (stats.acked, stats.expired_leases, stats.in_flight) == (20, 2, 0)
     finally:
         await again.close()
+
+
+async def test_a_layout_5_frontier_with_more_loose_requests_than_one_lua_call_takes_is_upgraded(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    """INIT rewrites ``gq`` in parts: a part's members and scores are one Redis call from Lua, which
+    takes at most 8,000 arguments -- a layout-5 frontier with thousands of loose requests is upgraded
+    whole, every request read back in its order."""
+    frontier = await open_redis(redis_url, unique_name, clock=FakeClock())
+    try:
+        await frontier.enqueue_requests(
+            [Request(f"http://u{i % 100}.test/{i}", priority=i % 3) for i in range(4_500)]
+        )
+    finally:
+        await frontier.close()
+    key = f"{unique_name}:gq"
+    loose = await client.zrange(key, 0, -1, withscores=True)
+    assert len(loose) > 4_000  # more than one part of the upgrade
+    layout_5 = {}
+    for member, score in loose:
+        host, _, rest = member.split(b"\t", 2)
+        layout_5[host + b"\t" + rest] = score
+    await client.delete(key)
+    await client.zadd(key, layout_5)
+    await client.hset(f"{unique_name}:cfg", "layout", "5")
+    again = await open_redis(redis_url, unique_name, clock=FakeClock())
+    try:
+        assert await client.hget(f"{unique_name}:cfg", "layout") == b"6"
+        assert await client.zrange(key, 0, -1, withscores=True) == loose  # as layout 6 writes them
+        urls = []
+        while leases := await again.next_requests(500):
+            urls += [lease.request.url for lease in leases]
+            await again.ack_many(leases)
+        assert len(urls) == len(set(urls)) == 4_500
+        assert await again.idle()
+    finally:
+        await again.close()

@@ -44,8 +44,8 @@ if layout == '5' and ARGV[5] == '6' then
   local TMP = P..':gq:upgrade'
   redis.call('DEL', TMP)
   local n = redis.call('ZCARD', K_GQ)
-  for i = 0, n - 1, 4000 do
-    local part = redis.call('ZRANGE', K_GQ, i, i + 3999, 'WITHSCORES')
+  for i = 0, n - 1, 2000 do  -- a part's scores and members: one ZADD, at most 8,000 arguments from Lua
+    local part = redis.call('ZRANGE', K_GQ, i, i + 1999, 'WITHSCORES')
     local add = {}
     for j = 1, #part, 2 do
       local m, score = part[j], part[j + 1]
