@@ -436,6 +436,38 @@ async def test_more_calls_at_once_than_redis_pys_default_pool_are_not_an_outage(
         await frontier.close()
 
 
+async def gq_as_layout_5(client: aioredis.Redis, key: str) -> list[tuple[bytes, float]]:
+    """The loose requests at ``key`` written back as layout 5 wrote them (``"<host>\\t<member>"``, the score
+    in the sorted set alone); what layout 6 had there, with the scores."""
+    loose: list[tuple[bytes, float]] = await client.zrange(key, 0, -1, withscores=True)
+    layout_5 = {}
+    for member, score in loose:
+        host, written, rest = member.split(b"\t", 2)
+        assert float(written) == score  # layout 6: the score in the member too
+        layout_5[host + b"\t" + rest] = score
+    await client.delete(key)
+    if layout_5:
+        await client.zadd(key, layout_5)
+    return loose
+
+
+async def the_others_expire_and_come_back(
+    frontier: RedisFrontier, clock: FakeClock, leases: list[Any], *, acked: int
+) -> None:
+    """After an upgrade, ``leases[0]`` acked: the deadline passes and the other leases out before the upgrade
+    come back, in their order; their old tokens are refused; the frontier ends idle with ``acked`` acks."""
+    clock.advance(11)
+    back = await frontier.next_requests(len(leases) - 1)
+    assert [lease.request.url for lease in back] == [lease.request.url for lease in leases[1:]]
+    assert [lease.request.priority for lease in back] == [lease.request.priority for lease in leases[1:]]
+    with pytest.raises(LeaseError):
+        await frontier.ack(leases[1])  # taken back: its old token is refused
+    await frontier.ack_many(back)
+    assert await frontier.idle()
+    stats = await frontier.stats()
+    assert (stats.acked, stats.expired_leases, stats.in_flight) == (acked, len(leases) - 1, 0)
+
+
 async def test_the_leases_out_of_a_layout_4_frontier_settle_and_expire_after_the_upgrade(
     redis_url: str, unique_name: str, client: aioredis.Redis
 ) -> None:
@@ -466,17 +498,8 @@ async def test_the_leases_out_of_a_layout_4_frontier_settle_and_expire_after_the
     try:
         assert await client.hget(f"{unique_name}:cfg", "layout") == b"6"
         await again.ack(leases[0])
-        clock.advance(11)  # the deadline passes: the other two come back
-        back = await again.next_requests(3)
-        assert [lease.request.url for lease in back] == [lease.request.url for lease in leases[1:]]
-        assert [lease.request.priority for lease in back] == [1, 0]
-        with pytest.raises(LeaseError):
-            await again.ack(leases[1])  # taken back: its old token is refused
-        await again.ack_many(back)
-        assert await again.idle()
+        await the_others_expire_and_come_back(again, clock, leases, acked=3)
         assert int(await client.get(f"{unique_name}:seq")) > 10**6  # age batches numbered past the old ones
-        stats = await again.stats()
-        assert (stats.acked, stats.expired_leases, stats.in_flight) == (3, 2, 0)
     finally:
         await again.close()
 
@@ -497,14 +520,7 @@ async def test_the_loose_requests_and_leases_of_a_layout_5_frontier_are_read_aft
     finally:
         await frontier.close()
     # the keys written back as layout 5 wrote them
-    key = f"{unique_name}:gq"
-    loose = await client.zrange(key, 0, -1, withscores=True)
-    assert len(loose) == 17
-    await client.delete(key)
-    for member, score in loose:
-        host, written, rest = member.split(b"\t", 2)
-        assert float(written) == score
-        await client.zadd(key, {host + b"\t" + rest: score})
+    assert len(await gq_as_layout_5(client, f"{unique_name}:gq")) == 17
     (serial,) = {lease.token.split(":", 1)[1].split(".", 1)[0] for lease in leases}
     lines = []
     for line in await client.lrange(f"{unique_name}:lb:{serial}", 0, -1):
@@ -523,15 +539,7 @@ async def test_the_loose_requests_and_leases_of_a_layout_5_frontier_are_read_aft
             "http://u19.test/", "http://u3.test/", "http://u8.test/", "http://u13.test/", "http://u18.test/"
         ]
         await again.ack_many(rest)
-        clock.advance(11)  # the deadline passes: the other two come back
-        back = await again.next_requests(3)
-        assert [lease.request.url for lease in back] == [lease.request.url for lease in leases[1:]]
-        with pytest.raises(LeaseError):
-            await again.ack(leases[1])  # taken back: its old token is refused
-        await again.ack_many(back)
-        assert await again.idle()
-        stats = await again.stats()
-        assert (stats.acked, stats.expired_leases, stats.in_flight) == (20, 2, 0)
+        await the_others_expire_and_come_back(again, clock, leases, acked=20)
     finally:
         await again.close()
 
@@ -550,14 +558,8 @@ async def test_a_layout_5_frontier_with_more_loose_requests_than_one_lua_call_ta
     finally:
         await frontier.close()
     key = f"{unique_name}:gq"
-    loose = await client.zrange(key, 0, -1, withscores=True)
+    loose = await gq_as_layout_5(client, key)
     assert len(loose) > 4_000  # more than one part of the upgrade
-    layout_5 = {}
-    for member, score in loose:
-        host, _, rest = member.split(b"\t", 2)
-        layout_5[host + b"\t" + rest] = score
-    await client.delete(key)
-    await client.zadd(key, layout_5)
     await client.hset(f"{unique_name}:cfg", "layout", "5")
     again = await open_redis(redis_url, unique_name, clock=FakeClock())
     try:
