@@ -3,10 +3,12 @@
 -- numbers come from: 'own' (this shard's P:seq: one Redis) or 'seq' (a counter the shards share, so that
 -- FIFO holds across shards), taken by the client before the call; [9] how many requests, [10] the lowest
 -- number among them, the batch they were numbered in (their age batch), [11] the highest; [12] the
--- requests, six strings each, MessagePack strings one after another: one argument for all (each
+-- requests' first five strings each, MessagePack strings one after another: one argument for all (each
 -- argument costs the client more than its bytes), decoded in C by cmsgpack (a Lua pattern over each
 -- request, struct.unpack or a JSON decoder cost more):
---   df_a, df_b, not_before ('-': none, else "<not_before> <priority>"), score, host, member
+--   df_a, df_b, not_before ('-': none, else "<not_before> <priority>"), score, host
+-- and [12 + j] the member of request j: an argument of its own, made a Lua string once (Redis's Lua hashes
+-- each byte of each string it makes: inside [12] it was hashed twice, as the argument and unpacked).
 -- the member as gq holds it ("<host>\t<score>\t<id>\t<batch>\t<body>", see prelude.lua) and its score, both
 -- as stored: nothing of them is built here.
 -- Exact filter: df_a = the key of the fingerprint's bucket, df_b = fingerprint >> bits. Bloom: df_a, df_b =
@@ -97,7 +99,7 @@ local LOW, HIGH = tonumber(ARGV[10]), tonumber(ARGV[11])
 -- a table of their size at once (an array's table is grown as it is filled: rehashed a dozen times); a C
 -- function returns at most 8,000 values (LUAI_MAXCSTACK): the client sends 1,000 requests at most
 local ITEMS = {pcall(cmsgpack.unpack, ARGV[12] or '')}
-if not (ITEMS[1] == true and nitems and LOW and HIGH and #ITEMS == 6 * nitems + 1) then
+if not (ITEMS[1] == true and nitems and LOW and HIGH and #ITEMS == 5 * nitems + 1 and #ARGV == 12 + nitems) then
   return redis.error_reply('malformed enqueue arguments')
 end
 local shift = 0
@@ -120,7 +122,7 @@ end
 -- not ready: an eligible host with a queue is ready), else its queue. The loose ones are put in gq's ZADD
 -- as they are read (no table a host, no copy).
 local hosts, where, LOOSE = {}, {}, {}
-for k = 6, 6 * nitems + 1, 6 do
+for k = 6, 5 * nitems + 1, 5 do
   local host = ITEMS[k]
   if not where[host] then
     hosts[#hosts + 1] = host
@@ -144,8 +146,11 @@ end
 local EXACT = DF == 'exact'
 local flags = {}
 local delayed, byhost, qhosts, loose, nl = {}, {}, {}, {}, 0
-for k = 2, 6 * nitems + 1, 6 do  -- (ITEMS[1]: pcall's true)
-  local a, b, nb, score, host, member = ITEMS[k], ITEMS[k + 1], ITEMS[k + 2], ITEMS[k + 3], ITEMS[k + 4], ITEMS[k + 5]
+local mi = 12
+for k = 2, 5 * nitems + 1, 5 do  -- (ITEMS[1]: pcall's true)
+  local a, b, nb, score, host = ITEMS[k], ITEMS[k + 1], ITEMS[k + 2], ITEMS[k + 3], ITEMS[k + 4]
+  mi = mi + 1
+  local member = ARGV[mi]
   local go, flag = true, '0'
   if MAX >= 0 and queued >= MAX then
     local seen, err = seen_has(a, b)

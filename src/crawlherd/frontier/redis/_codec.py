@@ -5,9 +5,10 @@ requests (``gq``) with its host and score in front; the client writes it whole. 
 <depth> <url> <fingerprint hex>"`` for a plain GET -- most of a crawl's requests, handed out again without
 parsing their URL -- else the JSON of :meth:`Request.to_record` with its fingerprint (it starts with ``{``
 and carries a version field); never pickle. ENQUEUE takes each request as six strings
-(:func:`enqueue_fields`; all of them in one argument, :func:`packed`, one after another): the duplicate
-filter's two halves, the not-before time and clamped priority, and its score, host and member as they are
-stored.
+(:func:`enqueue_fields`): the duplicate filter's two halves, the not-before time and clamped priority, and
+its score, host and member as they are stored -- the first five of every request in one argument
+(:func:`packed`, one after another), each member an argument of its own (Redis's Lua makes each string it
+is given a Lua string, hashing each byte: the member inside the one argument was hashed twice).
 """
 
 from __future__ import annotations

@@ -205,11 +205,14 @@ class RedisFrontier(WaitingMixin):
         for k, positions in groups.items():
             low = first + positions[0]  # the shard's lowest number: its age batch
             kp = shards.all[k].kp
-            fields = packed(
-                [f for i in positions for f in enqueue_fields(chunk[i], kind, bits, kp, first + i, low)], array=False
-            )
+            fields: list[str] = []
+            members: list[str] = []
+            for i in positions:
+                *head, member = enqueue_fields(chunk[i], kind, bits, kp, first + i, low)
+                fields += head
+                members.append(member)
             args = (limits.get(k, -1), kind, self.options.dupefilter_unavailable, origin, len(positions),
-                    low, first + positions[-1], fields)
+                    low, first + positions[-1], packed(fields, array=False), *members)
             calls.append((shards.all[k], "ENQUEUE", args))
         replies = await self._calls.fan(calls)
         processed: list[bool | None] = [None] * len(chunk)
