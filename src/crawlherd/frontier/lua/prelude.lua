@@ -109,8 +109,15 @@ local function override(memo, key, default, host)
 end
 
 local CAPS, DELAYS = {}, {}
-local function cap_of(host) return override(CAPS, K_PCAP, DEF_CAP, host) end
-local function delay_of(host) return override(DELAYS, K_PDELAY, DEF_DELAY, host) end
+-- (without overrides, the default at once: no memo filled a host at a time, hundreds of hosts a call)
+local function cap_of(host)
+  if HAS[K_PCAP] == false then return DEF_CAP end
+  return override(CAPS, K_PCAP, DEF_CAP, host)
+end
+local function delay_of(host)
+  if HAS[K_PDELAY] == false then return DEF_DELAY end
+  return override(DELAYS, K_PDELAY, DEF_DELAY, host)
+end
 
 -- Commands taking many arguments, called in slices (Lua's unpack has a limit); opt: a flag after key.
 local function bulk(cmd, key, args, opt)
