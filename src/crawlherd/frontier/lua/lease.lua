@@ -110,7 +110,7 @@ for i = 1, #hosts do
   end
 end
 for host, good in pairs(GOT) do
-  local inf, ra = new_state(host, GINF[host], GRA[host])
+  local inf, ra = new_state(host, GINF[host] or 0, GRA[host] or 0)
   -- at its cap, or its delay running: out of ready if its queue has requests (mostly it has none)
   if good > 0 and (inf >= cap_of(host) or ra > NOW) then replace[#replace + 1] = host end
 end

@@ -16,7 +16,7 @@
 -- passed (the gq indexes
 -- passed over), CI/CR (the picked, best first, NC of them: i, rank from a queue, 0, j from gq),
 -- GOT (host -> picked), LEFT (host -> room left), INF/RA (ready host i's leases out and ready time),
--- GINF/GRA (the same of a host read from gq only), RB (robots states) and stale (ready hosts with nothing
+-- GINF/GRA (the same of a host read from gq only; nil: 0), RB (robots states) and stale (ready hosts with nothing
 -- to hand out).
 local LIMIT = tonumber(ARGV[5])
 local match = string.match
@@ -31,7 +31,9 @@ local states = {}
 if #hosts > 0 then states = hmget(K_H, hosts) end
 local RB = robots_states(hosts)
 local heads, extras, fetched, INF, RA = {}, {}, {}, {}, {}
-local LEFT, GOK = {}, {}  -- host -> room left in this pick; host -> may give loose requests now
+-- host -> room left in this pick; host -> true when it may not give loose requests now (mostly none: no
+-- table filled a host at a time)
+local LEFT, GNO = {}, {}
 local stale = {}
 for i = 1, #hosts do
   local host = hosts[i]
@@ -54,7 +56,8 @@ for i = 1, #hosts do
       items = redis.call('ZRANGE', qkey(host), 0, room, 'WITHSCORES')
     end
   end
-  LEFT[host], GOK[host] = room, not RB[i] and ra <= NOW
+  LEFT[host] = room
+  if RB[i] or ra > NOW then GNO[host] = true end
   fetched[i] = items
   if #items == 0 then
     stale[#stale + 1] = host  -- not fetchable now after all: placed again by LEASE
@@ -99,10 +102,12 @@ local function load_loose()
   for k = 1, #new do
     local h = new[k]
     local inf, ra = unpack_state(st[k])
-    GINF[h], GRA[h] = inf, ra
+    if inf ~= 0 then GINF[h] = inf end
+    if ra ~= 0 then GRA[h] = ra end
     local room = cap_of(h) - inf
     if room > 1 and delay_of(h) > 0 then room = 1 end
-    LEFT[h], GOK[h] = room, not rb[k] and ra <= NOW
+    LEFT[h] = room
+    if rb[k] or ra > NOW then GNO[h] = true end
   end
 end
 -- The LIMIT best candidates. The heads come in the ready set's order (by score): only the extras (later
@@ -158,7 +163,7 @@ while NC < LIMIT do
     end
   elseif take_g then
     local host = G_H[g]
-    if GOK[host] and LEFT[host] > 0 then
+    if not GNO[host] and LEFT[host] > 0 then
       LEFT[host] = LEFT[host] - 1
       GOT[host] = (GOT[host] or 0) + 1
       NC = NC + 1
