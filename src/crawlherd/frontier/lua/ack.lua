@@ -2,43 +2,60 @@
 -- the LEASE call serial and the id of each, read from its token by the client (one argument for all,
 -- decoded in C). Returns the places (1-based) of those that were not valid leases.
 local MODE = ARGV[5]
+-- [7] 'distinct' when the client sent each lease once: no table of the settled ids is needed to settle a
+-- lease given twice once (one field a lease, rehashed as it grows)
+local DISTINCT = ARGV[7] == 'distinct'
 local ok, pairs_ = pcall(cmsgpack.unpack, ARGV[6] or '')
 if not ok or type(pairs_) ~= 'table' or #pairs_ % 2 ~= 0 then return redis.error_reply('malformed ack argument') end
 local sers, ids = {}, {}
 for k = 1, #pairs_ / 2 do sers[k], ids[k] = pairs_[2 * k - 1], pairs_[2 * k] end
 local lhosts = lease_hosts(sers, ids)
-local bad, done, done_hosts, perhost, hosts, settled = {}, {}, {}, {}, {}, {}
-local byser, calls = {}, {}
+local bad, done, done_hosts, done_sers, perhost, hosts, settled = {}, {}, {}, {}, {}, {}, {}
+local nd, nh, nb = 0, 0, 0
+local one = sers[1]  -- the LEASE call of all of them (mostly one), else false
 for i = 1, #ids do
   local id, host, ser = ids[i], lhosts[i], sers[i]
-  local mine = settled[ser]
-  if not mine then
-    mine = {}
-    settled[ser] = mine
-  end
-  if host and not mine[id] then
-    mine[id] = true  -- the same lease twice in one call is settled once
-    done[#done + 1] = id
-    done_hosts[#done] = host
-    local g = byser[ser]
-    if not g then
-      g = {}
-      byser[ser] = g
-      calls[#calls + 1] = ser
+  if host and not DISTINCT then
+    local mine = settled[ser]
+    if not mine then
+      mine = {}
+      settled[ser] = mine
     end
-    g[#g + 1] = id
+    if mine[id] then host = false else mine[id] = true end  -- the same lease twice in one call: settled once
+  end
+  if host then
+    nd = nd + 1
+    done[nd], done_hosts[nd], done_sers[nd] = id, host, ser
+    if ser ~= one then one = false end
     local k = perhost[host]
     if not k then
       k = 0
-      hosts[#hosts + 1] = host
+      nh = nh + 1
+      hosts[nh] = host
     end
     perhost[host] = k + 1
   else
-    bad[#bad + 1] = i
+    nb = nb + 1
+    bad[nb] = i
   end
 end
 if #done > 0 then
-  for k = 1, #calls do leases_ended(calls[k], byser[calls[k]]) end
+  if one then
+    leases_ended(one, done)
+  else
+    local byser, calls = {}, {}
+    for j = 1, nd do
+      local ser = done_sers[j]
+      local g = byser[ser]
+      if not g then
+        g = {}
+        byser[ser] = g
+        calls[#calls + 1] = ser
+      end
+      g[#g + 1] = done[j]
+    end
+    for k = 1, #calls do leases_ended(calls[k], byser[calls[k]]) end
+  end
   local robots_done = {}  -- hosts whose robots request this was: not pending any more
   if robots_of(done_hosts[1]) ~= nil or HAS_RB then  -- (no host is robots-pending: nothing to look at)
     for j = 1, #done do

@@ -425,7 +425,12 @@ class RedisFrontier(WaitingMixin):
                     parts.setdefault(k, []).extend((m[2], m[1]))
         if not asked:
             return foreign
-        replies = await self._calls.fan([(shards.all[k], "ACK", (mode, packed(parts[k]))) for k in asked])
+        # 'distinct': each lease sent once (ACK then keeps no table of the settled ids)
+        calls = []
+        for k in asked:
+            distinct = "distinct" if len(set(asked[k])) == len(asked[k]) else "-"
+            calls.append((shards.all[k], "ACK", (mode, packed(parts[k]), distinct)))
+        replies = await self._calls.fan(calls)
         self._notify()
         for k, reply in zip(asked, replies, strict=True):
             if isinstance(reply, BaseException):  # not settled (an outage): still held, renewed again
