@@ -121,7 +121,7 @@ end
 -- host could give them now and has nothing in its queue (no delay, below its cap, no robots.txt pending,
 -- not ready: an eligible host with a queue is ready), else its queue. The loose ones are put in gq's ZADD
 -- as they are read (no table a host, no copy).
-local hosts, where, LOOSE = {}, {}, {}
+local hosts, where, HELD = {}, {}, {}  -- HELD: host -> true when not loose (mostly none)
 for k = 6, 5 * nitems + 1, 5 do
   local host = ITEMS[k]
   if not where[host] then
@@ -140,7 +140,7 @@ if #hosts > 0 then
   for i = 1, #hosts do
     local host = hosts[i]
     local inf, ra = unpack_state(states[i])
-    LOOSE[host] = not RB[i] and not inready[i] and inf < cap_of(host) and ra <= NOW and delay_of(host) <= 0
+    if RB[i] or inready[i] or inf >= cap_of(host) or ra > NOW or delay_of(host) > 0 then HELD[host] = true end
   end
 end
 local EXACT = DF == 'exact'
@@ -188,7 +188,7 @@ for k = 2, 5 * nitems + 1, 5 do  -- (ITEMS[1]: pcall's true)
       if not_before and tonumber(not_before) > NOW then
         delayed[#delayed + 1] = tonumber(not_before)
         delayed[#delayed + 1] = prio..'\t'..host..'\t'..string.sub(member, #host + #score + 3)
-      elseif LOOSE[host] then
+      elseif not HELD[host] then
         loose[nl + 1], loose[nl + 2] = score, member
         nl = nl + 2
       else
