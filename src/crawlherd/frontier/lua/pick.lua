@@ -70,7 +70,7 @@ for i = 1, #hosts do
   end
 end
 -- The loose requests, a slice at a time: their hosts' rooms from their states (one HMGET a slice).
-local G_M, G_H, G_ID, G_B, G_P2, G_S = {}, {}, {}, {}, {}, {}
+local G_M, G_H, G_ID, G_B, G_S = {}, {}, {}, {}, {}
 local G_N = 0
 local GINF, GRA = {}, {}  -- host read from gq only -> its leases out, its ready time
 local g_read, g_more = 0, true
@@ -81,15 +81,14 @@ local function load_loose()
   local new, n = {}, G_N
   for j = 1, np do
     local m = part[j]
-    -- "<host>\t<score>\t<id>\t<batch>\t<body>": the score's place, not the score (see gq_score)
-    local h, p2, id, b = match(m, '^([^\t]*)\t[^\t]*()\t(%d+)\t(%d+)\t')
+    -- "<host>\t<score>\t<id>\t<batch>\t<body>": the score skipped (see gq_score)
+    local h, id, b = match(m, '^([^\t]*)\t[^\t]*\t(%d+)\t(%d+)\t')
     if not h then  -- unreadable: moved aside if it is picked
-      h, p2 = match(m, '^([^\t]*)\t[^\t]*()\t')
-      if not h then h = match(m, '^([^\t]*)\t') or '' end
+      h = match(m, '^([^\t]*)\t') or ''
       id, b = false, false
     end
     n = n + 1
-    G_M[n], G_H[n], G_ID[n], G_B[n], G_P2[n] = m, h, id, b, p2 or false
+    G_M[n], G_H[n], G_ID[n], G_B[n] = m, h, id, b
     if LEFT[h] == nil then
       LEFT[h] = false
       new[#new + 1] = h
@@ -118,11 +117,13 @@ for j = 2, #heads do
   if heads[j][1] < heads[j - 1][1] then table.sort(heads, before) break end
 end
 if #extras > 1 then table.sort(extras, before) end
+-- Where a loose request's score ends (the tab after it; nil: none), found when it is needed (mostly never).
+local function score_end(j) return string.find(G_M[j], '\t', #G_H[j] + 2, true) end
 -- A loose request's score, as a number (the member's, else gq's: an unreadable member).
 local function gq_score(j)
   local s = G_S[j]
   if not s then
-    local p2 = G_P2[j]  -- (the score starts after the host's tab)
+    local p2 = score_end(j)  -- (the score starts after the host's tab)
     if p2 then s = tonumber(string.sub(G_M[j], #G_H[j] + 2, p2 - 1)) end
     if not s then s = tonumber(redis.call('ZSCORE', K_GQ, G_M[j])) end
     G_S[j] = s
@@ -131,7 +132,7 @@ local function gq_score(j)
 end
 -- A loose request's score as written and its member as its host's queue holds it ("<id>\t<batch>\t<body>").
 local function gq_parts(j)
-  local m, p2 = G_M[j], G_P2[j]
+  local m, p2 = G_M[j], score_end(j)
   if p2 then return string.sub(m, #G_H[j] + 2, p2 - 1), string.sub(m, p2 + 1) end
   return fmt(gq_score(j)), string.sub(m, #G_H[j] + 2)
 end
