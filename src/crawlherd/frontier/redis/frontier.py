@@ -425,10 +425,12 @@ class RedisFrontier(WaitingMixin):
                     parts.setdefault(k, []).extend((m[2], m[1]))
         if not asked:
             return foreign
-        # 'distinct': each lease sent once (ACK then keeps no table of the settled ids)
+        # 'distinct': each lease (LEASE call and id: two tokens that differ elsewhere are one lease) sent once
+        # -- ACK then keeps no table of the settled ids
         calls = []
         for k in asked:
-            distinct = "distinct" if len(set(asked[k])) == len(asked[k]) else "-"
+            sent = parts[k]
+            distinct = "distinct" if len(set(zip(sent[::2], sent[1::2], strict=True))) * 2 == len(sent) else "-"
             calls.append((shards.all[k], "ACK", (mode, packed(parts[k]), distinct)))
         replies = await self._calls.fan(calls)
         self._notify()
