@@ -573,3 +573,27 @@ async def test_a_layout_5_frontier_with_more_loose_requests_than_one_lua_call_ta
         assert await again.idle()
     finally:
         await again.close()
+
+
+async def test_one_lease_sent_twice_under_two_tokens_in_one_ack_is_settled_once(
+    redis_url: str, unique_name: str
+) -> None:
+    """ACK reads each lease as its LEASE call and id; a second token for the same lease that differs only in
+    its tail (the deadline) is that lease again in the same call: settled once, its host's count once, the
+    second refused -- the other lease of the host stays out."""
+    frontier = await open_redis(redis_url, unique_name, clock=FakeClock())
+    try:
+        await frontier.enqueue_requests([Request(f"http://same.test/{i}") for i in range(2)])
+        first, second = await frontier.next_requests(2)
+        again = first._replace(token=first.token.rsplit("@", 1)[0] + "@1")
+        assert again.token != first.token
+        with pytest.raises(LeaseError):
+            await frontier.ack_many([first, again])
+        stats = await frontier.stats()
+        assert (stats.acked, stats.in_flight) == (1, 1)
+        await frontier.ack(second)
+        stats = await frontier.stats()
+        assert (stats.acked, stats.in_flight) == (2, 0)
+        assert await frontier.idle()
+    finally:
+        await frontier.close()
