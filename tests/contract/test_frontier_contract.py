@@ -183,6 +183,23 @@ async def test_expired_lease_returns_request(open_frontier: OpenFrontier, clock:
     assert await frontier.idle()
 
 
+async def test_expired_leases_come_back_in_the_order_they_were_handed_out(
+    open_frontier: OpenFrontier, clock: FakeClock
+) -> None:
+    """Leases of one call that expire together go back as they were handed out: FIFO among equals holds
+    for them (the Redis frontier once put them back in its lease hash's order, which Redis's hash seed
+    shuffles from one server start to the next)."""
+    frontier = await open_frontier(lease_timeout=60)
+    await frontier.enqueue_requests([Request(f"http://h{i}.order.test/") for i in range(40)])
+    leases = await frontier.next_requests(40)
+    assert len(leases) == 40
+    clock.advance(61)
+    again = await frontier.next_requests(40)
+    assert [lease.request.url for lease in again] == [lease.request.url for lease in leases]
+    await frontier.ack_many(again)
+    assert await frontier.idle()
+
+
 async def test_settling_twice_is_an_error(open_frontier: OpenFrontier) -> None:
     frontier = await open_frontier()
     await frontier.enqueue_request(Request("http://twice.test/1"))

@@ -220,20 +220,23 @@ local function leases_ended(ser, ids)
   redis.call('HINCRBY', K_C, 'out', -#ids)
 end
 
--- The lines of LEASE call ser held by the leases in want (their ids): id -> {prio, host, member}.
+-- The lines of LEASE call ser held by the leases in want (their ids): id -> {prio, host, member, score}, and
+-- those ids in the order of the lines (the order LEASE handed them out in).
 local function lease_records(ser, want)
-  local out, set, left = {}, {}, #want
+  local out, order, set, left = {}, {}, {}, #want
   local lines = redis.call('LRANGE', lease_lines(ser), 0, -1)
   for _, id in ipairs(want) do set[id] = true end
   for j = 1, #lines do
     local host, score, member, id = string.match(lines[j], '^([^\t]*)\t([^\t]*)\t((%d+)\t.*)$')
     if id and set[id] then
-      out[id] = {-math.floor(tonumber(score) / SHIFT), host, member}
+      local n = tonumber(score)
+      out[id] = {-math.floor(n / SHIFT), host, member, n}
+      order[#order + 1] = id
       left = left - 1
       if left == 0 then break end
     end
   end
-  return out
+  return out, order
 end
 
 -- A host's packed state: "<leases out> <ready time>", or "<leases out>" (ready time 0).
@@ -346,12 +349,12 @@ local function batches_done(counts)
 end
 
 -- Back into the host's queue (after a retry, an expiry or a delay), behind its equals.
-local function push(id, b, body, prio, host)
-  local seq = redis.call('INCR', K_SEQ)
+local function push(id, b, body, prio, host, score)
+  score = score or -prio * SHIFT + redis.call('INCR', K_SEQ)
   if robots_of(host) == 'out\t'..id then  -- the host's robots request: back first, in rb
-    redis.call('HSET', K_RB, host, 'q\t'..fmt(-prio * SHIFT + seq)..'\t'..id..'\t'..b..'\t'..body)
+    redis.call('HSET', K_RB, host, 'q\t'..fmt(score)..'\t'..id..'\t'..b..'\t'..body)
   else
-    redis.call('ZADD', qkey(host), -prio * SHIFT + seq, id..'\t'..b..'\t'..body)
+    redis.call('ZADD', qkey(host), score, id..'\t'..b..'\t'..body)
   end
   schedule(host)
 end
@@ -362,8 +365,9 @@ local function bury(id, reason, payload)
   redis.call('HINCRBY', K_C, 'bad', 1)
 end
 
--- An expired lease (id, and its record: {prio, host, member}) back to its queue, in batch (a new age
--- batch, made when nil); returns the batch.
+-- An expired lease (id, and its record: {prio, host, member, score}) back to its queue with the score it
+-- had (its place among equals: a cluster's shards number their requests from one counter, which a shard's
+-- script cannot reach), in batch (a new age batch, made when nil); returns the batch.
 local function take_back(id, rec, batch)
   local prio, host, member = rec[1], rec[2], rec[3]
   local inf, ra = state_of(host)
@@ -373,7 +377,7 @@ local function take_back(id, rec, batch)
   local _, _, body = split(member)
   if not batch then batch = new_batch(0) end
   redis.call('HINCRBY', K_AGEC, batch, 1)
-  push(id, batch, body or member, prio, host)
+  push(id, batch, body or member, prio, host, rec[4])
   return batch
 end
 
@@ -396,13 +400,12 @@ local function expire(entries)
       end
     end
     if #ids > 0 then
-      local recs = lease_records(ser, ids)
+      local recs, order = lease_records(ser, ids)
       leases_ended(ser, ids)
+      -- back in the order they were handed out (FIFO among equals), not the lease hash's
+      for _, id in ipairs(order) do batch = take_back(id, recs[id], batch) end
       for j, id in ipairs(ids) do
-        local rec = recs[id]
-        if rec then
-          batch = take_back(id, rec, batch)
-        else  -- its line is missing (never, but the host's room is given back)
+        if not recs[id] then  -- its line is missing (never, but the host's room is given back)
           local inf, ra = state_of(hosts[j])
           set_state(hosts[j], inf - 1, ra)
         end
