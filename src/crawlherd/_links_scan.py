@@ -35,19 +35,23 @@ _ATTRS = (
 _NAME_END = rf"(?![^{_WS}/>])"
 _RAW = "style|xmp|iframe|noembed|noframes|title|textarea"
 _SPECIAL = f"a|base|script|plaintext|svg|math|template|table|select|frameset|{_RAW}"
+# The letters a special name starts with (both cases): most tags (div, li, h1, ...) are told apart by
+# their first letter alone, before the names are tried one by one.
+_SPECIAL_FIRST = "".join(sorted({c for name in _SPECIAL.split("|") for c in (name[0], name[0].upper())}))
 # Everything up to the next <a> or <base> start tag (or a construct that needs the tree): text, comments,
-# bogus comments and doctypes, end tags, other start tags, raw-text elements with their text.
+# bogus comments and doctypes, end tags, other start tags, raw-text elements with their text. The
+# alternatives exclude one another; the most frequent (text, ordinary start and end tags) come first.
 _SKIP = (
     r"(?:[^<]++"
+    rf"|<(?!(?=[{_SPECIAL_FIRST}])(?:{_SPECIAL}){_NAME_END})[A-Za-z][^{_WS}/>]*+{_ATTRS}(?:>|\Z)"
+    rf"|</[A-Za-z][^{_WS}/>]*+{_ATTRS}(?:>|\Z)"
     r"|<(?![A-Za-z!/?])"
     r"|<!--(?:-?>|.*?(?:--!?>|\Z))"
     r"|<[!?][^>]*+>?"
-    rf"|</[A-Za-z][^{_WS}/>]*+{_ATTRS}(?:>|\Z)"
     r"|</[^>]*+>?"
     + "".join(rf"|<{raw}{_NAME_END}{_ATTRS}>(?:[^<]++|<(?!/{raw}{_NAME_END}))*+" for raw in _RAW.split("|"))
     + rf"|<script{_NAME_END}{_ATTRS}>(?:[^<]++|<(?!/script{_NAME_END}|!--))*+(?=</script{_NAME_END}|\Z)"
     rf"|<plaintext{_NAME_END}{_ATTRS}(?:>.*+|\Z)"
-    rf"|<(?!(?:{_SPECIAL}){_NAME_END})[A-Za-z][^{_WS}/>]*+{_ATTRS}(?:>|\Z)"
     r")*+"
 )
 _HREF_VALUE = (
