@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -195,7 +196,9 @@ async def test_an_unreachable_redis_filter_is_a_filter_connection_exception() ->
 
 async def test_memory_queue_with_a_redis_filter(redis_url: str, unique_name: str,
                                                 caplog: pytest.LogCaptureFixture) -> None:
-    settings = settings_of("crawlo_04_redis_filter", PROJECT_NAME=unique_name, SCHEDULER_MAX_QUEUE_SIZE=2)
+    where = urlsplit(redis_url)  # the test's Redis, not the seed's default one
+    settings = settings_of("crawlo_04_redis_filter", PROJECT_NAME=unique_name, SCHEDULER_MAX_QUEUE_SIZE=2,
+                           REDIS_HOST=where.hostname, REDIS_PORT=where.port or 6379)
     caplog.set_level(logging.DEBUG, logger="crawlherd.crawlo")
     try:
         async with open_crawlo_scheduler(settings) as a, open_crawlo_scheduler(settings) as b:
