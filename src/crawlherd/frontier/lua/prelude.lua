@@ -348,7 +348,8 @@ local function batches_done(counts)
   end
 end
 
--- Back into the host's queue (after a retry, an expiry or a delay), behind its equals.
+-- Back into the host's queue (after a retry or a delay), behind its equals; with score (an expired
+-- lease's), at that place.
 local function push(id, b, body, prio, host, score)
   score = score or -prio * SHIFT + redis.call('INCR', K_SEQ)
   if robots_of(host) == 'out\t'..id then  -- the host's robots request: back first, in rb
