@@ -9,7 +9,7 @@ lease runs out and fetches its listing page a second time. RabbitMQ has no clien
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
+from crawlherd.brokers.base import Delivery
 from crawlherd.db import JobRun
 from crawlherd.dispatch.dispatch_service import DispatchService
 from crawlherd.fetch.base import FetchLimits
@@ -68,6 +69,43 @@ async def test_a_job_longer_than_the_brokers_lease_runs_once(
     assert sum(w.stats.received for w in workers) == 1
     async with engine.connect() as conn:
         assert (await conn.execute(select(JobRun.status, JobRun.attempts))).all() == [("succeeded", 1)]
+
+
+@pytest.mark.timeout(60)
+async def test_a_slow_extension_of_the_claim_is_waited_for_not_dropped(
+    engine: AsyncEngine, board: Board, tmp_path: Path, unique_name: str  # noqa: F811
+) -> None:
+    """Each extension takes half the lease (a busy database, a loaded machine): the worker waits for it
+    as long as its claim lasts. It used to give an extension up after a third of the lease and try again
+    a third later, so the claim ran out and the other worker fetched the job's listing page again."""
+    board.slow = 4 * LEASE
+    await load(engine, tmp_path, website(board, robots="ignore"), ["slow-touch"], due=True)
+    limits = FetchLimits(allow_private_addresses=True)
+    url = f"memory://{unique_name}?visibility_timeout={LEASE}"
+    async with open_broker(url) as one, open_broker(url) as two:
+        for broker in (one, two):
+            touch = broker.touch
+
+            async def slow_touch(delivery: Delivery, touch: Callable[[Delivery], Awaitable[None]] = touch) -> None:
+                await asyncio.sleep(LEASE / 2)
+                await touch(delivery)
+
+            broker.touch = slow_touch  # type: ignore[method-assign]
+        service = DispatchService(engine, one)
+        await dispatch_due(service)
+        await relay_all(service)
+        workers = [Worker(engine, b, WorkerOptions(concurrency=1, limits=limits, name=n))
+                   for b, n in ((one, "w1"), (two, "w2"))]
+        stop = asyncio.Event()
+        async with workers[0], workers[1]:
+            running = [asyncio.create_task(w.run(stop)) for w in workers]
+            while sum(w.stats.succeeded for w in workers) < 1:  # bounded by the timeout
+                assert not any(t.done() for t in running)
+                await asyncio.sleep(0.05)
+            stop.set()
+            await asyncio.gather(*running)
+    assert board.fetched("/search") == ["/search?q=slow-touch"]
+    assert sum(w.stats.received for w in workers) == 1
 
 
 @pytest.mark.timeout(30)

@@ -277,21 +277,30 @@ class Worker(AsyncClosing):
             self.stats.remember(str(exc))
 
     async def _heartbeat(self, delivery: Delivery) -> None:
-        """Extend the claim on ``delivery`` every third of the broker's lease while the job runs."""
+        """Extend the claim on ``delivery`` every third of the broker's lease while the job runs. A slow
+        extension (a busy database, a loaded machine) is waited for as long as a claim lasts -- the next
+        one starts a third of a lease after it began, at once if it took longer -- not given up after a
+        third of the lease; one that failed is tried again after a ninth of it."""
         lease = self.broker.lease
         if not lease:  # the broker holds the claim server-side: nothing to extend
             return
+        loop = asyncio.get_running_loop()
         every = max(0.05, lease / 3)
+        pause = every
         while True:
-            await asyncio.sleep(every)
+            await asyncio.sleep(pause)
+            started = loop.time()
             try:
-                async with asyncio.timeout(every):
+                async with asyncio.timeout(lease):
                     await self.broker.touch(delivery)
             except BrokerError as exc:  # settled meanwhile, or lost: nothing more to extend
                 log.debug("worker %s: stopped extending %s: %s", self.name, delivery.key, exc)
                 return
             except (BackendUnavailableError, TimeoutError) as exc:
                 log.debug("worker %s: could not extend %s: %s", self.name, delivery.key, exc)
+                pause = every / 3
+                continue
+            pause = max(0.0, started + every - loop.time())
 
     async def _unexpected(self, delivery: Delivery, exc: Exception) -> None:
         """A delivery whose handling raised: an outage (of the service its ``role`` names) sends it back
