@@ -148,3 +148,10 @@ async def test_the_same_store_is_seen_by_a_second_client(
         assert (await other.health("site")).proxy("p1").rest_until == 35.0
         assert await store.claim("k", 10.0)
         assert not await other.claim("k", 10.0)  # a claim holds across clients (processes)
+
+
+async def test_more_calls_at_once_than_a_connection_pool_holds_are_served(store: SessionStore) -> None:
+    """A worker's pages in flight ask the store at once: redis-py's default pool of 100 connections
+    refused the 101st ("Too many connections", an outage to the caller)."""
+    counts = await asyncio.gather(*(store.count("burst", 60.0) for _ in range(300)))
+    assert sorted(counts) == list(range(1, 301))

@@ -81,6 +81,25 @@ async def test_live_client_is_used_and_not_closed(redis_url: str, unique_name: s
     assert await client.xlen(f"{unique_name}:jobs") == 1
 
 
+async def test_more_calls_at_once_than_redis_pys_default_pool_are_not_an_outage(
+    redis_url: str, unique_name: str, client: aioredis.Redis
+) -> None:
+    """redis-py's pool holds 100 connections by default and refuses the 101st ("Too many connections"),
+    which the broker took for Redis being unreachable: a consumer acking 300 deliveries at once (a test's
+    drain under a loaded machine did) got an outage. The pool is as large as the calls at once."""
+    async with RedisBroker.from_url(f"{redis_url}?prefix={unique_name}") as broker:
+        await asyncio.gather(*(broker.publish(b"x", key=f"k{i}") for i in range(300)))
+        got = []
+        async for delivery in broker.consume(prefetch=300):
+            got.append(delivery)
+            if len(got) == 300:
+                break
+        await asyncio.gather(*(broker.ack(d) for d in got))
+        assert await broker.pending() == 0
+    assert sorted(d.key for d in got) == sorted(f"k{i}" for i in range(300))
+    assert await client.xlen(f"{unique_name}:jobs") == 0  # acked: gone
+
+
 async def test_client_decoding_responses_is_refused(redis_url: str) -> None:
     decoding = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:

@@ -249,9 +249,11 @@ class RedisBroker(BrokerBase):
                 retry=retry, decode_responses=False, max_connections=2**31,  # unbounded, as a Redis pool
             )
         else:
+            # a pool as large as the calls at once: redis-py's default of 100 raises "Too many connections"
+            # past it, which is no outage (a worker's slots settling together, a consumer acking as it goes)
             client = aioredis.Redis.from_url(
                 self._url, socket_connect_timeout=opts.connect_timeout, socket_timeout=opts.socket_timeout,
-                retry=retry, decode_responses=False,
+                retry=retry, decode_responses=False, max_connections=2**31,
             )
         self._client = client
         self._scripts = {name: client.register_script(lua_script("crawlherd.brokers", *parts))

@@ -69,9 +69,9 @@ class RedisSessions(AsyncClosing):
                                             password=address.password, socket_timeout=10.0)
             return cls(cluster, prefix=prefix, owns_client=True, url=url)
         try:
-            client = aioredis.Redis.from_url(
+            client = aioredis.Redis.from_url(  # a pool as large as the calls at once (see the broker's)
                 urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")),
-                socket_timeout=10.0, socket_connect_timeout=10.0,
+                socket_timeout=10.0, socket_connect_timeout=10.0, max_connections=2**31,
             )
         except ValueError as exc:
             raise ConfigurationError(f"bad redis URL {redact_url(url)!r}: {exc}") from None
