@@ -65,18 +65,23 @@ if #done > 0 then
   end
   if redis.call('EXISTS', K_ATT) == 1 then bulk('HDEL', K_ATT, done) end
   local states = hmget(K_H, hosts)
-  local gone, keep = {}, {}
-  for i = 1, #hosts do
+  local gone, keep, ng, nk = {}, {}, 0, 0
+  local CAP0 = uniform(K_PCAP, DEF_CAP)
+  for i = 1, nh do
     local host = hosts[i]
-    local inf, ra = unpack_state(states[i])
+    local v = states[i]
+    local inf, ra = tonumber(v), 0  -- (mostly "<leases out>" alone: no call)
+    if not inf then inf, ra = unpack_state(v) end
     local now_inf = inf - perhost[host]
     if now_inf <= 0 and ra <= NOW then
-      gone[#gone + 1] = host
+      ng = ng + 1
+      gone[ng] = host
     else
-      keep[#keep + 1] = host
-      keep[#keep + 1] = state_str(now_inf, ra)
+      keep[nk + 1] = host
+      if ra == 0 then keep[nk + 2] = ISTR[now_inf] or istr(now_inf) else keep[nk + 2] = state_str(now_inf, ra) end
+      nk = nk + 2
     end
-    local cap = cap_of(host)
+    local cap = CAP0 or cap_of(host)
     if inf >= cap and now_inf < cap then place(host, head_of(host), now_inf, ra) end  -- its cap held it back
   end
   if #gone > 0 then bulk('HDEL', K_H, gone) end

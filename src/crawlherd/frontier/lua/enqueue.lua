@@ -130,8 +130,10 @@ for k = 6, 5 * nitems + 1, 5 do
   end
 end
 local states, RB, inready = {}, {}, {}
+local CAP0, DELAY0 = false, false
 if #hosts > 0 then
   states = hmget(K_H, hosts)
+  CAP0, DELAY0 = uniform(K_PCAP, DEF_CAP), uniform(K_PDELAY, DEF_DELAY)
   RB = robots_states(hosts)
   for i = 1, #hosts, 4000 do
     local part = redis.call('ZMSCORE', K_READY, unpack(hosts, i, math.min(i + 3999, #hosts)))
@@ -139,8 +141,11 @@ if #hosts > 0 then
   end
   for i = 1, #hosts do
     local host = hosts[i]
-    local inf, ra = unpack_state(states[i])
-    if RB[i] or inready[i] or inf >= cap_of(host) or ra > NOW or delay_of(host) > 0 then HELD[host] = true end
+    local inf, ra = 0, 0  -- (mostly no state: no call)
+    if states[i] then inf, ra = unpack_state(states[i]) end
+    if RB[i] or inready[i] or inf >= (CAP0 or cap_of(host)) or ra > NOW or (DELAY0 or delay_of(host)) > 0 then
+      HELD[host] = true
+    end
   end
 end
 local EXACT = DF == 'exact'

@@ -29,6 +29,7 @@ if #hosts == LIMIT then cutoff = tonumber(top[#top]) end
 local states = {}
 if #hosts > 0 then states = hmget(K_H, hosts) end
 local RB = robots_states(hosts)
+local CAP0, DELAY0 = uniform(K_PCAP, DEF_CAP), uniform(K_PDELAY, DEF_DELAY)
 local heads, extras, fetched, INF, RA = {}, {}, {}, {}, {}
 -- host -> room left in this pick; host -> true when it may not give loose requests now (mostly none: no
 -- table filled a host at a time)
@@ -38,8 +39,8 @@ for i = 1, #hosts do
   local host = hosts[i]
   local inf, ra = unpack_state(states[i])
   INF[i], RA[i] = inf, ra
-  local room = cap_of(host) - inf
-  if delay_of(host) > 0 and room > 1 then room = 1 end
+  local room = (CAP0 or cap_of(host)) - inf
+  if (DELAY0 or delay_of(host)) > 0 and room > 1 then room = 1 end
   if room > LIMIT then room = LIMIT end
   local items = {}
   if RB[i] then
@@ -110,8 +111,8 @@ local function load_loose()
     if st[k] then inf, ra = unpack_state(st[k]) end
     if inf ~= 0 then GINF[h] = inf end
     if ra ~= 0 then GRA[h] = ra end
-    local room = cap_of(h) - inf
-    if room > 1 and delay_of(h) > 0 then room = 1 end
+    local room = (CAP0 or cap_of(h)) - inf
+    if room > 1 and (DELAY0 or delay_of(h)) > 0 then room = 1 end
     LEFT[h] = room
     if rb[k] or ra > NOW then GNO[h] = true end
   end
