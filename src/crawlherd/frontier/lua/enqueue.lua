@@ -152,10 +152,11 @@ local EXACT = DF == 'exact'
 local flags = {}
 local delayed, byhost, qhosts, loose, nl = {}, {}, {}, {}, 0
 local mi = 12
+local argv, rpcall = ARGV, redis.pcall  -- (globals: a table lookup each, in the loop)
 for k = 2, 5 * nitems + 1, 5 do  -- (ITEMS[1]: pcall's true)
   local a, b, nb, score, host = ITEMS[k], ITEMS[k + 1], ITEMS[k + 2], ITEMS[k + 3], ITEMS[k + 4]
   mi = mi + 1
-  local member = ARGV[mi]
+  local member = argv[mi]
   local go, flag = true, '0'
   if MAX >= 0 and queued >= MAX then
     local seen, err = seen_has(a, b)
@@ -171,7 +172,7 @@ for k = 2, 5 * nitems + 1, 5 do  -- (ITEMS[1]: pcall's true)
   if go then
     local new, err
     if EXACT then  -- (seen_add, inline: a call a request)
-      new = redis.pcall('SADD', a, b)
+      new = rpcall('SADD', a, b)
       if new ~= 1 and new ~= 0 then new, err = nil, new.err end
     else
       new, err = seen_add(a, b)

@@ -343,7 +343,7 @@ local function batches_done(counts)
     local n = tonumber(left[i] or '0') - counts[b]
     if n > 0 then
       keep[#keep + 1] = b
-      keep[#keep + 1] = n
+      keep[#keep + 1] = string.format('%d', n)  -- (a number is formatted by Redis with '%.17g': dearer)
     else
       gone[#gone + 1] = b
     end
