@@ -285,6 +285,30 @@ async def test_negative_and_huge_priorities_keep_their_order(
         await frontier.close()
 
 
+async def test_leases_of_several_lease_calls_interleaved_in_one_ack_are_settled_and_the_bad_ones_named(
+    redis_url: str, unique_name: str
+) -> None:
+    """ACK takes the leases as runs of one LEASE call each (its serial once, then their ids), in the order
+    sent: leases of two calls interleaved make four runs, and the invalid ones among them are the ones
+    named back -- by their places in the whole batch."""
+    frontier = await open_redis(redis_url, unique_name)
+    try:
+        await frontier.enqueue_requests([Request(f"http://r{i}.test/") for i in range(4)])
+        first = await frontier.next_requests(2)
+        second = await frontier.next_requests(2)
+        assert {lease.token.split(":")[1].split(".")[0] for lease in first + second} == {"1", "2"}
+        unknown = first[1]._replace(token=f"{first[1].token.split(':')[0]}:2.1@1e300")  # its id, the other call
+        with pytest.raises(LeaseError) as info:
+            await frontier.ack_many([first[0], second[0], unknown, second[1]])
+        assert str(info.value).count("http://") == 1 and first[1].request.url in str(info.value)
+        stats = await frontier.stats()
+        assert (stats.acked, stats.in_flight) == (3, 1)
+        await frontier.ack(first[1])
+        assert await frontier.idle()
+    finally:
+        await frontier.close()
+
+
 async def test_foreign_tokens_in_a_batch_settle_are_refused_and_the_others_settled(
     redis_url: str, unique_name: str, client: aioredis.Redis
 ) -> None:

@@ -130,8 +130,10 @@ for k = 6, 5 * nitems + 1, 5 do
   end
 end
 local states, RB, inready = {}, {}, {}
+local CAP0, DELAY0 = false, false
 if #hosts > 0 then
   states = hmget(K_H, hosts)
+  CAP0, DELAY0 = uniform(K_PCAP, DEF_CAP), uniform(K_PDELAY, DEF_DELAY)
   RB = robots_states(hosts)
   for i = 1, #hosts, 4000 do
     local part = redis.call('ZMSCORE', K_READY, unpack(hosts, i, math.min(i + 3999, #hosts)))
@@ -139,18 +141,22 @@ if #hosts > 0 then
   end
   for i = 1, #hosts do
     local host = hosts[i]
-    local inf, ra = unpack_state(states[i])
-    if RB[i] or inready[i] or inf >= cap_of(host) or ra > NOW or delay_of(host) > 0 then HELD[host] = true end
+    local inf, ra = 0, 0  -- (mostly no state: no call)
+    if states[i] then inf, ra = unpack_state(states[i]) end
+    if RB[i] or inready[i] or inf >= (CAP0 or cap_of(host)) or ra > NOW or (DELAY0 or delay_of(host)) > 0 then
+      HELD[host] = true
+    end
   end
 end
 local EXACT = DF == 'exact'
 local flags = {}
 local delayed, byhost, qhosts, loose, nl = {}, {}, {}, {}, 0
 local mi = 12
+local argv, rpcall = ARGV, redis.pcall  -- (globals: a table lookup each, in the loop)
 for k = 2, 5 * nitems + 1, 5 do  -- (ITEMS[1]: pcall's true)
   local a, b, nb, score, host = ITEMS[k], ITEMS[k + 1], ITEMS[k + 2], ITEMS[k + 3], ITEMS[k + 4]
   mi = mi + 1
-  local member = ARGV[mi]
+  local member = argv[mi]
   local go, flag = true, '0'
   if MAX >= 0 and queued >= MAX then
     local seen, err = seen_has(a, b)
@@ -166,7 +172,7 @@ for k = 2, 5 * nitems + 1, 5 do  -- (ITEMS[1]: pcall's true)
   if go then
     local new, err
     if EXACT then  -- (seen_add, inline: a call a request)
-      new = redis.pcall('SADD', a, b)
+      new = rpcall('SADD', a, b)
       if new ~= 1 and new ~= 0 then new, err = nil, new.err end
     else
       new, err = seen_add(a, b)

@@ -78,14 +78,16 @@ end
 local ready_add, ready_rem, states_set = {}, {}, {}
 local replace = {}  -- hosts picked from gq that may now be held back: placed again once their state is set
 local n_taken = NC
+local ns = 0
 local function new_state(host, inf, ra)
   local good = GOT[host] or 0
   inf = inf + good
-  local d = delay_of(host)
+  local d = DELAY0 or delay_of(host)
   if d > 0 and good > 0 then ra = NOW + d end
   if inf > 0 or ra > NOW then
-    states_set[#states_set + 1] = host
-    states_set[#states_set + 1] = state_str(inf, ra)
+    states_set[ns + 1] = host
+    if ra == 0 then states_set[ns + 2] = ISTR[inf] or istr(inf) else states_set[ns + 2] = state_str(inf, ra) end
+    ns = ns + 2
   end
   return inf, ra
 end
@@ -98,7 +100,7 @@ for i = 1, #hosts do
     local inf, ra = new_state(host, INF[i], RA[i])
     GOT[host] = nil
     local has_next = #items / 2 > k
-    if not has_next or inf >= cap_of(host) then
+    if not has_next or inf >= (CAP0 or cap_of(host)) then
       ready_rem[#ready_rem + 1] = host
     elseif ra > NOW then
       ready_rem[#ready_rem + 1] = host
@@ -109,10 +111,14 @@ for i = 1, #hosts do
     end
   end
 end
-for host, good in pairs(GOT) do
-  local inf, ra = new_state(host, GINF[host] or 0, GRA[host] or 0)
-  -- at its cap, or its delay running: out of ready if its queue has requests (mostly it has none)
-  if good > 0 and (inf >= cap_of(host) or ra > NOW) then replace[#replace + 1] = host end
+for j = 1, NGL do
+  local host = GL[j]
+  local good = GOT[host]  -- (nil: a ready host's, placed above)
+  if good then
+    local inf, ra = new_state(host, GINF[host] or 0, GRA[host] or 0)
+    -- at its cap, or its delay running: out of ready if its queue has requests (mostly it has none)
+    if good > 0 and (inf >= (CAP0 or cap_of(host)) or ra > NOW) then replace[#replace + 1] = host end
+  end
 end
 if #ready_rem > 0 then bulk('ZREM', K_READY, ready_rem) end
 if #ready_add > 0 then bulk('ZADD', K_READY, ready_add) end

@@ -13,11 +13,10 @@
 -- their hosts, ids and batches; G_ID false: the member is unreadable), gq_score(j) and gq_parts(j) (its
 -- score as a number, read from the member when it is needed: mostly it is not; its score as written and
 -- its member as a host's queue holds it), G_USED (how many of them were passed: picked or passed over),
--- passed (the gq indexes
--- passed over), CI/CR (the picked, best first, NC of them: i, rank from a queue, 0, j from gq),
--- GOT (host -> picked), LEFT (host -> room left), INF/RA (ready host i's leases out and ready time),
--- GINF/GRA (the same of a host read from gq only; nil: 0), RB (robots states) and stale (ready hosts with nothing
--- to hand out).
+-- passed (the gq indexes passed over), CI/CR (the picked, best first, NC of them: i, rank from a queue, 0, j
+-- from gq), GOT (host -> picked; GL its hosts in the order first picked, NGL of them), LEFT (host -> room
+-- left), INF/RA (ready host i's leases out and ready time), GINF/GRA (the same of a host read from gq only;
+-- nil: 0), RB (robots states) and stale (ready hosts with nothing to hand out).
 local LIMIT = tonumber(ARGV[5])
 local match = string.match
 refresh()
@@ -30,6 +29,7 @@ if #hosts == LIMIT then cutoff = tonumber(top[#top]) end
 local states = {}
 if #hosts > 0 then states = hmget(K_H, hosts) end
 local RB = robots_states(hosts)
+local CAP0, DELAY0 = uniform(K_PCAP, DEF_CAP), uniform(K_PDELAY, DEF_DELAY)
 local heads, extras, fetched, INF, RA = {}, {}, {}, {}, {}
 -- host -> room left in this pick; host -> true when it may not give loose requests now (mostly none: no
 -- table filled a host at a time)
@@ -39,8 +39,8 @@ for i = 1, #hosts do
   local host = hosts[i]
   local inf, ra = unpack_state(states[i])
   INF[i], RA[i] = inf, ra
-  local room = cap_of(host) - inf
-  if delay_of(host) > 0 and room > 1 then room = 1 end
+  local room = (CAP0 or cap_of(host)) - inf
+  if (DELAY0 or delay_of(host)) > 0 and room > 1 then room = 1 end
   if room > LIMIT then room = LIMIT end
   local items = {}
   if RB[i] then
@@ -78,7 +78,12 @@ local function load_loose()
   local part = redis.call('ZRANGE', K_GQ, g_read, g_read + LIMIT - 1)
   local np = #part
   g_more = np == LIMIT
-  local new, n = {}, G_N
+  local new, nn, n = {}, 0, G_N
+  local gm = G_M  -- the first slice (mostly the only one) is G_M itself: not copied
+  if n == 0 then
+    G_M = part
+    gm = nil
+  end
   for j = 1, np do
     local m = part[j]
     -- "<host>\t<score>\t<id>\t<batch>\t<body>": the score skipped (see gq_score)
@@ -88,23 +93,26 @@ local function load_loose()
       id, b = false, false
     end
     n = n + 1
-    G_M[n], G_H[n], G_ID[n], G_B[n] = m, h, id, b
+    if gm then gm[n] = m end
+    G_H[n], G_ID[n], G_B[n] = h, id, b
     if LEFT[h] == nil then
       LEFT[h] = false
-      new[#new + 1] = h
+      nn = nn + 1
+      new[nn] = h
     end
   end
   G_N = n
   g_read = g_read + np
-  if #new == 0 then return end
+  if nn == 0 then return end
   local st, rb = hmget(K_H, new), robots_states(new)
-  for k = 1, #new do
+  for k = 1, nn do
     local h = new[k]
-    local inf, ra = unpack_state(st[k])
+    local inf, ra = 0, 0  -- (mostly no state: no call)
+    if st[k] then inf, ra = unpack_state(st[k]) end
     if inf ~= 0 then GINF[h] = inf end
     if ra ~= 0 then GRA[h] = ra end
-    local room = cap_of(h) - inf
-    if room > 1 and delay_of(h) > 0 then room = 1 end
+    local room = (CAP0 or cap_of(h)) - inf
+    if room > 1 and (DELAY0 or delay_of(h)) > 0 then room = 1 end
     LEFT[h] = room
     if rb[k] or ra > NOW then GNO[h] = true end
   end
@@ -138,8 +146,35 @@ local function gq_parts(j)
 end
 local HUGE = math.huge
 local taken, passed, GOT = {}, {}, {}
+local GL, NGL = {}, 0  -- the hosts of GOT, in the order first picked (walked without pairs: a C call a step)
 local CI, CR, NC = {}, {}, 0  -- the picked (two arrays: no table a request)
 local a, b, g = 1, 1, 1
+if #heads == 0 and #extras == 0 and cutoff == HUGE then
+  -- nothing from the hosts' queues (mostly, without delays): the loose requests alone, in their order
+  while NC < LIMIT do
+    if g > G_N then
+      if g_more then load_loose() end
+      if g > G_N then break end
+    end
+    local host = G_H[g]
+    local left = LEFT[host]
+    if left > 0 and not GNO[host] then
+      LEFT[host] = left - 1
+      local got = GOT[host]
+      if not got then
+        got = 0
+        NGL = NGL + 1
+        GL[NGL] = host
+      end
+      GOT[host] = got + 1
+      NC = NC + 1
+      CI[NC], CR[NC] = 0, g
+    else
+      passed[#passed + 1] = g
+    end
+    g = g + 1
+  end
+end
 while NC < LIMIT do
   if g > G_N and g_more then load_loose() end
   local x, y = heads[a], extras[b]
@@ -158,6 +193,10 @@ while NC < LIMIT do
     if (taken[i] or 0) == r - 1 and LEFT[host] > 0 then
       taken[i] = r
       LEFT[host] = LEFT[host] - 1
+      if not GOT[host] then
+        NGL = NGL + 1
+        GL[NGL] = host
+      end
       GOT[host] = (GOT[host] or 0) + 1
       NC = NC + 1
       CI[NC], CR[NC] = i, r
@@ -166,6 +205,10 @@ while NC < LIMIT do
     local host = G_H[g]
     if not GNO[host] and LEFT[host] > 0 then
       LEFT[host] = LEFT[host] - 1
+      if not GOT[host] then
+        NGL = NGL + 1
+        GL[NGL] = host
+      end
       GOT[host] = (GOT[host] or 0) + 1
       NC = NC + 1
       CI[NC], CR[NC] = 0, g

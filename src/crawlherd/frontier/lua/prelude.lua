@@ -118,6 +118,13 @@ local function delay_of(host)
   if HAS[K_PDELAY] == false then return DEF_DELAY end
   return override(DELAYS, K_PDELAY, DEF_DELAY, host)
 end
+-- The default when no host has an override of key, else false: a loop over hundreds of hosts reads
+-- `CAP0 or cap_of(host)`, not a Lua call a host
+local function uniform(key, default)
+  if HAS[key] == nil then HAS[key] = redis.call('EXISTS', key) == 1 end
+  if HAS[key] then return false end
+  return default
+end
 
 -- Commands taking many arguments, called in slices (Lua's unpack has a limit); opt: a flag after key.
 local function bulk(cmd, key, args, opt)
@@ -336,7 +343,7 @@ local function batches_done(counts)
     local n = tonumber(left[i] or '0') - counts[b]
     if n > 0 then
       keep[#keep + 1] = b
-      keep[#keep + 1] = n
+      keep[#keep + 1] = string.format('%d', n)  -- (a number is formatted by Redis with '%.17g': dearer)
     else
       gone[#gone + 1] = b
     end

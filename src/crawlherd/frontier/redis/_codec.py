@@ -89,15 +89,25 @@ def enqueue_fields(request: Request, kind: str, bits: int, kp: str, number: int,
 _U16, _U32 = struct.Struct(">H").pack, struct.Struct(">I").pack
 
 
-def packed(fields: Sequence[str], *, array: bool = True) -> bytes:
-    """Strings as ENQUEUE and ACK read them (``cmsgpack.unpack``, in C): a MessagePack array of strings, or
-    (``array=False``) the strings one after another, which ``cmsgpack.unpack`` returns as that many values
-    (the script puts them in a table of their size at once: an array's table grows an element at a time)."""
+def packed(fields: Sequence[str | int], *, array: bool = True) -> bytes:
+    """Strings (and integers from 0 to 2**32 - 1) as ENQUEUE and ACK read them (``cmsgpack.unpack``, in C):
+    a MessagePack array, or (``array=False``) the values one after another, which ``cmsgpack.unpack``
+    returns as that many values (the script puts them in a table of their size at once: an array's table
+    grows an element at a time). An integer is a Lua number there."""
     out = bytearray()
     if array:
         out.append(0xDD)
         out += _U32(len(fields))
     for field in fields:
+        if isinstance(field, int):
+            if not 0 <= field < 1 << 32:
+                raise ValueError(f"{field} is out of packed's integer range")
+            if field < 128:
+                out.append(field)
+            else:
+                out.append(0xCE)
+                out += _U32(field)
+            continue
         data = field.encode("utf-8")
         n = len(data)
         if n < 32:

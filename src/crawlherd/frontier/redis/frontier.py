@@ -415,22 +415,33 @@ class RedisFrontier(WaitingMixin):
         groups = shards.group(lease.token for lease in leases if lease.token not in foreign)
         self.renewal.drop([lease.token for lease in leases])  # being settled: not renewed (see Renewal.drop)
         asked: dict[int, list[str]] = {}  # shard -> its tokens sent
-        parts: dict[int, list[str]] = {}  # shard -> serial, id of each
+        # shard -> for each run of its leases of one LEASE call, in the order sent: the call's serial, how many,
+        # their ids (the serial once a run: mostly one run of hundreds -- each string sent is one Lua makes)
+        parts: dict[int, list[str | int]] = {}
+        leases_of: dict[int, set[tuple[str, str]]] = {}  # shard -> the leases sent (LEASE call, id)
+        run: dict[int, tuple[str, int]] = {}  # shard -> the serial of its last run, where its count is
         for k, inner in groups.items():
+            sent = parts.setdefault(k, [])
             for token in inner:
                 if (m := _TOKEN.match(token)) is None:
                     foreign.add(shards.token(shards.all[k], token))
-                else:
-                    asked.setdefault(k, []).append(token)
-                    parts.setdefault(k, []).extend((m[2], m[1]))
+                    continue
+                asked.setdefault(k, []).append(token)
+                leases_of.setdefault(k, set()).add((m[2], m[1]))
+                serial, at = run.get(k, ("", -1))
+                if serial != m[2]:
+                    at = len(sent) + 1
+                    run[k] = (m[2], at)
+                    sent.extend((m[2], 0))
+                sent[at] = int(sent[at]) + 1
+                sent.append(m[1])
         if not asked:
             return foreign
         # 'distinct': each lease (LEASE call and id: two tokens that differ elsewhere are one lease) sent once
         # -- ACK then keeps no table of the settled ids
         calls = []
         for k in asked:
-            sent = parts[k]
-            distinct = "distinct" if len(set(zip(sent[::2], sent[1::2], strict=True))) * 2 == len(sent) else "-"
+            distinct = "distinct" if len(leases_of[k]) == len(asked[k]) else "-"
             calls.append((shards.all[k], "ACK", (mode, packed(parts[k]), distinct)))
         replies = await self._calls.fan(calls)
         self._notify()
