@@ -233,6 +233,20 @@ async def test_split_frontier_batches(redis_url: str, unique_name: str) -> None:
         await split.filter._client.delete(key)
 
 
+async def test_the_redis_filter_serves_more_calls_at_once_than_a_connection_pool_holds(
+    redis_url: str, unique_name: str
+) -> None:
+    """A scheduler's requests checked at once: redis-py's default pool of 100 connections refused the
+    101st ("Too many connections", a FilterConnectionException to Crawlo's code)."""
+    flt = RedisFingerprintFilter(redis_url, f"{unique_name}:dupefilter")
+    try:
+        added = await asyncio.gather(*(flt.add(i.to_bytes(4, "big")) for i in range(300)))
+        assert added == [True] * 300 and await flt.size() == 300
+    finally:
+        await flt._client.delete(flt.key)
+        await flt.close()
+
+
 @pytest.fixture
 async def redis_with_password(tmp_path: Path) -> AsyncIterator[int]:
     """A redis-server of this test's own with ``requirepass password`` (the page's REDIS_PASSWORD)."""

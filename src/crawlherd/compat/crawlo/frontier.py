@@ -269,9 +269,9 @@ class RedisFingerprintFilter:
         self.key = key
         self._url = url
         try:
-            self._client = aioredis.Redis.from_url(
+            self._client = aioredis.Redis.from_url(  # a pool as large as the calls at once (see the broker's)
                 url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
-                retry=Retry(NoBackoff(), 0), retry_on_error=[],
+                retry=Retry(NoBackoff(), 0), retry_on_error=[], max_connections=2**31,
             )
         except ValueError as exc:
             raise ConfigurationError(f"bad redis URL {redact_url(url)!r}: {exc}") from None
