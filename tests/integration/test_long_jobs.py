@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from crawlherd.brokers import open_broker
-from crawlherd.brokers.base import Delivery
+from crawlherd.brokers.base import Broker, Delivery
 from crawlherd.db import JobRun
 from crawlherd.dispatch.dispatch_service import DispatchService
 from crawlherd.fetch.base import FetchLimits
@@ -40,30 +40,35 @@ async def short_lease_url(request: pytest.FixtureRequest, tmp_path: Path, unique
         yield url
 
 
+async def two_workers_run_the_job(engine: AsyncEngine, one: Broker, two: Broker) -> list[Worker]:
+    """The due job dispatched to ``one``; a worker on each broker runs until one of them succeeded, and a
+    while longer: a second delivery, were there one, would be taken by then. The two workers, stopped."""
+    service = DispatchService(engine, one)
+    await dispatch_due(service)
+    await relay_all(service)
+    limits = FetchLimits(allow_private_addresses=True)
+    workers = [Worker(engine, b, WorkerOptions(concurrency=1, limits=limits, name=n))
+               for b, n in ((one, "w1"), (two, "w2"))]
+    stop = asyncio.Event()
+    async with workers[0], workers[1]:
+        running = [asyncio.create_task(w.run(stop)) for w in workers]
+        while sum(w.stats.succeeded for w in workers) < 1:  # bounded by the test's timeout
+            assert not any(t.done() for t in running)
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(3 * LEASE)
+        stop.set()
+        await asyncio.gather(*running)
+    return workers
+
+
 @pytest.mark.timeout(60)
 async def test_a_job_longer_than_the_brokers_lease_runs_once(
     engine: AsyncEngine, board: Board, tmp_path: Path, short_lease_url: str  # noqa: F811
 ) -> None:
     board.slow = 4 * LEASE  # the job's one listing page: four leases long
     await load(engine, tmp_path, website(board, robots="ignore"), ["long"], due=True)
-    limits = FetchLimits(allow_private_addresses=True)
     async with open_broker(short_lease_url) as one, open_broker(short_lease_url) as two:
-        service = DispatchService(engine, one)
-        await dispatch_due(service)
-        await relay_all(service)
-        workers = [
-            Worker(engine, b, WorkerOptions(concurrency=1, limits=limits, name=n))
-            for b, n in ((one, "w1"), (two, "w2"))
-        ]
-        stop = asyncio.Event()
-        async with workers[0], workers[1]:
-            running = [asyncio.create_task(w.run(stop)) for w in workers]
-            while sum(w.stats.succeeded for w in workers) < 1:  # bounded by the timeout
-                assert not any(t.done() for t in running)
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(3 * LEASE)  # a second delivery, were there one, would be taken by now
-            stop.set()
-            await asyncio.gather(*running)
+        workers = await two_workers_run_the_job(engine, one, two)
         assert await one.pending() == 0
     assert board.fetched("/search") == ["/search?q=long"]
     assert sum(w.stats.received for w in workers) == 1
@@ -80,7 +85,6 @@ async def test_a_slow_extension_of_the_claim_is_waited_for_not_dropped(
     a third later, so the claim ran out and the other worker fetched the job's listing page again."""
     board.slow = 4 * LEASE
     await load(engine, tmp_path, website(board, robots="ignore"), ["slow-touch"], due=True)
-    limits = FetchLimits(allow_private_addresses=True)
     url = f"memory://{unique_name}?visibility_timeout={LEASE}"
     async with open_broker(url) as one, open_broker(url) as two:
         for broker in (one, two):
@@ -91,19 +95,7 @@ async def test_a_slow_extension_of_the_claim_is_waited_for_not_dropped(
                 await touch(delivery)
 
             broker.touch = slow_touch  # type: ignore[method-assign]
-        service = DispatchService(engine, one)
-        await dispatch_due(service)
-        await relay_all(service)
-        workers = [Worker(engine, b, WorkerOptions(concurrency=1, limits=limits, name=n))
-                   for b, n in ((one, "w1"), (two, "w2"))]
-        stop = asyncio.Event()
-        async with workers[0], workers[1]:
-            running = [asyncio.create_task(w.run(stop)) for w in workers]
-            while sum(w.stats.succeeded for w in workers) < 1:  # bounded by the timeout
-                assert not any(t.done() for t in running)
-                await asyncio.sleep(0.05)
-            stop.set()
-            await asyncio.gather(*running)
+        workers = await two_workers_run_the_job(engine, one, two)
     assert board.fetched("/search") == ["/search?q=slow-touch"]
     assert sum(w.stats.received for w in workers) == 1
 
